@@ -173,6 +173,42 @@ class PipelineResult:
     tokens: mx.array
 
 
+TRACES = {"count": 0}
+"""How many times a pipeline variant was traced; tests read it to prove that new
+parameter values never recompile."""
+
+_VARIANTS: dict[tuple[bool, ...], object] = {}
+
+
+def _pipeline_variant(use_bias: bool, use_penalty: bool, use_sort: bool, use_min_p: bool, use_noise: bool):
+    """The compiled pipeline for one combination of active stages (at most 32 variants)."""
+    key = (use_bias, use_penalty, use_sort, use_min_p, use_noise)
+    if key in _VARIANTS:
+        return _VARIANTS[key]
+
+    def core(raw, bias, counts, noise, temperature, top_k, top_p, min_p, rep, pres, freq, greedy):
+        TRACES["count"] += 1
+        raw = raw.astype(mx.float32)
+        biased = apply_bias(raw, bias) if use_bias else raw
+        penalized = apply_penalties(biased, counts, rep, pres, freq) if use_penalty else biased
+        final = apply_temperature(penalized, temperature)
+        if use_sort:
+            ordered = sort_descending(final)
+            final = apply_top_k(final, top_k, ordered)
+            vocab = ordered.shape[-1]
+            limit = mx.where(top_k > 0, top_k, vocab)
+            ordered = mx.where(mx.arange(vocab)[None, :] < limit, ordered, NEG_INF)
+            final = apply_top_p(final, top_p, ordered)
+        if use_min_p:
+            final = apply_min_p(final, min_p)
+        tokens = draw(penalized, final, greedy, noise if use_noise else None)
+        return raw, biased, penalized, final, tokens
+
+    compiled = mx.compile(core)
+    _VARIANTS[key] = compiled
+    return compiled
+
+
 def run_pipeline(
     logits: mx.array,
     rows: RowParams,
@@ -180,24 +216,27 @@ def run_pipeline(
     counts: mx.array | None,
     noise: mx.array | None,
 ) -> PipelineResult:
-    """One sampling step for the batch. logits: [B, V] of any float dtype."""
-    raw = logits.astype(mx.float32)
-    biased = apply_bias(raw, bias) if bias is not None else raw
-    penalized = biased
-    if rows.any_penalty and counts is not None:
-        penalized = apply_penalties(biased, counts, rows.repetition, rows.presence, rows.frequency)
-    final = apply_temperature(penalized, rows.temperature)
-    if rows.any_sort:
-        ordered = sort_descending(final)
-        final = apply_top_k(final, rows.top_k, ordered)
-        ordered = mx.where(
-            mx.arange(ordered.shape[-1])[None, :]
-            < mx.where(rows.top_k > 0, rows.top_k, ordered.shape[-1]),
-            ordered,
-            NEG_INF,
-        )
-        final = apply_top_p(final, rows.top_p, ordered)
-    if rows.any_min_p:
-        final = apply_min_p(final, rows.min_p)
-    tokens = draw(penalized, final, rows.greedy, None if rows.all_greedy else noise)
+    """One sampling step for the batch. logits: [B, V] of any float dtype.
+
+    Stages no row needs are left out of the graph; every parameter is an array
+    input of the compiled function, so changing a value never retraces it.
+    """
+    use_penalty = rows.any_penalty and counts is not None
+    use_noise = not rows.all_greedy and noise is not None
+    fn = _pipeline_variant(bias is not None, use_penalty, rows.any_sort, rows.any_min_p, use_noise)
+    unused = mx.array(0.0)
+    raw, biased, penalized, final, tokens = fn(
+        logits,
+        bias if bias is not None else unused,
+        counts if use_penalty else unused,
+        noise if use_noise else unused,
+        rows.temperature,
+        rows.top_k,
+        rows.top_p,
+        rows.min_p,
+        rows.repetition,
+        rows.presence,
+        rows.frequency,
+        rows.greedy,
+    )
     return PipelineResult(raw=raw, biased=biased, penalized=penalized, final=final, tokens=tokens)

@@ -1,0 +1,157 @@
+"""``python -m engine generate``: JSON Lines of every token and every finished request.
+
+The contract is in DESIGN.md and docs/CLI.md; tests, benchmarks and scripts depend on it.
+Errors print one line on stderr and exit non-zero, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from engine.errors import EngineError, ModelLoadError
+from engine.events import Finished, TokenStep
+from engine.params import SamplingParams, SamplingParamsError
+
+EXIT_USAGE = 2
+EXIT_ERROR = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m engine", description="Logitscope engine")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    gen = commands.add_parser("generate", help="generate and print every token as JSON Lines")
+    gen.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
+    gen.add_argument("--prompt", action="append", required=True, help="repeat to batch")
+    gen.add_argument("--chat", action="store_true", help="wrap each prompt as a user message")
+    gen.add_argument("--max-tokens", type=int, default=256)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--min-p", type=float, default=0.0)
+    gen.add_argument("--repetition-penalty", type=float, default=1.0)
+    gen.add_argument("--presence-penalty", type=float, default=0.0)
+    gen.add_argument("--frequency-penalty", type=float, default=0.0)
+    gen.add_argument("--penalty-window", type=int, default=64)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--top-logprobs", type=int, default=10)
+    gen.add_argument("--stop", action="append", default=[])
+    gen.add_argument("--prefill-chunk", type=int, default=512, help=argparse.SUPPRESS)
+    return parser
+
+
+def params_from(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        penalty_window=args.penalty_window,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop),
+        top_logprobs=args.top_logprobs,
+    )
+
+
+def _num(value: float) -> float | None:
+    """JSON has no -inf: a truncated-away logprob is written as null."""
+    return round(value, 5) if math.isfinite(value) else None
+
+
+def token_json(step: TokenStep, request: int) -> dict[str, Any]:
+    return {
+        "type": "token",
+        "request": request,
+        "index": step.index,
+        "token_id": step.token_id,
+        "text": step.text,
+        "logprob": _num(step.logprob),
+        "raw_logprob": _num(step.raw_logprob),
+        "entropy_raw": _num(step.entropy_raw),
+        "entropy": _num(step.entropy),
+        "top": [
+            {
+                "token_id": c.token_id,
+                "text": c.text,
+                "raw_logit": _num(c.raw_logit),
+                "raw_logprob": _num(c.raw_logprob),
+                "penalized_logprob": _num(c.penalized_logprob),
+                "logprob": _num(c.logprob),
+            }
+            for c in step.top
+        ],
+    }
+
+
+def done_json(done: Finished, request: int) -> dict[str, Any]:
+    return {
+        "type": "done",
+        "request": request,
+        "finish_reason": done.finish_reason,
+        "prompt_tokens": done.prompt_tokens,
+        "generated_tokens": done.generated_tokens,
+        "prompt_tps": done.prompt_tps,
+        "generation_tps": done.generation_tps,
+    }
+
+
+def generate(args: argparse.Namespace) -> int:
+    params = params_from(args)  # validate before the slow model load
+    if args.prefill_chunk <= 0:
+        raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    from engine.models import load
+    from engine.prompts import encode_chat, encode_text
+    from engine.scheduler import Scheduler
+
+    loaded = load(args.model)
+    scheduler = Scheduler(
+        loaded, max_batch_size=max(1, len(args.prompt)), prefill_chunk=args.prefill_chunk
+    )
+    if args.chat:
+        prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p}]) for p in args.prompt]
+    else:
+        prompts = [encode_text(loaded.tokenizer, p) for p in args.prompt]
+    order = {scheduler.insert(tokens, params): i for i, tokens in enumerate(prompts)}
+    out = sys.stdout
+    while scheduler.has_work():
+        for event in scheduler.step():
+            if isinstance(event, TokenStep):
+                out.write(json.dumps(token_json(event, order[event.request_id])) + "\n")
+            elif isinstance(event, Finished):
+                out.write(json.dumps(done_json(event, order[event.request_id])) + "\n")
+        out.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return generate(args)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SamplingParamsError, EngineError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, SamplingParamsError) else EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the contract: one line, never a traceback
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR

@@ -1,0 +1,24 @@
+"""Turning text and chat messages into prompt token ids."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from engine.errors import EngineError
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Plain text as mlx-lm's generate encodes it (the tokenizer adds BOS if it should)."""
+    return list(tokenizer.encode(text))
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Messages through the model's chat template, ready for the assistant's reply."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise EngineError("this model has no chat template; send plain text instead.")
+    rendered = tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=True, tokenize=False
+    )
+    inner = getattr(tokenizer, "_tokenizer", tokenizer)
+    return list(inner.encode(rendered, add_special_tokens=False))

@@ -1,0 +1,145 @@
+"""Each stage against hand-computed V=4 vectors, mixed batches, and the stage order."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine import sampler
+from engine.params import SamplingParams
+from engine.sampler import (
+    RowParams,
+    apply_min_p,
+    apply_penalties,
+    apply_temperature,
+    apply_top_k,
+    apply_top_p,
+    run_pipeline,
+    sort_descending,
+)
+
+INF = math.inf
+
+
+def col(values, dtype=mx.float32):
+    return mx.array(values, dtype=dtype).reshape(-1, 1)
+
+
+def test_penalties_hand_computed():
+    logits = mx.array([[2.0, -1.0, 0.5, 3.0]])
+    counts = mx.array([[2, 1, 0, 0]], dtype=mx.int32)
+    out = apply_penalties(logits, counts, col([2.0]), col([0.5]), col([0.25]))
+    # token 0: 2/2 - 0.5 - 0.25*2 = 0 ; token 1: -1*2 - 0.5 - 0.25 = -2.75
+    np.testing.assert_allclose(np.array(out), [[0.0, -2.75, 0.5, 3.0]])
+
+
+def test_temperature_zero_is_identity_for_the_distribution():
+    logits = mx.array([[2.0, 1.0, 0.0, -1.0], [2.0, 1.0, 0.0, -1.0]])
+    out = apply_temperature(logits, col([0.0, 2.0]))
+    np.testing.assert_allclose(np.array(out), [[2, 1, 0, -1], [1, 0.5, 0, -0.5]])
+
+
+def test_top_k_per_row_with_off_value():
+    logits = mx.array([[1.0, 4.0, 3.0, 2.0]] * 3)
+    out = apply_top_k(logits, col([2, 0, 1], mx.int32), sort_descending(logits))
+    np.testing.assert_array_equal(
+        np.array(out),
+        [[-INF, 4, 3, -INF], [1, 4, 3, 2], [-INF, 4, -INF, -INF]],
+    )
+
+
+def test_top_p_hand_computed():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = mx.array(np.log(probs)[None].repeat(4, 0).astype(np.float32))
+    out = apply_top_p(logits, col([0.5, 0.6, 0.95, 1.0]), sort_descending(logits))
+    kept = np.isfinite(np.array(out))
+    np.testing.assert_array_equal(
+        kept,
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]],
+    )
+
+
+def test_min_p_hand_computed():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = mx.array(np.log(probs)[None].repeat(3, 0).astype(np.float32))
+    out = apply_min_p(logits, col([0.0, 0.2, 0.5]))
+    kept = np.isfinite(np.array(out))
+    np.testing.assert_array_equal(kept, [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
+
+
+def pipeline(logits, params, bias=None, counts=None, noise=None):
+    rows = RowParams.build(params)
+    return run_pipeline(mx.array(logits, dtype=mx.float32), rows, bias, counts, noise)
+
+
+def test_temperature_applies_before_top_p():
+    # At T=1 top-p 0.6 keeps {0, 1}; at T=0.25 token 0 alone reaches 0.6.
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
+    result = pipeline(logits, [SamplingParams(temperature=0.25, top_p=0.6)])
+    assert np.isfinite(np.array(result.final)).tolist() == [[True, False, False, False]]
+    # mlx-lm's order (top-p at T=1, then temperature) would have kept token 1 too.
+
+
+def test_mixed_batch_rows_are_independent():
+    logits = np.log(np.array([[0.4, 0.3, 0.2, 0.1]] * 4, dtype=np.float32))
+    params = [
+        SamplingParams(),
+        SamplingParams(temperature=1.0, top_k=2),
+        SamplingParams(temperature=1.0, top_p=0.5),
+        SamplingParams(temperature=1.0, min_p=0.6),
+    ]
+    final = np.array(pipeline(logits, params).final)
+    assert np.isfinite(final).tolist() == [
+        [True] * 4,
+        [True, True, False, False],
+        [True, True, False, False],
+        [True, True, False, False],
+    ]
+    # Each row alone gives the same row.
+    for i, p in enumerate(params):
+        alone = np.array(pipeline(logits[i : i + 1], [p]).final)
+        np.testing.assert_array_equal(alone[0], final[i])
+
+
+def test_greedy_takes_argmax_of_penalized_and_final_keeps_max():
+    logits = np.array([[3.0, 2.9, 0.0, -1.0]], dtype=np.float32)
+    counts = mx.array([[1, 0, 0, 0]], dtype=mx.int32)
+    result = pipeline(logits, [SamplingParams(repetition_penalty=2.0)], counts=counts)
+    assert int(result.tokens[0]) == 1
+    assert np.array(result.penalized)[0, 0] == pytest.approx(1.5)
+
+
+def test_bias_stage():
+    logits = np.zeros((1, 4), dtype=np.float32)
+    bias = mx.array([[0.0, 0.0, 5.0, 0.0]])
+    result = pipeline(logits, [SamplingParams(logit_bias={2: 5.0})], bias=bias)
+    assert int(result.tokens[0]) == 2
+    np.testing.assert_array_equal(np.array(result.raw), logits)
+
+
+def test_new_parameter_values_never_retrace():
+    logits = mx.array(np.random.default_rng(0).normal(size=(3, 50)).astype(np.float32))
+    counts = mx.zeros((3, 50), dtype=mx.int32)
+    noise = mx.zeros((3, 50))
+
+    def run(t, p, k, rep):
+        params = [
+            SamplingParams(temperature=t, top_p=p, top_k=k, repetition_penalty=rep, min_p=0.01)
+        ] * 3
+        out = run_pipeline(logits, RowParams.build(params), None, counts, noise)
+        mx.eval(out.tokens)
+
+    run(0.7, 0.9, 5, 1.1)
+    before = sampler.TRACES["count"]
+    for t, p, k, rep in [(0.8, 0.95, 6, 1.2), (1.3, 0.5, 40, 1.05), (0.1, 0.99, 2, 1.5)]:
+        run(t, p, k, rep)
+    assert sampler.TRACES["count"] == before
+
+
+def test_draw_uses_noise_only_for_sampled_rows():
+    logits = mx.array([[0.0, 1.0, 0.0, 0.0]] * 2)
+    noise = mx.array([[10.0, 0.0, 0.0, 0.0]] * 2)
+    rows = RowParams.build([SamplingParams(), SamplingParams(temperature=1.0)])
+    tokens = run_pipeline(logits, rows, None, None, noise).tokens.tolist()
+    assert tokens == [1, 0]
