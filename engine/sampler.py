@@ -180,7 +180,9 @@ parameter values never recompile."""
 _VARIANTS: dict[tuple[bool, ...], object] = {}
 
 
-def _pipeline_variant(use_bias: bool, use_penalty: bool, use_sort: bool, use_min_p: bool, use_noise: bool):
+def _pipeline_variant(
+    use_bias: bool, use_penalty: bool, use_sort: bool, use_min_p: bool, use_noise: bool
+):
     """The compiled pipeline for one combination of active stages (at most 32 variants)."""
     key = (use_bias, use_penalty, use_sort, use_min_p, use_noise)
     if key in _VARIANTS:

@@ -1,0 +1,71 @@
+"""Inspection data: f16/bf16 against f32, every top_logprobs, candidate sets."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.inspection import pack_step, to_host, unpack_row
+from engine.params import SamplingParams
+from engine.sampler import RowParams, run_pipeline
+
+V = 3000
+
+
+def inspect(logits, params, top_n):
+    rows = RowParams.build(params)
+    result = run_pipeline(logits, rows, None, mx.zeros(logits.shape, mx.int32), None)
+    packed = to_host(pack_step(result, None, top_n))
+    assert packed.dtype == np.float32
+    return [unpack_row(packed[i], top_n, p.top_logprobs, str) for i, p in enumerate(params)]
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(mx.float16, 0.03), (mx.bfloat16, 0.1)])
+def test_half_precision_matches_f32(dtype, tolerance):
+    rng = np.random.default_rng(0)
+    base = rng.normal(0, 4, size=(2, V)).astype(np.float32)
+    params = [SamplingParams(top_logprobs=20), SamplingParams(top_logprobs=20, top_k=50)]
+    ref = inspect(mx.array(base), params, 20)
+    low = inspect(mx.array(base).astype(dtype), params, 20)
+    for r, l in zip(ref, low, strict=True):
+        assert l.token_id == r.token_id
+        assert abs(l.logprob - r.logprob) < tolerance
+        assert abs(l.raw_logprob - r.raw_logprob) < tolerance
+        ref_top = sorted(c.raw_logit for c in r.top)[-10:]
+        low_top = sorted(c.raw_logit for c in l.top)[-10:]
+        np.testing.assert_allclose(low_top, ref_top, atol=tolerance * 4, rtol=tolerance / 10)
+        ref_lp = sorted(c.raw_logprob for c in r.top)[-10:]
+        low_lp = sorted(c.raw_logprob for c in l.top)[-10:]
+        np.testing.assert_allclose(low_lp, ref_lp, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+def test_every_top_logprobs_value(dtype):
+    rng = np.random.default_rng(1)
+    logits = mx.array(rng.normal(0, 2, size=(1, 150)).astype(np.float32)).astype(dtype)
+    for n in range(0, 101):
+        params = [SamplingParams(top_logprobs=n, temperature=0.8, top_k=30)]
+        (row,) = inspect(logits, params, n)
+        ids = [c.token_id for c in row.top]
+        assert len(ids) == len(set(ids))
+        assert row.token_id in ids
+        assert len(ids) <= 2 * n + 1
+        finite = [c for c in row.top if math.isfinite(c.logprob)]
+        assert len(finite) >= min(n, 30)
+
+
+def test_candidate_values_are_consistent():
+    logits = mx.array(np.log(np.array([[0.5, 0.3, 0.15, 0.05]], np.float32)))
+    (row,) = inspect(logits, [SamplingParams(top_logprobs=4, top_p=0.6, temperature=1.0)], 4)
+    by_id = {c.token_id: c for c in row.top}
+    assert set(by_id) == {0, 1, 2, 3}
+    assert by_id[0].raw_logprob == pytest.approx(math.log(0.5), abs=1e-6)
+    assert by_id[0].logprob == pytest.approx(math.log(0.5 / 0.8), abs=1e-6)
+    assert by_id[3].logprob == -math.inf
+    assert row.entropy_raw == pytest.approx(
+        -sum(p * math.log(p) for p in (0.5, 0.3, 0.15, 0.05)), abs=1e-5
+    )
+    assert row.entropy == pytest.approx(
+        -(0.625 * math.log(0.625) + 0.375 * math.log(0.375)), abs=1e-5
+    )
