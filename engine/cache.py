@@ -50,7 +50,7 @@ def to_batch(caches: LayerCaches) -> list[BatchKVCache]:
 def extend_batch(batch: list[BatchKVCache] | None, other: list[BatchKVCache]) -> list[BatchKVCache]:
     if batch is None:
         return other
-    for mine, theirs in zip(batch, other):
+    for mine, theirs in zip(batch, other, strict=True):
         mine.extend(theirs)
     return batch
 

@@ -43,7 +43,7 @@ class PenaltyCounts:
     def from_histories(
         cls, histories: Sequence[Sequence[int]], windows: Sequence[int], vocab: int
     ) -> PenaltyCounts:
-        rows = [count_tokens(h, w, vocab) for h, w in zip(histories, windows)]
+        rows = [count_tokens(h, w, vocab) for h, w in zip(histories, windows, strict=True)]
         return cls(mx.array(np.stack(rows)) if rows else mx.zeros((0, vocab), mx.int32))
 
     def accept(self, tokens: Sequence[int], leaving: Sequence[int | None]) -> None:

@@ -303,7 +303,7 @@ class Scheduler:
             tokens,
             [
                 leaving_token(r.history + [t], r.params.penalty_window)
-                for r, t in zip(requests, tokens)
+                for r, t in zip(requests, tokens, strict=True)
             ],
         )
         events: list[Event] = []

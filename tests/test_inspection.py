@@ -28,15 +28,15 @@ def test_half_precision_matches_f32(dtype, tolerance):
     params = [SamplingParams(top_logprobs=20), SamplingParams(top_logprobs=20, top_k=50)]
     ref = inspect(mx.array(base), params, 20)
     low = inspect(mx.array(base).astype(dtype), params, 20)
-    for r, l in zip(ref, low, strict=True):
-        assert l.token_id == r.token_id
-        assert abs(l.logprob - r.logprob) < tolerance
-        assert abs(l.raw_logprob - r.raw_logprob) < tolerance
+    for r, lo in zip(ref, low, strict=True):
+        assert lo.token_id == r.token_id
+        assert abs(lo.logprob - r.logprob) < tolerance
+        assert abs(lo.raw_logprob - r.raw_logprob) < tolerance
         ref_top = sorted(c.raw_logit for c in r.top)[-10:]
-        low_top = sorted(c.raw_logit for c in l.top)[-10:]
+        low_top = sorted(c.raw_logit for c in lo.top)[-10:]
         np.testing.assert_allclose(low_top, ref_top, atol=tolerance * 4, rtol=tolerance / 10)
         ref_lp = sorted(c.raw_logprob for c in r.top)[-10:]
-        low_lp = sorted(c.raw_logprob for c in l.top)[-10:]
+        low_lp = sorted(c.raw_logprob for c in lo.top)[-10:]
         np.testing.assert_allclose(low_lp, ref_lp, atol=tolerance)
 
 

@@ -4,11 +4,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from engine.events import TokenStep
 from engine.params import SamplingParams
 from engine.penalties import PenaltyCounts, leaving_token
 from engine.sampler import RowParams, run_pipeline
 from engine.scheduler import Scheduler
-from engine.events import TokenStep
 
 V = 97
 PARAMS = [

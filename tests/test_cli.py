@@ -1,0 +1,177 @@
+"""``python -m engine generate``: the JSON Lines contract, errors, and parity with mlx-lm."""
+
+import json
+import os
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.prompts import encode_chat
+
+PROMPTS = ["The capital of France is", "Once upon a time, there was a", "def fibonacci(n):"]
+CHAT = "What is the capital of France?"
+STEPS = 24
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "generate", *args],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        timeout=600,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def lines(proc) -> list[dict]:
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def by_request(objects, request):
+    return [o for o in objects if o["type"] == "token" and o["request"] == request]
+
+
+def mlx_lm_greedy(loaded, prompt_ids, steps):
+    """mlx-lm's own greedy decode; a logits processor records the raw logits it sees."""
+    from mlx_lm.generate import generate_step
+
+    seen = []
+
+    def record(tokens, logits):
+        seen.append(np.array(logits.astype(mx.float32))[0])
+        return logits
+
+    tokens = []
+    for token, _ in generate_step(
+        mx.array(prompt_ids), loaded.model, max_tokens=steps, logits_processors=[record]
+    ):
+        token = int(token)
+        tokens.append(token)
+        if token in loaded.eos_token_ids:
+            break
+    return tokens, seen
+
+
+def assert_parity(ours, loaded, prompt_ids):
+    ref_tokens, ref_logits = mlx_lm_greedy(loaded, prompt_ids, STEPS)
+    assert [o["token_id"] for o in ours] == ref_tokens
+    assert len(ours) == STEPS or ours[-1]["token_id"] in loaded.eos_token_ids
+    # generate_step computes one step ahead, so it may have seen one more row of logits.
+    for step, logits in zip(ours, ref_logits[: len(ours)], strict=True):
+        top5 = sorted((c for c in step["top"]), key=lambda c: -c["raw_logit"])[:5]
+        for cand in top5:
+            assert abs(cand["raw_logit"] - float(logits[cand["token_id"]])) < 0.1
+        assert [c["token_id"] for c in top5] == list(np.argsort(-logits, kind="stable")[:5])
+
+
+@pytest.mark.slow
+def test_greedy_matches_mlx_lm_alone_and_batched(smollm):
+    common = ["--max-tokens", str(STEPS), "--temperature", "0", "--top-logprobs", "5"]
+    batched = lines(cli(*[a for p in PROMPTS for a in ("--prompt", p)], *common))
+    for i, prompt in enumerate(PROMPTS):
+        ids = smollm.tokenizer.encode(prompt)
+        alone = by_request(lines(cli("--prompt", prompt, *common)), 0)
+        assert_parity(alone, smollm, ids)
+        assert [o["token_id"] for o in by_request(batched, i)] == [o["token_id"] for o in alone]
+    chat = by_request(lines(cli("--chat", "--prompt", CHAT, *common)), 0)
+    chat_ids = encode_chat(smollm.tokenizer, [{"role": "user", "content": CHAT}])
+    assert_parity(chat, smollm, chat_ids)
+    assert "Paris" in "".join(o["text"] for o in chat)
+
+
+def test_contract_shape_on_a_tiny_model(tiny_folder):
+    proc = cli(
+        "--model",
+        str(tiny_folder),
+        "--prompt",
+        "the cat",
+        "--prompt",
+        "a",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0.8",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "3",
+        "--top-logprobs",
+        "3",
+    )
+    objects = lines(proc)
+    assert proc.stderr == ""
+    for request in (0, 1):
+        tokens = by_request(objects, request)
+        assert [t["index"] for t in tokens] == [0, 1, 2, 3]
+        first = tokens[0]
+        assert set(first) == {
+            "type",
+            "request",
+            "index",
+            "token_id",
+            "text",
+            "logprob",
+            "raw_logprob",
+            "entropy_raw",
+            "entropy",
+            "top",
+        }
+        assert set(first["top"][0]) == {
+            "token_id",
+            "text",
+            "raw_logit",
+            "raw_logprob",
+            "penalized_logprob",
+            "logprob",
+        }
+        (done,) = [o for o in objects if o["type"] == "done" and o["request"] == request]
+        assert done["finish_reason"] == "length" and done["generated_tokens"] == 4
+        assert {"prompt_tokens", "prompt_tps", "generation_tps"} <= set(done)
+    # The same seed reproduces the same tokens.
+    again = lines(
+        cli(
+            "--model",
+            str(tiny_folder),
+            "--prompt",
+            "the cat",
+            "--max-tokens",
+            "4",
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "3",
+            "--top-logprobs",
+            "3",
+        )
+    )
+    assert [t["token_id"] for t in by_request(again, 0)] == [
+        t["token_id"] for t in by_request(objects, 0)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--prompt", "x", "--top-p", "0"], "top_p must be in"),
+        (["--prompt", "x", "--temperature", "nan"], "temperature must be a finite number"),
+        (["--prompt", "x", "--max-tokens", "zero"], "invalid int value"),
+        (["--prompt", "x", "--model", "/no/such/model.gguf"], "no such file"),
+        (["--prompt", "x", "--model", "/"], "config.json"),
+        ([], "--prompt"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(args, needle):
+    proc = cli(*args, check=False)
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert needle in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
