@@ -95,7 +95,7 @@ def converted_folder(gguf: Path, progress: ProgressFn | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
     try:
-        convert_gguf(gguf, staging, lambda s, f: report(s, 0.05 + 0.9 * f))
+        convert_gguf(gguf, staging, lambda s, f: report(s, round(0.05 + 0.9 * f, 4)))
         (staging / "source.json").write_text(json.dumps({"gguf": str(gguf)}))
         try:
             staging.rename(target)
