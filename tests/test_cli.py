@@ -85,76 +85,28 @@ def test_greedy_matches_mlx_lm_alone_and_batched(smollm):
     assert "Paris" in "".join(o["text"] for o in chat)
 
 
+SAMPLED_ARGS = "--max-tokens 4 --temperature 0.8 --top-p 0.9 --seed 3 --top-logprobs 3".split()
+TOKEN_KEYS = {"type", "request", "index", "token_id", "text", "logprob", "raw_logprob"}
+TOKEN_KEYS |= {"entropy_raw", "entropy", "top"}
+CANDIDATE_KEYS = {"token_id", "text", "raw_logit", "raw_logprob", "penalized_logprob", "logprob"}
+
+
 def test_contract_shape_on_a_tiny_model(tiny_folder):
-    proc = cli(
-        "--model",
-        str(tiny_folder),
-        "--prompt",
-        "the cat",
-        "--prompt",
-        "a",
-        "--max-tokens",
-        "4",
-        "--temperature",
-        "0.8",
-        "--top-p",
-        "0.9",
-        "--seed",
-        "3",
-        "--top-logprobs",
-        "3",
-    )
+    model = ["--model", str(tiny_folder)]
+    proc = cli(*model, "--prompt", "the cat", "--prompt", "a", *SAMPLED_ARGS)
     objects = lines(proc)
     assert proc.stderr == ""
     for request in (0, 1):
         tokens = by_request(objects, request)
         assert [t["index"] for t in tokens] == [0, 1, 2, 3]
-        first = tokens[0]
-        assert set(first) == {
-            "type",
-            "request",
-            "index",
-            "token_id",
-            "text",
-            "logprob",
-            "raw_logprob",
-            "entropy_raw",
-            "entropy",
-            "top",
-        }
-        assert set(first["top"][0]) == {
-            "token_id",
-            "text",
-            "raw_logit",
-            "raw_logprob",
-            "penalized_logprob",
-            "logprob",
-        }
+        assert set(tokens[0]) == TOKEN_KEYS
+        assert set(tokens[0]["top"][0]) == CANDIDATE_KEYS
         (done,) = [o for o in objects if o["type"] == "done" and o["request"] == request]
         assert done["finish_reason"] == "length" and done["generated_tokens"] == 4
         assert {"prompt_tokens", "prompt_tps", "generation_tps"} <= set(done)
-    # The same seed reproduces the same tokens.
-    again = lines(
-        cli(
-            "--model",
-            str(tiny_folder),
-            "--prompt",
-            "the cat",
-            "--max-tokens",
-            "4",
-            "--temperature",
-            "0.8",
-            "--top-p",
-            "0.9",
-            "--seed",
-            "3",
-            "--top-logprobs",
-            "3",
-        )
-    )
-    assert [t["token_id"] for t in by_request(again, 0)] == [
-        t["token_id"] for t in by_request(objects, 0)
-    ]
+    # The same seed reproduces the same tokens, alone as in the batch.
+    again = by_request(lines(cli(*model, "--prompt", "the cat", *SAMPLED_ARGS)), 0)
+    assert [t["token_id"] for t in again] == [t["token_id"] for t in by_request(objects, 0)]
 
 
 @pytest.mark.parametrize(
