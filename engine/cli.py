@@ -121,13 +121,9 @@ def generate(args: argparse.Namespace) -> int:
     from engine.scheduler import Scheduler
 
     loaded = load(args.model)
-    scheduler = Scheduler(
-        loaded, max_batch_size=max(1, len(args.prompt)), prefill_chunk=args.prefill_chunk
-    )
+    scheduler = Scheduler(loaded, max_batch_size=max(1, len(args.prompt)), prefill_chunk=args.prefill_chunk)
     if args.chat:
-        prompts = [
-            encode_chat(loaded.tokenizer, [{"role": "user", "content": p}]) for p in args.prompt
-        ]
+        prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p}]) for p in args.prompt]
     else:
         prompts = [encode_text(loaded.tokenizer, p) for p in args.prompt]
     order = {scheduler.insert(tokens, params): i for i, tokens in enumerate(prompts)}

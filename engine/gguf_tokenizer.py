@@ -65,9 +65,7 @@ def _pre_tokenizer(kind: str) -> pre_tokenizers.PreTokenizer:
     if kind == _GPT2:
         return byte_level
     if kind == _DIGITS_THEN_GPT2:
-        return pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"), byte_level]
-        )
+        return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"), byte_level])
     return pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(kind), behavior="isolated"),
@@ -80,9 +78,7 @@ def build_tokenizer(metadata: dict[str, Any], path: Path) -> tuple[Tokenizer, di
     """The tokenizer and the facts about it that tokenizer_config.json needs."""
     kind = metadata.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ModelLoadError(
-            path, f"unsupported tokenizer model {kind!r} (supported: byte-level BPE 'gpt2')"
-        )
+        raise ModelLoadError(path, f"unsupported tokenizer model {kind!r} (supported: byte-level BPE 'gpt2')")
     pre = metadata.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise ModelLoadError(path, f"unsupported pre-tokenizer {pre!r}")

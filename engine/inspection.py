@@ -75,9 +75,7 @@ class RowInspection:
     top: tuple[Candidate, ...]
 
 
-def unpack_row(
-    packed: np.ndarray, top_n: int, row_top_n: int, text_of: Callable[[int], str]
-) -> RowInspection:
+def unpack_row(packed: np.ndarray, top_n: int, row_top_n: int, text_of: Callable[[int], str]) -> RowInspection:
     """Host side: one row of :func:`pack_step`, its candidates deduplicated and sorted.
 
     ``row_top_n`` <= ``top_n`` is this row's own ``top_logprobs``.

@@ -47,9 +47,7 @@ def _check_float(name: str, value: Any, lo: float, hi: float, lo_open: bool = Fa
     ok = (lo < value if lo_open else lo <= value) and value <= hi
     if not ok:
         bracket = "(" if lo_open else "["
-        raise SamplingParamsError(
-            name, value, f"{name} must be in {bracket}{lo}, {hi}], got {value}."
-        )
+        raise SamplingParamsError(name, value, f"{name} must be in {bracket}{lo}, {hi}], got {value}.")
     return float(value)
 
 
@@ -103,9 +101,7 @@ class SamplingParams:
         set_(
             self,
             "repetition_penalty",
-            _check_float(
-                "repetition_penalty", self.repetition_penalty, *REPETITION_PENALTY_RANGE, True
-            ),
+            _check_float("repetition_penalty", self.repetition_penalty, *REPETITION_PENALTY_RANGE, True),
         )
         set_(
             self,
@@ -127,9 +123,7 @@ class SamplingParams:
             set_(self, "seed", _check_int("seed", self.seed, *SEED_RANGE))
         set_(self, "max_tokens", _check_int("max_tokens", self.max_tokens, *MAX_TOKENS_RANGE))
         set_(self, "stop", _check_stop(self.stop))
-        set_(
-            self, "top_logprobs", _check_int("top_logprobs", self.top_logprobs, *TOP_LOGPROBS_RANGE)
-        )
+        set_(self, "top_logprobs", _check_int("top_logprobs", self.top_logprobs, *TOP_LOGPROBS_RANGE))
 
     @property
     def greedy(self) -> bool:
@@ -137,11 +131,7 @@ class SamplingParams:
 
     @property
     def has_penalties(self) -> bool:
-        return (
-            self.repetition_penalty != 1.0
-            or self.presence_penalty != 0.0
-            or self.frequency_penalty != 0.0
-        )
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     def verify(self, vocab_size: int) -> None:
         """Checks that need the model: every ``logit_bias`` id is in the vocabulary."""
@@ -187,17 +177,13 @@ def _parse_bias_keys(bias: Any) -> dict[int, float]:
         try:
             out[int(key)] = value
         except (TypeError, ValueError):
-            raise SamplingParamsError(
-                "logit_bias", key, f"logit_bias keys must be token ids, got {key!r}."
-            ) from None
+            raise SamplingParamsError("logit_bias", key, f"logit_bias keys must be token ids, got {key!r}.") from None
     return out
 
 
 def _check_logit_bias(bias: Any) -> Mapping[int, float]:
     if not isinstance(bias, Mapping):
-        raise SamplingParamsError(
-            "logit_bias", bias, f"logit_bias must be a mapping, got {bias!r}."
-        )
+        raise SamplingParamsError("logit_bias", bias, f"logit_bias must be a mapping, got {bias!r}.")
     checked: dict[int, float] = {}
     for token_id, value in bias.items():
         if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
@@ -218,9 +204,7 @@ def _check_stop(stop: Any) -> tuple[str, ...]:
     if any(s == "" for s in stop):
         raise SamplingParamsError("stop", stop, "stop strings must not be empty.")
     if len(stop) > MAX_STOP_STRINGS:
-        raise SamplingParamsError(
-            "stop", stop, f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(stop)}."
-        )
+        raise SamplingParamsError("stop", stop, f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(stop)}.")
     return tuple(stop)
 
 

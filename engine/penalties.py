@@ -40,9 +40,7 @@ class PenaltyCounts:
         self.counts = counts  # [B, V] int32
 
     @classmethod
-    def from_histories(
-        cls, histories: Sequence[Sequence[int]], windows: Sequence[int], vocab: int
-    ) -> PenaltyCounts:
+    def from_histories(cls, histories: Sequence[Sequence[int]], windows: Sequence[int], vocab: int) -> PenaltyCounts:
         rows = [count_tokens(h, w, vocab) for h, w in zip(histories, windows, strict=True)]
         return cls(mx.array(np.stack(rows)) if rows else mx.zeros((0, vocab), mx.int32))
 
@@ -55,9 +53,7 @@ class PenaltyCounts:
         index_rows = rows + rows
         index_cols = list(tokens) + [t if t is not None else 0 for t in leaving]
         deltas = [1] * len(tokens) + [-1 if t is not None else 0 for t in leaving]
-        self.counts = self.counts.at[mx.array(index_rows), mx.array(index_cols)].add(
-            mx.array(deltas, dtype=mx.int32)
-        )
+        self.counts = self.counts.at[mx.array(index_rows), mx.array(index_cols)].add(mx.array(deltas, dtype=mx.int32))
 
     def reset_row(self, row: int, history: Sequence[int], window: int) -> None:
         """Recount one row (its window size changed)."""

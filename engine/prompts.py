@@ -17,8 +17,6 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]
     """Messages through the model's chat template, ready for the assistant's reply."""
     if not getattr(tokenizer, "chat_template", None):
         raise EngineError("this model has no chat template; send plain text instead.")
-    rendered = tokenizer.apply_chat_template(
-        list(messages), add_generation_prompt=True, tokenize=False
-    )
+    rendered = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
     inner = getattr(tokenizer, "_tokenizer", tokenizer)
     return list(inner.encode(rendered, add_special_tokens=False))

@@ -34,8 +34,7 @@ def check_prompt(prompt: object, vocab_size: int, context_length: int) -> list[i
         tokens.append(token)
     if len(tokens) >= context_length:
         raise EngineError(
-            f"prompt must be shorter than the model's context ({context_length} tokens), "
-            f"got {len(tokens)} tokens."
+            f"prompt must be shorter than the model's context ({context_length} tokens), got {len(tokens)} tokens."
         )
     return tokens
 
@@ -95,15 +94,11 @@ class RequestRecord:
         if isinstance(position, bool) or not isinstance(position, int):
             raise EngineError(f"position must be an integer, got {position!r}.")
         if not first <= position <= last:
-            raise EngineError(
-                f"position must be in [{first}, {last}] (the generated range), got {position}."
-            )
+            raise EngineError(f"position must be in [{first}, {last}] (the generated range), got {position}.")
 
 
 def record_of(request: Request) -> RequestRecord:
-    return RequestRecord(
-        tuple(request.prompt), tuple(request.generated), request.index_offset, request.params
-    )
+    return RequestRecord(tuple(request.prompt), tuple(request.generated), request.index_offset, request.params)
 
 
 def new_request(
@@ -114,9 +109,7 @@ def new_request(
     earlier_output: Sequence[int] = (),
     earlier_text: str = "",
 ) -> Request:
-    decoder = (
-        StreamDecoder.resume(decode, earlier_output) if earlier_output else StreamDecoder(decode)
-    )
+    decoder = StreamDecoder.resume(decode, earlier_output) if earlier_output else StreamDecoder(decode)
     stop_text = StopText(params.stop, text=earlier_text, released=len(earlier_text))
     return Request(request_id, prompt, params, decoder, stop_text)
 

@@ -91,9 +91,7 @@ def apply_min_p(logits: mx.array, min_p: mx.array) -> mx.array:
     return mx.where(logits < threshold, NEG_INF, logits)
 
 
-def draw(
-    penalized: mx.array, final: mx.array, greedy: mx.array, noise: mx.array | None
-) -> mx.array:
+def draw(penalized: mx.array, final: mx.array, greedy: mx.array, noise: mx.array | None) -> mx.array:
     """Greedy rows take argmax of ``penalized``; the others a Gumbel-max draw from ``final``.
 
     greedy: [B] bool; noise: [B, V] Gumbel(0, 1) or None when every row is greedy.
@@ -180,9 +178,7 @@ parameter values never recompile."""
 _VARIANTS: dict[tuple[bool, ...], object] = {}
 
 
-def _pipeline_variant(
-    use_bias: bool, use_penalty: bool, use_sort: bool, use_min_p: bool, use_noise: bool
-):
+def _pipeline_variant(use_bias: bool, use_penalty: bool, use_sort: bool, use_min_p: bool, use_noise: bool):
     """The compiled pipeline for one combination of active stages (at most 32 variants)."""
     key = (use_bias, use_penalty, use_sort, use_min_p, use_noise)
     if key in _VARIANTS:

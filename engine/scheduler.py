@@ -58,9 +58,7 @@ class Scheduler:
         caches = kv.new_request_cache(loaded.model)
         if not kv.supports_batching(caches):
             kinds = sorted({type(c).__name__ for c in caches})
-            raise EngineError(
-                f"this model uses {', '.join(kinds)} caches; only plain KV caches are batched."
-            )
+            raise EngineError(f"this model uses {', '.join(kinds)} caches; only plain KV caches are batched.")
         self.loaded = loaded
         self.model = loaded.model
         self.vocab_size = loaded.vocab_size
@@ -123,30 +121,51 @@ class Scheduler:
         """
         record = self._record_for(request_id)
         record.check_position(position)
-        if isinstance(forced_token, bool) or not isinstance(forced_token, int):
-            raise EngineError(f"forced_token must be an integer id, got {forced_token!r}.")
-        if not 0 <= forced_token < self.vocab_size:
-            raise EngineError(
-                f"forced_token must be in [0, {self.vocab_size - 1}], got {forced_token}."
-            )
-        kept = list(record.generated[: position - record.index_offset])
-        prompt = list(record.prompt) + kept
-        if len(prompt) >= self.context_length:
-            raise EngineError("the branch point is at the end of the model's context.")
+        self._check_token("forced_token", forced_token)
+        earlier = len(record.prompt) - record.index_offset
+        base_prompt = list(record.prompt[:earlier])
+        output = list(record.prompt[earlier:]) + list(record.generated[: position - record.index_offset])
+        request = self._continuation(base_prompt, output, forced_token, record.params)
         if any(r.id == request_id for r in self._live()):
             self.cancel(request_id)
-        earlier = self._earlier_output(record, kept)
+        return self._enqueue(request)
+
+    def continue_output(
+        self,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        forced_token: int,
+        params: SamplingParams,
+    ) -> int:
+        """Like :meth:`branch`, for a reply the engine no longer holds (e.g. one saved
+        before a restart): generate after ``prompt + output``, starting with ``forced_token``.
+        TokenStep indices continue from ``len(output)``."""
+        checked = check_params(params, self.vocab_size)
+        self._check_token("forced_token", forced_token)
+        if isinstance(prompt, (str, bytes)) or isinstance(output, (str, bytes)):
+            raise EngineError("prompt and output must be sequences of token ids.")
+        request = self._continuation(list(prompt), list(output), forced_token, checked)
+        return self._enqueue(request)
+
+    def _check_token(self, name: str, token: object) -> None:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise EngineError(f"{name} must be an integer id, got {token!r}.")
+        if not 0 <= token < self.vocab_size:
+            raise EngineError(f"{name} must be in [0, {self.vocab_size - 1}], got {token}.")
+
+    def _continuation(self, prompt: list[int], output: list[int], forced_token: int, params: SamplingParams) -> Request:
+        full = check_prompt(prompt + output, self.vocab_size, self.context_length)
         request = new_request(
             self._next_id,
-            prompt,
-            record.params,
+            full,
+            params,
             self.text.decode,
-            earlier_output=earlier,
-            earlier_text=self.text.decode(earlier),
+            earlier_output=output,
+            earlier_text=self.text.decode(output),
         )
-        request.index_offset = position
+        request.index_offset = len(output)
         request.forced_first = forced_token
-        return self._enqueue(request)
+        return request
 
     def step(self) -> list[Event]:
         """One decode step for the batch plus one prefill chunk; returns the events."""
@@ -192,12 +211,6 @@ class Scheduler:
             return self._records[request_id]
         raise EngineError(f"no request with id {request_id!r} to branch from.")
 
-    def _earlier_output(self, record: RequestRecord, kept: list[int]) -> list[int]:
-        """All output tokens before the branch point, across earlier branches."""
-        earlier_len = record.index_offset
-        before = list(record.prompt[len(record.prompt) - earlier_len :]) if earlier_len else []
-        return before + kept
-
     # Prefill ---------------------------------------------------------------------
 
     def _prefill_chunk(self) -> list[Event]:
@@ -218,9 +231,7 @@ class Scheduler:
             return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
         self._waiting.popleft()
         events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
-        counts = PenaltyCounts.from_histories(
-            [request.history], [request.params.penalty_window], self.vocab_size
-        )
+        counts = PenaltyCounts.from_histories([request.history], [request.params.penalty_window], self.vocab_size)
         rows = RowParams.build([request.params])
         bias = self._bias_for([request])
         step_events = self._sample([request], logits[:, -1, :], rows, bias, counts)
@@ -301,16 +312,11 @@ class Scheduler:
         tokens = [int(t) for t in packed[:, 0]]
         counts.accept(
             tokens,
-            [
-                leaving_token(r.history + [t], r.params.penalty_window)
-                for r, t in zip(requests, tokens, strict=True)
-            ],
+            [leaving_token(r.history + [t], r.params.penalty_window) for r, t in zip(requests, tokens, strict=True)],
         )
         events: list[Event] = []
         for row, request in enumerate(requests):
-            inspection = unpack_row(
-                packed[row], top_n, request.params.top_logprobs, self.text.piece
-            )
+            inspection = unpack_row(packed[row], top_n, request.params.top_logprobs, self.text.piece)
             events.extend(self._accept(request, inspection, forced[row] is not None))
         return events
 
@@ -329,9 +335,7 @@ class Scheduler:
             delta, stop = request.stop_text.add(request.decoder.add(token))
             if stop is not None:
                 reason = FINISH_STOP
-        if reason is None and (
-            index + 1 >= request.params.max_tokens or position + 1 >= self.context_length
-        ):
+        if reason is None and (index + 1 >= request.params.max_tokens or position + 1 >= self.context_length):
             reason = FINISH_LENGTH
         if reason is not None and stop is None:
             delta += request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()

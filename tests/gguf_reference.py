@@ -14,9 +14,7 @@ GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|
 
 
 def bytes_to_unicode() -> dict[int, str]:
-    printable = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    )
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -31,9 +29,7 @@ class ReferenceBPE:
     def __init__(self, tokens: list[str], merges: list[str], types: list[int], digits_first: bool):
         self.vocab = {t: i for i, t in enumerate(tokens)}
         self.ranks = {tuple(m.split(" ", 1)): i for i, m in enumerate(merges)}
-        self.specials = sorted(
-            (t for t, k in zip(tokens, types, strict=True) if k == 3), key=len, reverse=True
-        )
+        self.specials = sorted((t for t, k in zip(tokens, types, strict=True) if k == 3), key=len, reverse=True)
         self.byte_map = bytes_to_unicode()
         self.digits_first = digits_first
 
@@ -67,8 +63,7 @@ class ReferenceBPE:
         symbols = [c for s in symbols for c in s]
         while len(symbols) > 1:
             pairs = [
-                (self.ranks.get((a, b), None), i)
-                for i, (a, b) in enumerate(zip(symbols, symbols[1:], strict=False))
+                (self.ranks.get((a, b), None), i) for i, (a, b) in enumerate(zip(symbols, symbols[1:], strict=False))
             ]
             pairs = [(r, i) for r, i in pairs if r is not None]
             if not pairs:

@@ -48,9 +48,7 @@ def mlx_lm_greedy(loaded, prompt_ids, steps):
         return logits
 
     tokens = []
-    for token, _ in generate_step(
-        mx.array(prompt_ids), loaded.model, max_tokens=steps, logits_processors=[record]
-    ):
+    for token, _ in generate_step(mx.array(prompt_ids), loaded.model, max_tokens=steps, logits_processors=[record]):
         token = int(token)
         tokens.append(token)
         if token in loaded.eos_token_ids:

@@ -40,9 +40,7 @@ def write_quantized_gguf(tiny, path):
     writer.add_float32("llama.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"])
     writer.add_float32("llama.rope.freq_base", cfg["rope_theta"])
     writer.add_uint32("llama.vocab_size", cfg["vocab_size"])
-    vocab = sorted(
-        build_tokenizer().get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1]
-    )
+    vocab = sorted(build_tokenizer().get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
     tokens = [t for t, _ in vocab]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt2")
@@ -82,9 +80,7 @@ def write_quantized_gguf(tiny, path):
 def test_quantized_gguf_layers(tiny, tmp_path):
     written = write_quantized_gguf(tiny, tmp_path / "q.gguf")
     stages = []
-    converted = load(
-        str(tmp_path / "q.gguf"), lambda stage, fraction: stages.append((stage, fraction))
-    )
+    converted = load(str(tmp_path / "q.gguf"), lambda stage, fraction: stages.append((stage, fraction)))
     assert [s for s, _ in stages][:2] == ["hashing GGUF", "reading GGUF"]
     assert [f for _, f in stages] == sorted(f for _, f in stages)  # progress only moves forward
     modules = dict(converted.model.named_modules())
@@ -92,15 +88,10 @@ def test_quantized_gguf_layers(tiny, tmp_path):
     names.update({k: v for v, k in GGUF_NAMES.items()})
     for key, (qtype, expected) in written.items():
         parts = key.split(".")
-        if parts[0] == "blk":
-            path = f"model.layers.{parts[1]}.{names[parts[2]]}"
-        else:
-            path = names[parts[0]]
+        path = f"model.layers.{parts[1]}.{names[parts[2]]}" if parts[0] == "blk" else names[parts[0]]
         layer = modules[path]
         assert layer.bits == BITS[qtype] and layer.group_size == 32, path
-        got = mx.dequantize(
-            layer.weight, layer.scales, layer.biases, group_size=32, bits=layer.bits
-        )
+        got = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=layer.bits)
         np.testing.assert_allclose(np.array(got), expected, atol=2e-3, rtol=1e-3, err_msg=path)
     scheduler = Scheduler(converted)
     scheduler.insert(converted.tokenizer.encode("the heat"), SamplingParams(max_tokens=5))

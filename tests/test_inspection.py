@@ -63,9 +63,5 @@ def test_candidate_values_are_consistent():
     assert by_id[0].raw_logprob == pytest.approx(math.log(0.5), abs=1e-6)
     assert by_id[0].logprob == pytest.approx(math.log(0.5 / 0.8), abs=1e-6)
     assert by_id[3].logprob == -math.inf
-    assert row.entropy_raw == pytest.approx(
-        -sum(p * math.log(p) for p in (0.5, 0.3, 0.15, 0.05)), abs=1e-5
-    )
-    assert row.entropy == pytest.approx(
-        -(0.625 * math.log(0.625) + 0.375 * math.log(0.375)), abs=1e-5
-    )
+    assert row.entropy_raw == pytest.approx(-sum(p * math.log(p) for p in (0.5, 0.3, 0.15, 0.05)), abs=1e-5)
+    assert row.entropy == pytest.approx(-(0.625 * math.log(0.625) + 0.375 * math.log(0.375)), abs=1e-5)

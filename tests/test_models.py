@@ -44,9 +44,7 @@ def test_default_tokenizer_matches_gguf_tokenizer(smollm, default_reference):
         {"role": "assistant", "content": "4."},
         {"role": "user", "content": "And 3+3?"},
     ]
-    rendered = smollm.tokenizer.apply_chat_template(
-        conversation, add_generation_prompt=True, tokenize=False
-    )
+    rendered = smollm.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
     assert rendered.count("<|im_start|>") == 5
     ids = encode_chat(smollm.tokenizer, conversation)
     assert ids == default_reference.encode(rendered)
@@ -73,9 +71,7 @@ def test_converted_folder_is_cached(smollm):
 
 def permute_for_gguf(w: np.ndarray, heads: int) -> np.ndarray:
     """The Q/K row order llama.cpp's converter writes (interleaved rotary halves)."""
-    return (
-        w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-    )
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 GGUF_NAMES = {
@@ -153,11 +149,7 @@ def test_float_gguf_converts_to_the_same_model(tiny, tmp_path, dtype, tolerance)
 
 def no_leftovers() -> list[str]:
     root = cache_root()
-    return (
-        [p.name for p in root.iterdir() if p.name.startswith(".converting")]
-        if root.exists()
-        else []
-    )
+    return [p.name for p in root.iterdir() if p.name.startswith(".converting")] if root.exists() else []
 
 
 def test_load_errors_are_clear_and_leave_nothing(tiny, tmp_path):
@@ -170,9 +162,7 @@ def test_load_errors_are_clear_and_leave_nothing(tiny, tmp_path):
     bad_tensor = write_tiny_gguf(
         tiny, tmp_path / "tensor.gguf", extra={"blk.0.attn_q.weight": mx.zeros((256, 64), mx.int32)}
     )
-    unknown = write_tiny_gguf(
-        tiny, tmp_path / "unknown.gguf", extra={"blk.0.mystery.weight": mx.zeros((4,))}
-    )
+    unknown = write_tiny_gguf(tiny, tmp_path / "unknown.gguf", extra={"blk.0.mystery.weight": mx.zeros((4,))})
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
     cases = {

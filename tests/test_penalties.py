@@ -12,12 +12,8 @@ from engine.scheduler import Scheduler
 
 V = 97
 PARAMS = [
-    SamplingParams(
-        repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.2, penalty_window=8
-    ),
-    SamplingParams(
-        repetition_penalty=0.8, presence_penalty=-0.3, frequency_penalty=0.5, penalty_window=0
-    ),
+    SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.2, penalty_window=8),
+    SamplingParams(repetition_penalty=0.8, presence_penalty=-0.3, frequency_penalty=0.5, penalty_window=0),
     SamplingParams(repetition_penalty=1.1, penalty_window=3),
 ]
 
@@ -54,13 +50,8 @@ def test_incremental_counts_match_rebuild_and_reference(dtype):
             ref = numpy_reference(as_f32[row], histories[row], p)
             np.testing.assert_allclose(np.array(incremental)[row], ref, atol=1e-5, rtol=0)
         # Draw from the history's own tail so tokens repeat and leave windows.
-        tokens = [
-            int(rng.choice(h[-4:])) if rng.random() < 0.6 else int(rng.integers(V))
-            for h in histories
-        ]
-        leaving = [
-            leaving_token(h + [t], w) for h, t, w in zip(histories, tokens, windows, strict=True)
-        ]
+        tokens = [int(rng.choice(h[-4:])) if rng.random() < 0.6 else int(rng.integers(V)) for h in histories]
+        leaving = [leaving_token(h + [t], w) for h, t, w in zip(histories, tokens, windows, strict=True)]
         counts.accept(tokens, leaving)
         for h, t in zip(histories, tokens, strict=True):
             h.append(t)
@@ -109,9 +100,7 @@ def test_greedy_repetition_penalty_matches_hf_reference(tiny):
 def test_scheduler_counts_equal_a_recount_mid_generation(tiny):
     prompt = tiny.tokenizer.encode("abcabcabc")
     scheduler = Scheduler(tiny)
-    params = SamplingParams(
-        temperature=1.0, seed=4, frequency_penalty=0.5, penalty_window=6, max_tokens=30
-    )
+    params = SamplingParams(temperature=1.0, seed=4, frequency_penalty=0.5, penalty_window=6, max_tokens=30)
     ids = [
         scheduler.insert(prompt, params),
         scheduler.insert(prompt[:4], params.with_changes(penalty_window=0)),

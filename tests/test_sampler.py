@@ -124,9 +124,7 @@ def test_new_parameter_values_never_retrace():
     noise = mx.zeros((3, 50))
 
     def run(t, p, k, rep):
-        params = [
-            SamplingParams(temperature=t, top_p=p, top_k=k, repetition_penalty=rep, min_p=0.01)
-        ] * 3
+        params = [SamplingParams(temperature=t, top_p=p, top_k=k, repetition_penalty=rep, min_p=0.01)] * 3
         out = run_pipeline(logits, RowParams.build(params), None, counts, noise)
         mx.eval(out.tokens)
 

@@ -12,9 +12,7 @@ from engine.events import Finished, PrefillProgress, TokenStep
 from engine.params import SamplingParams, SamplingParamsError
 from engine.scheduler import Scheduler
 
-SAMPLED = SamplingParams(
-    temperature=1.0, top_p=0.95, seed=11, max_tokens=12, repetition_penalty=1.2, top_logprobs=3
-)
+SAMPLED = SamplingParams(temperature=1.0, top_p=0.95, seed=11, max_tokens=12, repetition_penalty=1.2, top_logprobs=3)
 
 
 def letters_bias(loaded, value=30.0):
@@ -246,3 +244,23 @@ def test_global_rng_untouched(tiny, prompt):
     mx.random.seed(123)
     alone(tiny, prompt, SAMPLED.with_changes(seed=None))
     assert mx.random.uniform(shape=(3,)).tolist() == expected
+
+
+def test_continue_output_equals_branch(tiny, prompt):
+    greedy = SamplingParams(max_tokens=8)
+    original, _, _ = alone(tiny, prompt, greedy)
+    forced = (original[2] + 7) % 200
+    scheduler = Scheduler(tiny)
+    rid = scheduler.continue_output(prompt, original[:2], forced, greedy)
+    events = run(scheduler)
+    steps = [e for e in events if isinstance(e, TokenStep) and e.request_id == rid]
+    assert steps[0].index == 2 and steps[0].forced and steps[0].token_id == forced
+    cold, _, _ = alone(tiny, prompt + original[:2] + [forced], greedy.with_changes(max_tokens=5))
+    assert [s.token_id for s in steps[1:]] == cold
+    text = tiny.tokenizer.decode(original[:2] + [s.token_id for s in steps])
+    assert finished_of(events, rid).text == text
+    with pytest.raises(EngineError):
+        scheduler.continue_output(prompt, [tiny.vocab_size], 1, greedy)
+    with pytest.raises(EngineError):
+        scheduler.continue_output(prompt, [], -1, greedy)
+    assert not scheduler.has_work()

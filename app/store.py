@@ -1,0 +1,226 @@
+"""Conversations in SQLite (WAL): messages, reply branches, and every token's inspection data.
+
+A conversation is a chain of turns. Each assistant message has one or more
+branches (regenerations and picked-token continuations); a user message that
+follows an assistant reply belongs to the branch it answered, so switching a
+branch switches the rest of the conversation with it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.serialize import steps_from_json, steps_to_json
+from engine.events import TokenStep
+from engine.params import SamplingParams
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    system_prompt TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content TEXT NOT NULL DEFAULT '',
+    after_message INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    after_branch INTEGER REFERENCES branches(id) ON DELETE CASCADE,
+    active_branch INTEGER,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS branches (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    finish_reason TEXT,
+    model TEXT NOT NULL,
+    params TEXT NOT NULL,
+    steps TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
+CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
+"""
+
+
+@dataclass
+class Branch:
+    id: int
+    text: str
+    finish_reason: str | None
+    model: str
+    params: SamplingParams
+    steps: list[TokenStep]
+
+
+@dataclass
+class Message:
+    id: int
+    role: str
+    content: str = ""
+    branches: list[Branch] = field(default_factory=list)
+    active: int = 0  # index into branches
+
+    @property
+    def branch(self) -> Branch | None:
+        return self.branches[self.active] if self.branches else None
+
+
+@dataclass
+class Conversation:
+    id: int
+    title: str
+    system_prompt: str
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path))
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(SCHEMA)
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # Conversations --------------------------------------------------------------
+
+    def new_conversation(self, system_prompt: str, title: str = "New chat") -> Conversation:
+        now = time.time()
+        cur = self.db.execute(
+            "INSERT INTO conversations(title, system_prompt, created_at, updated_at) VALUES (?, ?, ?, ?)",
+            (title, system_prompt, now, now),
+        )
+        self.db.commit()
+        return Conversation(cur.lastrowid, title, system_prompt)
+
+    def conversations(self) -> list[Conversation]:
+        rows = self.db.execute("SELECT id, title, system_prompt FROM conversations ORDER BY updated_at DESC")
+        return [Conversation(*row) for row in rows]
+
+    def conversation(self, conversation_id: int) -> Conversation | None:
+        row = self.db.execute(
+            "SELECT id, title, system_prompt FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        return Conversation(*row) if row else None
+
+    def update_conversation(self, conversation_id: int, *, title=None, system_prompt=None) -> None:
+        if title is not None:
+            self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+        if system_prompt is not None:
+            self.db.execute(
+                "UPDATE conversations SET system_prompt = ? WHERE id = ?",
+                (system_prompt, conversation_id),
+            )
+        self._touch(conversation_id)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self.db.commit()
+
+    def _touch(self, conversation_id: int) -> None:
+        self.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (time.time(), conversation_id))
+        self.db.commit()
+
+    # Messages and branches ----------------------------------------------------------
+
+    def add_user_message(self, conversation_id: int, content: str, after_branch: int | None) -> Message:
+        cur = self.db.execute(
+            "INSERT INTO messages(conversation_id, role, content, after_branch, created_at) "
+            "VALUES (?, 'user', ?, ?, ?)",
+            (conversation_id, content, after_branch, time.time()),
+        )
+        self._touch(conversation_id)
+        return Message(cur.lastrowid, "user", content)
+
+    def add_assistant_message(self, conversation_id: int, after_message: int) -> Message:
+        cur = self.db.execute(
+            "INSERT INTO messages(conversation_id, role, after_message, created_at) VALUES (?, 'assistant', ?, ?)",
+            (conversation_id, after_message, time.time()),
+        )
+        self._touch(conversation_id)
+        return Message(cur.lastrowid, "assistant")
+
+    def add_branch(
+        self,
+        message_id: int,
+        steps: list[TokenStep],
+        text: str,
+        finish_reason: str | None,
+        model: str,
+        params: SamplingParams,
+    ) -> Branch:
+        cur = self.db.execute(
+            "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                message_id,
+                text,
+                finish_reason,
+                model,
+                json.dumps(params.to_dict()),
+                steps_to_json(steps),
+                time.time(),
+            ),
+        )
+        self.set_active_branch(message_id, cur.lastrowid)
+        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps))
+
+    def set_active_branch(self, message_id: int, branch_id: int) -> None:
+        self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branch_id, message_id))
+        self.db.commit()
+
+    def branches(self, message_id: int) -> list[Branch]:
+        rows = self.db.execute(
+            "SELECT id, text, finish_reason, model, params, steps FROM branches WHERE message_id = ? ORDER BY id",
+            (message_id,),
+        )
+        return [
+            Branch(
+                bid,
+                text,
+                reason,
+                model,
+                SamplingParams.from_dict(json.loads(p)),
+                steps_from_json(s),
+            )
+            for bid, text, reason, model, p, s in rows
+        ]
+
+    def thread(self, conversation_id: int) -> list[Message]:
+        """The messages shown: follow each assistant message's active branch."""
+        shown: list[Message] = []
+        after_branch: int | None = None
+        while True:
+            row = self.db.execute(
+                "SELECT id, content FROM messages WHERE conversation_id = ? AND role = 'user' "
+                "AND after_branch IS ? ORDER BY id DESC LIMIT 1",
+                (conversation_id, after_branch),
+            ).fetchone()
+            if row is None:
+                return shown
+            shown.append(Message(row[0], "user", row[1]))
+            reply = self.db.execute(
+                "SELECT id, active_branch FROM messages WHERE after_message = ? ORDER BY id DESC LIMIT 1",
+                (row[0],),
+            ).fetchone()
+            if reply is None:
+                return shown
+            message = Message(reply[0], "assistant", branches=self.branches(reply[0]))
+            ids = [b.id for b in message.branches]
+            message.active = ids.index(reply[1]) if reply[1] in ids else max(0, len(ids) - 1)
+            shown.append(message)
+            if message.branch is None:
+                return shown
+            after_branch = message.branch.id

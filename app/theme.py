@@ -1,0 +1,96 @@
+"""Light and dark palettes, and the colours the plots and the chat share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication
+
+
+@dataclass(frozen=True)
+class Colors:
+    background: str
+    foreground: str
+    raw: str
+    final: str
+    chosen: str
+    removed: str
+    penalty: str
+    bias: str
+    marker: str
+    dark: bool
+
+
+LIGHT = Colors(
+    "#ffffff",
+    "#202124",
+    "#9aa0a6",
+    "#1a73e8",
+    "#e8710a",
+    "#dadce0",
+    "#d93025",
+    "#188038",
+    "#c5221f",
+    False,
+)
+DARK = Colors(
+    "#1e1f22",
+    "#e8eaed",
+    "#80868b",
+    "#8ab4f8",
+    "#fcad70",
+    "#3c4043",
+    "#f28b82",
+    "#81c995",
+    "#f28b82",
+    True,
+)
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    base, window, text = QColor("#1e1f22"), QColor("#2b2d30"), QColor("#e8eaed")
+    for role, color in (
+        (QPalette.ColorRole.Window, window),
+        (QPalette.ColorRole.WindowText, text),
+        (QPalette.ColorRole.Base, base),
+        (QPalette.ColorRole.AlternateBase, window),
+        (QPalette.ColorRole.Text, text),
+        (QPalette.ColorRole.Button, window),
+        (QPalette.ColorRole.ButtonText, text),
+        (QPalette.ColorRole.ToolTipBase, window),
+        (QPalette.ColorRole.ToolTipText, text),
+        (QPalette.ColorRole.Highlight, QColor("#8ab4f8")),
+        (QPalette.ColorRole.HighlightedText, QColor("#1e1f22")),
+        (QPalette.ColorRole.Link, QColor("#8ab4f8")),
+        (QPalette.ColorRole.PlaceholderText, QColor("#9aa0a6")),
+    ):
+        p.setColor(role, color)
+    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text, QColor("#6f7378"))
+    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText, QColor("#6f7378"))
+    return p
+
+
+def apply_theme(app: QApplication, name: str) -> Colors:
+    """``name``: "light", "dark" or "system". Returns the colours in force."""
+    app.setStyle("Fusion")
+    if name == "dark":
+        app.setPalette(dark_palette())
+    else:
+        app.setPalette(app.style().standardPalette())
+    if name == "system":
+        window = app.palette().color(QPalette.ColorRole.Window)
+        colors = DARK if window.lightness() < 128 else LIGHT
+    else:
+        colors = DARK if name == "dark" else LIGHT
+    pg.setConfigOptions(background=colors.background, foreground=colors.foreground, antialias=True)
+    return colors
+
+
+def probability_color(p: float, colors: Colors) -> str:
+    """Red (unlikely) through amber to green (likely); softened for the theme."""
+    hue = max(0.0, min(1.0, p)) * 120.0
+    color = QColor.fromHslF(hue / 360.0, 0.65, 0.30 if colors.dark else 0.82)
+    return color.name()

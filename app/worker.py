@@ -1,0 +1,196 @@
+"""The engine's thread. One ``EngineWorker`` lives in its own ``QThread`` and owns the
+``EngineSession``; the GUI reaches it only through queued signals and slots.
+
+Each decode step is one event of the worker's event loop (a zero-timeout timer
+re-armed after every step), so a cancel or a parameter change queued while a
+step runs applies to the next token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+
+from engine.errors import EngineError, ModelLoadError
+from engine.events import Finished, PrefillProgress, TokenStep
+from engine.params import SamplingParams, SamplingParamsError
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """A reply to generate. ``tag`` is the GUI's handle for it (it has no request id yet)."""
+
+    tag: int
+    messages: tuple[dict[str, str], ...]
+    params: SamplingParams
+    output: tuple[int, ...] = ()
+    forced_token: int | None = None
+
+
+@dataclass
+class _Running:
+    tags: dict[int, int] = field(default_factory=dict)  # request id -> tag
+
+
+class EngineWorker(QObject):
+    model_progressed = Signal(str, float)
+    model_loaded = Signal(object)  # ModelInfo
+    model_failed = Signal(str, str)  # source, message
+    job_started = Signal(int, int, int)  # tag, request id, prompt tokens
+    job_rejected = Signal(int, str)  # tag, message
+    token_sampled = Signal(int, object)  # tag, TokenStep
+    prefill_progressed = Signal(int, int, int)  # tag, done, total
+    job_finished = Signal(int, object)  # tag, Finished
+    memory_measured = Signal(int)
+    errored = Signal(str)
+    shut_down = Signal()
+
+    def __init__(self, session_factory: Any = None) -> None:
+        super().__init__()
+        self._session_factory = session_factory
+        self._session = None
+        self._running = _Running()
+        self._timer: QTimer | None = None
+
+    # The session is created on the worker thread: MLX objects belong to their thread.
+    def _ensure_session(self):
+        if self._session is None:
+            if self._session_factory is None:
+                from engine.session import EngineSession
+
+                self._session = EngineSession()
+            else:
+                self._session = self._session_factory()
+            self._timer = QTimer(self)
+            self._timer.setSingleShot(True)
+            self._timer.setInterval(0)
+            self._timer.timeout.connect(self._step)
+        return self._session
+
+    @Slot(str)
+    def load_model(self, source: str) -> None:
+        session = self._ensure_session()
+        try:
+            if session.has_work():
+                session.cancel_all()
+                self._flush_events(session.step())
+            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
+        except ModelLoadError as exc:
+            self.model_failed.emit(source, str(exc))
+            return
+        except Exception as exc:  # the worker is the one place that catches broadly
+            self.model_failed.emit(source, f"{type(exc).__name__}: {exc}")
+            return
+        self.model_loaded.emit(info)
+        self.memory_measured.emit(session.memory_bytes())
+
+    @Slot(object)
+    def submit(self, job: ChatJob) -> None:
+        session = self._ensure_session()
+        try:
+            if job.forced_token is None:
+                started = session.start(list(job.messages), job.params)
+            else:
+                started = session.continue_reply(list(job.messages), job.output, job.forced_token, job.params)
+        except (EngineError, SamplingParamsError) as exc:
+            self.job_rejected.emit(job.tag, str(exc))
+            return
+        except Exception as exc:
+            self.job_rejected.emit(job.tag, f"{type(exc).__name__}: {exc}")
+            return
+        self._running.tags[started.request_id] = job.tag
+        self.job_started.emit(job.tag, started.request_id, len(started.prompt_tokens))
+        self._schedule()
+
+    @Slot(int)
+    def cancel(self, tag: int) -> None:
+        session = self._ensure_session()
+        for request_id, t in list(self._running.tags.items()):
+            if t == tag:
+                # It may have finished in the step that ran while this call was queued.
+                with contextlib.suppress(EngineError):
+                    session.cancel(request_id)
+        self._schedule()
+
+    @Slot(int, object)
+    def update_params(self, tag: int, params: SamplingParams) -> None:
+        session = self._ensure_session()
+        for request_id, t in self._running.tags.items():
+            if t == tag:
+                try:
+                    session.update_params(request_id, params)
+                except (EngineError, SamplingParamsError) as exc:
+                    self.errored.emit(str(exc))
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Stop everything and release MLX's per-thread state; call before the thread quits."""
+        if self._timer is not None:
+            self._timer.stop()
+        if self._session is not None:
+            try:
+                self._session.cancel_all()
+                self._session.step()
+                self._session.release_thread()
+            except Exception:
+                traceback.print_exc()
+        self._running.tags.clear()
+        self.shut_down.emit()
+
+    def _schedule(self) -> None:
+        if self._timer is not None and not self._timer.isActive():
+            self._timer.start()
+
+    @Slot()
+    def _step(self) -> None:
+        session = self._session
+        if session is None or not session.has_work():
+            return
+        try:
+            events = session.step()
+        except Exception as exc:
+            self.errored.emit(f"generation failed: {type(exc).__name__}: {exc}")
+            session.cancel_all()
+            events = session.step()
+        self._flush_events(events)
+        if session.has_work():
+            self._timer.start()
+        else:
+            self.memory_measured.emit(session.memory_bytes())
+
+    def _flush_events(self, events) -> None:
+        for event in events:
+            tag = self._running.tags.get(event.request_id)
+            if tag is None:
+                continue
+            if isinstance(event, TokenStep):
+                self.token_sampled.emit(tag, event)
+            elif isinstance(event, PrefillProgress):
+                self.prefill_progressed.emit(tag, event.done, event.total)
+            elif isinstance(event, Finished):
+                del self._running.tags[event.request_id]
+                self.job_finished.emit(tag, event)
+
+
+class WorkerThread:
+    """Owns the QThread and the worker; ``stop()`` ends both cleanly."""
+
+    def __init__(self, session_factory: Any = None) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("engine")
+        self.worker = EngineWorker(session_factory)
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def stop(self, timeout_ms: int = 30000) -> bool:
+        if not self.thread.isRunning():
+            return True
+        from PySide6.QtCore import QMetaObject, Qt
+
+        QMetaObject.invokeMethod(self.worker, "shutdown", Qt.ConnectionType.BlockingQueuedConnection)
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)

@@ -1,0 +1,125 @@
+"""One model and its scheduler, behind plain-data calls: what the app's worker owns.
+
+Everything here must be called from one thread (MLX streams and arrays belong
+to the thread that made them); nothing it returns holds an MLX array.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from engine.errors import EngineError
+from engine.events import Event
+from engine.models import ProgressFn, load
+from engine.params import SamplingParams
+from engine.prompts import encode_chat, encode_text
+from engine.scheduler import Scheduler
+
+Messages = Sequence[dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    source: str
+    vocab_size: int
+    context_length: int
+    has_chat_template: bool
+    eos_token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRequest:
+    request_id: int
+    prompt_tokens: tuple[int, ...]
+
+
+def runtime_versions() -> dict[str, str]:
+    import mlx_lm
+
+    return {"mlx": mx.__version__, "mlx-lm": mlx_lm.__version__, "python": platform.python_version()}
+
+
+class EngineSession:
+    def __init__(self, prefill_chunk: int = 64, max_batch_size: int = 8) -> None:
+        self._prefill_chunk = prefill_chunk
+        self._max_batch_size = max_batch_size
+        self._loaded = None
+        self._scheduler: Scheduler | None = None
+        self.info: ModelInfo | None = None
+
+    def load(self, source: str, progress: ProgressFn | None = None) -> ModelInfo:
+        """Load ``source``; on failure the previous model stays in use."""
+        loaded = load(source, progress)
+        scheduler = Scheduler(loaded, max_batch_size=self._max_batch_size, prefill_chunk=self._prefill_chunk)
+        self._loaded, self._scheduler = loaded, scheduler
+        self.info = ModelInfo(
+            name=loaded.name,
+            source=source,
+            vocab_size=loaded.vocab_size,
+            context_length=loaded.context_length,
+            has_chat_template=bool(getattr(loaded.tokenizer, "chat_template", None)),
+            eos_token_ids=tuple(sorted(loaded.eos_token_ids)),
+        )
+        return self.info
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            raise EngineError("no model is loaded yet.")
+        return self._scheduler
+
+    def prompt_for(self, messages: Messages) -> list[int]:
+        """Chat messages as prompt tokens: the chat template, or plain text without one."""
+        tokenizer = self.scheduler.loaded.tokenizer
+        if self.info is not None and self.info.has_chat_template:
+            return encode_chat(tokenizer, messages)
+        text = "\n\n".join(m["content"] for m in messages if m["content"])
+        return encode_text(tokenizer, text)
+
+    def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
+        prompt = self.prompt_for(messages)
+        request_id = self.scheduler.insert(prompt, params)
+        return StartedRequest(request_id, tuple(prompt))
+
+    def continue_reply(
+        self, messages: Messages, output: Sequence[int], forced_token: int, params: SamplingParams
+    ) -> StartedRequest:
+        """Continue a reply after its first ``len(output)`` tokens with ``forced_token``."""
+        prompt = self.prompt_for(messages)
+        request_id = self.scheduler.continue_output(prompt, output, forced_token, params)
+        return StartedRequest(request_id, tuple(prompt))
+
+    def step(self) -> list[Event]:
+        return self.scheduler.step() if self._scheduler is not None else []
+
+    def has_work(self) -> bool:
+        return self._scheduler is not None and self._scheduler.has_work()
+
+    def cancel(self, request_id: int) -> None:
+        self.scheduler.cancel(request_id)
+
+    def cancel_all(self) -> None:
+        if self._scheduler is not None:
+            for request_id in self._scheduler.request_ids():
+                self._scheduler.cancel(request_id)
+
+    def update_params(self, request_id: int, params: SamplingParams) -> None:
+        self.scheduler.update_params(request_id, params)
+
+    def token_text(self, token_id: int) -> str:
+        return self.scheduler.text.piece(token_id)
+
+    @staticmethod
+    def memory_bytes() -> int:
+        return int(mx.get_active_memory())
+
+    @staticmethod
+    def release_thread() -> None:
+        """Call last on the thread that ran the engine: without it process exit can abort."""
+        mx.synchronize()
+        mx.clear_streams()
