@@ -71,11 +71,24 @@ class InspectorWidget(QWidget):
         self.plots.ci.layout.setColumnStretchFactor(0, 3)
         self.plots.ci.layout.setColumnStretchFactor(1, 2)
         for plot in (self.bars_plot, self.effect_plot):
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.invertY(True)
         self.effect_plot.setYLink(self.bars_plot)
+        # Items are made once and updated with setOpts/setData: rebuilding them costs
+        # ~20 ms a redraw, which the GUI thread cannot spare while tokens stream in.
+        self.raw_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
+        self.final_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
+        self.bias_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
+        self.penalty_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
+        self.zero_line = pg.InfiniteLine(pos=0, angle=90)
+        for item in (self.raw_bars, self.final_bars):
+            self.bars_plot.addItem(item)
+        for item in (self.bias_bars, self.penalty_bars, self.zero_line):
+            self.effect_plot.addItem(item)
+        self.labels: list[pg.TextItem] = []
         self.effect_plot.getAxis("left").setStyle(showValues=False)
         self.plots.scene().sigMouseClicked.connect(self._on_plot_click)
 
@@ -105,13 +118,27 @@ class InspectorWidget(QWidget):
 
     # Drawing ---------------------------------------------------------------------
 
+    def _label(self, plot, text: str, color: str, x: float, y: float) -> None:
+        item = pg.TextItem(text, color=color, anchor=(0, 0.5))
+        item.setPos(x, y)
+        plot.addItem(item)
+        self.labels.append(item)
+
+    def _clear_labels(self) -> None:
+        for item in self.labels:
+            view = item.getViewBox()
+            if view is not None:
+                view.removeItem(item)
+        self.labels = []
+
     def _redraw(self) -> None:
         step = self.step
-        self.bars_plot.clear()
-        self.effect_plot.clear()
+        self._clear_labels()
         if step is None:
             self.candidates = []
             self.table.setRowCount(0)
+            for bars in (self.raw_bars, self.final_bars, self.bias_bars, self.penalty_bars):
+                bars.setOpts(y=[], width=[])
             return
         self.candidates = sorted(step.top, key=lambda c: (-c.raw_logit, c.token_id))
         self._draw_bars()
@@ -142,18 +169,8 @@ class InspectorWidget(QWidget):
         raw_brushes = [pg.mkBrush(c.raw) for _ in cands]
         final_brushes = [pg.mkBrush(c.chosen if cand.token_id == step.token_id else c.final) for cand in cands]
         pens = [chosen_pen if cand.token_id == step.token_id else none_pen for cand in cands]
-        raw_bars = pg.BarGraphItem(x0=0, y=y - 0.18, height=0.34, width=raw, brushes=raw_brushes, pens=pens, name="raw")
-        final_bars = pg.BarGraphItem(
-            x0=0,
-            y=y + 0.18,
-            height=0.34,
-            width=final,
-            brushes=final_brushes,
-            pens=pens,
-            name="final",
-        )
-        self.bars_plot.addItem(raw_bars)
-        self.bars_plot.addItem(final_bars)
+        self.raw_bars.setOpts(y=y - 0.18, width=raw, brushes=raw_brushes, pens=pens)
+        self.final_bars.setOpts(y=y + 0.18, width=final, brushes=final_brushes, pens=pens)
         ticks = []
         for i, cand in enumerate(cands):
             label = visible(cand.text)
@@ -164,9 +181,7 @@ class InspectorWidget(QWidget):
         axis.setTicks([ticks])
         for i, cand in enumerate(cands):
             if not math.isfinite(cand.logprob):
-                text = pg.TextItem("removed", color=c.raw, anchor=(0, 0.5))
-                text.setPos(max(raw[i], 0) + 0.01, i + 0.18)
-                self.bars_plot.addItem(text)
+                self._label(self.bars_plot, "removed", c.raw, max(raw[i], 0) + 0.01, i + 0.18)
         if self.log_scale.isChecked():
             self.bars_plot.setLabel("bottom", f"log10 p (from {LOG_FLOOR:g})")
             span = -LOG_FLOOR
@@ -184,19 +199,16 @@ class InspectorWidget(QWidget):
         y = np.arange(len(cands), dtype=float)
         bias = [cand.bias for cand in cands]
         penalty = [cand.penalty for cand in cands]
-        self.effect_plot.addItem(pg.BarGraphItem(x0=0, y=y - 0.18, height=0.34, width=bias, brush=pg.mkBrush(c.bias)))
-        self.effect_plot.addItem(
-            pg.BarGraphItem(x0=0, y=y + 0.18, height=0.34, width=penalty, brush=pg.mkBrush(c.penalty))
-        )
-        self.effect_plot.addItem(pg.InfiniteLine(pos=0, angle=90, pen=pg.mkPen(c.raw)))
+        self.bias_bars.setOpts(y=y - 0.18, width=bias, brush=pg.mkBrush(c.bias))
+        self.penalty_bars.setOpts(y=y + 0.18, width=penalty, brush=pg.mkBrush(c.penalty))
+        self.zero_line.setPen(pg.mkPen(c.raw))
         for i, cand in enumerate(cands):
             if cand.count:
-                text = pg.TextItem(f"×{cand.count}", color=c.foreground, anchor=(0, 0.5))
-                text.setPos(0, i)
-                self.effect_plot.addItem(text)
+                self._label(self.effect_plot, f"×{cand.count}", c.foreground, 0, i)
         extent = max([abs(v) for v in bias + penalty] + [0.5])
+        self.effect_plot.vb.disableAutoRange()
         self.effect_plot.setXRange(-extent * 1.1, extent * 1.1, padding=0)
-        self.effect_plot.setLabel("bottom", "logit change: bias (green) · penalties (red) · ×count in window")
+        self.effect_plot.setLabel("bottom", "Δ logit: bias · penalty · ×count")
 
     def _fill_table(self) -> None:
         step = self.step
@@ -213,15 +225,18 @@ class InspectorWidget(QWidget):
                 f"{cand.penalty:+.3f}" if cand.penalty else "",
                 str(cand.count) if cand.count else "",
             ]
+            chosen = cand.token_id == step.token_id
+            color = QColor(self.colors.raw if not math.isfinite(cand.logprob) else self.colors.foreground)
             for col, value in enumerate(values):
-                item = QTableWidgetItem(value)
-                if cand.token_id == step.token_id:
-                    font = item.font()
-                    font.setBold(True)
-                    item.setFont(font)
-                if not math.isfinite(cand.logprob):
-                    item.setForeground(QColor(self.colors.raw))
-                self.table.setItem(row, col, item)
+                item = self.table.item(row, col)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(row, col, item)
+                item.setText(value)
+                font = item.font()
+                font.setBold(chosen)
+                item.setFont(font)
+                item.setForeground(color)
 
     # Picking -----------------------------------------------------------------------
 

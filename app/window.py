@@ -406,7 +406,7 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _=False, c=conversation.id: self.open_conversation(c))
 
     def _on_system_prompt(self) -> None:
-        if self.conversation is not None:
+        if self.conversation is not None and not self._closed:
             self.store.update_conversation(self.conversation.id, system_prompt=self.system_prompt.text())
 
     # Chat --------------------------------------------------------------------------------
@@ -682,6 +682,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:
         if not self._closed:
+            self._on_system_prompt()
             self._closed = True
             self.redraw_timer.stop()
             self._save_settings()

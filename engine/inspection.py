@@ -132,7 +132,12 @@ def _candidate(token_id: int, v: np.ndarray, text_of: Callable[[int], str]) -> C
 
 
 def to_host(packed: mx.array) -> np.ndarray:
-    """The one device-to-host copy of a step (already float32)."""
+    """The one device-to-host copy of a step (already float32).
+
+    ``mx.eval`` first: it releases the GIL while the step computes, whereas the
+    implicit evaluation inside ``np.array`` holds it, freezing the GUI thread.
+    """
+    mx.eval(packed)
     return np.array(packed, copy=False)
 
 

@@ -1,0 +1,228 @@
+"""The app under pytest-qt (offscreen), on the tiny model: the whole flow a person would try."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
+from PySide6.QtGui import QTextCursor  # noqa: E402
+
+from engine.params import SamplingParams  # noqa: E402
+
+TIMEOUT = 60_000
+
+
+@pytest.fixture
+def profile(tmp_path):
+    return tmp_path / "db.sqlite3", QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+def open_window(qtbot, profile, model):
+    from app.window import MainWindow
+
+    db, settings = profile
+    window = MainWindow(db_path=db, settings=settings, model=model)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_info is not None or bool(window.last_error), timeout=TIMEOUT)
+    return window
+
+
+def close_window(window):
+    window.close()
+    assert window.engine.thread.isFinished()
+
+
+def send(qtbot, window, text, params: SamplingParams, wait=True):
+    window.controls.set_params(params)
+    window.composer.setPlainText(text)
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    if wait:
+        qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+
+
+def assistant_entries(window):
+    return [i for i, e in enumerate(window.entries) if e.role == "assistant"]
+
+
+def anchor_point(chat, href: str) -> QPoint:
+    """Where the chat view draws the anchor ``href``, in viewport coordinates."""
+    block = chat.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().anchorHref() == href:
+                cursor = QTextCursor(chat.document())
+                cursor.setPosition(fragment.position() + max(fragment.length() // 2, 0))
+                return chat.cursorRect(cursor).center()
+            it += 1
+        block = block.next()
+    raise AssertionError(f"no anchor {href}")
+
+
+def test_full_flow(qtbot, profile, tiny_folder):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    assert window.model_info.name == "tiny-llama"
+    no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}  # replies run to max_tokens
+    greedy = SamplingParams(max_tokens=300, top_logprobs=5, penalty_window=16, logit_bias=no_eos)
+    send(qtbot, window, "hello there", greedy, wait=False)
+    assert window.composer.toPlainText() == ""
+    # Tokens stream in; the inspector and the timeline follow the latest token.
+    qtbot.waitUntil(lambda: any(len(live.steps) >= 3 for live in window.live.values()), timeout=TIMEOUT)
+    window.controls.set_params(greedy.with_changes(temperature=1.5, top_k=20, seed=7))
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    window._redraw_if_dirty()
+    (entry,) = assistant_entries(window)
+    steps = window.entries[entry].steps
+    assert len(steps) == 300
+    assert window.inspector.step is steps[-1]
+    assert window.timeline.steps == steps
+    # The change mid-reply is in force for every following token, and only those.
+    changed = [i for i, s in enumerate(steps) if s.params.temperature == 1.5]
+    assert changed and changed == list(range(changed[0], 300)) and changed[0] >= 3
+    assert all(s.params.top_k == 20 and s.params.seed == 7 for s in steps[changed[0] :])
+    assert window.timeline.change_lines and len(window.timeline.change_lines) == 1
+
+    # Clicking a token selects it in the inspector and the timeline.
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=anchor_point(window.chat, f"tok:{entry}:5"))
+    assert window.selected == (entry, 5)
+    assert window.inspector.step is steps[5]
+    assert window.timeline.selection_line.value() == 5
+
+    # Picking another candidate continues from there and keeps the old reply as a branch.
+    window.controls.set_params(greedy.with_changes(max_tokens=12))
+    table = window.inspector.table
+    row = next(r for r, c in enumerate(window.inspector.candidates) if c.token_id != steps[5].token_id)
+    picked = window.inspector.candidates[row].token_id
+    rect = table.visualItemRect(table.item(row, 0))
+    # A real double-click: QTest's mouseDClick alone lacks the first press a person makes.
+    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.mouseDClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    window._redraw_if_dirty()
+    (entry,) = assistant_entries(window)
+    new = window.entries[entry]
+    assert (new.branch, new.branches) == (1, 2)
+    assert [s.token_id for s in new.steps[:5]] == [s.token_id for s in steps[:5]]
+    assert new.steps[5].token_id == picked and new.steps[5].forced
+    assert [s.index for s in new.steps] == list(range(len(new.steps)))
+    assert "‹" in window.chat.toHtml() and "2/2" in window.chat.toPlainText()
+    window.chat.branch_stepped.emit(entry, -1)
+    window._redraw_if_dirty()
+    assert window.entries[entry].branch == 0
+    assert [s.token_id for s in window.entries[entry].steps] == [s.token_id for s in steps]
+
+    # Stop ends a running reply; what was generated is kept. (A new chat: this one is
+    # near the tiny model's 512-token context.)
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.entries == [] and window.conversation is None
+    send(qtbot, window, "go on", greedy.with_changes(max_tokens=450), wait=False)
+    qtbot.waitUntil(lambda: any(len(live.steps) >= 2 for live in window.live.values()), timeout=TIMEOUT)
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    last = window.thread_messages[-1]
+    assert last.branch.finish_reason == "cancelled"
+    assert not window.last_error
+    assert 2 <= len(last.branch.steps) < 450
+    close_window(window)
+
+
+def test_updates_are_coalesced(qtbot, profile, tiny_folder):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    before = window.redraws
+    send(qtbot, window, "count", SamplingParams(max_tokens=400, top_logprobs=2))
+    tokens = len(window.thread_messages[-1].branch.steps)
+    assert tokens == 400
+    assert window.redraws - before < tokens / 2
+    close_window(window)
+
+
+def test_closing_during_generation_exits_cleanly(qtbot, profile, tiny_folder):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    send(qtbot, window, "hello", SamplingParams(max_tokens=450), wait=False)
+    qtbot.waitUntil(lambda: any(live.steps for live in window.live.values()), timeout=TIMEOUT)
+    window.close()
+    assert window.engine.thread.isFinished()
+    assert window.shutdown_seconds < 30
+
+
+def test_conversation_survives_restart(qtbot, profile, tiny_folder):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    send(qtbot, window, "first question", SamplingParams(max_tokens=8, top_logprobs=4))
+    (entry,) = assistant_entries(window)
+    window.select_token(entry, 2)
+    other = next(
+        c.token_id for c in window.inspector.candidates if c.token_id != window.entries[entry].steps[2].token_id
+    )
+    window.pick_token(other)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    send(qtbot, window, "second question", SamplingParams(max_tokens=5, top_logprobs=4))
+    saved = [(m.role, m.content, [b.text for b in m.branches], m.active) for m in window.thread_messages]
+    saved_steps = window.thread_messages[1].branch.steps
+    close_window(window)
+
+    window = open_window(qtbot, profile, str(tiny_folder))
+    restored = [(m.role, m.content, [b.text for b in m.branches], m.active) for m in window.thread_messages]
+    assert restored == saved
+    assert len(restored) == 4 and len(restored[1][2]) == 2
+    steps = window.thread_messages[1].branch.steps
+    assert steps == saved_steps
+    assert steps[2].forced and steps[2].token_id == other
+    assert any(math.isinf(c.logprob) or c.logprob <= 0 for c in steps[0].top)
+    # The restored reply can still be branched after the restart.
+    window._redraw_if_dirty()
+    entry = assistant_entries(window)[0]
+    window.select_token(entry, 1)
+    window.pick_token(window.entries[entry].steps[1].token_id)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    assert len(window.thread_messages[1].branches) == 3
+    close_window(window)
+
+
+def test_model_that_fails_to_load_keeps_the_app_working(qtbot, profile, tiny_folder, tmp_path):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    window.load_model(str(broken))
+    qtbot.waitUntil(lambda: bool(window.last_error), timeout=TIMEOUT)
+    assert "broken.gguf" in window.last_error and "GGUF" in window.last_error
+    assert window.error_box.isVisible()
+    assert window.model_info.name == "tiny-llama"
+    assert window.model_label.text() == "tiny-llama"
+    window.error_box.close()
+    send(qtbot, window, "still alive?", SamplingParams(max_tokens=4))
+    assert len(window.thread_messages[-1].branch.steps) == 4
+    close_window(window)
+
+
+def test_invalid_control_values_are_flagged(qtbot, profile, tiny_folder):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    current = window.controls.current
+    window.controls.bias.setText("12:abc")
+    window.controls.bias.editingFinished.emit()
+    assert "logit_bias" in window.controls.error.text()
+    assert "border" in window.controls.bias.styleSheet()
+    assert window.controls.current == current
+    window.controls.bias.setText("12:-100")
+    window.controls.bias.editingFinished.emit()
+    assert window.controls.current.logit_bias == {12: -100.0}
+    assert window.controls.error.text() == ""
+    close_window(window)
+
+
+@pytest.mark.slow
+def test_default_model_answers_paris(qtbot, profile):
+    window = open_window(qtbot, profile, "default")
+    send(qtbot, window, "What is the capital of France?", SamplingParams(max_tokens=24))
+    reply = window.thread_messages[-1].branch
+    assert "Paris" in reply.text
+    window._redraw_if_dirty()
+    assert window.inspector.step is reply.steps[-1]
+    assert len(window.inspector.candidates) >= 10
+    assert window.inspector.table.rowCount() == len(window.inspector.candidates)
+    close_window(window)
