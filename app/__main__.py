@@ -22,6 +22,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--select-token", type=int, default=None)
     parser.add_argument("--theme", choices=["system", "light", "dark"], default=None)
     parser.add_argument("--color-tokens", action="store_true")
+    parser.add_argument("--params", default=None, help="sampling parameters as JSON (screenshot mode)")
     parser.add_argument("--timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -59,6 +60,12 @@ def screenshot(app, args: argparse.Namespace) -> int:
     window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.model or "default")
     window.set_theme(args.theme or "light")
     window.color_toggle.setChecked(args.color_tokens)
+    if args.params:
+        import json
+
+        from engine.params import SamplingParams
+
+        window.controls.set_params(SamplingParams.from_dict(json.loads(args.params)))
     window.resize(1500, 900)
     window.show()
     deadline = time.monotonic() + args.timeout

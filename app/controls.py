@@ -70,6 +70,19 @@ BUILTIN_PRESETS: dict[str, dict] = {
         "frequency_penalty": 0.2,
     },
 }
+CUSTOM = "Custom"
+FIELDS_IN_PRESETS = {
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "penalty_window",
+    "max_tokens",
+    "top_logprobs",
+}
 ERROR_STYLE = "border: 2px solid #d93025;"
 
 # name, label, (slider min, slider max), spin range, decimals, tooltip
@@ -259,6 +272,7 @@ class SamplingControls(QWidget):
 
         self.presets = QComboBox()
         self.presets.activated.connect(lambda _: self.apply_preset(self.presets.currentText()))
+        self.presets.setMinimumContentsLength(10)
         save = QPushButton("Save…")
         save.clicked.connect(self._save_preset)
         delete = QPushButton("Delete")
@@ -323,9 +337,21 @@ class SamplingControls(QWidget):
             self.error.setText(str(exc))
             return
         self.error.setText("")
+        self._show_matching_preset(params)
         if params != self.current:
             self.current = params
             self.params_changed.emit(params)
+
+    def _show_matching_preset(self, params: SamplingParams) -> None:
+        """Name the preset these values match, or "Custom"."""
+        presets = {**BUILTIN_PRESETS, **self._user_presets()}
+        for name, preset in presets.items():
+            if all(getattr(params, k) == v for k, v in preset.items() if k in FIELDS_IN_PRESETS):
+                self.presets.setCurrentText(name)
+                return
+        if self.presets.findText(CUSTOM) < 0:
+            self.presets.insertItem(0, CUSTOM)
+        self.presets.setCurrentText(CUSTOM)
 
     def roll_seed(self) -> None:
         self.seed.setText(str(secrets.randbits(31)))

@@ -58,8 +58,11 @@ def anchor_point(chat, href: str) -> QPoint:
             fragment = it.fragment()
             if fragment.charFormat().anchorHref() == href:
                 cursor = QTextCursor(chat.document())
-                cursor.setPosition(fragment.position() + max(fragment.length() // 2, 0))
-                return chat.cursorRect(cursor).center()
+                cursor.setPosition(fragment.position())
+                start = chat.cursorRect(cursor)
+                cursor.setPosition(fragment.position() + fragment.length())
+                end = chat.cursorRect(cursor)
+                return QPoint((start.center().x() + end.center().x()) // 2, start.center().y())
             it += 1
         block = block.next()
     raise AssertionError(f"no anchor {href}")
@@ -225,4 +228,41 @@ def test_default_model_answers_paris(qtbot, profile):
     assert window.inspector.step is reply.steps[-1]
     assert len(window.inspector.candidates) >= 10
     assert window.inspector.table.rowCount() == len(window.inspector.candidates)
+    close_window(window)
+
+
+def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
+    from PySide6.QtCore import QPointF
+
+    from app.chat_view import tooltip_for
+
+    window = open_window(qtbot, profile, str(tiny_folder))
+    send(qtbot, window, "hover me", SamplingParams(max_tokens=12, top_logprobs=6))
+    window._redraw_if_dirty()
+    (entry,) = assistant_entries(window)
+    steps = window.entries[entry].steps
+    # Hovering a token finds that token; its tooltip gives its probability and 5 alternatives.
+    point = anchor_point(window.chat, f"tok:{entry}:4")
+    assert window.chat.step_at(point) is steps[4]
+    tip = tooltip_for(steps[4])
+    assert "p(final)" in tip and tip.count("<br>") == 5
+    # Clicking a point of the timeline selects that token.
+    plot = window.timeline.prob_plot
+    qtbot.wait(100)  # let the plot lay out and autorange before mapping coordinates
+    x, y = steps[7].index, math.exp(steps[7].logprob)
+    scene = plot.vb.mapViewToScene(QPointF(x, y))
+    view_pos = window.timeline.view.mapFromScene(scene)
+    qtbot.mouseClick(window.timeline.view.viewport(), Qt.MouseButton.LeftButton, pos=view_pos)
+    assert window.selected == (entry, 7)
+    assert window.inspector.step is steps[7]
+    # Presets: a built-in one sets its values; any other values show as "Custom"; saving adds one.
+    window.controls.apply_preset("Creative")
+    assert window.controls.current.temperature == 1.1
+    assert window.controls.presets.currentText() == "Creative"
+    window.controls.fields["temperature"].spin.setValue(0.55)
+    assert window.controls.presets.currentText() == "Custom"
+    window.controls.save_preset("Mine")
+    window.controls.apply_preset("Greedy")
+    window.controls.apply_preset("Mine")
+    assert window.controls.current.temperature == 0.55
     close_window(window)
