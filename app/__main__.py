@@ -23,13 +23,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--theme", choices=["system", "light", "dark"], default=None)
     parser.add_argument("--color-tokens", action="store_true")
     parser.add_argument("--params", default=None, help="sampling parameters as JSON (screenshot mode)")
+    parser.add_argument("--selftest", action="store_true", help="load the default model, generate, report, exit")
     parser.add_argument("--timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.screenshot:
+    if args.screenshot or args.selftest:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
@@ -38,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Logitscope")
     app.setOrganizationName("Logitscope")
+    from app.resources import app_icon
+
+    app.setWindowIcon(app_icon())
+    if args.selftest:
+        from app.selftest import run_selftest
+
+        return run_selftest(app, args.model or "default", args.timeout)
     if args.screenshot:
         return screenshot(app, args)
     window = MainWindow(model=args.model)

@@ -67,6 +67,12 @@ class ChatView(QTextBrowser):
         if entry.role == "user":
             body = escape(entry.text).replace("\n", "<br>")
             return f"<p style='margin-top:12px'><b>You</b></p><p style='margin-left:8px'>{body}</p>"
+        if entry.role == "welcome":
+            lines = "".join(
+                f"<li style='margin-bottom:6px'>{escape(line)}</li>" for line in entry.text.splitlines()[:-1]
+            )
+            state = escape(entry.text.splitlines()[-1])
+            return f"<h3>Welcome to Logitscope</h3><ul>{lines}</ul><p style='color:{c.final}'><b>{state}</b></p>"
         if entry.role == "system":
             return f"<p style='color:{c.raw}'><i>{escape(entry.text)}</i></p>"
         header = "<b>Assistant</b>"

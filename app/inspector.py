@@ -83,7 +83,7 @@ class InspectorWidget(QWidget):
         self.final_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
         self.bias_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
         self.penalty_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
-        self.zero_line = pg.InfiniteLine(pos=0, angle=90)
+        self.zero_line = pg.InfiniteLine(pos=0, angle=90, pen=pg.mkPen(LIGHT.raw))
         for item in (self.raw_bars, self.final_bars):
             self.bars_plot.addItem(item)
         for item in (self.bias_bars, self.penalty_bars, self.zero_line):

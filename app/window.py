@@ -40,6 +40,16 @@ from engine.events import Finished, TokenStep
 from engine.params import SamplingParams
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
+WELCOME = "\n".join(
+    [
+        "Every token of a reply can be clicked: the Inspector (right) shows what the model wanted (raw, grey)"
+        " and what was left to draw from after penalties, temperature and top-k/top-p/min-p (final, colour).",
+        "The Timeline (bottom) shows how sure the model was at each token; red rings mark tokens that were not"
+        " its first choice, dashed lines where you changed the sampling settings (left) mid-reply.",
+        "Double-click another candidate in the Inspector to continue the reply from it; ‹ › switches branches.",
+    ]
+)
+FIRST_PROMPT = "What is the capital of France?"
 REDRAW_MS = 33  # at most ~30 redraws a second, however fast tokens arrive
 MAX_RECENT = 8
 
@@ -85,6 +95,9 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self.setWindowTitle("Logitscope")
+        from app.resources import app_icon
+
+        self.setWindowIcon(app_icon())
         self.settings = settings or QSettings("Logitscope", "Logitscope")
         data_dir = Path(platformdirs.user_data_dir("logitscope"))
         self.store = Store(db_path or data_dir / "logitscope.sqlite3")
@@ -115,6 +128,9 @@ class MainWindow(QMainWindow):
         self.redraw_timer.start()
 
         self._open_last_conversation()
+        if self.conversation is None:
+            self.composer.setPlainText(FIRST_PROMPT)
+            self._rebuild_entries()
         self.load_model(model or self.settings.value("model", "default"))
 
     # Construction -------------------------------------------------------------------
@@ -323,6 +339,8 @@ class MainWindow(QMainWindow):
     def _on_model_progress(self, stage: str, fraction: float) -> None:
         self.progress.setValue(int(fraction * 100))
         self.statusBar().showMessage(f"Model: {stage}…")
+        if not self.thread_messages:
+            self._rebuild_entries()
 
     def _on_model_loaded(self, info) -> None:
         self.model_info = info
@@ -332,6 +350,8 @@ class MainWindow(QMainWindow):
         self.settings.setValue("model", info.source)
         recent = [info.source] + [r for r in self._recent() if r != info.source]
         self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
+        if not self.thread_messages:
+            self._rebuild_entries()
 
     def _on_model_failed(self, source: str, message: str) -> None:
         self.progress.hide()
@@ -583,6 +603,8 @@ class MainWindow(QMainWindow):
 
     def _rebuild_entries(self) -> None:
         entries = []
+        if not self.thread_messages and not self.live:
+            entries.append(ChatEntry("welcome", self._welcome_text()))
         system = self.system_prompt.text().strip()
         if system and self.thread_messages:
             entries.append(ChatEntry("system", system))
@@ -620,6 +642,13 @@ class MainWindow(QMainWindow):
         if self.follow_latest:
             self.selected = self._latest_token()
         self._dirty = True
+
+    def _welcome_text(self) -> str:
+        if self.model_info is None:
+            state = f"Loading the model ({self.progress.value()}%)…"
+        else:
+            state = f"{self.model_info.name} is ready: press Enter to send the question below."
+        return "\n".join([WELCOME, state])
 
     def _latest_token(self) -> tuple[int, int] | None:
         for i in range(len(self.entries) - 1, -1, -1):
@@ -677,8 +706,15 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         from app.about import about_text
+        from app.resources import app_icon
 
-        QMessageBox.about(self, "About Logitscope", about_text(self.model_info))
+        box = QMessageBox(self)
+        box.setWindowTitle("About Logitscope")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setText(about_text(self.model_info))
+        box.setIconPixmap(app_icon().pixmap(96, 96))
+        box.open()
+        self.about_box = box
 
     def closeEvent(self, event) -> None:
         if not self._closed:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ def default_model_path() -> Path:
     ``find_spec`` locates the package without importing it: its ``__init__``
     imports llama-cpp, which is deliberately not installed.
     """
+    bundled = bundled_model_path()
+    if bundled is not None:
+        return bundled
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
@@ -71,6 +75,15 @@ def default_model_path() -> Path:
         if candidate.is_file():
             return candidate
     raise ModelLoadError(DEFAULT_MODEL, f"{DEFAULT_FILE} is missing from {DEFAULT_PACKAGE}")
+
+
+def bundled_model_path() -> Path | None:
+    """The GGUF inside a frozen app (packaging/logitscope.spec puts it in ``models/``)."""
+    base = getattr(sys, "_MEIPASS", None)
+    if not getattr(sys, "frozen", False) or base is None:
+        return None
+    candidate = Path(base) / "models" / DEFAULT_FILE
+    return candidate if candidate.is_file() else None
 
 
 def file_hash(path: Path, chunk: int = 1 << 22) -> str:

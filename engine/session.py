@@ -7,14 +7,16 @@ to the thread that made them); nothing it returns holds an MLX array.
 from __future__ import annotations
 
 import platform
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import mlx.core as mx
 
 from engine.errors import EngineError
 from engine.events import Event
-from engine.models import ProgressFn, load
+from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
 from engine.prompts import encode_chat, encode_text
 from engine.scheduler import Scheduler
@@ -30,6 +32,8 @@ class ModelInfo:
     context_length: int
     has_chat_template: bool
     eos_token_ids: tuple[int, ...]
+    path: str
+    """The file or folder the weights came from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,31 @@ def runtime_versions() -> dict[str, str]:
     import mlx_lm
 
     return {"mlx": mx.__version__, "mlx-lm": mlx_lm.__version__, "python": platform.python_version()}
+
+
+def loaded_libraries() -> list[str]:
+    """Shared libraries of MLX this process has mapped (Linux), else MLX's module file."""
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        found = {line.split()[-1] for line in maps.read_text().splitlines() if "libmlx" in line}
+        if found:
+            return sorted(found)
+    return [str(Path(mx.__file__).resolve())]
+
+
+def runtime_report() -> dict[str, object]:
+    """Where the engine's code and libraries were loaded from (the bundle's self-test checks it)."""
+    import mlx_lm
+
+    return {
+        "mlx_library": loaded_libraries(),
+        "mlx_module": str(Path(mx.__file__).resolve()),
+        "mlx_lm_module": str(Path(mlx_lm.__file__).resolve()),
+        "engine_module": str(Path(__file__).resolve()),
+        "executable": sys.executable,
+        "frozen": bool(getattr(sys, "frozen", False)),
+        **runtime_versions(),
+    }
 
 
 class EngineSession:
@@ -64,6 +93,7 @@ class EngineSession:
             context_length=loaded.context_length,
             has_chat_template=bool(getattr(loaded.tokenizer, "chat_template", None)),
             eos_token_ids=tuple(sorted(loaded.eos_token_ids)),
+            path=str(default_model_path()) if source == DEFAULT_MODEL else source,
         )
         return self.info
 

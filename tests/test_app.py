@@ -123,7 +123,7 @@ def test_full_flow(qtbot, profile, tiny_folder):
     # Stop ends a running reply; what was generated is kept. (A new chat: this one is
     # near the tiny model's 512-token context.)
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert window.entries == [] and window.conversation is None
+    assert [e.role for e in window.entries] == ["welcome"] and window.conversation is None
     send(qtbot, window, "go on", greedy.with_changes(max_tokens=450), wait=False)
     qtbot.waitUntil(lambda: any(len(live.steps) >= 2 for live in window.live.values()), timeout=TIMEOUT)
     qtbot.keyClick(window, Qt.Key.Key_Escape)
