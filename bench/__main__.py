@@ -1,0 +1,144 @@
+"""``python -m bench [--json] [--plots DIR] [--only NAME ...]``: Logitscope against mlx-lm, same run.
+
+Every figure runs ours and the peer back to back in this process, on the same model,
+prompt and settings, and reports medians. The default model is used where this machine
+can run it in time; a synthetic random-weight model with the default tokenizer
+(V = 49,152) where it cannot (long histories, 2,000-token runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FIGURES = ["decode", "batched", "penalty_cost", "live_change", "prefix_reuse", "overhead", "gui", "memory"]
+
+
+def machine() -> dict:
+    import os
+
+    import mlx.core as mx
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpus": os.cpu_count(),
+        "mlx": mx.__version__,
+        "device": str(mx.default_device()),
+        "python": platform.python_version(),
+    }
+
+
+def run_figures(only: list[str]) -> dict:
+    from bench import memory, reuse, sampling_cost, throughput
+    from bench.common import default_model, synthetic_model
+
+    results: dict = {"machine": machine(), "seconds": {}}
+    default = default_model()
+    synthetic = None
+
+    def synth():
+        nonlocal synthetic
+        if synthetic is None:
+            synthetic = synthetic_model(Path(tempfile.gettempdir()) / "logitscope-bench-synthetic")
+        return synthetic
+
+    plan = {
+        "decode": lambda: throughput.decode_batch1(default),
+        "batched": lambda: throughput.batched(default),
+        "penalty_cost": lambda: sampling_cost.penalty_cost(synth()),
+        "live_change": lambda: sampling_cost.live_change(default),
+        "prefix_reuse": lambda: reuse.prefix_reuse(default),
+        "overhead": lambda: sampling_cost.overhead(default),
+        "gui": lambda: __import__("bench.gui_stall", fromlist=["measure"]).measure("default", 48),
+        "memory": lambda: memory.memory(synth()),
+    }
+    for name in FIGURES:
+        if only and name not in only:
+            continue
+        start = time.perf_counter()
+        results[name] = plan[name]()
+        results["seconds"][name] = round(time.perf_counter() - start, 1)
+        print(f"# {name} done in {results['seconds'][name]} s", file=sys.stderr)
+    return results
+
+
+def table(r: dict) -> str:
+    lines = ["figure | ours | mlx-lm | ratio (goal)", "--- | --- | --- | ---"]
+    if "decode" in r:
+        d = r["decode"]
+        lines.append(
+            f"1 decode, batch 1, top_logprobs=10 | {d['ours_tps']} tok/s | {d['mlx_lm_tps']} tok/s | "
+            f"{d['ratio']} (>= 1.0)"
+        )
+    if "batched" in r:
+        for size, row in r["batched"]["by_batch"].items():
+            lines.append(
+                f"2 batched decode, batch {size} | {row['ours_tps']} tok/s | {row['mlx_lm_tps']} tok/s | {row['ratio']}"
+            )
+    if "penalty_cost" in r:
+        for history, row in r["penalty_cost"]["by_history"].items():
+            lines.append(
+                f"3 penalties on / off, history {history} | {row['step_ms_penalties']} / {row['step_ms_none']} ms"
+                f" | processors +{row['mlx_lm_processors_ms']} ms | {row['ratio']} (flat, ~1.0)"
+            )
+    if "live_change" in r:
+        lc = r["live_change"]
+        lines.append(
+            f"4 first step after a change / steady | {lc['ours_first_ms']} / {lc['ours_steady_ms']} ms | "
+            f"sampler {lc['mlx_lm_sampler_first_ms']} ms first call | {lc['ratio']} vs mlx-lm "
+            f"{lc['mlx_lm_ratio']} (<= 1.2)"
+        )
+    if "prefix_reuse" in r:
+        pr = r["prefix_reuse"]
+        lines.append(
+            f"5 TTFT of turn 2, reuse / cold | {pr['ttft_warm_s']} / {pr['ttft_cold_s']} s | prefilled "
+            f"{pr['prefilled_with_reuse']} / {pr['prefilled_cold']} of {pr['prompt_tokens']} | {pr['ratio']}"
+        )
+    if "overhead" in r:
+        for size, row in r["overhead"]["by_batch"].items():
+            lines.append(
+                f"6 outside the forward pass, batch {size} | {row['step_ms']} ms step, {row['forward_ms']} ms "
+                f"forward | | {row['outside_forward_share']}"
+            )
+    if "gui" in r:
+        g = r["gui"]
+        lines.append(
+            f"7 GUI timer gap max / p99 | {g['timer_gap_max_ms']} / {g['timer_gap_p99_ms']} ms | | "
+            f"{g['gui_ms_per_token']} ms GUI per token"
+        )
+    if "memory" in r:
+        m = r["memory"]
+        lines.append(
+            f"8 peak memory, 2,000 tokens ({m['model']}) | {m['peak_mib_2000_tokens']} MiB | | growth over 50 "
+            f"requests {m['slope_bytes_per_request']} B/request"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--plots", type=Path, help="write batched.png and penalties.png into this folder")
+    parser.add_argument("--only", nargs="*", choices=FIGURES, default=[])
+    args = parser.parse_args()
+    results = run_figures(args.only)
+    if args.plots:
+        from bench.plots import batched_plot, penalty_plot
+
+        args.plots.mkdir(parents=True, exist_ok=True)
+        if "batched" in results:
+            batched_plot(results, args.plots / "bench-batched.png")
+        if "penalty_cost" in results:
+            penalty_plot(results, args.plots / "bench-penalties.png")
+    print(json.dumps(results) if args.json else table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Shared helpers: timing, models (the default one and synthetic ones), running a scheduler."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from engine.events import Finished, TokenStep
+from engine.models import LoadedModel, load, resolve
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def default_model() -> LoadedModel:
+    return load("default")
+
+
+def synthetic_model(folder: Path, hidden: int = 256, layers: int = 4, context: int = 8192) -> LoadedModel:
+    """A random-weight llama with the default model's tokenizer (V = 49,152), fast on a CPU.
+
+    Used where the default model is too slow on this machine (long histories, 2,000-token runs).
+    """
+    if not (folder / "config.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        _, converted = resolve("default")
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if (Path(converted) / name).exists():
+                shutil.copy(Path(converted) / name, folder / name)
+        config = json.loads((Path(converted) / "config.json").read_text())
+        config.pop("quantization", None)
+        config.update(
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            intermediate_size=hidden * 3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=hidden // 4,
+            max_position_embeddings=context,
+        )
+        from mlx.utils import tree_flatten
+        from mlx_lm.models import llama
+
+        model = llama.Model(llama.ModelArgs.from_dict(config))
+        rng = np.random.default_rng(0)
+        weights = {
+            name: mx.array(rng.normal(0, 0.05, p.shape).astype(np.float16)) if "norm" not in name else mx.ones(p.shape)
+            for name, p in tree_flatten(model.parameters())
+        }
+        mx.save_safetensors(str(folder / "model.safetensors"), weights)
+        (folder / "config.json").write_text(json.dumps(config))
+    return load(str(folder))
+
+
+def no_eos(loaded: LoadedModel) -> dict[int, float]:
+    return {t: -100.0 for t in loaded.eos_token_ids}
+
+
+def run(scheduler: Scheduler) -> list:
+    events = []
+    while scheduler.has_work():
+        events += scheduler.step()
+    return events
+
+
+def finished(events: list, request_id: int) -> Finished:
+    return next(e for e in events if isinstance(e, Finished) and e.request_id == request_id)
+
+
+def first_token_time(scheduler: Scheduler, request_id: int) -> float:
+    """Seconds from now until the request's first token (its time to first token)."""
+    start = time.perf_counter()
+    while True:
+        for event in scheduler.step():
+            if isinstance(event, TokenStep) and event.request_id == request_id:
+                return time.perf_counter() - start
+
+
+def row_params(i: int, loaded: LoadedModel, max_tokens: int, top_logprobs: int = 10) -> SamplingParams:
+    """Different settings per row, as a compare-several-settings session has."""
+    return SamplingParams(
+        temperature=0.5 + 0.1 * (i % 8),
+        top_k=[0, 40, 20, 100][i % 4],
+        top_p=[1.0, 0.9, 0.95, 0.8][(i // 2) % 4],
+        min_p=[0.0, 0.05][i % 2],
+        repetition_penalty=[1.0, 1.1, 1.2, 1.3][i % 4],
+        presence_penalty=[0.0, 0.3][(i // 4) % 2],
+        frequency_penalty=[0.0, 0.2][(i // 2) % 2],
+        penalty_window=64,
+        seed=i,
+        max_tokens=max_tokens,
+        top_logprobs=top_logprobs,
+        logit_bias=no_eos(loaded),
+    )

@@ -1,0 +1,100 @@
+"""Figures 1 and 2: decode speed at batch 1 against ``mlx_lm.stream_generate``, and batched
+aggregate throughput against mlx-lm's ``BatchGenerator`` with per-row samplers and processors."""
+
+from __future__ import annotations
+
+import time
+
+from mlx_lm.generate import BatchGenerator, stream_generate
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from bench.common import PROMPT, median, no_eos, row_params, run
+from engine.events import Finished, TokenStep
+from engine.models import LoadedModel
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+
+
+def decode_batch1(loaded: LoadedModel, tokens: int = 32, repeats: int = 3) -> dict:
+    prompt = loaded.tokenizer.encode(PROMPT)
+    ours, peer = [], []
+    params = SamplingParams(max_tokens=tokens, top_logprobs=10, logit_bias=no_eos(loaded))
+    for _ in range(repeats):
+        scheduler = Scheduler(loaded, prefill_chunk=512)
+        scheduler.insert(prompt, params)
+        done = next(e for e in run(scheduler) if isinstance(e, Finished))
+        ours.append(done.generation_tps)
+        # The same EOS ban on both sides, so both generate exactly `tokens` tokens.
+        ban = make_logits_processors(logit_bias=no_eos(loaded))
+        responses = stream_generate(loaded.model, loaded.tokenizer, prompt, max_tokens=tokens, logits_processors=ban)
+        last = list(responses)[-1]
+        assert last.generation_tokens == tokens, last.generation_tokens
+        peer.append(last.generation_tps)
+    return {
+        "ours_tps": round(median(ours), 2),
+        "mlx_lm_tps": round(median(peer), 2),
+        "ratio": round(median(ours) / median(peer), 3),
+        "tokens": tokens,
+        "repeats": repeats,
+    }
+
+
+def _ours_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> float:
+    scheduler = Scheduler(loaded, max_batch_size=len(prompts), prefill_chunk=512)
+    for i, prompt in enumerate(prompts):
+        scheduler.insert(prompt, row_params(i, loaded, max_tokens=steps + 8))
+    while len(scheduler._active) < len(prompts):  # prefill every row first
+        scheduler.step()
+    start = time.perf_counter()
+    produced = 0
+    for _ in range(steps):
+        produced += sum(isinstance(e, TokenStep) for e in scheduler.step())
+    elapsed = time.perf_counter() - start
+    for request_id in scheduler.request_ids():
+        scheduler.cancel(request_id)
+    return produced / elapsed
+
+
+def _peer_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> float:
+    samplers, processors = [], []
+    for i in range(len(prompts)):
+        p = row_params(i, loaded, max_tokens=steps + 8)
+        samplers.append(make_sampler(temp=p.temperature, top_p=p.top_p, min_p=p.min_p, top_k=p.top_k))
+        processors.append(
+            make_logits_processors(
+                logit_bias=dict(p.logit_bias),
+                repetition_penalty=p.repetition_penalty,
+                repetition_context_size=p.penalty_window,
+                presence_penalty=p.presence_penalty,
+                presence_context_size=p.penalty_window,
+                frequency_penalty=p.frequency_penalty,
+                frequency_context_size=p.penalty_window,
+            )
+        )
+    generator = BatchGenerator(loaded.model, max_tokens=steps + 8, completion_batch_size=len(prompts))
+    uids = generator.insert(prompts, samplers=samplers, logits_processors=processors)
+    started: set[int] = set()
+    while len(started) < len(uids):
+        started.update(r.uid for r in generator.next_generated())
+    start = time.perf_counter()
+    produced = 0
+    for _ in range(steps):
+        produced += len(generator.next_generated())
+    elapsed = time.perf_counter() - start
+    generator.close()
+    return produced / elapsed
+
+
+def batched(loaded: LoadedModel, sizes=(1, 4, 8, 16), steps: int = 6, repeats: int = 2) -> dict:
+    words = PROMPT.split()
+    rows = {}
+    for size in sizes:
+        prompts = [loaded.tokenizer.encode(" ".join(words[i % 5 :])) for i in range(size)]
+        ours = [_ours_batched(loaded, prompts, steps) for _ in range(repeats)]
+        peer = [_peer_batched(loaded, prompts, steps) for _ in range(repeats)]
+        rows[str(size)] = {
+            "ours_tps": round(median(ours), 2),
+            "mlx_lm_tps": round(median(peer), 2),
+            "ratio": round(median(ours) / median(peer), 3),
+        }
+    return {"steps": steps, "repeats": repeats, "by_batch": rows}
