@@ -43,16 +43,37 @@ def copy_prefix(caches: LayerCaches, length: int) -> LayerCaches:
     return copies
 
 
-def to_batch(caches: LayerCaches) -> list[BatchKVCache]:
-    return [BatchKVCache.merge([c]) for c in caches]
+class BatchCache(BatchKVCache):
+    """mlx-lm's left-padded batch cache, minus the attention mask of a decode step when no
+    row is padded (a single request, or rows of equal length): SDPA without a mask array
+    is ~3% faster per step on the CPU backend."""
+
+    unpadded = False
+
+    def make_mask(self, N: int, return_array: bool = False, **kwargs):  # noqa: N803 (mlx-lm's name)
+        if N == 1 and self.unpadded and not return_array and not kwargs.get("window_size"):
+            return None
+        return super().make_mask(N, return_array=return_array, **kwargs)
 
 
-def extend_batch(batch: list[BatchKVCache] | None, other: list[BatchKVCache]) -> list[BatchKVCache]:
+def _note_padding(batch: list[BatchCache]) -> list[BatchCache]:
+    """One host read per change of the batch's rows, never per step."""
+    unpadded = int(mx.max(batch[0].left_padding).item()) == 0
+    for cache in batch:
+        cache.unpadded = unpadded
+    return batch
+
+
+def to_batch(caches: LayerCaches) -> list[BatchCache]:
+    return _note_padding([BatchCache.merge([c]) for c in caches])
+
+
+def extend_batch(batch: list[BatchCache] | None, other: list[BatchCache]) -> list[BatchCache]:
     if batch is None:
         return other
     for mine, theirs in zip(batch, other, strict=True):
         mine.extend(theirs)
-    return batch
+    return _note_padding(batch)
 
 
 def extract_row(batch: list[BatchKVCache], row: int) -> LayerCaches:
@@ -65,7 +86,7 @@ def filter_batch(batch: list[BatchKVCache], keep: Sequence[int]) -> list[BatchKV
     index = mx.array(list(keep), dtype=mx.int32)
     for cache in batch:
         cache.filter(index)
-    return batch
+    return _note_padding(batch)
 
 
 def cache_length(caches: LayerCaches) -> int:
