@@ -51,6 +51,7 @@ class Scheduler:
         prefill_chunk: int = 128,
         prefix_cache_entries: int = 8,
         history_records: int = 256,
+        speculate: bool = True,
     ) -> None:
         for name, value in (("max_batch_size", max_batch_size), ("prefill_chunk", prefill_chunk)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -78,6 +79,10 @@ class Scheduler:
         self._bias: mx.array | None = None
         self._rows_dirty = True
         self._pending: list[Event] = []
+        self.speculate = speculate
+        # Logits of the next decode step for ``_active`` (in order), launched on the device
+        # before the current step's tokens were read back (see _decode).
+        self._prefetched: mx.array | None = None
 
     # ----------------------------------------------------------------- public API
 
@@ -253,13 +258,25 @@ class Scheduler:
     # Decode ----------------------------------------------------------------------
 
     def _decode(self) -> list[Event]:
+        """One token for every running row.
+
+        Like mlx-lm's generate_step, the forward pass of the *next* step is launched on
+        the device-side tokens of this one before they are read back, so graph building
+        and host work overlap the model. Only the forward pass is speculative: the
+        sampling pipeline is built when the next step is taken, so parameter changes
+        still apply from the next token. Rows that turn out finished are dropped from
+        the prefetched logits; new rows waiting to join turn speculation off for a step.
+        """
         if self._rows_dirty:
             self._rows = RowParams.build([r.params for r in self._active])
             self._bias = self._bias_for(self._active)
             self._rows_dirty = False
-        inputs = mx.array([[r.generated[-1]] for r in self._active])
-        logits = self.model(inputs, cache=self._batch)[:, -1, :]
-        events = self._sample(self._active, logits, self._rows, self._bias, self._counts)
+        logits, self._prefetched = self._prefetched, None
+        if logits is None:
+            inputs = mx.array([[r.generated[-1]] for r in self._active])
+            logits = self.model(inputs, cache=self._batch)[:, -1, :]
+        ahead = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
+        events = self._sample(self._active, logits, self._rows, self._bias, self._counts, speculate=ahead)
         done = self._finished_ids(events)
         if done:
             leaving = [i for i, r in enumerate(self._active) if r.id in done]
@@ -276,7 +293,13 @@ class Scheduler:
             if not keep:
                 self._counts = None
         self._active = [self._active[i] for i in keep]
+        if self._prefetched is not None:
+            self._prefetched = self._prefetched[mx.array(keep, dtype=mx.int32)] if keep else None
         self._rows_dirty = True
+
+    def _last_step(self, request: Request) -> bool:
+        """Whether the request finishes with its next token whatever it is."""
+        return request.next_index + 1 >= request.params.max_tokens or len(request.history) + 1 >= self.context_length
 
     # Sampling --------------------------------------------------------------------
 
@@ -296,6 +319,7 @@ class Scheduler:
         rows: RowParams,
         bias: mx.array | None,
         counts: PenaltyCounts,
+        speculate: bool = False,
     ) -> list[Event]:
         vocab = logits.shape[-1]
         noise = None
@@ -308,7 +332,12 @@ class Scheduler:
             override = mx.array([f if f is not None else -1 for f in forced], dtype=mx.int32)
             result.tokens = mx.where(override >= 0, override, result.tokens)
         top_n = min(max(r.params.top_logprobs for r in requests), vocab)
-        packed = to_host(pack_step(result, counts.counts, top_n))  # the one transfer
+        packed = pack_step(result, counts.counts, top_n)
+        if speculate:
+            mx.async_eval(packed)
+            self._prefetched = self.model(result.tokens[:, None], cache=self._batch)[:, -1, :]
+            mx.async_eval(self._prefetched)
+        packed = to_host(packed)  # the one transfer
         tokens = [int(t) for t in packed[:, 0]]
         counts.accept(
             tokens,

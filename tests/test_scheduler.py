@@ -264,3 +264,39 @@ def test_continue_output_equals_branch(tiny, prompt):
     with pytest.raises(EngineError):
         scheduler.continue_output(prompt, [], -1, greedy)
     assert not scheduler.has_work()
+
+
+def scripted_run(tiny, prompt, speculate: bool):
+    """Joins, a cancel, a live parameter change and an EOS finish, step by step."""
+    (eos,) = tiny.eos_token_ids
+    scheduler = Scheduler(tiny, speculate=speculate, prefill_chunk=5)
+    a = scheduler.insert(prompt, SAMPLED.with_changes(max_tokens=20))
+    b = scheduler.insert(prompt[:5], SamplingParams(max_tokens=14, top_logprobs=4))
+    events = []
+    for step in range(40):
+        if step == 6:
+            c = scheduler.insert(prompt[3:], SAMPLED.with_changes(seed=3, max_tokens=9, logit_bias={eos: 4.0}))
+        if step == 8:
+            scheduler.update_params(a, SAMPLED.with_changes(max_tokens=20, temperature=0.3, top_k=3))
+        if step == 10:
+            scheduler.cancel(b)
+        events += scheduler.step()
+    events += run(scheduler)
+    return [
+        (
+            type(e).__name__,
+            e.request_id,
+            getattr(e, "token_id", None),
+            getattr(e, "logprob", None),
+            getattr(e, "finish_reason", None),
+        )
+        for e in events
+        if not isinstance(e, PrefillProgress)
+    ], c
+
+
+def test_speculative_decode_changes_nothing(tiny, prompt):
+    plain, c = scripted_run(tiny, prompt, speculate=False)
+    ahead, _ = scripted_run(tiny, prompt, speculate=True)
+    assert ahead == plain
+    assert any(kind == "Finished" and rid == c for kind, rid, *_ in plain)
