@@ -46,6 +46,7 @@ def _ours_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> 
         scheduler.insert(prompt, row_params(i, loaded, max_tokens=10_000))
     while len(scheduler._active) < len(prompts):  # prefill every row first
         scheduler.step()
+    scheduler.step()  # steady state: the first step after a join has nothing prefetched
     start = time.perf_counter()
     produced = 0
     for _ in range(steps):
@@ -77,6 +78,7 @@ def _peer_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> 
     started: set[int] = set()
     while len(started) < len(uids):
         started.update(r.uid for r in generator.next_generated())
+    generator.next_generated()  # one steady step before timing, as for ours
     start = time.perf_counter()
     produced = 0
     for _ in range(steps):
@@ -89,7 +91,7 @@ def _peer_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> 
 SHORT_PROMPTS = ["Tell me a story.", "Name three colours.", "Write a haiku.", "Say hello.", "Count to five."]
 
 
-def batched(loaded: LoadedModel, sizes=(1, 4, 8, 16), steps: int = 6, repeats: int = 2) -> dict:
+def batched(loaded: LoadedModel, sizes=(1, 4, 8, 16), steps: int = 8, repeats: int = 2) -> dict:
     """Short prompts: on this CPU prefill runs ~8 tokens/s, and the figure is about decoding."""
     rows = {}
     for size in sizes:
