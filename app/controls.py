@@ -116,16 +116,15 @@ INT_FIELDS = [
 SLIDER_STEPS = 1000
 
 
-class FloatField(QWidget):
-    def __init__(self, slider_range, spin_range, decimals: int, on_change: Callable[[], None]):
+class SliderField(QWidget):
+    """A slider (over a convenient range) and a spin box (over the whole valid range)."""
+
+    def __init__(self, spin, slider_range, on_change: Callable[[], None]):
         super().__init__()
         self.lo, self.hi = slider_range
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setRange(0, SLIDER_STEPS)
-        self.spin = QDoubleSpinBox()
-        self.spin.setRange(*spin_range)
-        self.spin.setDecimals(decimals)
-        self.spin.setSingleStep(10 ** -min(decimals, 2))
+        self.spin = spin
         self.spin.setKeyboardTracking(False)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -135,59 +134,52 @@ class FloatField(QWidget):
         self.spin.valueChanged.connect(self._from_spin)
         self._on_change = on_change
 
-    def value(self) -> float:
+    def value(self):
         return self.spin.value()
 
-    def set_value(self, value: float) -> None:
+    def set_value(self, value) -> None:
         self.spin.blockSignals(True)
         self.spin.setValue(value)
         self.spin.blockSignals(False)
         self._sync_slider(value)
 
-    def _sync_slider(self, value: float) -> None:
+    def _sync_slider(self, value) -> None:
         self.slider.blockSignals(True)
         fraction = (min(max(value, self.lo), self.hi) - self.lo) / (self.hi - self.lo)
         self.slider.setValue(round(fraction * SLIDER_STEPS))
         self.slider.blockSignals(False)
 
+    def _slider_value(self, position: int):
+        return self.lo + (self.hi - self.lo) * position / SLIDER_STEPS
+
     def _from_slider(self, position: int) -> None:
-        value = self.lo + (self.hi - self.lo) * position / SLIDER_STEPS
         self.spin.blockSignals(True)
-        self.spin.setValue(value)
+        self.spin.setValue(self._slider_value(position))
         self.spin.blockSignals(False)
         self._on_change()
 
-    def _from_spin(self, value: float) -> None:
+    def _from_spin(self, value) -> None:
         self._sync_slider(value)
         self._on_change()
 
 
-class IntField(FloatField):
-    def __init__(self, slider_range, spin_range, on_change):
-        QWidget.__init__(self)
-        self.lo, self.hi = slider_range
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(0, SLIDER_STEPS)
-        self.spin = QSpinBox()
-        self.spin.setRange(int(spin_range[0]), min(int(spin_range[1]), 2**31 - 1))
-        self.spin.setKeyboardTracking(False)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 1)
-        layout.addWidget(self.spin)
-        self.slider.valueChanged.connect(self._from_slider)
-        self.spin.valueChanged.connect(self._from_spin)
-        self._on_change = on_change
+class FloatField(SliderField):
+    def __init__(self, slider_range, spin_range, decimals: int, on_change: Callable[[], None]):
+        spin = QDoubleSpinBox()
+        spin.setRange(*spin_range)
+        spin.setDecimals(decimals)
+        spin.setSingleStep(10 ** -min(decimals, 2))
+        super().__init__(spin, slider_range, on_change)
 
-    def value(self) -> int:
-        return self.spin.value()
 
-    def _from_slider(self, position: int) -> None:
-        value = round(self.lo + (self.hi - self.lo) * position / SLIDER_STEPS)
-        self.spin.blockSignals(True)
-        self.spin.setValue(value)
-        self.spin.blockSignals(False)
-        self._on_change()
+class IntField(SliderField):
+    def __init__(self, slider_range, spin_range, on_change: Callable[[], None]):
+        spin = QSpinBox()
+        spin.setRange(int(spin_range[0]), min(int(spin_range[1]), 2**31 - 1))  # QSpinBox holds int32
+        super().__init__(spin, slider_range, on_change)
+
+    def _slider_value(self, position: int) -> int:
+        return round(super()._slider_value(position))
 
 
 def parse_bias(text: str) -> dict[int, float]:
@@ -224,7 +216,7 @@ class SamplingControls(QWidget):
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         self.settings = settings
-        self.fields: dict[str, FloatField] = {}
+        self.fields: dict[str, SliderField] = {}
         self._loading = False
         for name, _, slider, spin, decimals, tip in FLOAT_FIELDS:
             self.fields[name] = FloatField(slider, spin, decimals, self._changed)

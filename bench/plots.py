@@ -22,15 +22,22 @@ def _export(widget, path: Path) -> None:
     exporter.export(str(path))
 
 
-def batched_plot(figures: dict, path: Path) -> None:
+def _plot_widget(title: str):
     _app()
     import pyqtgraph as pg
 
     pg.setConfigOptions(background="w", foreground="k", antialias=True)
+    widget = pg.PlotWidget(title=title)
+    widget.addLegend(offset=(10, 10))
+    return widget
+
+
+def batched_plot(figures: dict, path: Path) -> None:
+    import pyqtgraph as pg
+
     rows = figures["batched"]["by_batch"]
     sizes = [int(s) for s in rows]
-    widget = pg.PlotWidget(title="Batched decode: aggregate tokens/s (each row its own sampler + penalties)")
-    widget.addLegend(offset=(10, 10))
+    widget = _plot_widget("Batched decode: aggregate tokens/s (each row its own sampler + penalties)")
     x = list(range(len(sizes)))
     ours = [rows[str(s)]["ours_tps"] for s in sizes]
     peer = [rows[str(s)]["mlx_lm_tps"] for s in sizes]
@@ -44,14 +51,11 @@ def batched_plot(figures: dict, path: Path) -> None:
 
 
 def penalty_plot(figures: dict, path: Path) -> None:
-    _app()
     import pyqtgraph as pg
 
-    pg.setConfigOptions(background="w", foreground="k", antialias=True)
     rows = figures["penalty_cost"]["by_history"]
     history = [int(h) for h in rows]
-    widget = pg.PlotWidget(title="Decode step with all three penalties, over the step without (window = all)")
-    widget.addLegend(offset=(10, 10))
+    widget = _plot_widget("Decode step with all three penalties, over the step without (window = all)")
     widget.plot(
         history,
         [rows[str(h)]["ratio"] for h in history],
