@@ -8,26 +8,14 @@ newline tokens get a faint glyph so they stay visible and clickable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from PySide6.QtCore import QPoint, QUrl, Signal
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
+from app.conversation import ChatEntry
 from app.textfmt import escape, percent, prob, visible
 from app.theme import LIGHT, Colors, probability_color
 from engine.events import TokenStep
-
-
-@dataclass
-class ChatEntry:
-    role: str  # "user" | "assistant" | "system"
-    text: str = ""
-    steps: list[TokenStep] = field(default_factory=list)
-    branch: int = 0
-    branches: int = 1
-    streaming: bool = False
-    note: str = ""  # finish reason, errors
 
 
 class ChatView(QTextBrowser):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
@@ -29,8 +28,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_view import ChatEntry, ChatView, color_legend
+from app.chat_view import ChatView, color_legend
 from app.controls import SamplingControls
+from app.conversation import (
+    ChatEntry,
+    LiveReply,
+    build_entries,
+    context_before,
+    last_assistant_index,
+    latest_token,
+    message_of_entry,
+)
 from app.inspector import InspectorWidget
 from app.store import Message, Store
 from app.theme import apply_theme
@@ -40,31 +48,9 @@ from engine.events import Finished, TokenStep
 from engine.params import SamplingParams
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
-WELCOME = "\n".join(
-    [
-        "Every token of a reply can be clicked: the Inspector (right) shows what the model wanted (raw, grey)"
-        " and what was left to draw from after penalties, temperature and top-k/top-p/min-p (final, colour).",
-        "The Timeline (bottom) shows how sure the model was at each token; red rings mark tokens that were not"
-        " its first choice, dashed lines where you changed the sampling settings (left) mid-reply.",
-        "Double-click another candidate in the Inspector to continue the reply from it; ‹ › switches branches.",
-    ]
-)
 FIRST_PROMPT = "What is the capital of France?"
 REDRAW_MS = 33  # at most ~30 redraws a second, however fast tokens arrive
 MAX_RECENT = 8
-
-
-@dataclass
-class LiveReply:
-    message_id: int
-    params: SamplingParams
-    prefix: list[TokenStep] = field(default_factory=list)
-    steps: list[TokenStep] = field(default_factory=list)
-    request_id: int | None = None
-
-    @property
-    def all_steps(self) -> list[TokenStep]:
-        return self.prefix + self.steps
 
 
 class Composer(QPlainTextEdit):
@@ -469,23 +455,10 @@ class MainWindow(QMainWindow):
             self.request_cancel.emit(tag)
 
     def _last_assistant_index(self) -> int | None:
-        for i in range(len(self.thread_messages) - 1, -1, -1):
-            if self.thread_messages[i].role == "assistant":
-                return i
-        return None
+        return last_assistant_index(self.thread_messages)
 
     def _context_before(self, message_index: int) -> tuple[dict[str, str], ...]:
-        """Chat messages for the model: the system prompt and every turn before the reply."""
-        messages = []
-        system = self.system_prompt.text().strip()
-        if system:
-            messages.append({"role": "system", "content": system})
-        for message in self.thread_messages[:message_index]:
-            if message.role == "user":
-                messages.append({"role": "user", "content": message.content})
-            elif message.branch is not None:
-                messages.append({"role": "assistant", "content": message.branch.text})
-        return tuple(messages)
+        return context_before(self.thread_messages, message_index, self.system_prompt.text().strip())
 
     def _start(self, message_id, messages, prefix=(), forced=None) -> int:
         tag = self._next_tag
@@ -516,9 +489,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Continuing from the picked token; the earlier reply is kept as a branch.", 5000)
 
     def _message_of_entry(self, entry_index: int) -> Message | None:
-        offset = 1 if self.entries and self.entries[0].role == "system" else 0
-        i = entry_index - offset
-        return self.thread_messages[i] if 0 <= i < len(self.thread_messages) else None
+        return message_of_entry(self.entries, self.thread_messages, entry_index)
 
     def _on_branch_stepped(self, entry_index: int, delta: int) -> None:
         message = self._message_of_entry(entry_index)
@@ -602,59 +573,20 @@ class MainWindow(QMainWindow):
         self._rebuild_entries()
 
     def _rebuild_entries(self) -> None:
-        entries = []
-        if not self.thread_messages and not self.live:
-            entries.append(ChatEntry("welcome", self._welcome_text()))
-        system = self.system_prompt.text().strip()
-        if system and self.thread_messages:
-            entries.append(ChatEntry("system", system))
-        live_by_message = {live.message_id: live for live in self.live.values()}
-        for message in self.thread_messages:
-            if message.role == "user":
-                entries.append(ChatEntry("user", message.content))
-                continue
-            live = live_by_message.get(message.id)
-            count = len(message.branches) + (1 if live else 0)
-            if live is not None:
-                entries.append(
-                    ChatEntry(
-                        "assistant",
-                        steps=live.all_steps,
-                        branch=count - 1,
-                        branches=count,
-                        streaming=True,
-                    )
-                )
-            elif message.branch is not None:
-                branch = message.branch
-                note = "" if branch.finish_reason == "stop" else f"[{branch.finish_reason}]"
-                entries.append(
-                    ChatEntry(
-                        "assistant",
-                        branch.text,
-                        list(branch.steps),
-                        message.active,
-                        count,
-                        note=note,
-                    )
-                )
-        self.entries = entries
+        self.entries = build_entries(
+            self.thread_messages, list(self.live.values()), self.system_prompt.text().strip(), self._welcome_state()
+        )
         if self.follow_latest:
             self.selected = self._latest_token()
         self._dirty = True
 
-    def _welcome_text(self) -> str:
+    def _welcome_state(self) -> str:
         if self.model_info is None:
-            state = f"Loading the model ({self.progress.value()}%)…"
-        else:
-            state = f"{self.model_info.name} is ready: press Enter to send the question below."
-        return "\n".join([WELCOME, state])
+            return f"Loading the model ({self.progress.value()}%)…"
+        return f"{self.model_info.name} is ready: press Enter to send the question below."
 
     def _latest_token(self) -> tuple[int, int] | None:
-        for i in range(len(self.entries) - 1, -1, -1):
-            if self.entries[i].steps:
-                return (i, len(self.entries[i].steps) - 1)
-        return None
+        return latest_token(self.entries)
 
     def select_token(self, entry: int, index: int) -> None:
         self.selected = (entry, index)
