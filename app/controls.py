@@ -71,7 +71,8 @@ BUILTIN_PRESETS: dict[str, dict] = {
     },
 }
 CUSTOM = "Custom"
-FIELDS_IN_PRESETS = {
+# The fields with a slider, in the order the panel shows them; presets set these.
+SLIDER_FIELDS = (
     "temperature",
     "top_k",
     "top_p",
@@ -82,7 +83,7 @@ FIELDS_IN_PRESETS = {
     "penalty_window",
     "max_tokens",
     "top_logprobs",
-}
+)
 ERROR_STYLE = "border: 2px solid #d93025;"
 
 # name, label, (slider min, slider max), spin range, decimals, tooltip
@@ -224,21 +225,9 @@ class SamplingControls(QWidget):
         for name, _, slider, spin, tip in INT_FIELDS:
             self.fields[name] = IntField(slider, spin, self._changed)
             self.fields[name].setToolTip(tip)
-        order = [
-            "temperature",
-            "top_k",
-            "top_p",
-            "min_p",
-            "repetition_penalty",
-            "presence_penalty",
-            "frequency_penalty",
-            "penalty_window",
-            "max_tokens",
-            "top_logprobs",
-        ]
         form = QFormLayout()
         labels = {f[0]: f[1] for f in FLOAT_FIELDS} | {f[0]: f[1] for f in INT_FIELDS}
-        for name in order:
+        for name in SLIDER_FIELDS:
             form.addRow(labels[name], self.fields[name])
 
         self.seed = QLineEdit()
@@ -338,7 +327,7 @@ class SamplingControls(QWidget):
         """Name the preset these values match, or "Custom"."""
         presets = {**BUILTIN_PRESETS, **self._user_presets()}
         for name, preset in presets.items():
-            if all(getattr(params, k) == v for k, v in preset.items() if k in FIELDS_IN_PRESETS):
+            if all(getattr(params, k) == v for k, v in preset.items() if k in SLIDER_FIELDS):
                 self.presets.setCurrentText(name)
                 return
         if self.presets.findText(CUSTOM) < 0:
