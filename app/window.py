@@ -553,8 +553,8 @@ class MainWindow(QMainWindow):
 
     def _on_params_changed(self, params: SamplingParams) -> None:
         self.settings.setValue("params", json.dumps(params.to_dict()))
-        for tag, live in self.live.items():
-            live.params = live.params  # the branch records the parameters it started with
+        # Each branch keeps the parameters it started with; its TokenSteps record every change.
+        for tag in self.live:
             self.request_update.emit(tag, params)
         if self.live:
             self.statusBar().showMessage("Parameters changed: they apply from the next token.", 4000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
@@ -31,11 +31,6 @@ class ChatJob:
     forced_token: int | None = None
 
 
-@dataclass
-class _Running:
-    tags: dict[int, int] = field(default_factory=dict)  # request id -> tag
-
-
 class EngineWorker(QObject):
     model_progressed = Signal(str, float)
     model_loaded = Signal(object)  # ModelInfo
@@ -53,7 +48,7 @@ class EngineWorker(QObject):
         super().__init__()
         self._session_factory = session_factory
         self._session = None
-        self._running = _Running()
+        self._tags: dict[int, int] = {}  # request id -> the GUI's tag
         self._timer: QTimer | None = None
 
     # The session is created on the worker thread: MLX objects belong to their thread.
@@ -102,14 +97,14 @@ class EngineWorker(QObject):
         except Exception as exc:
             self.job_rejected.emit(job.tag, f"{type(exc).__name__}: {exc}")
             return
-        self._running.tags[started.request_id] = job.tag
+        self._tags[started.request_id] = job.tag
         self.job_started.emit(job.tag, started.request_id, len(started.prompt_tokens))
         self._schedule()
 
     @Slot(int)
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
-        for request_id, t in list(self._running.tags.items()):
+        for request_id, t in list(self._tags.items()):
             if t == tag:
                 # It may have finished in the step that ran while this call was queued.
                 with contextlib.suppress(EngineError):
@@ -119,7 +114,7 @@ class EngineWorker(QObject):
     @Slot(int, object)
     def update_params(self, tag: int, params: SamplingParams) -> None:
         session = self._ensure_session()
-        for request_id, t in self._running.tags.items():
+        for request_id, t in self._tags.items():
             if t == tag:
                 try:
                     session.update_params(request_id, params)
@@ -138,7 +133,7 @@ class EngineWorker(QObject):
                 self._session.release_thread()
             except Exception:
                 traceback.print_exc()
-        self._running.tags.clear()
+        self._tags.clear()
         self.shut_down.emit()
 
     def _schedule(self) -> None:
@@ -164,7 +159,7 @@ class EngineWorker(QObject):
 
     def _flush_events(self, events) -> None:
         for event in events:
-            tag = self._running.tags.get(event.request_id)
+            tag = self._tags.get(event.request_id)
             if tag is None:
                 continue
             if isinstance(event, TokenStep):
@@ -172,7 +167,7 @@ class EngineWorker(QObject):
             elif isinstance(event, PrefillProgress):
                 self.prefill_progressed.emit(tag, event.done, event.total)
             elif isinstance(event, Finished):
-                del self._running.tags[event.request_id]
+                del self._tags[event.request_id]
                 self.job_finished.emit(tag, event)
 
 

@@ -7,7 +7,7 @@ costs exactly one device-to-host copy for the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -139,7 +139,3 @@ def to_host(packed: mx.array) -> np.ndarray:
     """
     mx.eval(packed)
     return np.array(packed, copy=False)
-
-
-def row_budgets(top_logprobs: Sequence[int]) -> int:
-    return max(top_logprobs, default=0)

@@ -26,11 +26,14 @@ def count_tokens(history: Sequence[int], window: int, vocab: int) -> np.ndarray:
     return np.bincount(tokens, minlength=vocab).astype(np.int32)[:vocab]
 
 
-def leaving_token(history: Sequence[int], window: int) -> int | None:
-    """After appending the newest token to ``history``, the token that left the window."""
-    if window <= 0 or len(history) <= window:
+def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = ()) -> int | None:
+    """The token that left the window when the newest token arrived; the history is
+    ``head + tail`` (prompt and output), read in place rather than concatenated."""
+    length = len(head) + len(tail)
+    if window <= 0 or length <= window:
         return None
-    return history[-window - 1]
+    index = length - window - 1
+    return head[index] if index < len(head) else tail[index - len(head)]
 
 
 class PenaltyCounts:

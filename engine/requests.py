@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.detokenize import StopText, StreamDecoder
 from engine.errors import EngineError
 from engine.params import SamplingParams
+from engine.penalties import leaving_token
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -63,14 +63,20 @@ class Request:
     prefilled: int = 0
     reused: int = 0
     caches: list | None = None  # per-layer caches while prefilling
-    params_changed: bool = False
-    created: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     prefill_seconds: float = 0.0
 
     @property
     def history(self) -> list[int]:
+        """Prompt + output as one new list (O(length): not for per-step use)."""
         return self.prompt + self.generated
+
+    @property
+    def history_length(self) -> int:
+        return len(self.prompt) + len(self.generated)
+
+    def leaving_token(self) -> int | None:
+        return leaving_token(self.params.penalty_window, self.prompt, self.generated)
 
     @property
     def next_index(self) -> int:

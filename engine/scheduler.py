@@ -24,7 +24,7 @@ from engine.events import Event, Finished, PrefillProgress, TokenStep
 from engine.inspection import pack_step, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
-from engine.penalties import PenaltyCounts, leaving_token
+from engine.penalties import PenaltyCounts
 from engine.requests import (
     FINISH_CANCELLED,
     FINISH_LENGTH,
@@ -299,7 +299,7 @@ class Scheduler:
 
     def _last_step(self, request: Request) -> bool:
         """Whether the request finishes with its next token whatever it is."""
-        return request.next_index + 1 >= request.params.max_tokens or len(request.history) + 1 >= self.context_length
+        return request.next_index + 1 >= request.params.max_tokens or request.history_length + 1 >= self.context_length
 
     # Sampling --------------------------------------------------------------------
 
@@ -338,15 +338,12 @@ class Scheduler:
             self._prefetched = self.model(result.tokens[:, None], cache=self._batch)[:, -1, :]
             mx.async_eval(self._prefetched)
         packed = to_host(packed)  # the one transfer
-        tokens = [int(t) for t in packed[:, 0]]
-        counts.accept(
-            tokens,
-            [leaving_token(r.history + [t], r.params.penalty_window) for r, t in zip(requests, tokens, strict=True)],
-        )
         events: list[Event] = []
         for row, request in enumerate(requests):
             inspection = unpack_row(packed[row], top_n, request.params.top_logprobs, self.text.piece)
             events.extend(self._accept(request, inspection, forced[row] is not None))
+        # Every request now ends with its new token; the counts are read at the next step.
+        counts.accept([r.generated[-1] for r in requests], [r.leaving_token() for r in requests])
         return events
 
     def _accept(self, request: Request, inspection, forced: bool) -> list[Event]:
@@ -355,7 +352,7 @@ class Scheduler:
         if request.first_token_at is None:
             request.first_token_at = now
         index = request.next_index
-        position = len(request.history)
+        position = request.history_length
         request.generated.append(token)
         reason, stop = None, None
         if token in self.loaded.eos_token_ids:

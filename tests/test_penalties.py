@@ -51,7 +51,7 @@ def test_incremental_counts_match_rebuild_and_reference(dtype):
             np.testing.assert_allclose(np.array(incremental)[row], ref, atol=1e-5, rtol=0)
         # Draw from the history's own tail so tokens repeat and leave windows.
         tokens = [int(rng.choice(h[-4:])) if rng.random() < 0.6 else int(rng.integers(V)) for h in histories]
-        leaving = [leaving_token(h + [t], w) for h, t, w in zip(histories, tokens, windows, strict=True)]
+        leaving = [leaving_token(w, h, [t]) for h, t, w in zip(histories, tokens, windows, strict=True)]
         counts.accept(tokens, leaving)
         for h, t in zip(histories, tokens, strict=True):
             h.append(t)
