@@ -4,6 +4,10 @@ A conversation is a chain of turns. Each assistant message has one or more
 branches (regenerations and picked-token continuations); a user message that
 follows an assistant reply belongs to the branch it answered, so switching a
 branch switches the rest of the conversation with it.
+
+The schema version is ``PRAGMA user_version``; ``MIGRATIONS`` bring an older file
+up to ``SCHEMA_VERSION`` one step at a time, each in its own transaction, after a
+copy of the file is written beside it (``<name>.v<old version>.bak``).
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.serialize import steps_from_json, steps_to_json
+from app.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
 from engine.events import TokenStep
 from engine.params import SamplingParams
 
@@ -49,6 +54,29 @@ CREATE TABLE IF NOT EXISTS branches (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
 CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
 """
+SCHEMA_VERSION = 2
+"""1: the first release (it left ``user_version`` at 0), token steps in format 1.
+2: token steps keyed by stage name (``app.serialize`` format 2)."""
+
+
+def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
+    """Rewrite every branch's token steps from format 1 to format 2."""
+    rows = db.execute("SELECT id, steps FROM branches").fetchall()
+    for branch_id, text in rows:
+        steps = [step_to_dict(step_from_dict(d)) for d in json.loads(text)]
+        db.execute("UPDATE branches SET steps = ? WHERE id = ?", (json.dumps(steps), branch_id))
+
+
+# MIGRATIONS[v] turns a version-v database into version v + 1.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _steps_v1_to_v2}
+
+
+def _has_tables(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'branches'").fetchone() is not None
+
+
+def backup_path(path: Path, version: int) -> Path:
+    return path.with_name(f"{path.name}.v{version}.bak")
 
 
 @dataclass
@@ -88,8 +116,41 @@ class Store:
         self.db = sqlite3.connect(str(self.path))
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
-        self.db.commit()
+        self.migrated_from: int | None = None
+        self._open_schema()
+
+    def _open_schema(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            if not _has_tables(self.db):
+                self.db.executescript(SCHEMA)
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self.db.commit()
+                return
+            version = 1  # the first release had these tables and left user_version at 0
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} was written by a newer Logitscope (schema {version}; this one reads up to "
+                f"{SCHEMA_VERSION})."
+            )
+        if version == SCHEMA_VERSION:
+            return
+        # A consistent copy even in WAL mode, before anything is rewritten.
+        with sqlite3.connect(str(backup_path(self.path, version))) as copy:
+            self.db.backup(copy)
+        copy.close()
+        self.migrated_from = version
+        while version < SCHEMA_VERSION:
+            # One transaction per step: a failure leaves the file at the last finished version.
+            self.db.execute("BEGIN")
+            try:
+                MIGRATIONS[version](self.db)
+                self.db.execute(f"PRAGMA user_version = {version + 1}")
+            except BaseException:
+                self.db.rollback()
+                raise
+            self.db.commit()
+            version += 1
 
     def close(self) -> None:
         self.db.close()

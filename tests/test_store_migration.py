@@ -1,0 +1,121 @@
+"""A database written by the release before the stage chain (tests/data/store_v1.sqlite3,
+made by tests/data/make_store_v1.py with commit d847c8d's own store) still opens."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from app.store import SCHEMA_VERSION, Store, backup_path
+from engine.params import DEFAULT_SAMPLERS
+
+FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite3"
+
+
+def raw_steps(path: Path) -> dict[int, list[dict]]:
+    db = sqlite3.connect(str(path))
+    try:
+        return {bid: json.loads(text) for bid, text in db.execute("SELECT id, steps FROM branches")}
+    finally:
+        db.close()
+
+
+def user_version(path: Path) -> int:
+    db = sqlite3.connect(str(path))
+    try:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        db.close()
+
+
+def lp(value):
+    return -math.inf if value is None else value
+
+
+@pytest.fixture
+def old_db(tmp_path):
+    path = tmp_path / "logitscope.sqlite3"
+    shutil.copy(FIXTURE, path)
+    return path
+
+
+def test_fixture_is_in_the_old_format():
+    assert user_version(FIXTURE) == 0
+    steps = raw_steps(FIXTURE)
+    assert all("v" not in s and "penalized_logprob" in s for branch in steps.values() for s in branch)
+
+
+def test_v1_database_opens_migrated(old_db):
+    before = raw_steps(old_db)
+    store = Store(old_db)
+    assert store.migrated_from == 1
+    (conversation,) = store.conversations()
+    assert conversation.title == "Capital of France"
+    thread = store.thread(conversation.id)
+    assert [m.role for m in thread] == ["user", "assistant", "user", "assistant"]
+    assert thread[0].content == "What is the capital of France?" and thread[2].content == "And its second city?"
+    first, second = thread[1].branches
+    assert thread[1].branch is second  # the follow-up answered the second branch
+    assert [b.finish_reason for b in (first, second)] == ["length", "stop"]
+
+    # Greedy, no truncation: raw, then the old final as "temperature".
+    assert all(s.chain == ("raw", "temperature") for s in first.steps)
+    # The regeneration changed parameters after two tokens, then a token was picked by hand.
+    assert [s.chain for s in second.steps] == [("raw", "min_p")] * 2 + [("raw", "penalties", "top_p")] * 3
+    assert [s.forced for s in second.steps] == [False, False, False, True, False]
+    (answer,) = thread[3].branches
+    assert all(s.chain == ("raw", "bias", "top_k") for s in answer.steps)
+
+    # Every number is the old one, in its stage; what format 1 never had is NaN or -1.
+    for branch in (first, second, answer):
+        for step, old in zip(branch.steps, before[branch.id], strict=True):
+            three = len(step.chain) == 3
+            expect = [old["raw_logprob"], *([old["penalized_logprob"]] if three else []), old["logprob"]]
+            assert step.logprobs == tuple(lp(v) for v in expect)
+            assert step.entropy_raw == old["entropy_raw"] and step.entropy == old["entropy"]
+            assert all(math.isnan(h) for h in step.entropies[1:-1])
+            assert set(step.survivors) == {-1}
+            assert step.params.samplers == DEFAULT_SAMPLERS and step.params.seed == old["params"]["seed"]
+            for cand, row in zip(step.top, old["top"], strict=True):
+                assert (cand.token_id, cand.text, cand.raw_logit) == tuple(row[:3])
+                assert cand.logprobs == tuple(lp(v) for v in [row[3], *([row[4]] if three else []), row[5]])
+                assert cand.removed_by == (step.chain[-1] if row[5] is None else None)
+                assert (cand.bias, cand.penalty, cand.count) == tuple(row[6:])
+    removed = [c for s in second.steps for c in s.top if c.removed_by]
+    assert {c.removed_by for c in removed} == {"min_p", "top_p"}
+    store.close()
+
+    # The rows are rewritten in format 2, the version is recorded, and the old file is kept.
+    assert user_version(old_db) == SCHEMA_VERSION
+    assert all(s["v"] == 2 for branch in raw_steps(old_db).values() for s in branch)
+    backup = backup_path(old_db, 1)
+    assert backup.name == "logitscope.sqlite3.v1.bak"
+    assert raw_steps(backup) == before and user_version(backup) == 0
+
+    # Opening again migrates nothing and reads the same steps.
+    again = Store(old_db)
+    assert again.migrated_from is None
+    assert again.thread(conversation.id)[1].branches[1].steps == second.steps
+    again.close()
+
+
+def test_new_database_starts_at_the_current_version(tmp_path):
+    path = tmp_path / "new.sqlite3"
+    Store(path).close()
+    assert user_version(path) == SCHEMA_VERSION
+    assert not backup_path(path, 1).exists()
+
+
+def test_a_database_from_a_newer_app_is_refused(tmp_path):
+    path = tmp_path / "future.sqlite3"
+    Store(path).close()
+    db = sqlite3.connect(str(path))
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(RuntimeError, match="newer Logitscope"):
+        Store(path)
