@@ -18,8 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from bench.common import PROMPT, default_model, median, row_params, synthetic_model
-from engine.inspection import pack_step, to_host, unpack_row
-from engine.sampler import RowParams, gumbel_noise, run_pipeline, step_key
+from engine.inspection import to_host, unpack_row
 from engine.scheduler import Scheduler
 
 
@@ -32,25 +31,24 @@ def profile(loaded, batch: int, repeats: int = 7) -> dict:
         scheduler.step()
     for _ in range(2):
         scheduler.step()
-    parts: dict[str, list[float]] = {k: [] for k in ("forward", "pipeline", "pack_and_transfer", "host", "full_step")}
+    parts: dict[str, list[float]] = {k: [] for k in ("forward", "sample_and_pack", "transfer", "host", "full_step")}
     requests = scheduler._active
+    sampling = scheduler._sampling
     for _ in range(repeats):
-        rows = RowParams.build([r.params for r in requests])
         inputs = mx.array([[r.generated[-1]] for r in requests])
         t0 = time.perf_counter()
         logits = scheduler.model(inputs, cache=scheduler._batch)[:, -1, :]
         mx.eval(logits)
         t1 = time.perf_counter()
-        keys = [step_key(r.params.seed, r.next_index) for r in requests]
-        noise = gumbel_noise(keys, logits.shape[-1])
-        result = run_pipeline(logits, rows, scheduler._bias_for(requests), scheduler._counts.counts, noise)
-        mx.eval(result.raw, result.biased, result.penalized, result.final, result.tokens)
+        sampled = sampling.sample(logits, [r.next_index for r in requests])
+        mx.eval(sampled.tokens, sampled.packed)
         t2 = time.perf_counter()
-        top_n = max(r.params.top_logprobs for r in requests)
-        packed = to_host(pack_step(result, scheduler._counts.counts, top_n))
+        packed = to_host(sampled.packed)
         t3 = time.perf_counter()
         for row, request in enumerate(requests):
-            unpack_row(packed[row], top_n, request.params.top_logprobs, scheduler.text.piece)
+            unpack_row(
+                packed[row], sampled.top_n, request.params.top_logprobs, sampled.chains[row], scheduler.text.piece
+            )
             request.decoder.decode(request.generated[-4:])
         t4 = time.perf_counter()
         for cache in scheduler._batch:

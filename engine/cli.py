@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Finished, TokenStep
-from engine.params import SamplingParams, SamplingParamsError
+from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -49,6 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--top-logprobs", type=int, default=10)
     gen.add_argument("--stop", action="append", default=[])
+    gen.add_argument(
+        "--samplers", default=None, help=f"stage order, comma-separated (default: {','.join(DEFAULT_SAMPLERS)})"
+    )
+    gen.add_argument("--typical-p", type=float, default=1.0)
+    gen.add_argument("--top-n-sigma", type=float, default=0.0)
+    gen.add_argument("--xtc-probability", type=float, default=0.0)
+    gen.add_argument("--xtc-threshold", type=float, default=0.1)
+    gen.add_argument("--dry-multiplier", type=float, default=0.0)
+    gen.add_argument("--dry-base", type=float, default=1.75)
+    gen.add_argument("--dry-allowed-length", type=int, default=2)
+    gen.add_argument("--dry-penalty-last-n", type=int, default=-1)
+    gen.add_argument(
+        "--dry-sequence-breaker",
+        action="append",
+        default=None,
+        help='repeatable; replaces the default list (\\n : " *); escapes \\n \\t \\\\ are read',
+    )
+    gen.add_argument("--dynatemp-range", type=float, default=0.0)
+    gen.add_argument("--dynatemp-exponent", type=float, default=1.0)
     gen.add_argument("--prefill-chunk", type=int, default=512, help=argparse.SUPPRESS)
     return parser
 
@@ -67,7 +86,38 @@ def params_from(args: argparse.Namespace) -> SamplingParams:
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
         top_logprobs=args.top_logprobs,
+        samplers=DEFAULT_SAMPLERS if args.samplers is None else _split(args.samplers),
+        typical_p=args.typical_p,
+        top_n_sigma=args.top_n_sigma,
+        xtc_probability=args.xtc_probability,
+        xtc_threshold=args.xtc_threshold,
+        dry_multiplier=args.dry_multiplier,
+        dry_base=args.dry_base,
+        dry_allowed_length=args.dry_allowed_length,
+        dry_penalty_last_n=args.dry_penalty_last_n,
+        dry_sequence_breakers=DEFAULT_DRY_SEQUENCE_BREAKERS
+        if args.dry_sequence_breaker is None
+        else tuple(unescape(b) for b in args.dry_sequence_breaker),
+        dynatemp_range=args.dynatemp_range,
+        dynatemp_exponent=args.dynatemp_exponent,
     )
+
+
+def _split(names: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in names.split(",") if n.strip())
+
+
+def unescape(text: str) -> str:
+    """``\\n``, ``\\t`` and ``\\\\`` typed on a command line (or in a field) as the characters."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "nt\\":
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def _num(value: float) -> float | None:
@@ -86,14 +136,19 @@ def token_json(step: TokenStep, request: int) -> dict[str, Any]:
         "raw_logprob": _num(step.raw_logprob),
         "entropy_raw": _num(step.entropy_raw),
         "entropy": _num(step.entropy),
+        "chain": list(step.chain),
+        "entropies": {name: _num(e) for name, e in zip(step.chain, step.entropies, strict=True)},
+        "survivors": dict(zip(step.chain, step.survivors, strict=True)),
+        "forced": step.forced,
         "top": [
             {
                 "token_id": c.token_id,
                 "text": c.text,
                 "raw_logit": _num(c.raw_logit),
                 "raw_logprob": _num(c.raw_logprob),
-                "penalized_logprob": _num(c.penalized_logprob),
                 "logprob": _num(c.logprob),
+                "logprobs": {name: _num(lp) for name, lp in zip(step.chain, c.logprobs, strict=True)},
+                "removed_by": c.removed_by,
             }
             for c in step.top
         ],
@@ -150,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if isinstance(exc, SamplingParamsError) else EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader (e.g. `head`) closed the pipe: not an error
+        sys.stderr.close()
+        return 0
     except Exception as exc:  # the contract: one line, never a traceback
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR

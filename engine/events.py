@@ -9,26 +9,35 @@ from engine.params import SamplingParams
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One token of a step's candidate set, with its value in every named distribution."""
+    """One token of a step's candidate set, with its logprob after every stage of the chain."""
 
     token_id: int
     text: str
     raw_logit: float
-    raw_logprob: float
-    penalized_logprob: float
-    logprob: float
-    """In ``final``; -inf when truncation removed the token."""
+    logprobs: tuple[float, ...]
+    """Logprob after each stage of the step's ``chain`` (same order); -inf once removed."""
+    removed_by: str | None
+    """The stage that removed this token, or None if it survived the whole chain."""
     bias: float
     """logit_bias added to this token's logit."""
     penalty: float
-    """Change of the logit made by the penalties (after the bias)."""
+    """Change of the logit made by the ``penalties`` stage."""
     count: int
     """Occurrences inside the penalty window."""
+
+    @property
+    def raw_logprob(self) -> float:
+        return self.logprobs[0]
+
+    @property
+    def logprob(self) -> float:
+        """After the last stage of the chain; -inf when a stage removed the token."""
+        return self.logprobs[-1]
 
 
 @dataclass(frozen=True, slots=True)
 class TokenStep:
-    """One generated token of one request."""
+    """One generated (or scored) token of one request."""
 
     request_id: int
     index: int
@@ -41,15 +50,47 @@ class TokenStep:
     be the start of a stop string)."""
     piece: str
     """This token's own text, for labels."""
-    raw_logprob: float
-    penalized_logprob: float
-    logprob: float
-    entropy_raw: float
-    entropy: float
+    chain: tuple[str, ...]
+    """The stages that ran for this row, in order, starting with ``raw``."""
+    logprobs: tuple[float, ...]
+    """The chosen token's logprob after each stage of ``chain``."""
+    entropies: tuple[float, ...]
+    """Entropy in nats of the distribution after each stage of ``chain``."""
+    survivors: tuple[int, ...]
+    """Tokens left with a non-zero probability after each stage of ``chain``."""
     top: tuple[Candidate, ...]
     params: SamplingParams
     forced: bool = False
     """True when the token was chosen by ``branch`` rather than drawn."""
+
+    @property
+    def raw_logprob(self) -> float:
+        return self.logprobs[0]
+
+    @property
+    def logprob(self) -> float:
+        """The chosen token's logprob after the last stage."""
+        return self.logprobs[-1]
+
+    @property
+    def entropy_raw(self) -> float:
+        return self.entropies[0]
+
+    @property
+    def entropy(self) -> float:
+        """Entropy after the last stage."""
+        return self.entropies[-1]
+
+    def stage_index(self, stage: str) -> int | None:
+        """Where ``stage`` sits in this step's chain, or None if it did not run."""
+        return self.chain.index(stage) if stage in self.chain else None
+
+    def logprob_at(self, stage: str, candidate: Candidate | None = None) -> float | None:
+        """The chosen token's (or ``candidate``'s) logprob after ``stage``; None if it did not run."""
+        i = self.stage_index(stage)
+        if i is None:
+            return None
+        return (candidate.logprobs if candidate is not None else self.logprobs)[i]
 
     @property
     def raw_argmax(self) -> bool:

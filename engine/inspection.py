@@ -1,133 +1,185 @@
-"""Per-step inspection data: logprobs, entropies and candidate sets, in one host transfer.
+"""Per-step inspection data for every stage of the chain, in one host transfer.
 
-All quantities are computed on the device in float32 (bf16 / f16 logits were
-promoted before the first stage) and packed into a single array, so a step
-costs exactly one device-to-host copy for the whole batch.
+For each stage that ran, the batch's logits after it become logprobs (one log-sum-exp
+per stage), an entropy and a surviving-token count; each candidate's logprob is
+gathered from every stage. Everything is packed into one float32 array with a slot per
+canonical stage name (``STAGE_NAMES``; NaN where the stage did not run), so groups of
+rows with different chains concatenate, and a step costs exactly one copy to the host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
 from engine.events import Candidate
-from engine.sampler import PipelineResult
+from engine.params import STAGE_NAMES
+from engine.sampler import ChainResult
+from engine.stages.base import log_softmax
 
-# Fields gathered for each candidate slot, in pack order.
-_FIELDS = ("raw_logit", "raw_logprob", "penalized_logprob", "logprob", "bias", "penalty", "count")
-
-
-def log_softmax(logits: mx.array) -> mx.array:
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+N_STAGES = len(STAGE_NAMES)
+_EXTRA = ("raw_logit", "bias", "penalty", "count")  # per candidate, before the per-stage logprobs
+_PER_SLOT = len(_EXTRA) + N_STAGES
+_HEAD = 1 + 2 * N_STAGES  # token, entropies, survivors
 
 
 def entropy(logprobs: mx.array) -> mx.array:
-    """[B, V] logprobs -> [B] entropy in nats; -inf entries contribute 0."""
-    terms = mx.where(mx.isinf(logprobs), 0.0, mx.exp(logprobs) * logprobs)
+    """[B, V] logprobs -> [B] entropy in nats; removed (-inf) tokens contribute 0."""
+    terms = mx.where(logprobs > float("-inf"), mx.exp(logprobs) * logprobs, 0.0)
     return -mx.sum(terms, axis=-1)
 
 
 def _top_indices(values: mx.array, n: int) -> mx.array:
-    vocab = values.shape[-1]
-    n = min(n, vocab)
+    n = min(n, values.shape[-1])
     return mx.argpartition(-values, kth=n - 1, axis=-1)[:, :n]
 
 
-def pack_step(result: PipelineResult, counts: mx.array | None, top_n: int) -> mx.array:
-    """[B, 3 + S * (1 + len(_FIELDS))] float32 where S = 2 * top_n + 1 candidate slots."""
-    raw_lp = log_softmax(result.raw)
-    pen_lp = log_softmax(result.penalized)
-    fin_lp = log_softmax(result.final)
-    chosen = result.tokens[:, None]
-    parts = [chosen]
+def slots(top_n: int) -> int:
+    return 2 * top_n + 1 if top_n > 0 else 1
+
+
+def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.array:
+    """[B, _HEAD + S * (1 + _PER_SLOT)] float32, S = 2 * top_n + 1 candidate slots:
+    the top ``top_n`` of ``raw``, of the last stage, and the drawn token."""
+    raw, last, tokens = result.outputs[0], result.outputs[-1], result.tokens
+    batch = tokens.shape[0]
+    chosen = tokens[:, None].astype(mx.int32)
+    index = chosen
     if top_n > 0:
-        parts = [_top_indices(result.raw, top_n), _top_indices(result.final, top_n), chosen]
-    index = mx.concatenate([p.astype(mx.int32) for p in parts], axis=1)  # [B, S]
+        index = mx.concatenate([_top_indices(raw, top_n), _top_indices(last, top_n), chosen], axis=1)
+    width = index.shape[1]
+    nan_row = mx.full((batch,), math.nan, mx.float32)
+    nan_slots = mx.full((batch, width), math.nan, mx.float32)
+    zeros = mx.zeros((batch, width), mx.float32)
 
     def gather(values: mx.array) -> mx.array:
         return mx.take_along_axis(values, index, axis=-1)
 
-    zeros = mx.zeros(index.shape, mx.float32)
-    fields = [
-        gather(result.raw),
-        gather(raw_lp),
-        gather(pen_lp),
-        gather(fin_lp),
-        gather(result.biased - result.raw),
-        gather(result.penalized - result.biased),
+    entropies, survivors, stage_lps = [], [], []
+    for name in STAGE_NAMES:
+        out = result.output(name)
+        if out is None:
+            entropies.append(nan_row)
+            survivors.append(nan_row)
+            stage_lps.append(nan_slots)
+            continue
+        logprobs = log_softmax(out)
+        entropies.append(entropy(logprobs))
+        survivors.append(mx.sum(out > float("-inf"), axis=-1).astype(mx.float32))
+        stage_lps.append(gather(logprobs))
+    extra = [
+        gather(raw),
+        _effect(result, "bias", gather, zeros),
+        _effect(result, "penalties", gather, zeros),
         gather(counts).astype(mx.float32) if counts is not None else zeros,
     ]
-    scalars = mx.stack([result.tokens.astype(mx.float32), entropy(raw_lp), entropy(fin_lp)], axis=1)
-    return mx.concatenate([scalars, index.astype(mx.float32), *fields], axis=1)
+    head = mx.stack([tokens.astype(mx.float32), *entropies, *survivors], axis=1)
+    return mx.concatenate([head, index.astype(mx.float32), *extra, *stage_lps], axis=1)
+
+
+def _effect(result: ChainResult, stage: str, gather, zeros: mx.array) -> mx.array:
+    """How much ``stage`` changed each candidate's logit (0 when it did not run)."""
+    if stage not in result.chain:
+        return zeros
+    i = result.chain.index(stage)
+    return gather(result.outputs[i + 1] - result.outputs[i])
 
 
 @dataclass(frozen=True, slots=True)
 class RowInspection:
     token_id: int
-    entropy_raw: float
-    entropy: float
-    raw_logprob: float
-    penalized_logprob: float
-    logprob: float
+    chain: tuple[str, ...]
+    logprobs: tuple[float, ...]
+    entropies: tuple[float, ...]
+    survivors: tuple[int, ...]
     top: tuple[Candidate, ...]
 
+    @property
+    def raw_logprob(self) -> float:
+        return self.logprobs[0]
 
-def unpack_row(packed: np.ndarray, top_n: int, row_top_n: int, text_of: Callable[[int], str]) -> RowInspection:
-    """Host side: one row of :func:`pack_step`, its candidates deduplicated and sorted.
+    @property
+    def logprob(self) -> float:
+        return self.logprobs[-1]
 
-    ``row_top_n`` <= ``top_n`` is this row's own ``top_logprobs``.
-    """
-    slots = 2 * top_n + 1 if top_n > 0 else 1
-    token_id = int(packed[0])
-    index = packed[3 : 3 + slots].astype(np.int64)
-    values = packed[3 + slots :].reshape(len(_FIELDS), slots)
+    @property
+    def entropy_raw(self) -> float:
+        return self.entropies[0]
+
+    @property
+    def entropy(self) -> float:
+        return self.entropies[-1]
+
+
+def unpack_row(
+    packed: np.ndarray,
+    top_n: int,
+    row_top_n: int,
+    chain: Sequence[str],
+    text_of: Callable[[int], str],
+) -> RowInspection:
+    """Host side: one row of :func:`pack_step`, for a row whose stages were ``chain``
+    (without ``raw``); candidates deduplicated and sorted by their last-stage logprob."""
+    chain = ("raw", *chain)
+    columns = [STAGE_NAMES.index(name) for name in chain]
+    n_slots = slots(top_n)
+    index = packed[_HEAD : _HEAD + n_slots].astype(np.int64)
+    values = packed[_HEAD + n_slots :].reshape(_PER_SLOT, n_slots)
+    stage_values = values[len(_EXTRA) :][columns]  # [len(chain), S]
     by_id: dict[int, int] = {}
-    wanted = _wanted_slots(values, top_n, row_top_n, slots)
-    for slot in wanted:
+    for slot in _wanted_slots(values[0], stage_values[-1], top_n, row_top_n, n_slots):
         by_id.setdefault(int(index[slot]), slot)
-    chosen_slot = slots - 1
     top = tuple(
         sorted(
-            (_candidate(int(index[s]), values[:, s], text_of) for s in by_id.values()),
+            (_candidate(int(index[s]), values[:, s], stage_values[:, s], chain, text_of) for s in by_id.values()),
             key=lambda c: (-c.logprob, -c.raw_logprob),
         )
     )
+    entropies = packed[1 : 1 + N_STAGES][columns]
+    survivors = packed[1 + N_STAGES : _HEAD][columns]
     return RowInspection(
-        token_id=token_id,
-        entropy_raw=float(packed[1]),
-        entropy=float(packed[2]),
-        raw_logprob=float(values[1, chosen_slot]),
-        penalized_logprob=float(values[2, chosen_slot]),
-        logprob=float(values[3, chosen_slot]),
+        token_id=int(packed[0]),
+        chain=chain,
+        logprobs=tuple(float(v) for v in stage_values[:, n_slots - 1]),
+        entropies=tuple(_clean_entropy(float(e)) for e in entropies),
+        survivors=tuple(int(s) for s in survivors),
         top=top,
     )
 
 
-def _wanted_slots(values: np.ndarray, top_n: int, row_top_n: int, slots: int) -> list[int]:
-    """This row's top ``row_top_n`` of raw and of final (finite only), then the chosen slot."""
+def _clean_entropy(value: float) -> float:
+    # A point mass gives -0.0 or a rounding error below zero; entropy is never negative.
+    return value if value > 0.0 else 0.0
+
+
+def _wanted_slots(raw_logits: np.ndarray, last: np.ndarray, top_n: int, row_top_n: int, n_slots: int) -> list[int]:
+    """This row's top ``row_top_n`` of raw and of the last stage (finite only), then the chosen slot."""
     if top_n == 0 or row_top_n == 0:
-        return [slots - 1]
-    raw_slots = np.argsort(-values[0, :top_n], kind="stable")[:row_top_n]
-    fin_values = values[3, top_n : 2 * top_n]
-    fin_order = np.argsort(-fin_values, kind="stable")[:row_top_n]
-    fin_slots = [top_n + int(s) for s in fin_order if np.isfinite(fin_values[s])]
-    return [int(s) for s in raw_slots] + fin_slots + [slots - 1]
+        return [n_slots - 1]
+    raw_slots = np.argsort(-raw_logits[:top_n], kind="stable")[:row_top_n]
+    last_values = last[top_n : 2 * top_n]
+    last_order = np.argsort(-last_values, kind="stable")[:row_top_n]
+    last_slots = [top_n + int(s) for s in last_order if np.isfinite(last_values[s])]
+    return [int(s) for s in raw_slots] + last_slots + [n_slots - 1]
 
 
-def _candidate(token_id: int, v: np.ndarray, text_of: Callable[[int], str]) -> Candidate:
+def _candidate(
+    token_id: int, extra: np.ndarray, logprobs: np.ndarray, chain: tuple[str, ...], text_of: Callable[[int], str]
+) -> Candidate:
+    removed = np.flatnonzero(np.isneginf(logprobs))
     return Candidate(
         token_id=token_id,
         text=text_of(token_id),
-        raw_logit=float(v[0]),
-        raw_logprob=float(v[1]),
-        penalized_logprob=float(v[2]),
-        logprob=float(v[3]),
-        bias=float(v[4]),
-        penalty=float(v[5]),
-        count=int(v[6]),
+        raw_logit=float(extra[0]),
+        logprobs=tuple(float(v) for v in logprobs),
+        removed_by=chain[int(removed[0])] if removed.size else None,
+        bias=float(extra[1]),
+        penalty=float(extra[2]),
+        count=int(extra[3]),
     )
 
 

@@ -26,6 +26,48 @@ MAX_TOKENS_RANGE = (1, 1_000_000)
 TOP_LOGPROBS_RANGE = (0, 100)
 SEED_RANGE = (0, 2**63 - 1)
 MAX_STOP_STRINGS = 16
+TYPICAL_P_RANGE = (0.0, 1.0)  # exclusive at 0
+TOP_N_SIGMA_RANGE = (0.0, 100.0)
+XTC_PROBABILITY_RANGE = (0.0, 1.0)
+XTC_THRESHOLD_RANGE = (0.0, 1.0)
+DRY_MULTIPLIER_RANGE = (0.0, 100.0)
+DRY_BASE_RANGE = (1.0, 100.0)
+DRY_ALLOWED_LENGTH_RANGE = (1, 1_000)
+DRY_PENALTY_LAST_N_RANGE = (-1, 1_000_000)
+MAX_DRY_SEQUENCE_BREAKERS = 32
+DRY_SEQUENCE_BREAKER_CHARS = 40  # llama.cpp caps a breaker's tokenized tail likewise
+DYNATEMP_RANGE_RANGE = (0.0, 100.0)
+DYNATEMP_EXPONENT_RANGE = (0.0, 100.0)
+
+# The reorderable stages. ``bias`` always runs first and the draw last; ``raw`` is
+# the model's own distribution (not a stage, the start of every chain).
+SAMPLER_STAGES = (
+    "penalties",
+    "dry",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "top_n_sigma",
+    "xtc",
+)
+DEFAULT_SAMPLERS = SAMPLER_STAGES
+# llama.cpp's default order (common/common.h): temperature last.
+LLAMA_CPP_SAMPLERS = (
+    "penalties",
+    "dry",
+    "top_n_sigma",
+    "top_k",
+    "typical_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
+)
+STAGE_NAMES = ("raw", "bias", *SAMPLER_STAGES)
+"""Every stage name, in a fixed canonical order (the engine packs per-stage data in it)."""
+DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 
 class SamplingParamsError(ValueError):
@@ -90,7 +132,36 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     """Strings that end the generation; the stop string itself is not emitted."""
     top_logprobs: int = 10
-    """Candidates reported per step from ``raw`` and from ``final``. In [0, 100]."""
+    """Candidates reported per step from ``raw`` and from the last stage. In [0, 100]."""
+    samplers: tuple[str, ...] = DEFAULT_SAMPLERS
+    """Order of the reorderable stages (names from ``SAMPLER_STAGES``, no duplicates).
+    A stage left out does not run. ``bias`` always runs first, the draw last."""
+    typical_p: float = 1.0
+    """Locally typical sampling (Meister et al. 2022): keep the tokens whose surprisal is
+    closest to the entropy until their mass reaches p. In (0, 1]. 1 = off."""
+    top_n_sigma: float = 0.0
+    """Keep logits >= max - n * sigma over the tokens still in the distribution (Tang et
+    al. 2024). In [0, 100]. 0 = off."""
+    xtc_probability: float = 0.0
+    """Exclude top choices: the chance per token that XTC acts. In [0, 1]. 0 = off."""
+    xtc_threshold: float = 0.1
+    """XTC removes every token with p >= threshold but the least likely of them, when two
+    or more reach it. In [0, 1]; above 0.5 it never acts."""
+    dry_multiplier: float = 0.0
+    """DRY ("don't repeat yourself"): strength of the penalty. In [0, 100]. 0 = off."""
+    dry_base: float = 1.75
+    """DRY: the penalty grows as ``multiplier * base ** (length - allowed_length)``. In [1, 100]."""
+    dry_allowed_length: int = 2
+    """DRY: repeats up to this long are not penalized. In [1, 1000]."""
+    dry_penalty_last_n: int = -1
+    """DRY: tokens of prompt + output searched for repeats. -1 = the whole context, 0 = off."""
+    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_SEQUENCE_BREAKERS
+    """DRY: strings that end a repeat (matching never crosses them). At most 32, each 1-40 chars."""
+    dynatemp_range: float = 0.0
+    """Dynamic temperature: T scales between T - range and T + range with the normalized
+    entropy of the tokens still in the distribution (llama.cpp temp_ext). In [0, 100]. 0 = off."""
+    dynatemp_exponent: float = 1.0
+    """Dynamic temperature: exponent applied to the normalized entropy. In [0, 100]."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -124,14 +195,45 @@ class SamplingParams:
         set_(self, "max_tokens", _check_int("max_tokens", self.max_tokens, *MAX_TOKENS_RANGE))
         set_(self, "stop", _check_stop(self.stop))
         set_(self, "top_logprobs", _check_int("top_logprobs", self.top_logprobs, *TOP_LOGPROBS_RANGE))
+        set_(self, "samplers", _check_samplers(self.samplers))
+        set_(self, "typical_p", _check_float("typical_p", self.typical_p, *TYPICAL_P_RANGE, lo_open=True))
+        set_(self, "top_n_sigma", _check_float("top_n_sigma", self.top_n_sigma, *TOP_N_SIGMA_RANGE))
+        for name, bounds in (
+            ("xtc_probability", XTC_PROBABILITY_RANGE),
+            ("xtc_threshold", XTC_THRESHOLD_RANGE),
+            ("dry_multiplier", DRY_MULTIPLIER_RANGE),
+            ("dry_base", DRY_BASE_RANGE),
+            ("dynatemp_range", DYNATEMP_RANGE_RANGE),
+            ("dynatemp_exponent", DYNATEMP_EXPONENT_RANGE),
+        ):
+            set_(self, name, _check_float(name, getattr(self, name), *bounds))
+        set_(
+            self,
+            "dry_allowed_length",
+            _check_int("dry_allowed_length", self.dry_allowed_length, *DRY_ALLOWED_LENGTH_RANGE),
+        )
+        set_(
+            self,
+            "dry_penalty_last_n",
+            _check_int("dry_penalty_last_n", self.dry_penalty_last_n, *DRY_PENALTY_LAST_N_RANGE),
+        )
+        set_(self, "dry_sequence_breakers", _check_breakers(self.dry_sequence_breakers))
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Temperature 0 with the temperature stage in the chain: the argmax of the
+        distribution entering ``temperature`` is drawn."""
+        return self.temperature == 0.0 and "temperature" in self.samplers
 
     @property
     def has_penalties(self) -> bool:
-        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        return "penalties" in self.samplers and (
+            self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        )
+
+    @property
+    def has_dry(self) -> bool:
+        return "dry" in self.samplers and self.dry_multiplier > 0.0 and self.dry_penalty_last_n != 0
 
     def verify(self, vocab_size: int) -> None:
         """Checks that need the model: every ``logit_bias`` id is in the vocabulary."""
@@ -151,6 +253,8 @@ class SamplingParams:
         data = asdict(self)
         data["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}
         data["stop"] = list(self.stop)
+        data["samplers"] = list(self.samplers)
+        data["dry_sequence_breakers"] = list(self.dry_sequence_breakers)
         return data
 
     @classmethod
@@ -164,8 +268,9 @@ class SamplingParams:
         values = dict(data)
         if "logit_bias" in values:
             values["logit_bias"] = _parse_bias_keys(values["logit_bias"])
-        if "stop" in values and isinstance(values["stop"], list):
-            values["stop"] = tuple(values["stop"])
+        for name in ("stop", "samplers", "dry_sequence_breakers"):
+            if name in values and isinstance(values[name], list):
+                values[name] = tuple(values[name])
         return cls(**values)
 
 
@@ -206,6 +311,48 @@ def _check_stop(stop: Any) -> tuple[str, ...]:
     if len(stop) > MAX_STOP_STRINGS:
         raise SamplingParamsError("stop", stop, f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(stop)}.")
     return tuple(stop)
+
+
+def _check_samplers(samplers: Any) -> tuple[str, ...]:
+    valid = ", ".join(SAMPLER_STAGES)
+    if isinstance(samplers, str):
+        samplers = tuple(s.strip() for s in samplers.split(",") if s.strip())
+    if not isinstance(samplers, Sequence) or not all(isinstance(s, str) for s in samplers):
+        raise SamplingParamsError(
+            "samplers", samplers, f"samplers must be a list of stage names ({valid}), got {samplers!r}."
+        )
+    for name in samplers:
+        if name not in SAMPLER_STAGES:
+            raise SamplingParamsError("samplers", samplers, f"samplers must name stages from {valid}; got {name!r}.")
+    if len(set(samplers)) != len(samplers):
+        twice = sorted({s for s in samplers if samplers.count(s) > 1})
+        raise SamplingParamsError(
+            "samplers", samplers, f"samplers must not repeat a stage, got {', '.join(twice)} twice."
+        )
+    return tuple(samplers)
+
+
+def _check_breakers(breakers: Any) -> tuple[str, ...]:
+    if isinstance(breakers, str):
+        breakers = (breakers,)
+    if not isinstance(breakers, Sequence) or not all(isinstance(b, str) for b in breakers):
+        raise SamplingParamsError(
+            "dry_sequence_breakers", breakers, f"dry_sequence_breakers must be a list of strings, got {breakers!r}."
+        )
+    if len(breakers) > MAX_DRY_SEQUENCE_BREAKERS:
+        raise SamplingParamsError(
+            "dry_sequence_breakers",
+            breakers,
+            f"dry_sequence_breakers must hold at most {MAX_DRY_SEQUENCE_BREAKERS} strings, got {len(breakers)}.",
+        )
+    for b in breakers:
+        if not 1 <= len(b) <= DRY_SEQUENCE_BREAKER_CHARS:
+            raise SamplingParamsError(
+                "dry_sequence_breakers",
+                breakers,
+                f"dry_sequence_breakers must be 1 to {DRY_SEQUENCE_BREAKER_CHARS} characters each, got {b!r}.",
+            )
+    return tuple(breakers)
 
 
 class _FrozenDict(dict):  # type: ignore[type-arg]

@@ -16,15 +16,15 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 import mlx.core as mx
-import numpy as np
 
 from engine import cache as kv
+from engine.batch import SamplingBatch
+from engine.dry import Breakers, resolve_breakers
 from engine.errors import EngineError
 from engine.events import Event, Finished, PrefillProgress, TokenStep
-from engine.inspection import pack_step, to_host, unpack_row
+from engine.inspection import RowInspection, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
-from engine.penalties import PenaltyCounts
 from engine.requests import (
     FINISH_CANCELLED,
     FINISH_LENGTH,
@@ -37,7 +37,6 @@ from engine.requests import (
     rate,
     record_of,
 )
-from engine.sampler import RowParams, gumbel_noise, run_pipeline, step_key
 from engine.text import TokenText
 
 
@@ -74,10 +73,8 @@ class Scheduler:
         self._waiting: deque[Request] = deque()
         self._active: list[Request] = []
         self._batch: list | None = None
-        self._counts: PenaltyCounts | None = None
-        self._rows: RowParams | None = None
-        self._bias: mx.array | None = None
-        self._rows_dirty = True
+        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
+        self._breakers: OrderedDict[tuple[str, ...], Breakers] = OrderedDict()
         self._pending: list[Event] = []
         self.speculate = speculate
         # Logits of the next decode step for ``_active`` (in order), launched on the device
@@ -110,13 +107,12 @@ class Scheduler:
         checked = check_params(params, self.vocab_size)
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
-        window_changed = checked.penalty_window != request.params.penalty_window
+        if checked.has_dry:
+            self.breakers(checked.dry_sequence_breakers)  # resolve before any state changes
         request.params = checked
         request.stop_text.stops = checked.stop
-        if request in self._active and window_changed and self._counts is not None:
-            row = self._active.index(request)
-            self._counts.reset_row(row, request.history, checked.penalty_window)
-        self._rows_dirty = True
+        if request in self._active:
+            self._sampling.set_params(self._active.index(request), checked, request.history)
 
     def branch(self, request_id: int, position: int, forced_token: int) -> int:
         """Continue request ``request_id`` from output ``position`` with ``forced_token``.
@@ -190,6 +186,22 @@ class Scheduler:
     def params_of(self, request_id: int) -> SamplingParams:
         return self._find(request_id).params
 
+    def breakers(self, texts: tuple[str, ...]) -> Breakers:
+        """DRY sequence breakers resolved against the vocabulary (a scan of every token's
+        text, as llama.cpp does when the sampler is made), kept for the last few sets."""
+        if texts not in self._breakers:
+            pieces = [self.text.piece(t) for t in range(self.vocab_size)]
+            tokenizer = self.loaded.tokenizer
+
+            def encode(text: str) -> list[int]:
+                return list(tokenizer.encode(text, add_special_tokens=False))
+
+            self._breakers[texts] = resolve_breakers(texts, pieces, encode)
+            while len(self._breakers) > 4:
+                self._breakers.popitem(last=False)
+        self._breakers.move_to_end(texts)
+        return self._breakers[texts]
+
     # ------------------------------------------------------------------ internals
 
     def _enqueue(self, request: Request) -> int:
@@ -236,21 +248,15 @@ class Scheduler:
             return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
         self._waiting.popleft()
         events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
-        counts = PenaltyCounts.from_histories([request.history], [request.params.penalty_window], self.vocab_size)
-        rows = RowParams.build([request.params])
-        bias = self._bias_for([request])
-        step_events = self._sample([request], logits[:, -1, :], rows, bias, counts)
+        sampling = SamplingBatch.of(self.vocab_size, self.breakers, request.params, request.history)
+        step_events = self._sample([request], logits[:, -1, :], sampling)
         request.prefill_seconds += time.perf_counter() - began
         events.extend(step_events)
         if request.id not in self._finished_ids(step_events):
             self._batch = kv.extend_batch(self._batch, kv.to_batch(request.caches))
             request.caches = None
-            if self._counts is None:
-                self._counts = counts
-            else:
-                self._counts.extend(counts)
+            self._sampling.extend(sampling)
             self._active.append(request)
-            self._rows_dirty = True
         else:
             self._store_prefill(request)
         return events
@@ -267,16 +273,12 @@ class Scheduler:
         still apply from the next token. Rows that turn out finished are dropped from
         the prefetched logits; new rows waiting to join turn speculation off for a step.
         """
-        if self._rows_dirty:
-            self._rows = RowParams.build([r.params for r in self._active])
-            self._bias = self._bias_for(self._active)
-            self._rows_dirty = False
         logits, self._prefetched = self._prefetched, None
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
         ahead = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
-        events = self._sample(self._active, logits, self._rows, self._bias, self._counts, speculate=ahead)
+        events = self._sample(self._active, logits, self._sampling, speculate=ahead)
         done = self._finished_ids(events)
         if done:
             leaving = [i for i, r in enumerate(self._active) if r.id in done]
@@ -288,14 +290,10 @@ class Scheduler:
     def _remove_rows(self, rows: list[int]) -> None:
         keep = [i for i in range(len(self._active)) if i not in rows]
         self._batch = kv.filter_batch(self._batch, keep) if self._batch is not None else None
-        if self._counts is not None:
-            self._counts.filter(keep)
-            if not keep:
-                self._counts = None
+        self._sampling.filter(keep)
         self._active = [self._active[i] for i in keep]
         if self._prefetched is not None:
             self._prefetched = self._prefetched[mx.array(keep, dtype=mx.int32)] if keep else None
-        self._rows_dirty = True
 
     def _last_step(self, request: Request) -> bool:
         """Whether the request finishes with its next token whatever it is."""
@@ -303,50 +301,31 @@ class Scheduler:
 
     # Sampling --------------------------------------------------------------------
 
-    def _bias_for(self, requests: list[Request]) -> mx.array | None:
-        if not any(r.params.logit_bias for r in requests):
-            return None
-        dense = np.zeros((len(requests), self.vocab_size), dtype=np.float32)
-        for row, request in enumerate(requests):
-            for token, value in request.params.logit_bias.items():
-                dense[row, token] = value
-        return mx.array(dense)
-
     def _sample(
         self,
         requests: list[Request],
         logits: mx.array,
-        rows: RowParams,
-        bias: mx.array | None,
-        counts: PenaltyCounts,
+        sampling: SamplingBatch,
         speculate: bool = False,
     ) -> list[Event]:
-        vocab = logits.shape[-1]
-        noise = None
-        if not rows.all_greedy:
-            keys = [step_key(r.params.seed, r.next_index) for r in requests]
-            noise = gumbel_noise(keys, vocab)
-        result = run_pipeline(logits, rows, bias, counts.counts, noise)
         forced = [r.forced_first if not r.generated else None for r in requests]
-        if any(f is not None for f in forced):
-            override = mx.array([f if f is not None else -1 for f in forced], dtype=mx.int32)
-            result.tokens = mx.where(override >= 0, override, result.tokens)
-        top_n = min(max(r.params.top_logprobs for r in requests), vocab)
-        packed = pack_step(result, counts.counts, top_n)
+        sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
         if speculate:
-            mx.async_eval(packed)
-            self._prefetched = self.model(result.tokens[:, None], cache=self._batch)[:, -1, :]
+            mx.async_eval(sampled.packed)
+            self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
             mx.async_eval(self._prefetched)
-        packed = to_host(packed)  # the one transfer
+        packed = to_host(sampled.packed)  # the one transfer
         events: list[Event] = []
         for row, request in enumerate(requests):
-            inspection = unpack_row(packed[row], top_n, request.params.top_logprobs, self.text.piece)
+            inspection = unpack_row(
+                packed[row], sampled.top_n, request.params.top_logprobs, sampled.chains[row], self.text.piece
+            )
             events.extend(self._accept(request, inspection, forced[row] is not None))
-        # Every request now ends with its new token; the counts are read at the next step.
-        counts.accept([r.generated[-1] for r in requests], [r.leaving_token() for r in requests])
+        # Every request now ends with its new token; the state is read at the next step.
+        sampling.accept([r.generated[-1] for r in requests], [r.leaving_token() for r in requests])
         return events
 
-    def _accept(self, request: Request, inspection, forced: bool) -> list[Event]:
+    def _accept(self, request: Request, inspection: RowInspection, forced: bool) -> list[Event]:
         token = inspection.token_id
         now = time.perf_counter()
         if request.first_token_at is None:
@@ -372,11 +351,10 @@ class Scheduler:
             token_id=token,
             text=delta,
             piece=self.text.piece(token),
-            raw_logprob=inspection.raw_logprob,
-            penalized_logprob=inspection.penalized_logprob,
-            logprob=inspection.logprob,
-            entropy_raw=inspection.entropy_raw,
-            entropy=inspection.entropy,
+            chain=inspection.chain,
+            logprobs=inspection.logprobs,
+            entropies=inspection.entropies,
+            survivors=inspection.survivors,
             top=inspection.top,
             params=request.params,
             forced=forced,

@@ -85,8 +85,8 @@ def test_greedy_matches_mlx_lm_alone_and_batched(smollm):
 
 SAMPLED_ARGS = "--max-tokens 4 --temperature 0.8 --top-p 0.9 --seed 3 --top-logprobs 3".split()
 TOKEN_KEYS = {"type", "request", "index", "token_id", "text", "logprob", "raw_logprob"}
-TOKEN_KEYS |= {"entropy_raw", "entropy", "top"}
-CANDIDATE_KEYS = {"token_id", "text", "raw_logit", "raw_logprob", "penalized_logprob", "logprob"}
+TOKEN_KEYS |= {"entropy_raw", "entropy", "top", "chain", "entropies", "survivors", "forced"}
+CANDIDATE_KEYS = {"token_id", "text", "raw_logit", "raw_logprob", "logprob", "logprobs", "removed_by"}
 
 
 def test_contract_shape_on_a_tiny_model(tiny_folder):
@@ -99,6 +99,12 @@ def test_contract_shape_on_a_tiny_model(tiny_folder):
         assert [t["index"] for t in tokens] == [0, 1, 2, 3]
         assert set(tokens[0]) == TOKEN_KEYS
         assert set(tokens[0]["top"][0]) == CANDIDATE_KEYS
+        assert tokens[0]["chain"] == ["raw", "temperature", "top_p"]
+        assert set(tokens[0]["entropies"]) == set(tokens[0]["chain"])
+        for cand in tokens[0]["top"]:
+            assert list(cand["logprobs"]) == tokens[0]["chain"]
+            assert cand["logprob"] == cand["logprobs"]["top_p"]
+            assert (cand["removed_by"] == "top_p") == (cand["logprob"] is None)
         (done,) = [o for o in objects if o["type"] == "done" and o["request"] == request]
         assert done["finish_reason"] == "length" and done["generated_tokens"] == 4
         assert {"prompt_tokens", "prompt_tps", "generation_tps"} <= set(done)
@@ -107,9 +113,41 @@ def test_contract_shape_on_a_tiny_model(tiny_folder):
     assert [t["token_id"] for t in again] == [t["token_id"] for t in by_request(objects, 0)]
 
 
+CHAIN_ARGS = [
+    *("--max-tokens", "6", "--temperature", "1.2", "--seed", "5", "--top-logprobs", "4"),
+    *("--samplers", "dry,xtc,top_n_sigma,typical_p,temperature", "--typical-p", "0.95", "--top-n-sigma", "2.5"),
+    *("--xtc-probability", "1", "--xtc-threshold", "0.004", "--dry-multiplier", "2", "--dry-allowed-length", "1"),
+    *("--dry-sequence-breaker", "\\n", "--dynatemp-range", "0.5", "--dynatemp-exponent", "2"),
+]
+
+
+def test_every_new_flag_reaches_the_chain(tiny_folder):
+    proc = cli("--model", str(tiny_folder), "--prompt", "the the the the the the", *CHAIN_ARGS)
+    tokens = by_request(lines(proc), 0)
+    assert len(tokens) == 6
+    for t in tokens:
+        assert t["chain"][0] == "raw"
+        # The order given, minus stages that did nothing for this token's row (DRY acts on repeats).
+        stages = [s for s in t["chain"][1:]]
+        order = ["dry", "xtc", "top_n_sigma", "typical_p", "temperature"]
+        assert stages == [s for s in order if s in stages]
+        assert {"xtc", "top_n_sigma", "typical_p", "temperature"} <= set(stages)
+        survivors = [t["survivors"][s] for s in t["chain"]]
+        assert survivors == sorted(survivors, reverse=True)  # truncation only removes
+    # The repeated "the" is penalized by DRY on the first token.
+    first = tokens[0]
+    assert "dry" in first["chain"]
+    again = by_request(lines(cli("--model", str(tiny_folder), "--prompt", "the the the the the the", *CHAIN_ARGS)), 0)
+    assert [t["token_id"] for t in again] == [t["token_id"] for t in tokens]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
+        (["--prompt", "x", "--samplers", "top_k,nope"], "samplers must name stages from penalties, dry"),
+        (["--prompt", "x", "--samplers", "top_k,top_k"], "samplers must not repeat a stage"),
+        (["--prompt", "x", "--typical-p", "0"], "typical_p must be in"),
+        (["--prompt", "x", "--dry-penalty-last-n", "-2"], "dry_penalty_last_n must be in"),
         (["--prompt", "x", "--top-p", "0"], "top_p must be in"),
         (["--prompt", "x", "--temperature", "nan"], "temperature must be a finite number"),
         (["--prompt", "x", "--max-tokens", "zero"], "invalid int value"),

@@ -8,17 +8,17 @@ import pytest
 
 from engine.inspection import pack_step, to_host, unpack_row
 from engine.params import SamplingParams
-from engine.sampler import RowParams, run_pipeline
+from engine.stages import row_chain
+from tests.chain_util import run
 
 V = 3000
 
 
 def inspect(logits, params, top_n):
-    rows = RowParams.build(params)
-    result = run_pipeline(logits, rows, None, mx.zeros(logits.shape, mx.int32), None)
+    result = run(logits, params)
     packed = to_host(pack_step(result, None, top_n))
     assert packed.dtype == np.float32
-    return [unpack_row(packed[i], top_n, p.top_logprobs, str) for i, p in enumerate(params)]
+    return [unpack_row(packed[i], top_n, p.top_logprobs, row_chain(p), str) for i, p in enumerate(params)]
 
 
 @pytest.mark.parametrize(("dtype", "tolerance"), [(mx.float16, 0.03), (mx.bfloat16, 0.1)])
@@ -65,3 +65,25 @@ def test_candidate_values_are_consistent():
     assert by_id[3].logprob == -math.inf
     assert row.entropy_raw == pytest.approx(-sum(p * math.log(p) for p in (0.5, 0.3, 0.15, 0.05)), abs=1e-5)
     assert row.entropy == pytest.approx(-(0.625 * math.log(0.625) + 0.375 * math.log(0.375)), abs=1e-5)
+
+
+def test_every_stage_is_recorded_with_its_survivors_and_removal():
+    probs = np.array([0.45, 0.3, 0.15, 0.06, 0.04], np.float32)
+    logits = mx.array(np.log(probs)[None])
+    params = SamplingParams(top_logprobs=5, temperature=1.0, top_k=4, top_p=0.8, samplers=("top_k", "top_p"))
+    (row,) = inspect(logits, [params], 5)
+    assert row.chain == ("raw", "top_k", "top_p")
+    # top_k keeps 4 (mass 0.96); top_p 0.8 then keeps 3: the mass before token 2 is 0.78 < 0.8.
+    assert row.survivors == (5, 4, 3)
+    by_id = {c.token_id: c for c in row.top}
+    assert by_id[4].removed_by == "top_k" and by_id[4].logprobs[1:] == (-math.inf, -math.inf)
+    assert by_id[3].removed_by == "top_p"
+    assert by_id[3].logprobs[1] == pytest.approx(math.log(0.06 / 0.96), abs=1e-6)
+    assert by_id[2].removed_by is None
+    assert by_id[0].logprobs[2] == pytest.approx(math.log(0.45 / 0.9), abs=1e-6)
+    p4 = probs[:4] / probs[:4].sum()
+    assert row.entropies[1] == pytest.approx(-(p4 * np.log(p4)).sum(), abs=1e-5)
+    # The reverse order: top_p first keeps {0, 1, 2} (mass before token 3 is 0.9), top_k 4 keeps them.
+    (rev,) = inspect(logits, [params.with_changes(samplers=("top_p", "top_k"))], 5)
+    assert rev.chain == ("raw", "top_p", "top_k") and rev.survivors == (5, 3, 3)
+    assert {c.token_id: c.removed_by for c in rev.top}[4] == "top_p"

@@ -7,8 +7,8 @@ import pytest
 from engine.events import TokenStep
 from engine.params import SamplingParams
 from engine.penalties import PenaltyCounts, leaving_token
-from engine.sampler import RowParams, run_pipeline
 from engine.scheduler import Scheduler
+from tests.chain_util import run
 
 V = 97
 PARAMS = [
@@ -37,12 +37,11 @@ def test_incremental_counts_match_rebuild_and_reference(dtype):
     histories = [[int(t) for t in h] for h in histories]
     windows = [p.penalty_window for p in PARAMS]
     counts = PenaltyCounts.from_histories(histories, windows, V)
-    rows = RowParams.build(PARAMS)
     for _ in range(45):
         logits = mx.array(rng.normal(0, 3, size=(3, V)).astype(np.float32)).astype(dtype)
-        incremental = run_pipeline(logits, rows, None, counts.counts, None).penalized
+        incremental = run(logits, PARAMS, counts=counts.counts).output("penalties")
         rebuilt_counts = PenaltyCounts.from_histories(histories, windows, V)
-        rebuilt = run_pipeline(logits, rows, None, rebuilt_counts.counts, None).penalized
+        rebuilt = run(logits, PARAMS, counts=rebuilt_counts.counts).output("penalties")
         np.testing.assert_array_equal(np.array(counts.counts), np.array(rebuilt_counts.counts))
         np.testing.assert_array_equal(np.array(incremental), np.array(rebuilt))
         as_f32 = np.array(logits.astype(mx.float32))
@@ -58,12 +57,18 @@ def test_incremental_counts_match_rebuild_and_reference(dtype):
 
 
 def test_no_penalty_rows_skip_the_stage():
-    rows = RowParams.build([SamplingParams(), SamplingParams(penalty_window=4)])
-    assert not rows.any_penalty
+    params = [
+        SamplingParams(),
+        SamplingParams(penalty_window=4),
+        SamplingParams(repetition_penalty=1.5, samplers=("top_k",)),
+    ]
     logits = mx.array(np.ones((2, V), np.float32))
     counts = mx.ones((2, V), dtype=mx.int32)
-    out = run_pipeline(logits, rows, None, counts, None)
-    np.testing.assert_array_equal(np.array(out.penalized), np.array(logits))
+    out = run(logits, params[:2], counts=counts)
+    assert "penalties" not in out.chain
+    np.testing.assert_array_equal(np.array(out.outputs[-1]), np.array(logits))
+    # A penalty whose stage is left out of the order does not run either.
+    assert "penalties" not in run(logits[:1], params[2:], counts=counts[:1]).chain
 
 
 def hf_reference_greedy(model, prompt, steps, penalty):
@@ -112,10 +117,10 @@ def test_scheduler_counts_equal_a_recount_mid_generation(tiny):
     recount = PenaltyCounts.from_histories(
         [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
     )
-    np.testing.assert_array_equal(np.array(scheduler._counts.counts), np.array(recount.counts))
+    np.testing.assert_array_equal(np.array(scheduler._sampling.counts.counts), np.array(recount.counts))
     # A changed window is recounted from the history.
     scheduler.update_params(ids[0], params.with_changes(penalty_window=2))
     recount = PenaltyCounts.from_histories(
         [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
     )
-    np.testing.assert_array_equal(np.array(scheduler._counts.counts), np.array(recount.counts))
+    np.testing.assert_array_equal(np.array(scheduler._sampling.counts.counts), np.array(recount.counts))

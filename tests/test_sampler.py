@@ -7,17 +7,15 @@ import numpy as np
 import pytest
 
 from engine import sampler
-from engine.params import SamplingParams
-from engine.sampler import (
-    RowParams,
-    apply_min_p,
-    apply_penalties,
-    apply_temperature,
-    apply_top_k,
-    apply_top_p,
-    run_pipeline,
-    sort_descending,
-)
+from engine.inspection import unpack_row
+from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.stages import row_chain
+from engine.stages.min_p import apply_min_p
+from engine.stages.penalties import apply_penalties
+from engine.stages.temperature import apply_temperature
+from engine.stages.top_k import apply_top_k
+from engine.stages.top_p import apply_top_p
+from tests.chain_util import run
 
 INF = math.inf
 
@@ -36,13 +34,14 @@ def test_penalties_hand_computed():
 
 def test_temperature_zero_is_identity_for_the_distribution():
     logits = mx.array([[2.0, 1.0, 0.0, -1.0], [2.0, 1.0, 0.0, -1.0]])
-    out = apply_temperature(logits, col([0.0, 2.0]))
+    zero = col([0.0, 0.0])
+    out = apply_temperature(logits, col([0.0, 2.0]), zero, zero + 1)
     np.testing.assert_allclose(np.array(out), [[2, 1, 0, -1], [1, 0.5, 0, -0.5]])
 
 
 def test_top_k_per_row_with_off_value():
     logits = mx.array([[1.0, 4.0, 3.0, 2.0]] * 3)
-    out = apply_top_k(logits, col([2, 0, 1], mx.int32), sort_descending(logits))
+    out = apply_top_k(logits, col([2, 0, 1], mx.int32))
     np.testing.assert_array_equal(
         np.array(out),
         [[-INF, 4, 3, -INF], [1, 4, 3, 2], [-INF, 4, -INF, -INF]],
@@ -52,7 +51,7 @@ def test_top_k_per_row_with_off_value():
 def test_top_p_hand_computed():
     probs = np.array([0.5, 0.3, 0.15, 0.05])
     logits = mx.array(np.log(probs)[None].repeat(4, 0).astype(np.float32))
-    out = apply_top_p(logits, col([0.5, 0.6, 0.95, 1.0]), sort_descending(logits))
+    out = apply_top_p(logits, col([0.5, 0.6, 0.95, 1.0]))
     kept = np.isfinite(np.array(out))
     np.testing.assert_array_equal(
         kept,
@@ -69,15 +68,14 @@ def test_min_p_hand_computed():
 
 
 def pipeline(logits, params, bias=None, counts=None, noise=None):
-    rows = RowParams.build(params)
-    return run_pipeline(mx.array(logits, dtype=mx.float32), rows, bias, counts, noise)
+    return run(mx.array(logits, dtype=mx.float32), params, counts=counts, bias=bias, noise=noise)
 
 
 def test_temperature_applies_before_top_p():
     # At T=1 top-p 0.6 keeps {0, 1}; at T=0.25 token 0 alone reaches 0.6.
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
     result = pipeline(logits, [SamplingParams(temperature=0.25, top_p=0.6)])
-    assert np.isfinite(np.array(result.final)).tolist() == [[True, False, False, False]]
+    assert np.isfinite(np.array(result.outputs[-1])).tolist() == [[True, False, False, False]]
     # mlx-lm's order (top-p at T=1, then temperature) would have kept token 1 too.
 
 
@@ -89,7 +87,7 @@ def test_mixed_batch_rows_are_independent():
         SamplingParams(temperature=1.0, top_p=0.5),
         SamplingParams(temperature=1.0, min_p=0.6),
     ]
-    final = np.array(pipeline(logits, params).final)
+    final = np.array(pipeline(logits, params).outputs[-1])
     assert np.isfinite(final).tolist() == [
         [True] * 4,
         [True, True, False, False],
@@ -98,7 +96,7 @@ def test_mixed_batch_rows_are_independent():
     ]
     # Each row alone gives the same row.
     for i, p in enumerate(params):
-        alone = np.array(pipeline(logits[i : i + 1], [p]).final)
+        alone = np.array(pipeline(logits[i : i + 1], [p]).outputs[-1])
         np.testing.assert_array_equal(alone[0], final[i])
 
 
@@ -107,7 +105,7 @@ def test_greedy_takes_argmax_of_penalized_and_final_keeps_max():
     counts = mx.array([[1, 0, 0, 0]], dtype=mx.int32)
     result = pipeline(logits, [SamplingParams(repetition_penalty=2.0)], counts=counts)
     assert int(result.tokens[0]) == 1
-    assert np.array(result.penalized)[0, 0] == pytest.approx(1.5)
+    assert np.array(result.output("penalties"))[0, 0] == pytest.approx(1.5)
 
 
 def test_bias_stage():
@@ -115,7 +113,7 @@ def test_bias_stage():
     bias = mx.array([[0.0, 0.0, 5.0, 0.0]])
     result = pipeline(logits, [SamplingParams(logit_bias={2: 5.0})], bias=bias)
     assert int(result.tokens[0]) == 2
-    np.testing.assert_array_equal(np.array(result.raw), logits)
+    np.testing.assert_array_equal(np.array(result.outputs[0]), logits)
 
 
 def test_new_parameter_values_never_retrace():
@@ -123,21 +121,84 @@ def test_new_parameter_values_never_retrace():
     counts = mx.zeros((3, 50), dtype=mx.int32)
     noise = mx.zeros((3, 50))
 
-    def run(t, p, k, rep):
-        params = [SamplingParams(temperature=t, top_p=p, top_k=k, repetition_penalty=rep, min_p=0.01)] * 3
-        out = run_pipeline(logits, RowParams.build(params), None, counts, noise)
+    def go(t, p, k, rep):
+        params = [
+            SamplingParams(
+                temperature=t,
+                top_p=p,
+                top_k=k,
+                repetition_penalty=rep,
+                min_p=0.01,
+                typical_p=p,
+                top_n_sigma=k / 2,
+                xtc_probability=p,
+                xtc_threshold=0.1,
+                dry_multiplier=rep,
+                dynatemp_range=t / 2,
+                logit_bias={1: rep},
+            )
+        ] * 3
+        out = pipeline(logits, params, counts=counts, noise=noise, bias=mx.zeros((3, 50)))
         mx.eval(out.tokens)
+        return out.chain
 
-    run(0.7, 0.9, 5, 1.1)
+    chain = go(0.7, 0.9, 5, 1.1)
+    assert len(chain) == 11 - 1  # every stage but raw
     before = sampler.TRACES["count"]
     for t, p, k, rep in [(0.8, 0.95, 6, 1.2), (1.3, 0.5, 40, 1.05), (0.1, 0.99, 2, 1.5)]:
-        run(t, p, k, rep)
+        go(t, p, k, rep)
     assert sampler.TRACES["count"] == before
 
 
 def test_draw_uses_noise_only_for_sampled_rows():
     logits = mx.array([[0.0, 1.0, 0.0, 0.0]] * 2)
     noise = mx.array([[10.0, 0.0, 0.0, 0.0]] * 2)
-    rows = RowParams.build([SamplingParams(), SamplingParams(temperature=1.0)])
-    tokens = run_pipeline(logits, rows, None, None, noise).tokens.tolist()
+    tokens = pipeline(logits, [SamplingParams(), SamplingParams(temperature=1.0)], noise=noise).tokens.tolist()
     assert tokens == [1, 0]
+
+
+def test_greedy_draws_the_argmax_entering_temperature_in_any_order():
+    # llama.cpp's order puts temperature last: a greedy row takes the argmax after XTC.
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
+    params = SamplingParams(xtc_probability=1.0, xtc_threshold=0.2, samplers=LLAMA_CPP_SAMPLERS)
+    assert row_chain(params) == ("xtc", "temperature")
+    result = pipeline(logits, [params], noise=None)
+    assert int(result.tokens[0]) == 1  # XTC removed token 0, the most likely
+    default = pipeline(logits, [params.with_changes(samplers=SamplingParams().samplers)])
+    assert int(default.tokens[0]) == 0  # temperature before XTC: the raw argmax
+
+
+def test_a_stage_left_out_of_the_order_does_not_run():
+    params = SamplingParams(temperature=1.0, top_k=1, samplers=("top_p",))
+    assert row_chain(params) == ()
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
+    assert np.isfinite(np.array(pipeline(logits, [params]).outputs[-1])).all()
+
+
+def test_rows_with_different_orders_are_sampled_in_one_batch():
+    from engine.batch import SamplingBatch
+    from engine.dry import Breakers
+
+    logits = mx.array(np.random.default_rng(3).normal(0, 2, size=(3, 40)).astype(np.float32))
+    rows = [
+        SamplingParams(temperature=0.7, top_k=5, top_p=0.8, seed=1),
+        SamplingParams(temperature=0.7, top_k=5, top_p=0.8, seed=1, samplers=LLAMA_CPP_SAMPLERS),
+        SamplingParams(temperature=0.0, min_p=0.1, seed=2),
+    ]
+
+    def batch_of(params):
+        out = None
+        for p in params:
+            one = SamplingBatch.of(40, lambda b: Breakers(frozenset()), p, [1, 2, 3])
+            out = one if out is None else (out.extend(one) or out)
+        return out
+
+    def report(sampled, row, p):
+        return unpack_row(np.array(sampled.packed)[row], sampled.top_n, p.top_logprobs, sampled.chains[row], str)
+
+    together = batch_of(rows).sample(logits, [0, 0, 0])
+    assert together.chains[1] == ("top_k", "top_p", "temperature")
+    for i, p in enumerate(rows):
+        alone = batch_of([p]).sample(logits[i : i + 1], [0])
+        assert int(together.tokens[i]) == int(alone.tokens[0])
+        assert report(together, i, p) == report(alone, 0, p)

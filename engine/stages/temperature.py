@@ -1,0 +1,63 @@
+"""``temperature``: ``logits / T``, or dynamic temperature scaled by the entropy.
+
+``T = 0`` is greedy: the draw takes the argmax of the distribution entering this
+stage, and the stage divides by 1 so later stages stay informative (and a greedy row
+ignores dynamic temperature).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.params import SamplingParams
+from engine.stages.base import Inputs, Stage, finite_mask, log_softmax
+
+# llama.cpp divides by the dynamic temperature even when it reaches 0 (entropy 0 with
+# T <= range), which gives infinities; the floor keeps that case a point mass.
+MIN_DYNAMIC_TEMPERATURE = 1e-6
+
+
+def apply_temperature(
+    logits: mx.array,
+    temperature: mx.array,
+    dynatemp_range: mx.array,
+    dynatemp_exponent: mx.array,
+) -> mx.array:
+    """llama.cpp's ``temp_ext``: with ``range > 0`` the temperature is
+    ``lo + (hi - lo) * (H / log n) ** exponent`` where ``lo = max(0, T - range)``,
+    ``hi = T + range``, ``H`` the entropy and ``n`` the number of tokens still in the
+    distribution; otherwise plain ``T``.
+
+    logits: [B, V] float32; temperature, dynatemp_range, dynatemp_exponent: [B, 1].
+    """
+    plain = mx.where(temperature > 0, temperature, 1.0)
+    finite = finite_mask(logits)
+    count = mx.sum(finite, axis=-1, keepdims=True).astype(mx.float32)
+    logprobs = log_softmax(logits)
+    entropy = -mx.sum(mx.where(finite, mx.exp(logprobs) * logprobs, 0.0), axis=-1, keepdims=True)
+    normalized = entropy / mx.log(mx.maximum(count, 2.0))
+    lo = mx.maximum(temperature - dynatemp_range, 0.0)
+    hi = temperature + dynatemp_range
+    dynamic = lo + (hi - lo) * mx.power(mx.maximum(normalized, 0.0), dynatemp_exponent)
+    dynamic = mx.maximum(dynamic, MIN_DYNAMIC_TEMPERATURE)
+    use_dynamic = (dynatemp_range > 0) & (temperature > 0) & (count > 1)
+    return logits / mx.where(use_dynamic, dynamic, plain)
+
+
+def _active(p: SamplingParams) -> bool:
+    return p.temperature != 1.0 or p.dynatemp_range > 0.0
+
+
+def _columns(p: SamplingParams) -> dict[str, float]:
+    return {
+        "temperature": p.temperature,
+        "dynatemp_range": p.dynatemp_range,
+        "dynatemp_exponent": p.dynatemp_exponent,
+    }
+
+
+def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
+    return apply_temperature(logits, inputs["temperature"], inputs["dynatemp_range"], inputs["dynatemp_exponent"])
+
+
+STAGE = Stage("temperature", _apply, _active, _columns)

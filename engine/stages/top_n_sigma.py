@@ -1,0 +1,36 @@
+"""``top_n_sigma``: keep logits within n standard deviations of the maximum (Tang et al. 2024)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.params import SamplingParams
+from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask
+
+
+def apply_top_n_sigma(logits: mx.array, n: mx.array) -> mx.array:
+    """Keep ``l >= max - n * sigma``, where sigma is the population standard deviation of
+    the logits still in the distribution (llama.cpp's ``top_n_sigma``, which skips -inf).
+
+    logits: [B, V] float32; n: [B, 1], 0 = off.
+    """
+    finite = finite_mask(logits)
+    count = mx.maximum(mx.sum(finite, axis=-1, keepdims=True).astype(mx.float32), 1.0)
+    values = mx.where(finite, logits, 0.0)
+    mean = mx.sum(values, axis=-1, keepdims=True) / count
+    spread = mx.where(finite, (logits - mean) ** 2, 0.0)
+    sigma = mx.sqrt(mx.sum(spread, axis=-1, keepdims=True) / count)
+    top = mx.max(logits, axis=-1, keepdims=True)
+    keep = (logits >= top - n * sigma) | (n <= 0.0)
+    return mx.where(keep, logits, NEG_INF)
+
+
+def _active(p: SamplingParams) -> bool:
+    return p.top_n_sigma > 0.0
+
+
+def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
+    return apply_top_n_sigma(logits, inputs["top_n_sigma"])
+
+
+STAGE = Stage("top_n_sigma", _apply, _active, lambda p: {"top_n_sigma": p.top_n_sigma})

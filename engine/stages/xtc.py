@@ -1,0 +1,38 @@
+"""``xtc``: exclude top choices (Weidmann 2024, as in llama.cpp and text-generation-webui)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.params import SamplingParams
+from engine.stages.base import NEG_INF, Inputs, Stage
+
+
+def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin: mx.array) -> mx.array:
+    """When ``coin <= probability`` and two or more tokens have p >= threshold, remove all
+    of them but the least likely one (llama.cpp's ``xtc``: never acts above 0.5).
+
+    logits: [B, V] float32; probability, threshold, coin: [B, 1]; coin is uniform in
+    [0, 1) from the request's own seeded RNG (seed and token index).
+    """
+    probs = mx.softmax(logits, axis=-1)
+    above = probs >= threshold
+    count = mx.sum(above, axis=-1, keepdims=True)
+    least = mx.min(mx.where(above, probs, float("inf")), axis=-1, keepdims=True)
+    acts = (probability > 0.0) & (coin <= probability) & (threshold <= 0.5) & (count >= 2)
+    return mx.where(acts & above & (probs > least), NEG_INF, logits)
+
+
+def _active(p: SamplingParams) -> bool:
+    return p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5
+
+
+def _columns(p: SamplingParams) -> dict[str, float]:
+    return {"xtc_probability": p.xtc_probability, "xtc_threshold": p.xtc_threshold}
+
+
+def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
+    return apply_xtc(logits, inputs["xtc_probability"], inputs["xtc_threshold"], inputs["xtc_coin"])
+
+
+STAGE = Stage("xtc", _apply, _active, _columns, state=("xtc_coin",))
