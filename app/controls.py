@@ -1,214 +1,39 @@
-"""Sampling controls: every SamplingParams field, presets, and a seed with a dice button.
+"""Sampling controls: presets, the chain editor (every stage, its order, switch and
+parameters), the reply's own settings (length, candidates, seed, logit bias, stop).
 
 Each change builds a new SamplingParams (which validates itself); a value it
-rejects is outlined in red with the engine's message, and nothing is sent.
+rejects is outlined in red, found by the error's ``field``, with the engine's
+message, and nothing is sent. Errors the engine raises later (a logit-bias id
+outside the vocabulary) come back through :meth:`SamplingControls.show_error`.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
+    QFrame,
+    QGroupBox,
     QHBoxLayout,
     QInputDialog,
     QLabel,
     QLineEdit,
     QPushButton,
-    QSlider,
-    QSpinBox,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
 
-from engine.params import (
-    FREQUENCY_PENALTY_RANGE,
-    MAX_TOKENS_RANGE,
-    MIN_P_RANGE,
-    PENALTY_WINDOW_RANGE,
-    PRESENCE_PENALTY_RANGE,
-    REPETITION_PENALTY_RANGE,
-    TEMPERATURE_RANGE,
-    TOP_K_RANGE,
-    TOP_LOGPROBS_RANGE,
-    TOP_P_RANGE,
-    SamplingParams,
-    SamplingParamsError,
-)
-
-BUILTIN_PRESETS: dict[str, dict] = {
-    "Greedy": {
-        "temperature": 0.0,
-        "top_k": 0,
-        "top_p": 1.0,
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    },
-    "Balanced": {
-        "temperature": 0.7,
-        "top_k": 40,
-        "top_p": 0.9,
-        "min_p": 0.05,
-        "repetition_penalty": 1.1,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    },
-    "Creative": {
-        "temperature": 1.1,
-        "top_k": 0,
-        "top_p": 0.98,
-        "min_p": 0.02,
-        "repetition_penalty": 1.05,
-        "presence_penalty": 0.3,
-        "frequency_penalty": 0.2,
-    },
-}
-CUSTOM = "Custom"
-# The fields with a slider, in the order the panel shows them; presets set these.
-SLIDER_FIELDS = (
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "penalty_window",
-    "max_tokens",
-    "top_logprobs",
-)
-ERROR_STYLE = "border: 2px solid #d93025;"
-
-# name, label, (slider min, slider max), spin range, decimals, tooltip
-FLOAT_FIELDS = [
-    ("temperature", "Temperature", (0.0, 2.0), TEMPERATURE_RANGE, 2, "0 = greedy"),
-    ("top_p", "Top-p", (0.01, 1.0), (0.01, TOP_P_RANGE[1]), 3, "1 = off"),
-    ("min_p", "Min-p", (0.0, 0.5), MIN_P_RANGE, 3, "0 = off"),
-    (
-        "repetition_penalty",
-        "Repetition penalty",
-        (0.5, 2.0),
-        (0.01, REPETITION_PENALTY_RANGE[1]),
-        3,
-        "1 = off",
-    ),
-    ("presence_penalty", "Presence penalty", (-2.0, 2.0), PRESENCE_PENALTY_RANGE, 2, "0 = off"),
-    ("frequency_penalty", "Frequency penalty", (-2.0, 2.0), FREQUENCY_PENALTY_RANGE, 2, "0 = off"),
-]
-INT_FIELDS = [
-    ("top_k", "Top-k", (0, 200), TOP_K_RANGE, "0 = off"),
-    (
-        "penalty_window",
-        "Penalty window",
-        (0, 1024),
-        PENALTY_WINDOW_RANGE,
-        "tokens counted; 0 = all",
-    ),
-    ("max_tokens", "Max tokens", (1, 2048), MAX_TOKENS_RANGE, ""),
-    ("top_logprobs", "Candidates shown", (0, 100), TOP_LOGPROBS_RANGE, "top N of raw and of final"),
-]
-SLIDER_STEPS = 1000
-
-
-class SliderField(QWidget):
-    """A slider (over a convenient range) and a spin box (over the whole valid range)."""
-
-    def __init__(self, spin, slider_range, on_change: Callable[[], None]):
-        super().__init__()
-        self.lo, self.hi = slider_range
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(0, SLIDER_STEPS)
-        self.spin = spin
-        self.spin.setKeyboardTracking(False)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 1)
-        layout.addWidget(self.spin)
-        self.slider.valueChanged.connect(self._from_slider)
-        self.spin.valueChanged.connect(self._from_spin)
-        self._on_change = on_change
-
-    def value(self):
-        return self.spin.value()
-
-    def set_value(self, value) -> None:
-        self.spin.blockSignals(True)
-        self.spin.setValue(value)
-        self.spin.blockSignals(False)
-        self._sync_slider(value)
-
-    def _sync_slider(self, value) -> None:
-        self.slider.blockSignals(True)
-        fraction = (min(max(value, self.lo), self.hi) - self.lo) / (self.hi - self.lo)
-        self.slider.setValue(round(fraction * SLIDER_STEPS))
-        self.slider.blockSignals(False)
-
-    def _slider_value(self, position: int):
-        return self.lo + (self.hi - self.lo) * position / SLIDER_STEPS
-
-    def _from_slider(self, position: int) -> None:
-        self.spin.blockSignals(True)
-        self.spin.setValue(self._slider_value(position))
-        self.spin.blockSignals(False)
-        self._on_change()
-
-    def _from_spin(self, value) -> None:
-        self._sync_slider(value)
-        self._on_change()
-
-
-class FloatField(SliderField):
-    def __init__(self, slider_range, spin_range, decimals: int, on_change: Callable[[], None]):
-        spin = QDoubleSpinBox()
-        spin.setRange(*spin_range)
-        spin.setDecimals(decimals)
-        spin.setSingleStep(10 ** -min(decimals, 2))
-        super().__init__(spin, slider_range, on_change)
-
-
-class IntField(SliderField):
-    def __init__(self, slider_range, spin_range, on_change: Callable[[], None]):
-        spin = QSpinBox()
-        spin.setRange(int(spin_range[0]), min(int(spin_range[1]), 2**31 - 1))  # QSpinBox holds int32
-        super().__init__(spin, slider_range, on_change)
-
-    def _slider_value(self, position: int) -> int:
-        return round(super()._slider_value(position))
-
-
-def parse_bias(text: str) -> dict[int, float]:
-    """``"42:-100, 7:2.5"`` -> {42: -100.0, 7: 2.5}."""
-    bias: dict[int, float] = {}
-    for part in filter(None, (p.strip() for p in text.replace(";", ",").split(","))):
-        token, _, value = part.partition(":")
-        try:
-            bias[int(token)] = float(value)
-        except ValueError:
-            raise SamplingParamsError(
-                "logit_bias", part, f"logit_bias entries are token_id:bias, got {part!r}."
-            ) from None
-    return bias
-
-
-def format_bias(bias: dict[int, float]) -> str:
-    return ", ".join(f"{k}:{v:g}" for k, v in bias.items())
-
-
-def parse_stop(text: str) -> tuple[str, ...]:
-    """Stop strings separated by ``|``; ``\\n`` and ``\\t`` are escapes."""
-    parts = [p.replace("\\n", "\n").replace("\\t", "\t") for p in text.split("|")]
-    return tuple(p for p in parts if p)
-
-
-def format_stop(stop: tuple[str, ...]) -> str:
-    return "|".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in stop)
+from app.chain_editor import ChainEditor
+from app.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field
+from app.param_text import format_bias, format_stop, parse_bias, parse_stop
+from app.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, preset_data, preset_matches
+from engine.params import SamplingParams, SamplingParamsError
 
 
 class SamplingControls(QWidget):
@@ -217,18 +42,15 @@ class SamplingControls(QWidget):
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         self.settings = settings
-        self.fields: dict[str, SliderField] = {}
         self._loading = False
-        for name, _, slider, spin, decimals, tip in FLOAT_FIELDS:
-            self.fields[name] = FloatField(slider, spin, decimals, self._changed)
-            self.fields[name].setToolTip(tip)
-        for name, _, slider, spin, tip in INT_FIELDS:
-            self.fields[name] = IntField(slider, spin, self._changed)
-            self.fields[name].setToolTip(tip)
-        form = QFormLayout()
-        labels = {f[0]: f[1] for f in FLOAT_FIELDS} | {f[0]: f[1] for f in INT_FIELDS}
-        for name in SLIDER_FIELDS:
-            form.addRow(labels[name], self.fields[name])
+        self.chain = ChainEditor()
+        self.chain.changed.connect(self._changed)
+        # Every numeric field by name, the chain's and the reply's, for presets and errors.
+        self.fields: dict[str, SliderField] = dict(self.chain.fields)
+        reply_form = QFormLayout()
+        for spec in REPLY_FIELDS:
+            self.fields[spec.name] = make_field(spec, self._changed)
+            reply_form.addRow(spec.label, self.fields[spec.name])
 
         self.seed = QLineEdit()
         self.seed.setPlaceholderText("random each reply")
@@ -240,16 +62,17 @@ class SamplingControls(QWidget):
         seed_row = QHBoxLayout()
         seed_row.addWidget(self.seed, 1)
         seed_row.addWidget(dice)
-        form.addRow("Seed", seed_row)
+        reply_form.addRow("Seed", seed_row)
         self.bias = QLineEdit()
         self.bias.setPlaceholderText("token_id:bias, …")
+        self.bias.setToolTip("logit_bias: added to the logits first (stage bias). Empty = off.")
         self.bias.editingFinished.connect(self._changed)
-        form.addRow("Logit bias", self.bias)
+        reply_form.addRow("Logit bias", self.bias)
         self.stop = QLineEdit()
         self.stop.setPlaceholderText("stop strings, separated by |  (\\n = newline)")
         self.stop.editingFinished.connect(self._changed)
-        form.addRow("Stop", self.stop)
-        self._text_fields = {"seed": self.seed, "logit_bias": self.bias, "stop": self.stop}
+        reply_form.addRow("Stop", self.stop)
+        self._text_fields: dict[str, QWidget] = {"seed": self.seed, "logit_bias": self.bias, "stop": self.stop}
 
         self.presets = QComboBox()
         self.presets.activated.connect(lambda _: self.apply_preset(self.presets.currentText()))
@@ -266,16 +89,30 @@ class SamplingControls(QWidget):
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #d93025")
-        self.live_note = QLabel("Changes apply from the next token, also during a reply.")
+        self.live_note = QLabel("Changes (values and order) apply from the next token, also during a reply.")
         self.live_note.setWordWrap(True)
         self.live_note.setEnabled(False)
 
-        layout = QVBoxLayout(self)
+        chain_box = QGroupBox("Chain")
+        QVBoxLayout(chain_box).addWidget(self.chain)
+        reply_box = QGroupBox("Reply")
+        reply_box.setLayout(reply_form)
+        inner = QWidget()
+        layout = QVBoxLayout(inner)
         layout.addLayout(preset_row)
-        layout.addLayout(form)
         layout.addWidget(self.error)
+        layout.addWidget(chain_box)
+        layout.addWidget(reply_box)
         layout.addWidget(self.live_note)
         layout.addStretch(1)
+        # The panel is taller than a small screen: it scrolls rather than squeezing the fields.
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(inner)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
         self.current = SamplingParams()
         self._refresh_presets()
         self.set_params(self.current)
@@ -283,7 +120,8 @@ class SamplingControls(QWidget):
     # Values --------------------------------------------------------------------------
 
     def read(self) -> SamplingParams:
-        values = {name: field.value() for name, field in self.fields.items()}
+        values: dict[str, Any] = self.chain.values()
+        values.update({spec.name: self.fields[spec.name].value() for spec in REPLY_FIELDS})
         seed = self.seed.text().strip()
         if seed:
             try:
@@ -296,38 +134,57 @@ class SamplingControls(QWidget):
 
     def set_params(self, params: SamplingParams) -> None:
         self._loading = True
-        for name, field in self.fields.items():
-            field.set_value(getattr(params, name))
-        self.seed.setText("" if params.seed is None else str(params.seed))
-        self.bias.setText(format_bias(dict(params.logit_bias)))
-        self.stop.setText(format_stop(params.stop))
-        self._loading = False
+        try:
+            self.chain.set_params(params)
+            for spec in REPLY_FIELDS:
+                self.fields[spec.name].set_value(getattr(params, spec.name))
+            self.seed.setText("" if params.seed is None else str(params.seed))
+            self.bias.setText(format_bias(dict(params.logit_bias)))
+            self.stop.setText(format_stop(params.stop))
+        finally:
+            self._loading = False
         self._changed()
 
     def _changed(self) -> None:
         if self._loading:
             return
-        for widget in [*self.fields.values(), *self._text_fields.values()]:
-            widget.setStyleSheet("")
         try:
             params = self.read()
         except SamplingParamsError as exc:
-            widget = self.fields.get(exc.field) or self._text_fields.get(exc.field)
-            if widget is not None:
-                widget.setStyleSheet(ERROR_STYLE)
-            self.error.setText(str(exc))
+            self.show_error(exc)
             return
-        self.error.setText("")
+        self.show_error(None)
         self._show_matching_preset(params)
         if params != self.current:
             self.current = params
             self.params_changed.emit(params)
 
+    def show_error(self, exc: SamplingParamsError | None) -> None:
+        """Outline the widget of ``exc.field`` and show the message; None clears both."""
+        for widget in self._text_fields.values():
+            widget.setStyleSheet("")
+        for spec in REPLY_FIELDS:
+            self.fields[spec.name].setStyleSheet("")
+        field = getattr(exc, "field", None)
+        self.chain.show_error(field)
+        widget = self._text_fields.get(field) or (self.fields.get(field) if field in self._reply_names() else None)
+        if widget is not None:
+            widget.setStyleSheet(ERROR_STYLE)
+        self.error.setText("" if exc is None else str(exc))
+
+    def error_widget(self) -> QWidget | None:
+        """The widget outlined as being at fault, if any (for tests and accessibility)."""
+        candidates = [*self._text_fields.values(), *self.fields.values(), self.chain.breakers, self.chain.list]
+        return next((w for w in candidates if w.styleSheet() == ERROR_STYLE), None)
+
+    @staticmethod
+    def _reply_names() -> set[str]:
+        return {spec.name for spec in REPLY_FIELDS}
+
     def _show_matching_preset(self, params: SamplingParams) -> None:
         """Name the preset these values match, or "Custom"."""
-        presets = {**BUILTIN_PRESETS, **self._user_presets()}
-        for name, preset in presets.items():
-            if all(getattr(params, k) == v for k, v in preset.items() if k in SLIDER_FIELDS):
+        for name, preset in self._all_presets().items():
+            if preset_matches(params, preset):
                 self.presets.setCurrentText(name)
                 return
         if self.presets.findText(CUSTOM) < 0:
@@ -355,24 +212,28 @@ class SamplingControls(QWidget):
         except json.JSONDecodeError:
             return {}
 
+    def _all_presets(self) -> dict[str, dict]:
+        return {**BUILTIN_PRESETS, **self._user_presets()}
+
     def _refresh_presets(self) -> None:
         self.presets.clear()
-        self.presets.addItems([*BUILTIN_PRESETS, *self._user_presets()])
+        self.presets.addItems(list(self._all_presets()))
 
     def apply_preset(self, name: str) -> None:
-        preset = BUILTIN_PRESETS.get(name) or self._user_presets().get(name)
+        preset = self._all_presets().get(name)
         if preset is None:
             return
-        base = self.current.to_dict()
-        base.update(preset)
-        self.set_params(SamplingParams.from_dict(base))
+        try:
+            params = apply_preset(self.current, preset)
+        except (TypeError, ValueError) as exc:  # a saved preset this version cannot read
+            self.error.setText(f"Preset {name!r} cannot be applied: {exc}")
+            return
+        self.set_params(params)
         self.presets.setCurrentText(name)
 
     def save_preset(self, name: str) -> None:
         presets = self._user_presets()
-        data = self.read().to_dict()
-        data.pop("seed", None)
-        presets[name] = data
+        presets[name] = preset_data(self.read())
         if self.settings is not None:
             self.settings.setValue("presets", json.dumps(presets))
         self._refresh_presets()

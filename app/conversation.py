@@ -11,10 +11,10 @@ from engine.params import SamplingParams
 
 WELCOME = "\n".join(
     [
-        "Every token of a reply can be clicked: the Inspector (right) shows what the model wanted (raw, grey)"
-        " and what was left to draw from after penalties, temperature and top-k/top-p/min-p (final, colour).",
+        "Every token of a reply can be clicked: the Inspector (right) shows each candidate's probability after"
+        " every sampling stage, from what the model wanted (raw) to what was left to draw from.",
         "The Timeline (bottom) shows how sure the model was at each token; red rings mark tokens that were not"
-        " its first choice, dashed lines where you changed the sampling settings (left) mid-reply.",
+        " its first choice, dashed lines where you changed the sampling chain (left: drag to reorder) mid-reply.",
         "Double-click another candidate in the Inspector to continue the reply from it; ‹ › switches branches.",
     ]
 )

@@ -20,7 +20,7 @@ class _Requests(QObject):
 
 
 def run_selftest(app, model: str, timeout: float, tokens: int = 8) -> int:
-    from app.worker import ChatJob, WorkerThread
+    from app.worker import ChatJob, WorkerThread, describe
     from engine.session import runtime_report
 
     engine = WorkerThread()
@@ -29,8 +29,8 @@ def run_selftest(app, model: str, timeout: float, tokens: int = 8) -> int:
     requests.submit.connect(engine.worker.submit)
     state: dict = {"steps": []}
     engine.worker.model_loaded.connect(lambda info: state.__setitem__("info", info))
-    engine.worker.model_failed.connect(lambda source, message: state.__setitem__("error", message))
-    engine.worker.job_rejected.connect(lambda tag, message: state.__setitem__("error", message))
+    engine.worker.model_failed.connect(lambda source, exc: state.__setitem__("error", describe(exc)))
+    engine.worker.job_rejected.connect(lambda tag, exc: state.__setitem__("error", describe(exc)))
     engine.worker.token_sampled.connect(lambda tag, step: state["steps"].append(step))
     engine.worker.job_finished.connect(lambda tag, finished: state.__setitem__("finished", finished))
     deadline = time.monotonic() + timeout

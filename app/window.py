@@ -43,9 +43,9 @@ from app.inspector import InspectorWidget
 from app.store import Message, Store
 from app.theme import apply_theme
 from app.timeline import TimelineWidget
-from app.worker import ChatJob, WorkerThread
+from app.worker import ChatJob, WorkerThread, describe
 from engine.events import Finished, TokenStep
-from engine.params import SamplingParams
+from engine.params import SamplingParams, SamplingParamsError
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 FIRST_PROMPT = "What is the capital of France?"
@@ -268,7 +268,7 @@ class MainWindow(QMainWindow):
         worker.prefill_progressed.connect(self._on_prefill)
         worker.job_finished.connect(self._on_finished)
         worker.memory_measured.connect(self._on_memory)
-        worker.errored.connect(self.show_error)
+        worker.errored.connect(self.show_exception)
 
     # Settings -------------------------------------------------------------------------
 
@@ -282,7 +282,7 @@ class MainWindow(QMainWindow):
         if state is not None:
             self.restoreState(state)
         else:
-            self.resizeDocks([self.inspector_dock], [520], Qt.Orientation.Horizontal)
+            self.resizeDocks([self.inspector_dock], [600], Qt.Orientation.Horizontal)
             self.resizeDocks([self.timeline_dock], [200], Qt.Orientation.Vertical)
         params = self.settings.value("params")
         if isinstance(params, str):
@@ -339,11 +339,11 @@ class MainWindow(QMainWindow):
         if not self.thread_messages:
             self._rebuild_entries()
 
-    def _on_model_failed(self, source: str, message: str) -> None:
+    def _on_model_failed(self, source: str, exc: BaseException) -> None:
         self.progress.hide()
         name = self.model_info.name if self.model_info else "No model"
         self.model_label.setText(name)
-        self.show_error(f"Could not load {source}.\n\n{message}")
+        self.show_error(f"Could not load {source}.\n\n{describe(exc)}")
 
     def _recent(self) -> list[str]:
         try:
@@ -506,10 +506,10 @@ class MainWindow(QMainWindow):
             self.live[tag].request_id = request_id
         self.statusBar().showMessage(f"Prompt: {prompt_tokens} tokens", 3000)
 
-    def _on_job_rejected(self, tag: int, message: str) -> None:
+    def _on_job_rejected(self, tag: int, exc: BaseException) -> None:
         self.live.pop(tag, None)
         self._rebuild_entries()
-        self.show_error(message)
+        self.show_exception(exc)
 
     def _on_token(self, tag: int, step: TokenStep) -> None:
         live = self.live.get(tag)
@@ -558,6 +558,12 @@ class MainWindow(QMainWindow):
             self.request_update.emit(tag, params)
         if self.live:
             self.statusBar().showMessage("Parameters changed: they apply from the next token.", 4000)
+
+    def show_exception(self, exc: BaseException) -> None:
+        """An error from the worker: a parameter the engine refused is outlined in the panel too."""
+        if isinstance(exc, SamplingParamsError):
+            self.controls.show_error(exc)
+        self.show_error(describe(exc))
 
     def show_error(self, message: str) -> None:
         self.last_error = message

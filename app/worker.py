@@ -4,6 +4,10 @@
 Each decode step is one event of the worker's event loop (a zero-timeout timer
 re-armed after every step), so a cancel or a parameter change queued while a
 step runs applies to the next token.
+
+Failures cross the thread as the exception object itself (superqt's
+``errored = Signal(object)``), so a view can read ``SamplingParamsError.field``
+and outline the widget of the field at fault; :func:`describe` makes the message.
 """
 
 from __future__ import annotations
@@ -31,17 +35,28 @@ class ChatJob:
     forced_token: int | None = None
 
 
+class GenerationFailed(RuntimeError):
+    """A decode step raised; every running reply was cancelled. ``__cause__`` is the error."""
+
+
+def describe(exc: BaseException) -> str:
+    """The message to show: the engine's own words for its errors, the type for anything else."""
+    if isinstance(exc, (EngineError, ModelLoadError, SamplingParamsError, GenerationFailed)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 class EngineWorker(QObject):
     model_progressed = Signal(str, float)
     model_loaded = Signal(object)  # ModelInfo
-    model_failed = Signal(str, str)  # source, message
+    model_failed = Signal(str, object)  # source, exception
     job_started = Signal(int, int, int)  # tag, request id, prompt tokens
-    job_rejected = Signal(int, str)  # tag, message
+    job_rejected = Signal(int, object)  # tag, exception (SamplingParamsError carries .field)
     token_sampled = Signal(int, object)  # tag, TokenStep
     prefill_progressed = Signal(int, int, int)  # tag, done, total
     job_finished = Signal(int, object)  # tag, Finished
     memory_measured = Signal(int)
-    errored = Signal(str)
+    errored = Signal(object)  # exception
     shut_down = Signal()
 
     def __init__(self, session_factory: Any = None) -> None:
@@ -74,11 +89,8 @@ class EngineWorker(QObject):
                 session.cancel_all()
                 self._flush_events(session.step())
             info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
-        except ModelLoadError as exc:
-            self.model_failed.emit(source, str(exc))
-            return
         except Exception as exc:  # the worker is the one place that catches broadly
-            self.model_failed.emit(source, f"{type(exc).__name__}: {exc}")
+            self.model_failed.emit(source, exc)
             return
         self.model_loaded.emit(info)
         self.memory_measured.emit(session.memory_bytes())
@@ -91,11 +103,8 @@ class EngineWorker(QObject):
                 started = session.start(list(job.messages), job.params)
             else:
                 started = session.continue_reply(list(job.messages), job.output, job.forced_token, job.params)
-        except (EngineError, SamplingParamsError) as exc:
-            self.job_rejected.emit(job.tag, str(exc))
-            return
         except Exception as exc:
-            self.job_rejected.emit(job.tag, f"{type(exc).__name__}: {exc}")
+            self.job_rejected.emit(job.tag, exc)
             return
         self._tags[started.request_id] = job.tag
         self.job_started.emit(job.tag, started.request_id, len(started.prompt_tokens))
@@ -119,7 +128,7 @@ class EngineWorker(QObject):
                 try:
                     session.update_params(request_id, params)
                 except (EngineError, SamplingParamsError) as exc:
-                    self.errored.emit(str(exc))
+                    self.errored.emit(exc)
 
     @Slot()
     def shutdown(self) -> None:
@@ -148,7 +157,9 @@ class EngineWorker(QObject):
         try:
             events = session.step()
         except Exception as exc:
-            self.errored.emit(f"generation failed: {type(exc).__name__}: {exc}")
+            failure = GenerationFailed(f"generation failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            self.errored.emit(failure)
             session.cancel_all()
             events = session.step()
         self._flush_events(events)

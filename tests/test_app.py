@@ -99,13 +99,13 @@ def test_full_flow(qtbot, profile, tiny_folder):
 
     # Picking another candidate continues from there and keeps the old reply as a branch.
     window.controls.set_params(greedy.with_changes(max_tokens=12))
-    table = window.inspector.table
+    view = window.inspector.chain_view
     row = next(r for r, c in enumerate(window.inspector.candidates) if c.token_id != steps[5].token_id)
     picked = window.inspector.candidates[row].token_id
-    rect = table.visualItemRect(table.item(row, 0))
+    rect = view.visualRect(view.model().index(row, 0))
     # A real double-click: QTest's mouseDClick alone lacks the first press a person makes.
-    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.mouseDClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.mouseDClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()
     (entry,) = assistant_entries(window)
@@ -215,6 +215,36 @@ def test_invalid_control_values_are_flagged(qtbot, profile, tiny_folder):
     window.controls.bias.editingFinished.emit()
     assert window.controls.current.logit_bias == {12: -100.0}
     assert window.controls.error.text() == ""
+    # A value only the engine can refuse (an id outside this model's vocabulary) comes back
+    # across the thread as the exception, and its field is outlined.
+    vocab = window.model_info.vocab_size
+    send(qtbot, window, "hi", SamplingParams(max_tokens=2, logit_bias={vocab + 5: 1.0}))
+    qtbot.waitUntil(lambda: bool(window.last_error), timeout=TIMEOUT)
+    assert "logit_bias" in window.last_error
+    assert window.controls.error_widget() is window.controls.bias
+    assert "logit_bias" in window.controls.error.text()
+    window.error_box.close()
+    close_window(window)
+
+
+def test_order_changed_mid_reply_applies_from_the_next_token(qtbot, profile, tiny_folder):
+    window = open_window(qtbot, profile, str(tiny_folder))
+    no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
+    params = SamplingParams(max_tokens=200, temperature=0.8, top_k=20, seed=1, logit_bias=no_eos)
+    send(qtbot, window, "hello there", params, wait=False)
+    qtbot.waitUntil(lambda: any(len(live.steps) >= 3 for live in window.live.values()), timeout=TIMEOUT)
+    window.controls.chain.move_stage("top_k", 0)  # as a drag would
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    window._redraw_if_dirty()
+    (entry,) = assistant_entries(window)
+    steps = window.entries[entry].steps
+    assert len(steps) == 200
+    changed = [i for i, s in enumerate(steps) if s.params.samplers[0] == "top_k"]
+    assert changed and changed == list(range(changed[0], 200)) and changed[0] >= 3
+    assert all(s.chain[-2:] == ("temperature", "top_k") for s in steps[: changed[0]])
+    assert all(s.chain[-2:] == ("top_k", "temperature") for s in steps[changed[0] :])
+    (line,) = window.timeline.change_lines
+    assert line.value() == changed[0] - 0.5 and line.label.toPlainText() == "samplers"
     close_window(window)
 
 
@@ -265,4 +295,53 @@ def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
     window.controls.apply_preset("Greedy")
     window.controls.apply_preset("Mine")
     assert window.controls.current.temperature == 0.55
+    close_window(window)
+
+
+def test_reply_with_dry_and_xtc_shows_them_in_the_chain_view(qtbot, profile, tiny_folder):
+    from app.chain_view import REMOVED_ROLE, VALUE_ROLE
+
+    window = open_window(qtbot, profile, str(tiny_folder))
+    no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
+    # A strong bias makes the tiny model repeat one token; DRY then pushes back harder at
+    # every repeat (base^length), and once the distribution flattens XTC removes its top.
+    params = SamplingParams(
+        max_tokens=16,
+        top_logprobs=10,
+        logit_bias={**no_eos, 64: 6.0},
+        dry_multiplier=1.0,
+        dry_sequence_breakers=("@",),
+        xtc_probability=1.0,
+        xtc_threshold=0.01,
+    )
+    send(qtbot, window, "the cat the cat the cat", params)
+    (entry,) = assistant_entries(window)
+    steps = window.entries[entry].steps
+    assert all(s.chain == ("raw", "bias", "dry", "temperature", "xtc") for s in steps)
+
+    def dry_drop(step, cand):
+        i = step.chain.index("dry")
+        return cand.logprobs[i - 1] - cand.logprobs[i]
+
+    index = next(
+        i
+        for i, s in enumerate(steps)
+        if any(c.removed_by == "xtc" for c in s.top) and any(dry_drop(s, c) > 0.5 for c in s.top)
+    )
+    window.select_token(entry, index)
+    step = window.inspector.step
+    assert step is steps[index]
+    model = window.inspector.chain_view.model()
+    heads = [model.headerData(c, Qt.Orientation.Horizontal, VALUE_ROLE) for c in range(model.columnCount())]
+    assert heads == ["raw", "bias", "dry", "temperature", "xtc"]
+    dry, xtc = heads.index("dry"), heads.index("xtc")
+    rows = window.inspector.candidates
+    penalized = next(r for r, c in enumerate(rows) if dry_drop(step, c) > 0.5)
+    assert model.data(model.index(penalized, dry), VALUE_ROLE) < model.data(model.index(penalized, dry - 1), VALUE_ROLE)
+    removed = [r for r, c in enumerate(rows) if c.removed_by == "xtc"]
+    assert removed and all(model.data(model.index(r, xtc)) == "✕ xtc" for r in removed)
+    assert all(model.data(model.index(r, xtc), REMOVED_ROLE) == "xtc" for r in removed)
+    # The timeline can follow DRY's entropy.
+    window.timeline.stage.setCurrentText("dry")
+    assert list(window.timeline.entropy_curve.getData()[1]) == [s.entropies[2] for s in steps]
     close_window(window)
