@@ -1,10 +1,18 @@
-"""KV caches: per-request caches, the batch cache, and prefix reuse.
+"""Caches: per-request caches, the batch cache, snapshots, and prefix reuse.
 
-A request prefills into its own per-layer ``KVCache``; when its prompt is
-done the cache is merged into the running batch's ``BatchKVCache`` (mlx-lm's
-left-padded batch cache, with ``filter`` / ``extend`` / ``extract``). When a
-request leaves the batch its cache is extracted into the :class:`PrefixStore`,
-so the next chat turn, or a branch, prefills only the tokens it adds.
+A request prefills into its own per-layer caches (``make_prompt_cache``: ``KVCache``,
+``RotatingKVCache`` for sliding windows, ``ArraysCache`` for recurrent state, or a
+``CacheList`` of those). When its prompt is done they are merged into the running
+batch with mlx-lm's own ``merge`` (left-padded ``BatchKVCache`` /
+``BatchRotatingKVCache``, stacked ``ArraysCache``), and the batch is kept in step with
+the rows by mlx-lm's ``filter`` / ``extend`` / ``extract``.
+
+Reuse depends on the kind. A ``KVCache`` can be cut back to any shorter prefix; a
+``RotatingKVCache`` only while its window has not wrapped; recurrent state
+(``ArraysCache``) never: it is reused only at exactly the tokens it holds. The
+:class:`PrefixStore` therefore keeps, besides the caches of finished requests, a
+snapshot at the end of each prompt for models whose caches cannot be cut, so a branch
+or the next chat turn restores the nearest checkpoint and prefills only the rest.
 """
 
 from __future__ import annotations
@@ -15,32 +23,91 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
 
 LayerCaches = list[Any]
+
+BATCHABLE = (KVCache, RotatingKVCache, ArraysCache, CacheList)
 
 
 def new_request_cache(model: Any) -> LayerCaches:
     return make_prompt_cache(model)
 
 
-def supports_batching(caches: LayerCaches) -> bool:
-    return all(type(c) is KVCache for c in caches)
-
-
-def copy_prefix(caches: LayerCaches, length: int) -> LayerCaches:
-    """Fresh KVCache objects holding the first ``length`` positions.
-
-    Slicing makes new arrays, so later writes to the copy never reach the stored cache.
-    """
-    copies = []
+def unsupported_kinds(caches: LayerCaches) -> list[str]:
+    """Names of cache kinds mlx-lm cannot batch (empty when every layer can be batched)."""
+    bad = set()
     for cache in caches:
+        if isinstance(cache, CacheList):
+            bad.update(unsupported_kinds(list(cache.caches)))
+        elif type(cache) not in BATCHABLE:
+            bad.add(type(cache).__name__)
+    return sorted(bad)
+
+
+def kinds(caches: LayerCaches) -> list[str]:
+    """The cache kinds of a model's layers, e.g. ``["KVCache", "RotatingKVCache"]``."""
+    names = set()
+    for cache in caches:
+        names.update(kinds(list(cache.caches)) if isinstance(cache, CacheList) else [type(cache).__name__])
+    return sorted(names)
+
+
+def eval_caches(caches: LayerCaches) -> None:
+    mx.eval([v for _, v in tree_flatten([c.state for c in caches]) if isinstance(v, mx.array)])
+
+
+# Cutting and copying ------------------------------------------------------------------
+
+
+def can_cut(cache: Any, length: int, held: int) -> bool:
+    """Whether ``cache`` (holding ``held`` tokens) can give a copy of its first ``length``."""
+    if length == held:
+        return True
+    if isinstance(cache, KVCache):
+        return length <= cache.offset
+    if isinstance(cache, RotatingKVCache):
+        # Not yet wrapped: the keys are in temporal order and nothing was evicted.
+        return cache.offset < cache.max_size and cache._idx == cache.offset and length <= cache.offset
+    if isinstance(cache, CacheList):
+        return all(can_cut(c, length, held) for c in cache.caches)
+    return False
+
+
+def cut(cache: Any, length: int, held: int) -> Any:
+    """A copy of ``cache`` holding its first ``length`` tokens (see :func:`can_cut`).
+
+    Slicing makes new arrays, so later writes to the copy never reach the original.
+    """
+    if isinstance(cache, CacheList):
+        return CacheList(*(cut(c, length, held) for c in cache.caches))
+    if isinstance(cache, KVCache):
         fresh = KVCache()
-        fresh.keys = cache.keys[..., :length, :]
-        fresh.values = cache.values[..., :length, :]
-        fresh.offset = length
-        copies.append(fresh)
-    return copies
+        fresh.keys, fresh.values, fresh.offset = cache.keys[..., :length, :], cache.values[..., :length, :], length
+        return fresh
+    if isinstance(cache, RotatingKVCache):
+        fresh = RotatingKVCache(cache.max_size, cache.keep)
+        if length == held and not can_cut(cache, length - 1, held):  # wrapped: copy it whole
+            fresh.keys, fresh.values = cache.keys[...], cache.values[...]
+            fresh.offset, fresh._idx = cache.offset, cache._idx
+        else:
+            fresh.keys, fresh.values = cache.keys[..., :length, :], cache.values[..., :length, :]
+            fresh.offset = fresh._idx = length
+        return fresh
+    if isinstance(cache, ArraysCache):
+        fresh = ArraysCache(len(cache.cache))
+        fresh.cache = [c[...] if c is not None else None for c in cache.cache]
+        return fresh
+    raise TypeError(f"cannot copy a {type(cache).__name__}")
+
+
+def cuttable(caches: LayerCaches, held: int) -> bool:
+    """Whether every layer can be cut back to any shorter prefix."""
+    return held <= 1 or all(can_cut(c, 1, held) for c in caches)
+
+
+# The batch ------------------------------------------------------------------------------
 
 
 class BatchCache(BatchKVCache):
@@ -56,19 +123,22 @@ class BatchCache(BatchKVCache):
         return super().make_mask(N, return_array=return_array, **kwargs)
 
 
-def _note_padding(batch: list[BatchCache]) -> list[BatchCache]:
+def _note_padding(batch: list) -> list:
     """One host read per change of the batch's rows, never per step."""
-    unpadded = int(mx.max(batch[0].left_padding).item()) == 0
-    for cache in batch:
-        cache.unpadded = unpadded
+    plain = [c for c in batch if isinstance(c, BatchCache)]
+    if plain:
+        unpadded = int(mx.max(plain[0].left_padding).item()) == 0
+        for cache in plain:
+            cache.unpadded = unpadded
     return batch
 
 
-def to_batch(caches: LayerCaches) -> list[BatchCache]:
-    return _note_padding([BatchCache.merge([c]) for c in caches])
+def to_batch(caches: LayerCaches) -> list:
+    """One request's caches as a batch of one (mlx-lm's ``merge`` for each kind)."""
+    return _note_padding([BatchCache.merge([c]) if type(c) is KVCache else c.merge([c]) for c in caches])
 
 
-def extend_batch(batch: list[BatchCache] | None, other: list[BatchCache]) -> list[BatchCache]:
+def extend_batch(batch: list | None, other: list) -> list:
     if batch is None:
         return other
     for mine, theirs in zip(batch, other, strict=True):
@@ -76,11 +146,11 @@ def extend_batch(batch: list[BatchCache] | None, other: list[BatchCache]) -> lis
     return _note_padding(batch)
 
 
-def extract_row(batch: list[BatchKVCache], row: int) -> LayerCaches:
+def extract_row(batch: list, row: int) -> LayerCaches:
     return [c.extract(row) for c in batch]
 
 
-def filter_batch(batch: list[BatchKVCache], keep: Sequence[int]) -> list[BatchKVCache] | None:
+def filter_batch(batch: list, keep: Sequence[int]) -> list | None:
     if not keep:
         return None
     index = mx.array(list(keep), dtype=mx.int32)
@@ -89,8 +159,7 @@ def filter_batch(batch: list[BatchKVCache], keep: Sequence[int]) -> list[BatchKV
     return _note_padding(batch)
 
 
-def cache_length(caches: LayerCaches) -> int:
-    return int(caches[0].offset) if caches else 0
+# Prefix reuse ---------------------------------------------------------------------------
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -105,10 +174,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class _Entry:
     tokens: tuple[int, ...]
     caches: LayerCaches
+    cuttable: bool
+
+    def usable(self, length: int) -> bool:
+        return length == len(self.tokens) or (self.cuttable and length < len(self.tokens))
 
 
 class PrefixStore:
-    """A small LRU of finished requests' caches, keyed by the tokens they hold."""
+    """A small LRU of caches keyed by exactly the tokens they hold: finished requests, and
+    prompt-end checkpoints of models whose caches cannot be cut back."""
 
     def __init__(self, capacity: int = 8) -> None:
         self.capacity = capacity
@@ -118,31 +192,30 @@ class PrefixStore:
     def add(self, tokens: Sequence[int], caches: LayerCaches) -> None:
         if self.capacity <= 0 or not tokens:
             return
-        tokens = tuple(tokens)
-        for key, entry in list(self._entries.items()):
-            if entry.tokens[: len(tokens)] == tokens:
-                return  # an entry already covers these tokens
-            if tokens[: len(entry.tokens)] == entry.tokens:
-                del self._entries[key]  # the new entry covers this one
-        self._entries[self._next] = _Entry(tokens, caches)
+        entry = _Entry(tuple(tokens), caches, cuttable(caches, len(tokens)))
+        for key, old in list(self._entries.items()):
+            if old.tokens[: len(entry.tokens)] == entry.tokens and old.usable(len(entry.tokens)):
+                return  # an entry already gives these tokens
+            if entry.tokens[: len(old.tokens)] == old.tokens and entry.usable(len(old.tokens)):
+                del self._entries[key]  # the new entry gives the old one's tokens too
+        self._entries[self._next] = entry
         self._next += 1
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 
     def lookup(self, prompt: Sequence[int]) -> tuple[int, LayerCaches | None]:
-        """(reused length, caches) for the longest stored prefix of ``prompt``.
-
-        At least the last prompt token is left to prefill: its logits start decoding.
-        """
+        """(reused length, caches) for the longest stored prefix of ``prompt`` that can be
+        restored. At least the last prompt token is left to prefill: its logits start decoding."""
         best_key, best = None, 0
         for key, entry in self._entries.items():
             n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
-            if n > best:
+            if n > best and entry.usable(n):
                 best_key, best = key, n
         if best_key is None:
             return 0, None
         self._entries.move_to_end(best_key)
-        return best, copy_prefix(self._entries[best_key].caches, best)
+        entry = self._entries[best_key]
+        return best, [cut(c, best, len(entry.tokens)) for c in entry.caches]
 
     def clear(self) -> None:
         self._entries.clear()

@@ -61,6 +61,8 @@ class Request:
     """Tokens of output that came before this request (a branch continues an earlier reply)."""
     forced_first: int | None = None
     prefilled: int = 0
+    fed: int = 0
+    """Tokens run through the model into this request's cache (prompt, then output)."""
     reused: int = 0
     caches: list | None = None  # per-layer caches while prefilling
     first_token_at: float | None = None

@@ -56,9 +56,15 @@ class Scheduler:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise EngineError(f"{name} must be a positive integer, got {value!r}.")
         caches = kv.new_request_cache(loaded.model)
-        if not kv.supports_batching(caches):
-            kinds = sorted({type(c).__name__ for c in caches})
-            raise EngineError(f"this model uses {', '.join(kinds)} caches; only plain KV caches are batched.")
+        unsupported = kv.unsupported_kinds(caches)
+        if unsupported:
+            raise EngineError(
+                f"this model uses {', '.join(unsupported)} caches, which mlx-lm cannot batch "
+                "(batched: KVCache, RotatingKVCache, ArraysCache, CacheList)."
+            )
+        self.cache_kinds = kv.kinds(caches)
+        # Sliding windows wrap and recurrent state cannot be cut back: keep prompt ends.
+        self._checkpoint_prompts = self.cache_kinds != ["KVCache"]
         self.loaded = loaded
         self.model = loaded.model
         self.vocab_size = loaded.vocab_size
@@ -242,11 +248,16 @@ class Scheduler:
         began = time.perf_counter()
         logits = self.model(mx.array(chunk)[None], cache=request.caches)
         request.prefilled += len(chunk)
+        request.fed = request.prefilled
         if request.prefill_remaining() > 0:
-            mx.eval([c.state for c in request.caches])
+            kv.eval_caches(request.caches)
             request.prefill_seconds += time.perf_counter() - began
             return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
         self._waiting.popleft()
+        if self._checkpoint_prompts:
+            # A finished request's cache may not be cut back (a wrapped window, recurrent
+            # state): keep the prompt's end, so a branch prefills only what follows it.
+            self.prefix_store.add(request.prompt, [kv.cut(c, request.fed, request.fed) for c in request.caches])
         events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
         sampling = SamplingBatch.of(self.vocab_size, self.breakers, request.params, request.history)
         step_events = self._sample([request], logits[:, -1, :], sampling)
@@ -277,6 +288,8 @@ class Scheduler:
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
+            for request in self._active:
+                request.fed += 1
         ahead = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
         events = self._sample(self._active, logits, self._sampling, speculate=ahead)
         done = self._finished_ids(events)
@@ -314,6 +327,8 @@ class Scheduler:
             mx.async_eval(sampled.packed)
             self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
             mx.async_eval(self._prefetched)
+            for request in requests:
+                request.fed += 1
         packed = to_host(sampled.packed)  # the one transfer
         events: list[Event] = []
         for row, request in enumerate(requests):
@@ -390,14 +405,13 @@ class Scheduler:
 
     def _store_row(self, row: int, request: Request) -> None:
         caches = kv.extract_row(self._batch, row)
-        self.prefix_store.add(request.history[: kv.cache_length(caches)], caches)
+        self.prefix_store.add(request.history[: request.fed], caches)
 
     def _store_prefill(self, request: Request) -> None:
         if request.caches is None:
             return
-        length = kv.cache_length(request.caches)
-        if length > 0:
-            self.prefix_store.add(request.history[:length], request.caches)
+        if request.fed > 0:
+            self.prefix_store.add(request.history[: request.fed], request.caches)
         request.caches = None
 
 
