@@ -16,8 +16,21 @@ def version_of(package: str) -> str:
         return "not installed"
 
 
+def model_details(model_info) -> str:
+    """Architecture, cache kinds and quantization of the loaded model, in one line."""
+    parts = [
+        getattr(model_info, "architecture", "") or "",
+        ", ".join(getattr(model_info, "cache_kinds", ()) or ()),
+        getattr(model_info, "quantization", "") or "",
+    ]
+    return " · ".join(p for p in parts if p)
+
+
 def about_text(model_info) -> str:
     model = model_info.name if model_info is not None else "none loaded"
+    details = model_details(model_info) if model_info is not None else ""
+    if details:
+        model = f"{model}<br>{details}"
     licence = (
         DEFAULT_MODEL_LICENCE
         if model_info is not None and model_info.source == "default"

@@ -34,6 +34,12 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     path: str
     """The file or folder the weights came from."""
+    architecture: str = ""
+    """mlx-lm's model type, e.g. ``llama``, ``gemma3_text``, ``qwen3_next``."""
+    cache_kinds: tuple[str, ...] = ()
+    """The mlx-lm cache kinds of its layers, e.g. ``("KVCache", "RotatingKVCache")``."""
+    quantization: str = ""
+    """How the weights are stored, e.g. ``4-bit affine (group 32)`` or ``bfloat16``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,19 @@ def runtime_report() -> dict[str, object]:
     }
 
 
+def describe_quantization(loaded) -> str:
+    """The weights' storage in words: mlx-lm's affine quantization, else the float type."""
+    quant = loaded.config.get("quantization")
+    if isinstance(quant, dict) and "bits" in quant:
+        layers = [v for v in quant.values() if isinstance(v, dict) and "bits" in v]
+        bits = sorted({int(quant["bits"])} | {int(v["bits"]) for v in layers}) if layers else [int(quant["bits"])]
+        widths = "/".join(str(b) for b in bits)
+        return f"{widths}-bit affine (group {quant.get('group_size', 64)})"
+    embed = getattr(getattr(loaded.model, "model", loaded.model), "embed_tokens", None)
+    weight = getattr(embed, "weight", None)
+    return str(weight.dtype).replace("mlx.core.", "") if weight is not None else "unknown"
+
+
 class EngineSession:
     def __init__(self, prefill_chunk: int = 64, max_batch_size: int = 8) -> None:
         self._prefill_chunk = prefill_chunk
@@ -94,6 +113,9 @@ class EngineSession:
             has_chat_template=bool(getattr(loaded.tokenizer, "chat_template", None)),
             eos_token_ids=tuple(sorted(loaded.eos_token_ids)),
             path=str(default_model_path()) if source == DEFAULT_MODEL else source,
+            architecture=str(loaded.config.get("model_type", "")),
+            cache_kinds=tuple(scheduler.cache_kinds),
+            quantization=describe_quantization(loaded),
         )
         return self.info
 

@@ -160,3 +160,13 @@ def test_a_cache_mlx_lm_cannot_batch_is_refused_at_load(tiny):
 def test_tiny_arch_folders_are_real_mlx_lm_folders(tmp_path: Path):
     folder = write_tiny_arch(tmp_path / "g", "gemma3_text")
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+def test_model_info_names_architecture_cache_kinds_and_quantization(tmp_path: Path):
+    from app.about import about_text
+    from engine.session import EngineSession
+
+    session = EngineSession()
+    info = session.load(str(write_tiny_arch(tmp_path / "lfm", "lfm2")))
+    assert (info.architecture, info.cache_kinds, info.quantization) == ("lfm2", ("ArraysCache", "KVCache"), "float32")
+    assert "lfm2 · ArraysCache, KVCache · float32" in about_text(info)
