@@ -16,6 +16,7 @@ the most recent breaker is tracked as tokens arrive.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -68,6 +69,26 @@ def _overlaps(word: str, text: str) -> list[str]:
             rests.append(text[len(suffix) :])
         start = word.find(text[0], start + 1)
     return rests
+
+
+class BreakerCache:
+    """Breakers resolved against one vocabulary (a scan of every token's text, as llama.cpp
+    does when the sampler is made), kept for the last few sets. Call it with the strings."""
+
+    def __init__(self, vocab_size: int, piece: Callable[[int], str], encode: Callable[[str], list[int]]) -> None:
+        self._vocab_size = vocab_size
+        self._piece = piece
+        self._encode = encode
+        self._sets: OrderedDict[tuple[str, ...], Breakers] = OrderedDict()
+
+    def __call__(self, texts: tuple[str, ...]) -> Breakers:
+        if texts not in self._sets:
+            pieces = [self._piece(t) for t in range(self._vocab_size)]
+            self._sets[texts] = resolve_breakers(texts, pieces, self._encode)
+            while len(self._sets) > 4:
+                self._sets.popitem(last=False)
+        self._sets.move_to_end(texts)
+        return self._sets[texts]
 
 
 class DryRow:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from engine.detokenize import StopText, StreamDecoder
 from engine.errors import EngineError
+from engine.events import Finished, TokenStep
+from engine.inspection import RowInspection
 from engine.params import SamplingParams
 from engine.penalties import leaving_token
 
@@ -67,6 +70,10 @@ class Request:
     caches: list | None = None  # per-layer caches while prefilling
     first_token_at: float | None = None
     prefill_seconds: float = 0.0
+    group: int | None = None
+    """The fork group (the id of the request that prefilled for it), or None."""
+    followers: list[Request] = field(default_factory=list)
+    """Requests of a fork group waiting for this request's prefill to share it."""
 
     @property
     def history(self) -> list[int]:
@@ -124,3 +131,63 @@ def new_request(
 
 def rate(count: int, seconds: float) -> float:
     return round(count / seconds, 2) if seconds > 0 else 0.0
+
+
+def accept_token(
+    request: Request,
+    inspection: RowInspection,
+    forced: bool,
+    eos_ids: Collection[int],
+    context_length: int,
+    piece: Callable[[int], str],
+) -> tuple[TokenStep, str | None, str | None]:
+    """Append the drawn token: (its TokenStep, the finish reason or None, the stop string)."""
+    token = inspection.token_id
+    if request.first_token_at is None:
+        request.first_token_at = time.perf_counter()
+    index = request.next_index
+    position = request.history_length
+    request.generated.append(token)
+    reason, stop = None, None
+    if token in eos_ids:
+        reason, stop, delta = FINISH_STOP, piece(token), ""
+    else:
+        delta, stop = request.stop_text.add(request.decoder.add(token))
+        if stop is not None:
+            reason = FINISH_STOP
+    if reason is None and (index + 1 >= request.params.max_tokens or position + 1 >= context_length):
+        reason = FINISH_LENGTH
+    if reason is not None and stop is None:
+        delta += request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
+    step = TokenStep(
+        request_id=request.id,
+        index=index,
+        position=position,
+        token_id=token,
+        text=delta,
+        piece=piece(token),
+        chain=inspection.chain,
+        logprobs=inspection.logprobs,
+        entropies=inspection.entropies,
+        survivors=inspection.survivors,
+        top=inspection.top,
+        params=request.params,
+        forced=forced,
+    )
+    return step, reason, stop
+
+
+def finished_event(request: Request, reason: str, stop: str | None = None) -> Finished:
+    decode_seconds = time.perf_counter() - request.first_token_at if request.first_token_at else 0.0
+    prefilled = max(0, request.prefilled - request.reused)
+    return Finished(
+        request_id=request.id,
+        finish_reason=reason,
+        prompt_tokens=len(request.prompt),
+        generated_tokens=len(request.generated),
+        prefilled_tokens=prefilled,
+        prompt_tps=rate(prefilled, request.prefill_seconds),
+        generation_tps=rate(max(0, len(request.generated) - 1), decode_seconds),
+        text=request.stop_text.text,
+        stop=stop,
+    )

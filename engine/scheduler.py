@@ -19,22 +19,21 @@ import mlx.core as mx
 
 from engine import cache as kv
 from engine.batch import SamplingBatch
-from engine.dry import Breakers, resolve_breakers
+from engine.dry import BreakerCache
 from engine.errors import EngineError
-from engine.events import Event, Finished, PrefillProgress, TokenStep
+from engine.events import Event, Finished, PrefillProgress
 from engine.inspection import RowInspection, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.requests import (
     FINISH_CANCELLED,
-    FINISH_LENGTH,
-    FINISH_STOP,
     Request,
     RequestRecord,
+    accept_token,
     check_params,
     check_prompt,
+    finished_event,
     new_request,
-    rate,
     record_of,
 )
 from engine.text import TokenText
@@ -79,8 +78,12 @@ class Scheduler:
         self._waiting: deque[Request] = deque()
         self._active: list[Request] = []
         self._batch: list | None = None
+        tokenizer = loaded.tokenizer
+        self.breakers = BreakerCache(
+            self.vocab_size, self.text.piece, lambda text: list(tokenizer.encode(text, add_special_tokens=False))
+        )
+        """DRY sequence breakers resolved against this vocabulary: ``breakers(strings)``."""
         self._sampling = SamplingBatch(self.vocab_size, self.breakers)
-        self._breakers: OrderedDict[tuple[str, ...], Breakers] = OrderedDict()
         self._pending: list[Event] = []
         self.speculate = speculate
         # Logits of the next decode step for ``_active`` (in order), launched on the device
@@ -191,22 +194,6 @@ class Scheduler:
 
     def params_of(self, request_id: int) -> SamplingParams:
         return self._find(request_id).params
-
-    def breakers(self, texts: tuple[str, ...]) -> Breakers:
-        """DRY sequence breakers resolved against the vocabulary (a scan of every token's
-        text, as llama.cpp does when the sampler is made), kept for the last few sets."""
-        if texts not in self._breakers:
-            pieces = [self.text.piece(t) for t in range(self.vocab_size)]
-            tokenizer = self.loaded.tokenizer
-
-            def encode(text: str) -> list[int]:
-                return list(tokenizer.encode(text, add_special_tokens=False))
-
-            self._breakers[texts] = resolve_breakers(texts, pieces, encode)
-            while len(self._breakers) > 4:
-                self._breakers.popitem(last=False)
-        self._breakers.move_to_end(texts)
-        return self._breakers[texts]
 
     # ------------------------------------------------------------------ internals
 
@@ -341,42 +328,9 @@ class Scheduler:
         return events
 
     def _accept(self, request: Request, inspection: RowInspection, forced: bool) -> list[Event]:
-        token = inspection.token_id
-        now = time.perf_counter()
-        if request.first_token_at is None:
-            request.first_token_at = now
-        index = request.next_index
-        position = request.history_length
-        request.generated.append(token)
-        reason, stop = None, None
-        if token in self.loaded.eos_token_ids:
-            reason, stop, delta = FINISH_STOP, self.text.piece(token), ""
-        else:
-            delta, stop = request.stop_text.add(request.decoder.add(token))
-            if stop is not None:
-                reason = FINISH_STOP
-        if reason is None and (index + 1 >= request.params.max_tokens or position + 1 >= self.context_length):
-            reason = FINISH_LENGTH
-        if reason is not None and stop is None:
-            delta += request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
-        step = TokenStep(
-            request_id=request.id,
-            index=index,
-            position=position,
-            token_id=token,
-            text=delta,
-            piece=self.text.piece(token),
-            chain=inspection.chain,
-            logprobs=inspection.logprobs,
-            entropies=inspection.entropies,
-            survivors=inspection.survivors,
-            top=inspection.top,
-            params=request.params,
-            forced=forced,
-        )
-        if reason is None:
-            return [step]
-        return [step, self._finished(request, reason, stop)]
+        eos, context = self.loaded.eos_token_ids, self.context_length
+        step, reason, stop = accept_token(request, inspection, forced, eos, context, self.text.piece)
+        return [step] if reason is None else [step, self._finished(request, reason, stop)]
 
     @staticmethod
     def _finished_ids(events: list[Event]) -> set[int]:
@@ -386,20 +340,7 @@ class Scheduler:
         self._records[request.id] = record_of(request)
         while len(self._records) > self._history_records:
             self._records.popitem(last=False)
-        now = time.perf_counter()
-        decode_seconds = now - request.first_token_at if request.first_token_at else 0.0
-        prefilled = max(0, request.prefilled - request.reused)
-        return Finished(
-            request_id=request.id,
-            finish_reason=reason,
-            prompt_tokens=len(request.prompt),
-            generated_tokens=len(request.generated),
-            prefilled_tokens=prefilled,
-            prompt_tps=rate(prefilled, request.prefill_seconds),
-            generation_tps=rate(max(0, len(request.generated) - 1), decode_seconds),
-            text=request.stop_text.text,
-            stop=stop,
-        )
+        return finished_event(request, reason, stop)
 
     # Prefix reuse -----------------------------------------------------------------
 
