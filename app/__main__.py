@@ -1,13 +1,15 @@
 """``python -m app`` / ``logitscope``: the desktop app.
 
-``--screenshot PATH [--prompt TEXT] [--select-token N]`` runs it offscreen with
-the default model, sends the prompt, waits for the reply, selects token N,
-saves a screenshot of the whole window and exits.
+``--screenshot PATH [--prompt TEXT] [--select-token N | --select-acted STAGES]``
+runs it offscreen with the default model, sends the prompt, waits for the reply,
+selects token N (or the first token at which every stage named in STAGES changed
+something), saves a screenshot of the whole window and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -20,6 +22,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--screenshot", metavar="PATH", help="save a screenshot and exit")
     parser.add_argument("--prompt", default="What is the capital of France?")
     parser.add_argument("--select-token", type=int, default=None)
+    parser.add_argument(
+        "--select-acted",
+        metavar="STAGES",
+        default=None,
+        help="comma-separated stage names: select the first token at which each of them removed a candidate "
+        "or lowered one's probability",
+    )
+    parser.add_argument("--inspector-width", type=int, default=None, help="width of the inspector dock (px)")
+    parser.add_argument("--show-stage", default=None, help="the stage whose parameters the sampling panel shows")
     parser.add_argument("--theme", choices=["system", "light", "dark"], default=None)
     parser.add_argument("--color-tokens", action="store_true")
     parser.add_argument("--params", default=None, help="sampling parameters as JSON (screenshot mode)")
@@ -59,7 +70,7 @@ def screenshot(app, args: argparse.Namespace) -> int:
     """Run one exchange in a throwaway profile and save the window."""
     import time
 
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, Qt
 
     from app.window import MainWindow
 
@@ -74,8 +85,12 @@ def screenshot(app, args: argparse.Namespace) -> int:
         from engine.params import SamplingParams
 
         window.controls.set_params(SamplingParams.from_dict(json.loads(args.params)))
+    if args.show_stage:
+        window.controls.chain.select_stage(args.show_stage)
     window.resize(1500, 900)
     window.show()
+    if args.inspector_width:
+        window.resizeDocks([window.inspector_dock], [args.inspector_width], Qt.Orientation.Horizontal)
     deadline = time.monotonic() + args.timeout
 
     def wait(condition) -> bool:
@@ -95,10 +110,21 @@ def screenshot(app, args: argparse.Namespace) -> int:
     window.composer.setPlainText(args.prompt)
     window.send()
     wait(lambda: not window.busy())
-    if args.select_token is not None and window.selected is not None:
+    if window.selected is not None:
         entry = window.selected[0]
-        index = min(args.select_token, len(window.entries[entry].steps) - 1)
-        window.select_token(entry, index)
+        steps = window.entries[entry].steps
+        index = None
+        if args.select_acted:
+            stages = [s.strip() for s in args.select_acted.split(",") if s.strip()]
+            index = next((i for i, s in enumerate(steps) if all(stage_acted(s, st) for st in stages)), None)
+            if index is None:
+                print(f"error: no token where {', '.join(stages)} all acted", file=sys.stderr)
+                window.close()
+                return 1
+        elif args.select_token is not None:
+            index = min(args.select_token, len(steps) - 1)
+        if index is not None:
+            window.select_token(entry, index)
     window._dirty = True
     window._redraw_if_dirty()
     app.processEvents()
@@ -109,6 +135,17 @@ def screenshot(app, args: argparse.Namespace) -> int:
         return 1
     print(args.screenshot)
     return 0
+
+
+def stage_acted(step, stage: str, nats: float = 0.1) -> bool:
+    """Whether ``stage`` removed a candidate of ``step`` or lowered one's logprob by ``nats``."""
+    i = step.stage_index(stage)
+    if not i:
+        return False
+    return any(
+        c.removed_by == stage or (c.logprobs[i] != -math.inf and c.logprobs[i] < c.logprobs[i - 1] - nats)
+        for c in step.top
+    )
 
 
 if __name__ == "__main__":

@@ -101,7 +101,9 @@ class StageDelegate(QStyledItemDelegate):
         text_rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, opt.widget) if style else opt.rect
         name_width = opt.fontMetrics.horizontalAdvance(opt.text) + 14
         rect = QRect(text_rect.left() + name_width, text_rect.top(), text_rect.width() - name_width, text_rect.height())
-        muted = QColor(opt.palette.color(opt.palette.ColorRole.PlaceholderText))
+        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
+        role = opt.palette.ColorRole.HighlightedText if selected else opt.palette.ColorRole.PlaceholderText
+        muted = QColor(opt.palette.color(role))
         if index.data(NEUTRAL_ROLE):
             summary += "  (no effect)"
         painter.save()
