@@ -40,6 +40,8 @@ class Sampled:
     top_n: int
     chains: list[tuple[str, ...]]
     """Each row's own chain (without ``raw``)."""
+    final: mx.array
+    """[B, V] logits after each row's last stage, batch order (for fork divergences)."""
 
 
 class SamplingBatch:
@@ -120,7 +122,7 @@ class SamplingBatch:
         top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
         counts = self.counts.counts
         dry = self._dry_dense() if any(d is not None for d in self.dry) else None
-        tokens_parts, packed_parts = [], []
+        tokens_parts, packed_parts, final_parts = [], [], []
         for group in groups:
             rows = group.rows
             take = (lambda a: a) if group.index is None else (lambda a, i=group.index: a[i])
@@ -143,13 +145,13 @@ class SamplingBatch:
                 result.tokens = mx.where(override >= 0, override, result.tokens)
             tokens_parts.append(result.tokens)
             packed_parts.append(pack_step(result, take(counts), top_n))
-        tokens, packed = tokens_parts[0], packed_parts[0]
+            final_parts.append(result.outputs[-1])
+        tokens, packed, final = tokens_parts[0], packed_parts[0], final_parts[0]
         if len(groups) > 1:
             order = [r for g in groups for r in g.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
-            tokens = mx.concatenate(tokens_parts)[back]
-            packed = mx.concatenate(packed_parts)[back]
-        return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params])
+            tokens, packed, final = (mx.concatenate(p)[back] for p in (tokens_parts, packed_parts, final_parts))
+        return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final)
 
     def _plan(self) -> list[_Group]:
         if self._groups is None:

@@ -133,9 +133,12 @@ def _note_padding(batch: list) -> list:
     return batch
 
 
-def to_batch(caches: LayerCaches) -> list:
-    """One request's caches as a batch of one (mlx-lm's ``merge`` for each kind)."""
-    return _note_padding([BatchCache.merge([c]) if type(c) is KVCache else c.merge([c]) for c in caches])
+def to_batch(caches: LayerCaches, copies: int = 1) -> list:
+    """One request's caches as a batch of ``copies`` rows (mlx-lm's ``merge`` for each kind,
+    which copies the data, so the rows of a fork never share a buffer)."""
+    return _note_padding(
+        [BatchCache.merge([c] * copies) if type(c) is KVCache else c.merge([c] * copies) for c in caches]
+    )
 
 
 def extend_batch(batch: list | None, other: list) -> list:

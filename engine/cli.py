@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import EngineError, ModelLoadError
-from engine.events import Finished, TokenStep
+from engine.events import Divergence, Finished, TokenStep
 from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
 
 EXIT_USAGE = 2
@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--dynatemp-range", type=float, default=0.0)
     gen.add_argument("--dynatemp-exponent", type=float, default=1.0)
+    gen.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="JSON object of SamplingParams fields overriding the flags; repeat to fork one prompt "
+        "into several settings sharing one prefill",
+    )
     gen.add_argument("--prefill-chunk", type=int, default=512, help=argparse.SUPPRESS)
     return parser
 
@@ -155,6 +162,32 @@ def token_json(step: TokenStep, request: int) -> dict[str, Any]:
     }
 
 
+def variants_from(args: argparse.Namespace, params: SamplingParams) -> list[SamplingParams]:
+    """Each ``--variant`` JSON object over the common flags, validated like the flags."""
+    if len(args.prompt) != 1:
+        raise _UsageError(f"--variant forks one --prompt, got {len(args.prompt)} prompts.")
+    variants = []
+    for i, text in enumerate(args.variant):
+        try:
+            changes = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _UsageError(f"--variant {i} is not valid JSON ({exc.msg}).") from None
+        if not isinstance(changes, dict):
+            raise _UsageError(f"--variant {i} must be a JSON object of sampling parameters, got {text!r}.")
+        variants.append(SamplingParams.from_dict({**params.to_dict(), **changes}))
+    return variants
+
+
+def divergence_json(event: Divergence, order: dict[int, int]) -> dict[str, Any]:
+    return {
+        "type": "divergence",
+        "index": event.index,
+        "pairs": [[order[a], order[b]] for a, b in event.pairs],
+        "js": [_num(v) for v in event.js],
+        "first_difference": list(event.first_difference),
+    }
+
+
 def done_json(done: Finished, request: int) -> dict[str, Any]:
     return {
         "type": "done",
@@ -162,6 +195,7 @@ def done_json(done: Finished, request: int) -> dict[str, Any]:
         "finish_reason": done.finish_reason,
         "prompt_tokens": done.prompt_tokens,
         "generated_tokens": done.generated_tokens,
+        "prefilled_tokens": done.prefilled_tokens,
         "prompt_tps": done.prompt_tps,
         "generation_tps": done.generation_tps,
     }
@@ -169,6 +203,7 @@ def done_json(done: Finished, request: int) -> dict[str, Any]:
 
 def generate(args: argparse.Namespace) -> int:
     params = params_from(args)  # validate before the slow model load
+    variants = variants_from(args, params) if args.variant else None
     if args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     from engine.models import load
@@ -176,12 +211,16 @@ def generate(args: argparse.Namespace) -> int:
     from engine.scheduler import Scheduler
 
     loaded = load(args.model)
-    scheduler = Scheduler(loaded, max_batch_size=max(1, len(args.prompt)), prefill_chunk=args.prefill_chunk)
+    rows = len(variants) if variants else len(args.prompt)
+    scheduler = Scheduler(loaded, max_batch_size=max(1, rows), prefill_chunk=args.prefill_chunk)
     if args.chat:
         prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p}]) for p in args.prompt]
     else:
         prompts = [encode_text(loaded.tokenizer, p) for p in args.prompt]
-    order = {scheduler.insert(tokens, params): i for i, tokens in enumerate(prompts)}
+    if variants:
+        order = {rid: i for i, rid in enumerate(scheduler.fork(prompts[0], variants))}
+    else:
+        order = {scheduler.insert(tokens, params): i for i, tokens in enumerate(prompts)}
     out = sys.stdout
     while scheduler.has_work():
         for event in scheduler.step():
@@ -189,6 +228,8 @@ def generate(args: argparse.Namespace) -> int:
                 out.write(json.dumps(token_json(event, order[event.request_id])) + "\n")
             elif isinstance(event, Finished):
                 out.write(json.dumps(done_json(event, order[event.request_id])) + "\n")
+            elif isinstance(event, Divergence):
+                out.write(json.dumps(divergence_json(event, order)) + "\n")
         out.flush()
     return 0
 

@@ -121,4 +121,20 @@ class Finished:
     stop: str | None = None
 
 
-Event = TokenStep | PrefillProgress | Finished
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """One step of a fork group: how far each pair of its live variants has drifted apart."""
+
+    group: int
+    """The group's id (that of its first request)."""
+    index: int
+    """The output index of this step's tokens."""
+    pairs: tuple[tuple[int, int], ...]
+    """Request id pairs (a, b), a < b."""
+    js: tuple[float, ...]
+    """Jensen–Shannon divergence (nats) of each pair's final distributions at ``index``."""
+    first_difference: tuple[int | None, ...]
+    """For each pair, the first output index where their drawn tokens differ, or None yet."""
+
+
+Event = TokenStep | PrefillProgress | Finished | Divergence

@@ -104,6 +104,12 @@ class RequestRecord:
     index_offset: int
     params: SamplingParams
 
+    def split(self, position: int) -> tuple[list[int], list[int]]:
+        """(the prompt before any output, the output before ``position``)."""
+        earlier = len(self.prompt) - self.index_offset
+        output = list(self.prompt[earlier:]) + list(self.generated[: position - self.index_offset])
+        return list(self.prompt[:earlier]), output
+
     def check_position(self, position: int) -> None:
         first, last = self.index_offset, self.index_offset + len(self.generated) - 1
         if isinstance(position, bool) or not isinstance(position, int):

@@ -19,6 +19,8 @@ import mlx.core as mx
 
 from engine import cache as kv
 from engine.batch import SamplingBatch
+from engine.continuations import ContinuationsMixin
+from engine.divergence import group_pairs, pair_divergences
 from engine.dry import BreakerCache
 from engine.errors import EngineError
 from engine.events import Event, Finished, PrefillProgress
@@ -39,7 +41,7 @@ from engine.requests import (
 from engine.text import TokenText
 
 
-class Scheduler:
+class Scheduler(ContinuationsMixin):
     """Runs many requests on one model. Not thread-safe: call it from one thread."""
 
     def __init__(
@@ -85,6 +87,7 @@ class Scheduler:
         """DRY sequence breakers resolved against this vocabulary: ``breakers(strings)``."""
         self._sampling = SamplingBatch(self.vocab_size, self.breakers)
         self._pending: list[Event] = []
+        self._first_difference: dict[tuple[int, int], int | None] = {}
         self.speculate = speculate
         # Logits of the next decode step for ``_active`` (in order), launched on the device
         # before the current step's tokens were read back (see _decode).
@@ -101,14 +104,29 @@ class Scheduler:
     def cancel(self, request_id: int) -> None:
         """Stop a request; a ``Finished("cancelled")`` comes with the next step."""
         request = self._find(request_id)
-        if request in self._waiting:
-            self._waiting.remove(request)
-            self._store_prefill(request)
+        leader = next((w for w in self._waiting if request in w.followers), None)
+        if leader is not None:
+            leader.followers.remove(request)
+        elif request in self._waiting:
+            self._cancel_waiting(request)
         else:
             row = self._active.index(request)
             self._store_row(row, request)
             self._remove_rows([row])
         self._pending.append(self._finished(request, FINISH_CANCELLED))
+
+    def _cancel_waiting(self, request: Request) -> None:
+        """A waiting request leaves; its first follower (if any) takes over its prefill."""
+        index = self._waiting.index(request)
+        if not request.followers:
+            del self._waiting[index]
+            self._store_prefill(request)
+            return
+        heir, *rest = request.followers
+        heir.caches, heir.prefilled, heir.fed = request.caches, request.prefilled, request.fed
+        heir.reused = request.prefilled  # the cancelled request already reported those tokens
+        heir.followers, request.followers, request.caches = rest, [], None
+        self._waiting[index] = heir
 
     def update_params(self, request_id: int, params: SamplingParams) -> None:
         """Replace a running request's parameters from its next token on."""
@@ -123,66 +141,12 @@ class Scheduler:
         if request in self._active:
             self._sampling.set_params(self._active.index(request), checked, request.history)
 
-    def branch(self, request_id: int, position: int, forced_token: int) -> int:
-        """Continue request ``request_id`` from output ``position`` with ``forced_token``.
-
-        The original stops (if running) and keeps its tokens; the branch is a new
-        request whose cache reuses the original's up to ``position``. Returns its id.
-        """
-        record = self._record_for(request_id)
-        record.check_position(position)
-        self._check_token("forced_token", forced_token)
-        earlier = len(record.prompt) - record.index_offset
-        base_prompt = list(record.prompt[:earlier])
-        output = list(record.prompt[earlier:]) + list(record.generated[: position - record.index_offset])
-        request = self._continuation(base_prompt, output, forced_token, record.params)
-        if any(r.id == request_id for r in self._live()):
-            self.cancel(request_id)
-        return self._enqueue(request)
-
-    def continue_output(
-        self,
-        prompt: Sequence[int],
-        output: Sequence[int],
-        forced_token: int,
-        params: SamplingParams,
-    ) -> int:
-        """Like :meth:`branch`, for a reply the engine no longer holds (e.g. one saved
-        before a restart): generate after ``prompt + output``, starting with ``forced_token``.
-        TokenStep indices continue from ``len(output)``."""
-        checked = check_params(params, self.vocab_size)
-        self._check_token("forced_token", forced_token)
-        if isinstance(prompt, (str, bytes)) or isinstance(output, (str, bytes)):
-            raise EngineError("prompt and output must be sequences of token ids.")
-        request = self._continuation(list(prompt), list(output), forced_token, checked)
-        return self._enqueue(request)
-
-    def _check_token(self, name: str, token: object) -> None:
-        if isinstance(token, bool) or not isinstance(token, int):
-            raise EngineError(f"{name} must be an integer id, got {token!r}.")
-        if not 0 <= token < self.vocab_size:
-            raise EngineError(f"{name} must be in [0, {self.vocab_size - 1}], got {token}.")
-
-    def _continuation(self, prompt: list[int], output: list[int], forced_token: int, params: SamplingParams) -> Request:
-        full = check_prompt(prompt + output, self.vocab_size, self.context_length)
-        request = new_request(
-            self._next_id,
-            full,
-            params,
-            self.text.decode,
-            earlier_output=output,
-            earlier_text=self.text.decode(output),
-        )
-        request.index_offset = len(output)
-        request.forced_first = forced_token
-        return request
-
     def step(self) -> list[Event]:
         """One decode step for the batch plus one prefill chunk; returns the events."""
         events, self._pending = self._pending, []
         if self._active:
             events.extend(self._decode())
-        if self._waiting and len(self._active) < self.max_batch_size:
+        if self._waiting and len(self._active) + 1 + len(self._waiting[0].followers) <= self.max_batch_size:
             events.extend(self._prefill_chunk())
         return events
 
@@ -203,7 +167,7 @@ class Scheduler:
         return request.id
 
     def _live(self) -> list[Request]:
-        return list(self._waiting) + self._active
+        return [r for w in self._waiting for r in (w, *w.followers)] + self._active
 
     def _find(self, request_id: int) -> Request:
         for request in self._live():
@@ -246,17 +210,25 @@ class Scheduler:
             # state): keep the prompt's end, so a branch prefills only what follows it.
             self.prefix_store.add(request.prompt, [kv.cut(c, request.fed, request.fed) for c in request.caches])
         events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
-        sampling = SamplingBatch.of(self.vocab_size, self.breakers, request.params, request.history)
-        step_events = self._sample([request], logits[:, -1, :], sampling)
+        group, request.followers = [request, *request.followers], []
+        sampling = SamplingBatch(self.vocab_size, self.breakers)
+        for member in group:
+            member.fed = request.fed  # each row's copy of the cache holds the prompt
+            sampling.extend(SamplingBatch.of(self.vocab_size, self.breakers, member.params, member.history))
+        last = logits[:, -1, :]
+        step_events = self._sample(group, mx.repeat(last, len(group), axis=0) if len(group) > 1 else last, sampling)
         request.prefill_seconds += time.perf_counter() - began
         events.extend(step_events)
-        if request.id not in self._finished_ids(step_events):
-            self._batch = kv.extend_batch(self._batch, kv.to_batch(request.caches))
-            request.caches = None
+        done = self._finished_ids(step_events)
+        staying = [i for i, member in enumerate(group) if member.id not in done]
+        if staying:
+            self._batch = kv.extend_batch(self._batch, kv.to_batch(request.caches, copies=len(staying)))
+            sampling.filter(staying)
             self._sampling.extend(sampling)
-            self._active.append(request)
-        else:
+            self._active.extend(group[i] for i in staying)
+        if request.id in done:
             self._store_prefill(request)
+        request.caches = None
         return events
 
     # Decode ----------------------------------------------------------------------
@@ -310,19 +282,27 @@ class Scheduler:
     ) -> list[Event]:
         forced = [r.forced_first if not r.generated else None for r in requests]
         sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
+        pairs = group_pairs([r.group for r in requests])
+        packed_device = sampled.packed
+        if pairs:  # the divergences ride along in the step's one transfer
+            js = pair_divergences(sampled.final, pairs)
+            packed_device = mx.concatenate([packed_device.reshape(-1), js])
         if speculate:
-            mx.async_eval(sampled.packed)
+            mx.async_eval(packed_device)
             self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
             mx.async_eval(self._prefetched)
             for request in requests:
                 request.fed += 1
-        packed = to_host(sampled.packed)  # the one transfer
+        host = to_host(packed_device)  # the one transfer
+        packed = host[: host.size - len(pairs)].reshape(len(requests), -1) if pairs else host
         events: list[Event] = []
         for row, request in enumerate(requests):
             inspection = unpack_row(
                 packed[row], sampled.top_n, request.params.top_logprobs, sampled.chains[row], self.text.piece
             )
             events.extend(self._accept(request, inspection, forced[row] is not None))
+        if pairs:
+            events.extend(self._divergences(requests, pairs, host[host.size - len(pairs) :]))
         # Every request now ends with its new token; the state is read at the next step.
         sampling.accept([r.generated[-1] for r in requests], [r.leaving_token() for r in requests])
         return events

@@ -1,6 +1,7 @@
 """``python -m engine generate``: the JSON Lines contract, errors, and parity with mlx-lm."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -163,3 +164,36 @@ def test_errors_are_one_line_without_traceback(args, needle):
     assert needle in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_variants_share_one_prefill_and_each_equals_its_solo_run(tiny_folder):
+    model = ["--model", str(tiny_folder), "--prompt", "the cat sat", "--max-tokens", "5", "--seed", "2"]
+    variants = ['{"temperature": 0}', '{"temperature": 1.3, "top_k": 7}', '{"temperature": 0.9, "seed": 9}']
+    objects = lines(cli(*model, *[a for v in variants for a in ("--variant", v)]))
+    dones = sorted((o for o in objects if o["type"] == "done"), key=lambda o: o["request"])
+    assert [d["prefilled_tokens"] for d in dones] == [dones[0]["prompt_tokens"], 0, 0]
+    divergences = [o for o in objects if o["type"] == "divergence"]
+    assert [d["index"] for d in divergences] == list(range(5))
+    assert divergences[0]["pairs"] == [[0, 1], [0, 2], [1, 2]]
+    assert all(0.0 <= v <= math.log(2) + 1e-6 for d in divergences for v in d["js"])
+    for i, flags in enumerate([["--temperature", "0"], ["--temperature", "1.3", "--top-k", "7"]]):
+        alone = by_request(lines(cli(*model, *flags)), 0)
+        assert [t["token_id"] for t in by_request(objects, i)] == [t["token_id"] for t in alone]
+    alone = by_request(lines(cli(*model[:-1], "9", "--temperature", "0.9")), 0)
+    assert [t["token_id"] for t in by_request(objects, 2)] == [t["token_id"] for t in alone]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--variant", '{"temp": 1}'], "unknown sampling parameter 'temp'"),
+        (["--variant", "{nope"], "--variant 0 is not valid JSON"),
+        (["--variant", "[1]"], "must be a JSON object"),
+        (["--variant", '{"top_p": 2}'], "top_p must be in"),
+        (["--prompt", "y", "--variant", "{}"], "--variant forks one --prompt, got 2"),
+    ],
+)
+def test_bad_variants_are_one_line_errors(args, needle):
+    proc = cli("--prompt", "x", *args, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,131 @@
+"""Requests made from other requests: a branch (a different token at some position), a
+continuation of a reply the engine no longer holds, and a fork (one prefill, N settings).
+
+A mixin of :class:`engine.scheduler.Scheduler`; it only builds and checks requests and
+hands them to the scheduler's queue, so every call still validates before any state
+changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.errors import EngineError
+from engine.events import Divergence
+from engine.params import SamplingParams
+from engine.requests import Request, check_params, check_prompt, new_request
+
+
+class ContinuationsMixin:
+    """Needs the scheduler's ``vocab_size``, ``context_length``, ``max_batch_size``, ``text``,
+    ``_next_id``, ``_enqueue``, ``_record_for``, ``_live``, ``cancel`` and ``_first_difference``."""
+
+    def branch(self, request_id: int, position: int, forced_token: int) -> int:
+        """Continue request ``request_id`` from output ``position`` with ``forced_token``.
+
+        The original stops (if running) and keeps its tokens; the branch is a new
+        request whose cache reuses the original's up to ``position``. Returns its id.
+        """
+        record = self._record_for(request_id)
+        record.check_position(position)
+        self._check_token("forced_token", forced_token)
+        base_prompt, output = record.split(position)
+        request = self._continuation(base_prompt, output, forced_token, record.params)
+        if any(r.id == request_id for r in self._live()):
+            self.cancel(request_id)
+        return self._enqueue(request)
+
+    def continue_output(
+        self,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        forced_token: int,
+        params: SamplingParams,
+    ) -> int:
+        """Like :meth:`branch`, for a reply the engine no longer holds (e.g. one saved
+        before a restart): generate after ``prompt + output``, starting with ``forced_token``.
+        TokenStep indices continue from ``len(output)``."""
+        checked = check_params(params, self.vocab_size)
+        self._check_token("forced_token", forced_token)
+        if isinstance(prompt, (str, bytes)) or isinstance(output, (str, bytes)):
+            raise EngineError("prompt and output must be sequences of token ids.")
+        request = self._continuation(list(prompt), list(output), forced_token, checked)
+        return self._enqueue(request)
+
+    def fork(self, prompt: Sequence[int], variants: Sequence[SamplingParams]) -> list[int]:
+        """Prefill ``prompt`` once and continue it as one request per variant, each with its
+        own parameters and seed, sharing the prefilled cache (copied per row when the
+        group joins the batch). Returns the ids in the order given. Each step of the group
+        also yields a :class:`Divergence` event."""
+        tokens = check_prompt(prompt, self.vocab_size, self.context_length)
+        checked = self._check_variants(variants)
+        return self._enqueue_group([new_request(0, tokens, p, self.text.decode) for p in checked])
+
+    def fork_from(self, request_id: int, position: int, variants: Sequence[SamplingParams]) -> list[int]:
+        """Like :meth:`fork`, from request ``request_id``'s output before ``position``: each
+        variant draws its own token at ``position`` (TokenStep indices continue from it)."""
+        record = self._record_for(request_id)
+        record.check_position(position)
+        checked = self._check_variants(variants)
+        base_prompt, output = record.split(position)
+        return self._enqueue_group([self._continuation(base_prompt, output, None, p) for p in checked])
+
+    def _check_variants(self, variants: Sequence[SamplingParams]) -> list[SamplingParams]:
+        if isinstance(variants, SamplingParams) or not isinstance(variants, Sequence) or not variants:
+            raise EngineError("variants must be a non-empty list of SamplingParams.")
+        if len(variants) > self.max_batch_size:
+            raise EngineError(f"a fork may have at most {self.max_batch_size} variants, got {len(variants)}.")
+        return [check_params(p, self.vocab_size) for p in variants]
+
+    def _enqueue_group(self, requests: list[Request]) -> list[int]:
+        leader = requests[0]
+        ids = []
+        for request in requests:
+            request.id = self._next_id + len(ids)
+            ids.append(request.id)
+            request.group = leader.id if len(requests) > 1 else None
+        leader.followers = requests[1:]
+        self._next_id += len(requests) - 1
+        self._enqueue(leader)
+        return ids
+
+    def _check_token(self, name: str, token: object) -> None:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise EngineError(f"{name} must be an integer id, got {token!r}.")
+        if not 0 <= token < self.vocab_size:
+            raise EngineError(f"{name} must be in [0, {self.vocab_size - 1}], got {token}.")
+
+    def _continuation(
+        self, prompt: list[int], output: list[int], forced_token: int | None, params: SamplingParams
+    ) -> Request:
+        full = check_prompt(prompt + output, self.vocab_size, self.context_length)
+        request = new_request(
+            self._next_id,
+            full,
+            params,
+            self.text.decode,
+            earlier_output=output,
+            earlier_text=self.text.decode(output),
+        )
+        request.index_offset = len(output)
+        request.forced_first = forced_token
+        return request
+
+    def _divergences(self, requests: list[Request], pairs: list[tuple[int, int]], js) -> list[Divergence]:
+        """One Divergence per fork group in this step, and the first differing index per pair."""
+        by_group: dict[int, list[int]] = {}
+        for k, (i, _) in enumerate(pairs):
+            by_group.setdefault(requests[i].group, []).append(k)
+        out = []
+        for group, ks in by_group.items():
+            ids, firsts = [], []
+            for k in ks:
+                a, b = requests[pairs[k][0]], requests[pairs[k][1]]
+                key = (a.id, b.id)
+                if self._first_difference.get(key) is None and a.generated[-1] != b.generated[-1]:
+                    self._first_difference[key] = a.next_index - 1
+                ids.append(key)
+                firsts.append(self._first_difference.get(key))
+            index = requests[pairs[ks[0]][0]].next_index - 1
+            out.append(Divergence(group, index, tuple(ids), tuple(float(js[k]) for k in ks), tuple(firsts)))
+        return out
