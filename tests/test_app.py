@@ -257,6 +257,8 @@ def test_default_model_answers_paris(qtbot, profile):
     window._redraw_if_dirty()
     assert window.inspector.step is reply.steps[-1]
     assert len(window.inspector.candidates) >= 10
+    assert window.inspector.chain_view.model().rowCount() == len(window.inspector.candidates)
+    window.inspector.tabs.setCurrentIndex(1)  # the other tab is drawn when shown
     assert window.inspector.table.rowCount() == len(window.inspector.candidates)
     close_window(window)
 
