@@ -170,7 +170,8 @@ class EngineWorker(QObject):
 
     def _flush_events(self, events) -> None:
         for event in events:
-            tag = self._tags.get(event.request_id)
+            # Events about a group of requests (a fork's Divergence) have no single request id.
+            tag = self._tags.get(getattr(event, "request_id", None))
             if tag is None:
                 continue
             if isinstance(event, TokenStep):
