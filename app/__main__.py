@@ -14,6 +14,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.events import TokenStep
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -137,7 +141,7 @@ def screenshot(app, args: argparse.Namespace) -> int:
     return 0
 
 
-def stage_acted(step, stage: str, nats: float = 0.1) -> bool:
+def stage_acted(step: TokenStep, stage: str, nats: float = 0.1) -> bool:
     """Whether ``stage`` removed a candidate of ``step`` or lowered one's logprob by ``nats``."""
     i = step.stage_index(stage)
     if not i:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -92,7 +93,7 @@ class BarsView(QWidget):
         self._draw_effects()
         self._fill_table()
 
-    def row_at_scene(self, scene_pos) -> int | None:
+    def row_at_scene(self, scene_pos: QPointF) -> int | None:
         for plot in (self.bars_plot, self.effect_plot):
             if plot.sceneBoundingRect().contains(scene_pos):
                 row = int(round(plot.vb.mapSceneToView(scene_pos).y()))

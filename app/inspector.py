@@ -90,6 +90,9 @@ class InspectorWidget(QWidget):
 
     def _title_html(self, step: TokenStep) -> str:
         picked = " · picked by hand" if step.forced else ""
+        if step.params.greedy and not step.forced:
+            # The stages after temperature were computed at T = 1 for inspection only.
+            picked = " · greedy: the most likely token entering temperature"
         last = step.chain[-1]
         return (
             f"<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
