@@ -70,6 +70,16 @@ class ContinuationsMixin:
         base_prompt, output = record.split(position)
         return self._enqueue_group([self._continuation(base_prompt, output, None, p) for p in checked])
 
+    def fork_output(
+        self, prompt: Sequence[int], output: Sequence[int], variants: Sequence[SamplingParams]
+    ) -> list[int]:
+        """Like :meth:`fork_from`, for a reply the engine no longer holds: each variant
+        draws its own token after ``prompt + output`` (indices continue from ``len(output)``)."""
+        if isinstance(prompt, (str, bytes)) or isinstance(output, (str, bytes)):
+            raise EngineError("prompt and output must be sequences of token ids.")
+        checked = self._check_variants(variants)
+        return self._enqueue_group([self._continuation(list(prompt), list(output), None, p) for p in checked])
+
     def _check_variants(self, variants: Sequence[SamplingParams]) -> list[SamplingParams]:
         if isinstance(variants, SamplingParams) or not isinstance(variants, Sequence) or not variants:
             raise EngineError("variants must be a non-empty list of SamplingParams.")

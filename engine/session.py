@@ -146,6 +146,20 @@ class EngineSession:
         request_id = self.scheduler.continue_output(prompt, output, forced_token, params)
         return StartedRequest(request_id, tuple(prompt))
 
+    def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
+        """One prompt, one request per variant, sharing one prefill (compare mode)."""
+        prompt = self.prompt_for(messages)
+        return [StartedRequest(rid, tuple(prompt)) for rid in self.scheduler.fork(prompt, variants)]
+
+    def fork_reply(
+        self, messages: Messages, output: Sequence[int], variants: Sequence[SamplingParams]
+    ) -> list[StartedRequest]:
+        """Continue a reply after its first ``len(output)`` tokens with each variant
+        ("compare from here"); works for replies the engine no longer holds."""
+        prompt = self.prompt_for(messages)
+        ids = self.scheduler.fork_output(prompt, output, variants)
+        return [StartedRequest(rid, tuple(prompt)) for rid in ids]
+
     def step(self) -> list[Event]:
         return self.scheduler.step() if self._scheduler is not None else []
 

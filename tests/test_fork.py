@@ -169,3 +169,18 @@ def test_fork_on_sliding_window_and_recurrent_caches(arch, tmp_path):
     events = run(scheduler)
     for rid, params in zip(ids, variants, strict=True):
         assert tokens(events, rid) == solo(loaded, prompt, params)
+
+
+def test_fork_output_equals_fork_from_for_a_reply_no_longer_held(tiny, prompt):
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, SamplingParams(max_tokens=10))
+    original = tokens(run(scheduler), rid)
+    variants = [SamplingParams(max_tokens=10), SamplingParams(temperature=1.0, seed=2, max_tokens=10)]
+    held = scheduler.fork_from(rid, 4, variants)
+    from_held = run(scheduler)
+    fresh = Scheduler(tiny)
+    ids = fresh.fork_output(prompt, original[:4], variants)
+    events = run(fresh)
+    for a, b in zip(held, ids, strict=True):
+        assert tokens(events, b) == tokens(from_held, a)
+    assert [e.index for e in events if isinstance(e, TokenStep) and e.request_id == ids[0]][0] == 4
