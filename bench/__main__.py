@@ -16,7 +16,19 @@ import tempfile
 import time
 from pathlib import Path
 
-FIGURES = ["decode", "batched", "penalty_cost", "live_change", "prefix_reuse", "overhead", "gui", "memory"]
+FIGURES = [
+    "decode",
+    "batched",
+    "penalty_cost",
+    "live_change",
+    "prefix_reuse",
+    "overhead",
+    "gui",
+    "memory",
+    "chain_cost",
+    "dry_cost",
+    "compare",
+]
 
 
 def machine() -> dict:
@@ -35,7 +47,7 @@ def machine() -> dict:
 
 
 def run_figures(only: list[str]) -> dict:
-    from bench import memory, reuse, sampling_cost, throughput
+    from bench import chain_cost, compare, memory, reuse, sampling_cost, throughput
     from bench.common import default_model, synthetic_model
 
     results: dict = {"machine": machine(), "seconds": {}}
@@ -57,6 +69,9 @@ def run_figures(only: list[str]) -> dict:
         "overhead": lambda: sampling_cost.overhead(default),
         "gui": lambda: __import__("bench.gui_stall", fromlist=["measure"]).measure("default", 48),
         "memory": lambda: memory.memory(synth()),
+        "chain_cost": lambda: chain_cost.chain_cost(default),
+        "dry_cost": lambda: chain_cost.dry_cost(synth()),
+        "compare": lambda: compare.compare(default),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -118,6 +133,27 @@ def table(r: dict) -> str:
             f"8 peak memory, 2,000 tokens ({m['model']}) | {m['peak_mib_2000_tokens']} MiB | | growth over 50 "
             f"requests {m['slope_bytes_per_request']} B/request"
         )
+    if "chain_cost" in r:
+        for size, row in r["chain_cost"]["by_batch"].items():
+            costly = sorted(row["stage_ms"].items(), key=lambda kv: -kv[1])[:3]
+            lines.append(
+                f"9 every stage on / classic chain, batch {size} | {row['every_stage_step_ms']} / "
+                f"{row['classic_step_ms']} ms | costliest: {', '.join(f'{k} {v} ms' for k, v in costly)} | "
+                f"{row['ratio']} (<= 1.1)"
+            )
+    if "dry_cost" in r:
+        for history, row in r["dry_cost"]["by_history"].items():
+            lines.append(
+                f"10 DRY on / off, history {history} | {row['step_ms_dry']} / {row['step_ms_off']} ms | "
+                f"host {row['dry_host_ms']} ms per step | {row['ratio']}"
+            )
+    if "compare" in r:
+        for n, row in r["compare"]["by_variants"].items():
+            lines.append(
+                f"11 compare {n} settings: all first tokens / one alone | {row['ours_ratio_to_alone']} "
+                f"({row['ours_all_first_s']} s) | {row['mlx_lm_ratio_to_alone']} ({row['mlx_lm_all_first_s']} s) | "
+                f"tok/s {row['ours_tps']} vs {row['mlx_lm_tps']} = {row['tps_ratio']} (<= 1.3 at 4)"
+            )
     return "\n".join(lines)
 
 
