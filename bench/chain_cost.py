@@ -1,0 +1,127 @@
+"""Figures 9 and 10: what the stage chain costs.
+
+9. A decode step with every stage on against the same step with the classic chain
+   (penalties, temperature, top-k, top-p, min-p), batch 1 and 8, on the default model;
+   and each stage's own cost on [B, V] logits (the stage plus its inspection data).
+10. DRY at histories of 100 / 1,000 / 4,000 tokens: the step with DRY on over off, and
+    the host time of the DRY state per step (accept + penalties), beside llama.cpp's
+    approach of recomputing the repeat lengths every step (same O(N) order).
+"""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+import numpy as np
+
+from bench.common import PROMPT, median, no_eos
+from bench.sampling_cost import _scheduler_at_history, _steady_step
+from engine.dry import Breakers, DryRow
+from engine.inspection import pack_step
+from engine.models import LoadedModel
+from engine.params import SAMPLER_STAGES, SamplingParams
+from engine.sampler import columns, run_chain
+from engine.scheduler import Scheduler
+
+CLASSIC = {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1}
+EVERY_STAGE = {
+    **CLASSIC,
+    "dry_multiplier": 0.8,
+    "xtc_probability": 0.5,
+    "xtc_threshold": 0.1,
+    "typical_p": 0.95,
+    "top_n_sigma": 2.0,
+    "dynatemp_range": 0.3,
+}
+
+
+def _batch_step(loaded: LoadedModel, size: int, settings: dict, steps: int) -> float:
+    words = PROMPT.split()
+    scheduler = Scheduler(loaded, max_batch_size=size, prefill_chunk=512)
+    for i in range(size):
+        params = SamplingParams(seed=i, max_tokens=10_000, logit_bias=no_eos(loaded), **settings)
+        scheduler.insert(loaded.tokenizer.encode(" ".join(words[i % 5 :])), params)
+    while len(scheduler._active) < size:
+        scheduler.step()
+    scheduler.step()
+    step = _steady_step(scheduler, steps)
+    for request_id in scheduler.request_ids():
+        scheduler.cancel(request_id)
+    scheduler.step()
+    return step
+
+
+def _stage_alone(stage: str, size: int, vocab: int, repeats: int = 15) -> float:
+    """Seconds one stage adds to a step: its apply and its inspection data, on [B, V] logits."""
+    params = [SamplingParams(seed=i, **EVERY_STAGE) for i in range(size)]
+    logits = mx.random.normal((size, vocab), key=mx.random.key(0)) * 3
+
+    def once(chain: tuple[str, ...]) -> float:
+        inputs = columns(params, chain)
+        inputs.update(
+            counts=mx.zeros((size, vocab), mx.int32),
+            dry=mx.zeros((size, vocab)),
+            xtc_coin=mx.zeros((size, 1)),
+        )
+        start = time.perf_counter()
+        result = run_chain(logits, chain, inputs)
+        mx.eval(pack_step(result, None, 10))
+        return time.perf_counter() - start
+
+    chain = (stage,) if stage else ()
+    once(chain)  # compile
+    return median([once(chain) for _ in range(repeats)])
+
+
+def chain_cost(loaded: LoadedModel, sizes=(1, 8), steps: int = 5) -> dict:
+    rows = {}
+    for size in sizes:
+        classic = _batch_step(loaded, size, CLASSIC, steps)
+        every = _batch_step(loaded, size, EVERY_STAGE, steps)
+        empty = _stage_alone("", size, loaded.vocab_size)
+        stages = {
+            name: round(1000 * max(0.0, _stage_alone(name, size, loaded.vocab_size) - empty), 2)
+            for name in SAMPLER_STAGES
+        }
+        rows[str(size)] = {
+            "classic_step_ms": round(1000 * classic, 1),
+            "every_stage_step_ms": round(1000 * every, 1),
+            "ratio": round(every / classic, 3),
+            "stage_ms": stages,
+            "no_stage_ms": round(1000 * empty, 2),
+        }
+    return {"model": loaded.name, "classic": CLASSIC, "every_stage": EVERY_STAGE, "by_batch": rows}
+
+
+def _dry_host_cost(history: list[int], params: SamplingParams, steps: int = 20) -> float:
+    """Host seconds per step of the DRY state: one accept and one penalties call."""
+    row = DryRow(history, Breakers(frozenset()))
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(steps):
+        token = int(rng.choice(history[-50:]))
+        start = time.perf_counter()
+        row.accept(token)
+        row.penalties(params)
+        times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def dry_cost(loaded: LoadedModel, histories=(100, 1000, 4000), steps: int = 10) -> dict:
+    rows = {}
+    base = SamplingParams(temperature=0.7, max_tokens=10_000, top_logprobs=10, logit_bias=no_eos(loaded))
+    dry = base.with_changes(dry_multiplier=0.8)
+    for history in histories:
+        off = _steady_step(_scheduler_at_history(loaded, history, base), steps)
+        on_scheduler = _scheduler_at_history(loaded, history, dry)
+        on = _steady_step(on_scheduler, steps)
+        # A repetitive history: DRY has repeats to find at every step.
+        pattern = list(range(100, 100 + 37)) * (history // 37 + 1)
+        rows[str(history)] = {
+            "step_ms_off": round(1000 * off, 2),
+            "step_ms_dry": round(1000 * on, 2),
+            "ratio": round(on / off, 3),
+            "dry_host_ms": round(1000 * _dry_host_cost(pattern[:history], dry), 3),
+        }
+    return {"model": loaded.name, "dry_penalty_last_n": "whole context (-1)", "by_history": rows}
