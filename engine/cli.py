@@ -16,6 +16,7 @@ from typing import Any
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
 from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
+from engine.remote_cli import add_remote_flags, generate_remote
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -38,36 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", action="append", required=True, help="repeat to batch")
     gen.add_argument("--chat", action="store_true", help="wrap each prompt as a user message")
     gen.add_argument("--max-tokens", type=int, default=256)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--min-p", type=float, default=0.0)
-    gen.add_argument("--repetition-penalty", type=float, default=1.0)
-    gen.add_argument("--presence-penalty", type=float, default=0.0)
-    gen.add_argument("--frequency-penalty", type=float, default=0.0)
-    gen.add_argument("--penalty-window", type=int, default=64)
-    gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--top-logprobs", type=int, default=10)
     gen.add_argument("--stop", action="append", default=[])
-    gen.add_argument(
-        "--samplers", default=None, help=f"stage order, comma-separated (default: {','.join(DEFAULT_SAMPLERS)})"
-    )
-    gen.add_argument("--typical-p", type=float, default=1.0)
-    gen.add_argument("--top-n-sigma", type=float, default=0.0)
-    gen.add_argument("--xtc-probability", type=float, default=0.0)
-    gen.add_argument("--xtc-threshold", type=float, default=0.1)
-    gen.add_argument("--dry-multiplier", type=float, default=0.0)
-    gen.add_argument("--dry-base", type=float, default=1.75)
-    gen.add_argument("--dry-allowed-length", type=int, default=2)
-    gen.add_argument("--dry-penalty-last-n", type=int, default=-1)
-    gen.add_argument(
-        "--dry-sequence-breaker",
-        action="append",
-        default=None,
-        help='repeatable; replaces the default list (\\n : " *); escapes \\n \\t \\\\ are read',
-    )
-    gen.add_argument("--dynatemp-range", type=float, default=0.0)
-    gen.add_argument("--dynatemp-exponent", type=float, default=1.0)
+    add_sampling_flags(gen)
     gen.add_argument(
         "--variant",
         action="append",
@@ -76,7 +49,50 @@ def build_parser() -> argparse.ArgumentParser:
         "into several settings sharing one prefill",
     )
     gen.add_argument("--prefill-chunk", type=int, default=512, help=argparse.SUPPRESS)
+    add_remote_flags(gen)
+    sc = commands.add_parser("score", help="score a given text token by token (teacher-forced) as JSON Lines")
+    sc.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
+    source = sc.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to score")
+    source.add_argument("--file", help="a UTF-8 text file to score")
+    sc.add_argument("--chat", action="store_true", help="the text is the assistant's reply to --prompt")
+    sc.add_argument("--prompt", help="with --chat: the user message the text answers")
+    add_sampling_flags(sc)
+    sc.add_argument("--prefill-chunk", type=int, default=128, help=argparse.SUPPRESS)
     return parser
+
+
+def add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    """Every SamplingParams field but max_tokens and stop, as flags (one per field)."""
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--frequency-penalty", type=float, default=0.0)
+    p.add_argument("--penalty-window", type=int, default=64)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--top-logprobs", type=int, default=10)
+    p.add_argument(
+        "--samplers", default=None, help=f"stage order, comma-separated (default: {','.join(DEFAULT_SAMPLERS)})"
+    )
+    p.add_argument("--typical-p", type=float, default=1.0)
+    p.add_argument("--top-n-sigma", type=float, default=0.0)
+    p.add_argument("--xtc-probability", type=float, default=0.0)
+    p.add_argument("--xtc-threshold", type=float, default=0.1)
+    p.add_argument("--dry-multiplier", type=float, default=0.0)
+    p.add_argument("--dry-base", type=float, default=1.75)
+    p.add_argument("--dry-allowed-length", type=int, default=2)
+    p.add_argument("--dry-penalty-last-n", type=int, default=-1)
+    p.add_argument(
+        "--dry-sequence-breaker",
+        action="append",
+        default=None,
+        help='repeatable; replaces the default list (\\n : " *); escapes \\n \\t \\\\ are read',
+    )
+    p.add_argument("--dynatemp-range", type=float, default=0.0)
+    p.add_argument("--dynatemp-exponent", type=float, default=1.0)
 
 
 def params_from(args: argparse.Namespace) -> SamplingParams:
@@ -90,8 +106,8 @@ def params_from(args: argparse.Namespace) -> SamplingParams:
         frequency_penalty=args.frequency_penalty,
         penalty_window=args.penalty_window,
         seed=args.seed,
-        max_tokens=args.max_tokens,
-        stop=tuple(args.stop),
+        max_tokens=getattr(args, "max_tokens", 256),
+        stop=tuple(getattr(args, "stop", ())),
         top_logprobs=args.top_logprobs,
         samplers=DEFAULT_SAMPLERS if args.samplers is None else _split(args.samplers),
         typical_p=args.typical_p,
@@ -128,8 +144,22 @@ def unescape(text: str) -> str:
 
 
 def _num(value: float) -> float | None:
-    """JSON has no -inf: a truncated-away logprob is written as null."""
+    """JSON has no -inf: a truncated-away logprob is written as null (and so is NaN, a
+    value a remote server did not report)."""
     return round(value, 5) if math.isfinite(value) else None
+
+
+def _opt(value: float | None) -> float | None:
+    return None if value is None else _num(value)
+
+
+def _count(value: int) -> int | None:
+    """-1 (not reported by a remote server) is written as null."""
+    return value if value >= 0 else None
+
+
+def _rate(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def token_json(step: TokenStep, request: int) -> dict[str, Any]:
@@ -140,19 +170,19 @@ def token_json(step: TokenStep, request: int) -> dict[str, Any]:
         "token_id": step.token_id,
         "text": step.text,
         "logprob": _num(step.logprob),
-        "raw_logprob": _num(step.raw_logprob),
+        "raw_logprob": _opt(step.logprob_at("raw")),
         "entropy_raw": _num(step.entropy_raw),
         "entropy": _num(step.entropy),
         "chain": list(step.chain),
         "entropies": {name: _num(e) for name, e in zip(step.chain, step.entropies, strict=True)},
-        "survivors": dict(zip(step.chain, step.survivors, strict=True)),
+        "survivors": {name: _count(n) for name, n in zip(step.chain, step.survivors, strict=True)},
         "forced": step.forced,
         "top": [
             {
                 "token_id": c.token_id,
                 "text": c.text,
                 "raw_logit": _num(c.raw_logit),
-                "raw_logprob": _num(c.raw_logprob),
+                "raw_logprob": _opt(step.logprob_at("raw", c)),
                 "logprob": _num(c.logprob),
                 "logprobs": {name: _num(lp) for name, lp in zip(step.chain, c.logprobs, strict=True)},
                 "removed_by": c.removed_by,
@@ -195,15 +225,17 @@ def done_json(done: Finished, request: int) -> dict[str, Any]:
         "finish_reason": done.finish_reason,
         "prompt_tokens": done.prompt_tokens,
         "generated_tokens": done.generated_tokens,
-        "prefilled_tokens": done.prefilled_tokens,
-        "prompt_tps": done.prompt_tps,
-        "generation_tps": done.generation_tps,
+        "prefilled_tokens": _count(done.prefilled_tokens),
+        "prompt_tps": _rate(done.prompt_tps),
+        "generation_tps": _rate(done.generation_tps),
     }
 
 
 def generate(args: argparse.Namespace) -> int:
     params = params_from(args)  # validate before the slow model load
     variants = variants_from(args, params) if args.variant else None
+    if args.server:
+        return generate_remote(args, params, variants, token_json, done_json)
     if args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     from engine.models import load
@@ -237,6 +269,10 @@ def generate(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "score":
+            from engine.cli_score import score_command
+
+            return score_command(args)
         return generate(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

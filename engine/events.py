@@ -61,7 +61,9 @@ class TokenStep:
     top: tuple[Candidate, ...]
     params: SamplingParams
     forced: bool = False
-    """True when the token was chosen by ``branch`` rather than drawn."""
+    """True when the token was chosen by ``branch`` (or given by a scored text) rather than drawn."""
+    rank: int | None = None
+    """The token's rank under ``raw`` (1 = most likely); set for scored texts."""
 
     @property
     def raw_logprob(self) -> float:
@@ -137,4 +139,17 @@ class Divergence:
     """For each pair, the first output index where their drawn tokens differ, or None yet."""
 
 
-Event = TokenStep | PrefillProgress | Finished | Divergence
+@dataclass(frozen=True, slots=True)
+class ScoreDone:
+    """The end of a scored text (``python -m engine score``, the app's Score text)."""
+
+    request_id: int
+    tokens: int
+    """Tokens scored (every token of the text after its context)."""
+    perplexity: float
+    """exp of the mean negative raw logprob."""
+    mean_surprisal_bits: float
+    tokens_per_second: float
+
+
+Event = TokenStep | PrefillProgress | Finished | Divergence | ScoreDone

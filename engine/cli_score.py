@@ -1,0 +1,67 @@
+"""``python -m engine score``: a given text, token by token, as the model and a chain see it.
+
+Token records are ``generate``'s (``chain``, ``entropies``, per-candidate ``logprobs`` and
+``removed_by``) plus ``rank``, the token's rank under ``raw``; one ``score_done`` ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.cli import _num, _UsageError, params_from, token_json
+from engine.errors import EngineError
+from engine.events import ScoreDone, TokenStep
+
+
+def read_text(args: argparse.Namespace) -> str:
+    if args.file is None:
+        return args.text
+    try:
+        return Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EngineError(f"cannot read {args.file!r}: {exc}") from None
+
+
+def score_command(args: argparse.Namespace) -> int:
+    params = params_from(args)  # validate before the slow model load
+    if args.chat and not args.prompt:
+        raise _UsageError("--chat needs --prompt: the user message the text answers.")
+    if args.prefill_chunk <= 0:
+        raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    text = read_text(args)
+    from engine.dry import BreakerCache
+    from engine.models import load
+    from engine.prompts import encode_chat, encode_text
+    from engine.score import score
+    from engine.text import TokenText
+
+    loaded = load(args.model)
+    tokenizer = loaded.tokenizer
+    if args.chat:
+        context = encode_chat(tokenizer, [{"role": "user", "content": args.prompt}])
+        targets = list(getattr(tokenizer, "_tokenizer", tokenizer).encode(text, add_special_tokens=False))
+    else:
+        tokens = encode_text(tokenizer, text)
+        context, targets = tokens[:1], tokens[1:]
+    pieces = TokenText(tokenizer)
+    breakers = BreakerCache(
+        loaded.vocab_size, pieces.piece, lambda t: list(tokenizer.encode(t, add_special_tokens=False))
+    )
+    out = sys.stdout
+    for event in score(loaded, context, targets, params, breakers, pieces, chunk=args.prefill_chunk):
+        if isinstance(event, TokenStep):
+            out.write(json.dumps({**token_json(event, 0), "rank": event.rank}) + "\n")
+        elif isinstance(event, ScoreDone):
+            done = {
+                "type": "score_done",
+                "tokens": event.tokens,
+                "perplexity": _num(event.perplexity),
+                "mean_surprisal_bits": _num(event.mean_surprisal_bits),
+                "tokens_per_second": event.tokens_per_second,
+            }
+            out.write(json.dumps(done) + "\n")
+        out.flush()
+    return 0

@@ -1,0 +1,159 @@
+"""Teacher-forced scoring: equal to what generate reported for the same tokens, through the
+whole chain (penalties, DRY, XTC included); independent of the chunk size; the CLI."""
+
+import json
+import math
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.errors import EngineError
+from engine.events import PrefillProgress, ScoreDone, TokenStep
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.score import score
+
+EVERY_STAGE = SamplingParams(
+    max_tokens=40,
+    temperature=0.9,
+    seed=3,
+    top_k=40,
+    top_p=0.95,
+    min_p=0.01,
+    typical_p=0.97,
+    top_n_sigma=3.0,
+    repetition_penalty=1.3,
+    presence_penalty=0.2,
+    frequency_penalty=0.1,
+    penalty_window=8,
+    dry_multiplier=1.0,
+    dry_allowed_length=1,
+    xtc_probability=0.7,
+    xtc_threshold=0.02,
+    dynatemp_range=0.3,
+    logit_bias={5: 2.0, 6: -3.0},
+    top_logprobs=6,
+)
+
+
+@pytest.fixture
+def prompt(tiny):
+    return tiny.tokenizer.encode("the cat sat on the mat")
+
+
+def generated(loaded, prompt, params):
+    scheduler = Scheduler(loaded)
+    scheduler.insert(prompt, params)
+    steps = []
+    while scheduler.has_work():
+        steps += [e for e in scheduler.step() if isinstance(e, TokenStep)]
+    return steps, scheduler
+
+
+def scored(loaded, scheduler, context, targets, params, chunk=128, offset=0):
+    events = list(score(loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, offset))
+    return [e for e in events if isinstance(e, TokenStep)], events
+
+
+def assert_same_steps(ours, theirs, atol):
+    assert [s.token_id for s in ours] == [s.token_id for s in theirs]
+    assert [s.index for s in ours] == [s.index for s in theirs]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.chain == b.chain
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=atol)
+        np.testing.assert_allclose(a.entropies, b.entropies, atol=atol)
+        assert a.survivors == b.survivors
+        by_id = {c.token_id: c for c in b.top}
+        for c in a.top:
+            if c.token_id in by_id:
+                assert c.removed_by == by_id[c.token_id].removed_by
+                np.testing.assert_allclose(c.logprobs, by_id[c.token_id].logprobs, atol=atol)
+        assert {c.token_id for c in a.top} >= {c.token_id for c in b.top if math.isfinite(c.logprob)} - {b.token_id}
+
+
+@pytest.mark.parametrize("params", [SamplingParams(max_tokens=40, top_logprobs=5), EVERY_STAGE])
+def test_replay_of_a_reply_under_its_own_settings_reproduces_every_stage(tiny, prompt, params):
+    steps, scheduler = generated(tiny, prompt, params)
+    own = params.with_changes(seed=steps[0].params.seed)
+    replay, _ = scored(tiny, scheduler, prompt, [s.token_id for s in steps], own, chunk=16)
+    assert_same_steps(replay, steps, atol=1e-5)
+    assert all(s.forced and s.rank >= 1 for s in replay)
+
+
+def test_chunk_size_changes_nothing_and_ranks_match_numpy(tiny, prompt):
+    text = tiny.tokenizer.encode(" the theme of the thin thing is the theatre")
+    _, scheduler = generated(tiny, prompt, SamplingParams(max_tokens=1))
+    whole, events = scored(tiny, scheduler, prompt, text, EVERY_STAGE, chunk=512)
+    for chunk in (1, 3):
+        pieces, _ = scored(tiny, scheduler, prompt, text, EVERY_STAGE, chunk=chunk)
+        assert_same_steps(pieces, whole, atol=1e-5)
+    logits = np.array(tiny.model(mx.array(prompt + text)[None])[0].astype(mx.float32))
+    for i, step in enumerate(whole):
+        row = logits[len(prompt) + i - 1]
+        assert step.rank == 1 + int((row > row[text[i]]).sum())
+        lp = row - np.log(np.exp(row - row.max()).sum()) - row.max()
+        assert step.raw_logprob == pytest.approx(float(lp[text[i]]), abs=1e-5)
+    done = events[-1]
+    assert isinstance(done, ScoreDone) and done.tokens == len(text)
+    mean = -np.mean([s.raw_logprob for s in whole])
+    assert done.perplexity == pytest.approx(math.exp(mean), rel=1e-6)
+    assert done.mean_surprisal_bits == pytest.approx(mean / math.log(2), rel=1e-6)
+    assert [e.done for e in events if isinstance(e, PrefillProgress)][-1] == len(prompt + text) - 1
+
+
+def test_replay_under_other_settings_marks_what_they_would_remove(tiny, prompt):
+    steps, scheduler = generated(tiny, prompt, SamplingParams(max_tokens=20, temperature=1.0, seed=8))
+    strict = SamplingParams(temperature=1.0, top_k=3, seed=8, top_logprobs=3)
+    replay, _ = scored(tiny, scheduler, prompt, [s.token_id for s in steps], strict)
+    np.testing.assert_allclose([r.raw_logprob for r in replay], [s.raw_logprob for s in steps], atol=1e-5)
+    removed = [r.index for r in replay if r.rank > 3]
+    assert removed == [r.index for r in replay if not math.isfinite(r.logprob)]
+    assert removed, "a random model's sampled reply has tokens outside the top 3"
+
+
+@pytest.mark.parametrize(
+    ("context", "targets", "needle"),
+    [([], [1, 2], "at least one token of context"), ([1], [], "no token to score"), ([1], [10**6], "must be in")],
+)
+def test_bad_input_is_refused(tiny, context, targets, needle):
+    _, scheduler = generated(tiny, [1, 2], SamplingParams(max_tokens=1))
+    with pytest.raises(EngineError, match=needle):
+        next(score(tiny, context, targets, SamplingParams(), scheduler.breakers, scheduler.text))
+
+
+def cli(*args):
+    proc = subprocess.run([sys.executable, "-m", "engine", "score", *args], capture_output=True, text=True, timeout=600)
+    return proc, [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_cli_score_records_and_chat(tiny_folder, tmp_path):
+    path = tmp_path / "text.md"
+    path.write_text("the cat sat on the mat", encoding="utf-8")
+    proc, records = cli(
+        "--model", str(tiny_folder), "--file", str(path), "--top-logprobs", "3", "--top-k", "5", "--temperature", "1"
+    )
+    assert proc.returncode == 0, proc.stderr
+    tokens, done = records[:-1], records[-1]
+    assert done["type"] == "score_done" and done["tokens"] == len(tokens)
+    for t in tokens:
+        assert t["type"] == "token" and t["rank"] >= 1 and t["chain"] == ["raw", "top_k"]
+        assert (t["logprob"] is None) == (t["rank"] > 5)
+    proc, chat = cli("--model", str(tiny_folder), "--chat", "--prompt", "hi", "--text", "the cat")
+    assert proc.returncode == 0 and chat[-1]["tokens"] == len(chat) - 1 == 6
+    proc, _ = cli("--model", str(tiny_folder), "--chat", "--text", "x")
+    assert proc.returncode == 2 and "--chat needs --prompt" in proc.stderr
+
+
+@pytest.mark.slow
+def test_score_equals_generate_on_the_default_model(smollm):
+    prompt = smollm.tokenizer.encode("The capital of France is")
+    params = SamplingParams(max_tokens=12, top_logprobs=5)
+    steps, scheduler = generated(smollm, prompt, params)
+    replay, _ = scored(smollm, scheduler, prompt, [s.token_id for s in steps], params.with_changes(seed=0))
+    worst = max(abs(a.raw_logprob - b.raw_logprob) for a, b in zip(replay, steps, strict=True))
+    assert worst < 1e-4, worst
+    for a, b in zip(replay, steps, strict=True):
+        assert [c.token_id for c in a.top][:5] == [c.token_id for c in b.top][:5]
