@@ -121,6 +121,8 @@ class Finished:
     generation_tps: float
     text: str
     stop: str | None = None
+    error: str | None = None
+    """With ``finish_reason == "error"``: what went wrong (the tokens before it stay valid)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from engine.penalties import leaving_token
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_CANCELLED = "cancelled"
+FINISH_ERROR = "error"
 
 
 def check_prompt(prompt: object, vocab_size: int, context_length: int) -> list[int]:
@@ -73,6 +74,8 @@ class Request:
     group: int | None = None
     """The fork group (the id of the request that prefilled for it), or None."""
     followers: list[Request] = field(default_factory=list)
+    finished: bool = False
+    """Its Finished event was made (it is never made twice)."""
     """Requests of a fork group waiting for this request's prefill to share it."""
 
     @property
@@ -183,7 +186,7 @@ def accept_token(
     return step, reason, stop
 
 
-def finished_event(request: Request, reason: str, stop: str | None = None) -> Finished:
+def finished_event(request: Request, reason: str, stop: str | None = None, error: str | None = None) -> Finished:
     decode_seconds = time.perf_counter() - request.first_token_at if request.first_token_at else 0.0
     prefilled = max(0, request.prefilled - request.reused)
     return Finished(
@@ -196,4 +199,5 @@ def finished_event(request: Request, reason: str, stop: str | None = None) -> Fi
         generation_tps=rate(max(0, len(request.generated) - 1), decode_seconds),
         text=request.stop_text.text,
         stop=stop,
+        error=error,
     )

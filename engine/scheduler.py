@@ -29,6 +29,7 @@ from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.requests import (
     FINISH_CANCELLED,
+    FINISH_ERROR,
     Request,
     RequestRecord,
     accept_token,
@@ -88,6 +89,7 @@ class Scheduler(ContinuationsMixin):
         self._sampling = SamplingBatch(self.vocab_size, self.breakers)
         self._pending: list[Event] = []
         self._first_difference: dict[tuple[int, int], int | None] = {}
+        self._prefilling: list[Request] = []  # the group whose prefill chunk runs now
         self.speculate = speculate
         # Logits of the next decode step for ``_active`` (in order), launched on the device
         # before the current step's tokens were read back (see _decode).
@@ -145,10 +147,40 @@ class Scheduler(ContinuationsMixin):
         """One decode step for the batch plus one prefill chunk; returns the events."""
         events, self._pending = self._pending, []
         if self._active:
-            events.extend(self._decode())
+            try:
+                events.extend(self._decode())
+            except Exception as exc:  # noqa: BLE001 - contained: only this step's rows end
+                events.extend(self._fail_active(exc))
         if self._waiting and len(self._active) + 1 + len(self._waiting[0].followers) <= self.max_batch_size:
-            events.extend(self._prefill_chunk())
+            try:
+                events.extend(self._prefill_chunk())
+            except Exception as exc:  # noqa: BLE001
+                events.extend(self._fail_waiting(exc))
         return events
+
+    def _fail_active(self, exc: Exception) -> list[Event]:
+        """A decode step failed: its rows end with ``"error"`` (their earlier tokens stand),
+        and the batch starts afresh, so the next request runs as on a new scheduler."""
+        failed, self._active = self._active, []
+        self._batch, self._prefetched = None, None
+        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
+        message = f"{type(exc).__name__}: {exc}"
+        return [self._finished(r, FINISH_ERROR, error=message) for r in failed]
+
+    def _fail_waiting(self, exc: Exception) -> list[Event]:
+        """A prefill chunk (or the first token after it) failed: that request and its fork
+        group end; rows of it that already joined the batch are dropped again."""
+        group, self._prefilling = self._prefilling, []
+        ids = {r.id for r in group}
+        if group and group[0] in self._waiting:
+            self._waiting.remove(group[0])
+        joined = [i for i, r in enumerate(self._active) if r.id in ids]
+        if joined:
+            self._remove_rows(joined)
+        for member in group:
+            member.caches, member.followers = None, []
+        message = f"{type(exc).__name__}: {exc}"
+        return [self._finished(r, FINISH_ERROR, error=message) for r in group if not r.finished]
 
     def has_work(self) -> bool:
         return bool(self._active or self._waiting or self._pending)
@@ -189,6 +221,7 @@ class Scheduler(ContinuationsMixin):
 
     def _prefill_chunk(self) -> list[Event]:
         request = self._waiting[0]
+        self._prefilling = [request, *request.followers]
         if request.caches is None:
             request.reused, request.caches = self.prefix_store.lookup(request.prompt)
             if request.caches is None:
@@ -316,11 +349,12 @@ class Scheduler(ContinuationsMixin):
     def _finished_ids(events: list[Event]) -> set[int]:
         return {e.request_id for e in events if isinstance(e, Finished)}
 
-    def _finished(self, request: Request, reason: str, stop: str | None = None) -> Finished:
+    def _finished(self, request: Request, reason: str, stop: str | None = None, error: str | None = None) -> Finished:
         self._records[request.id] = record_of(request)
         while len(self._records) > self._history_records:
             self._records.popitem(last=False)
-        return finished_event(request, reason, stop)
+        request.finished = True
+        return finished_event(request, reason, stop, error)
 
     # Prefix reuse -----------------------------------------------------------------
 
