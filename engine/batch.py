@@ -19,7 +19,7 @@ from engine.dry import Breakers, DryRow
 from engine.inspection import pack_step
 from engine.params import SamplingParams
 from engine.penalties import PenaltyCounts, count_tokens
-from engine.sampler import columns, group_chain, gumbel_noise, run_chain, step_key, xtc_coin
+from engine.sampler import columns, group_aliases, group_chain, gumbel_noise, run_chain, step_key, xtc_coin
 from engine.stages import row_chain
 
 
@@ -27,6 +27,7 @@ from engine.stages import row_chain
 class _Group:
     rows: list[int]
     chain: tuple[str, ...]
+    aliases: frozenset[str]
     columns: dict[str, mx.array]
     index: mx.array | None  # None: the group is the whole batch, in order
 
@@ -139,7 +140,7 @@ class SamplingBatch:
             noise = None
             if not all(self.params[r].greedy for r in rows):
                 noise = gumbel_noise([step_key(self.params[r].seed, indices[r]) for r in rows], self.vocab)
-            result = run_chain(take(logits), group.chain, inputs, noise)
+            result = run_chain(take(logits), group.chain, inputs, noise, group.aliases)
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
                 result.tokens = mx.where(override >= 0, override, result.tokens)
@@ -164,7 +165,8 @@ class SamplingBatch:
                 params = [self.params[r] for r in rows]
                 chain = group_chain(params)
                 index = None if whole else mx.array(rows, dtype=mx.int32)
-                self._groups.append(_Group(rows, chain, columns(params, chain), index))
+                aliases = group_aliases(params, chain)
+                self._groups.append(_Group(rows, chain, aliases, columns(params, chain), index))
         return self._groups
 
     def _bias_dense(self) -> mx.array:

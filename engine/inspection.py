@@ -19,7 +19,6 @@ import numpy as np
 from engine.events import Candidate
 from engine.params import STAGE_NAMES
 from engine.sampler import ChainResult
-from engine.stages.base import log_softmax
 
 N_STAGES = len(STAGE_NAMES)
 _EXTRA = ("raw_logit", "bias", "penalty", "count")  # per candidate, before the per-stage logprobs
@@ -33,6 +32,26 @@ def entropy(logprobs: mx.array) -> mx.array:
     return -mx.sum(terms, axis=-1)
 
 
+def _distribution_stats(logits: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """(log-sum-exp [B, 1], entropy [B], surviving tokens [B]) with one exp over [B, V].
+
+    ``H = log Z - sum(e * s) / Z`` with ``s = l - max`` and ``e = exp(s)``: exp is the
+    costly pass on the CPU backend, so it is taken once (and the shift keeps the
+    subtraction well conditioned).
+    """
+    top = mx.max(logits, axis=-1, keepdims=True)
+    shifted = logits - top
+    e = mx.exp(shifted)
+    z = mx.sum(e, axis=-1, keepdims=True)
+    log_z = mx.log(z)
+    h = log_z[:, 0] - mx.sum(mx.where(e > 0, e * shifted, 0.0), axis=-1) / z[:, 0]
+    survivors = mx.sum(logits > float("-inf"), axis=-1).astype(mx.float32)
+    return top + log_z, mx.maximum(h, 0.0), survivors
+
+
+distribution_stats = mx.compile(_distribution_stats)
+
+
 def _top_indices(values: mx.array, n: int) -> mx.array:
     n = min(n, values.shape[-1])
     return mx.argpartition(-values, kth=n - 1, axis=-1)[:, :n]
@@ -44,13 +63,18 @@ def slots(top_n: int) -> int:
 
 def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.array:
     """[B, _HEAD + S * (1 + _PER_SLOT)] float32, S = 2 * top_n + 1 candidate slots:
-    the top ``top_n`` of ``raw``, of the last stage, and the drawn token."""
-    raw, last, tokens = result.outputs[0], result.outputs[-1], result.tokens
+    the top ``top_n`` of ``raw``, of the last stage, and the drawn token. Each distinct
+    distribution (a stage that was the identity for every row repeats its input) is
+    normalized once."""
+    sources = result.sources()
+    raw, last, tokens = result.outputs[0], result.outputs[sources[-1]], result.tokens
     batch = tokens.shape[0]
     chosen = tokens[:, None].astype(mx.int32)
     index = chosen
     if top_n > 0:
-        index = mx.concatenate([_top_indices(raw, top_n), _top_indices(last, top_n), chosen], axis=1)
+        tops = [_top_indices(raw, top_n)]
+        tops.append(tops[0] if sources[-1] == 0 else _top_indices(last, top_n))
+        index = mx.concatenate([*tops, chosen], axis=1)
     width = index.shape[1]
     nan_row = mx.full((batch,), math.nan, mx.float32)
     nan_slots = mx.full((batch, width), math.nan, mx.float32)
@@ -59,18 +83,24 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
     def gather(values: mx.array) -> mx.array:
         return mx.take_along_axis(values, index, axis=-1)
 
+    per_source: dict[int, tuple[mx.array, mx.array, mx.array]] = {}
     entropies, survivors, stage_lps = [], [], []
     for name in STAGE_NAMES:
-        out = result.output(name)
-        if out is None:
+        position = 0 if name == "raw" else (result.chain.index(name) + 1 if name in result.chain else None)
+        if position is None:
             entropies.append(nan_row)
             survivors.append(nan_row)
             stage_lps.append(nan_slots)
             continue
-        logprobs = log_softmax(out)
-        entropies.append(entropy(logprobs))
-        survivors.append(mx.sum(out > float("-inf"), axis=-1).astype(mx.float32))
-        stage_lps.append(gather(logprobs))
+        source = sources[position]
+        if source not in per_source:
+            out = result.outputs[source]
+            lse, h, n = distribution_stats(out)
+            per_source[source] = (h, n, gather(out) - lse)
+        h, n, lps = per_source[source]
+        entropies.append(h)
+        survivors.append(n)
+        stage_lps.append(lps)
     extra = [
         gather(raw),
         _effect(result, "bias", gather, zeros),

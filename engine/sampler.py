@@ -39,6 +39,15 @@ class ChainResult:
     chain: tuple[str, ...]
     outputs: list[mx.array]
     tokens: mx.array
+    aliases: frozenset[str] = frozenset()
+    """Stages that were the identity for every row: their output is their input."""
+
+    def sources(self) -> list[int]:
+        """For each output, the index of the first output holding the same values."""
+        out = [0]
+        for i, name in enumerate(self.chain, start=1):
+            out.append(out[-1] if name in self.aliases else i)
+        return out
 
     def output(self, stage: str) -> mx.array | None:
         if stage == "raw":
@@ -55,8 +64,8 @@ def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, nois
     return mx.where(greedy, best, mx.argmax(final + noise, axis=-1)).astype(mx.int32)
 
 
-def _compiled(chain: tuple[str, ...], use_noise: bool):
-    key = (chain, use_noise)
+def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool):
+    key = (chain, aliases, use_noise)
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
         return _COMPILED[key]
@@ -69,7 +78,8 @@ def _compiled(chain: tuple[str, ...], use_noise: bool):
         for name in chain:
             if name == "temperature":
                 entering = logits
-            logits = STAGES[name].apply(logits, inputs)
+            if name not in aliases:
+                logits = STAGES[name].apply(logits, inputs)
             outputs.append(logits)
         tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
         return outputs, tokens
@@ -82,20 +92,31 @@ def _compiled(chain: tuple[str, ...], use_noise: bool):
 
 
 def run_chain(
-    logits: mx.array, chain: Sequence[str], inputs: Mapping[str, mx.array], noise: mx.array | None = None
+    logits: mx.array,
+    chain: Sequence[str],
+    inputs: Mapping[str, mx.array],
+    noise: mx.array | None = None,
+    aliases: frozenset[str] = frozenset(),
 ) -> ChainResult:
     """One sampling step. logits: [B, V] of any float dtype; ``inputs`` holds every input
-    the chain's stages read ([B, 1] columns, [B, V] state) and ``greedy`` [B] bool."""
+    the chain's stages read ([B, 1] columns, [B, V] state) and ``greedy`` [B] bool.
+    Stages in ``aliases`` are the identity for every row (see :func:`group_aliases`)."""
     chain = tuple(chain)
-    fn = _compiled(chain, noise is not None)
+    fn = _compiled(chain, frozenset(aliases), noise is not None)
     outputs, tokens = fn(logits, dict(inputs), noise if noise is not None else mx.array(0.0))
-    return ChainResult(chain, list(outputs), tokens)
+    return ChainResult(chain, list(outputs), tokens, frozenset(aliases))
 
 
 def group_chain(params: Sequence[SamplingParams]) -> tuple[str, ...]:
     """The stages any of these rows (which share one ``samplers`` order) needs, in order."""
     needed = {name for p in params for name in row_chain(p)}
     return tuple(name for name in ("bias", *params[0].samplers) if name in needed)
+
+
+def group_aliases(params: Sequence[SamplingParams], chain: Sequence[str]) -> frozenset[str]:
+    """The stages of ``chain`` that leave every row's logits as they are (e.g. temperature
+    when every row is greedy): not computed, their output is their input."""
+    return frozenset(name for name in chain if all(STAGES[name].is_identity(p) for p in params))
 
 
 def columns(params: Sequence[SamplingParams], chain: Sequence[str]) -> dict[str, mx.array]:

@@ -29,7 +29,7 @@ from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.penalties import count_tokens, leaving_token
 from engine.requests import check_prompt
-from engine.sampler import columns, group_chain, run_chain, xtc_coin
+from engine.sampler import columns, group_aliases, group_chain, run_chain, xtc_coin
 from engine.stages import row_chain
 from engine.text import TokenText
 
@@ -146,7 +146,7 @@ def _score_rows(logits, rows, indices, full, state, params, text, decoder) -> li
         coins = [xtc_coin(params.seed, index) for index in indices]
         inputs["xtc_coin"] = mx.array(np.asarray(coins, np.float32).reshape(-1, 1))
     targets = mx.array([full[p] for p in rows], dtype=mx.int32)
-    result = run_chain(logits, chain, inputs)
+    result = run_chain(logits, chain, inputs, aliases=group_aliases([params], chain))
     result.tokens = targets
     raw = result.outputs[0]
     rank = mx.sum(raw > mx.take_along_axis(raw, targets[:, None], axis=-1), axis=-1) + 1

@@ -202,3 +202,15 @@ def test_rows_with_different_orders_are_sampled_in_one_batch():
         alone = batch_of([p]).sample(logits[i : i + 1], [0])
         assert int(together.tokens[i]) == int(alone.tokens[0])
         assert report(together, i, p) == report(alone, 0, p)
+
+
+def test_xtc_threshold_zero_ignores_removed_tokens():
+    # Found by the property tests: removed tokens have p = 0 >= 0 and were counted as
+    # "above", so every real token was removed. All real tokens are above; the least
+    # likely (here all tied) stay.
+    from engine.stages.xtc import apply_xtc
+
+    logits = np.full((1, 8), -np.inf, np.float32)
+    logits[0, [0, 2, 5]] = [-1.0, -3.0, -3.0]
+    out = np.array(apply_xtc(mx.array(logits), col([1.0]), col([0.0]), col([0.0])))
+    assert np.isfinite(out).tolist()[0] == [False, False, True, False, False, True, False, False]

@@ -34,6 +34,12 @@ class Stage:
     """Inputs among ``columns`` that are int32, not float32."""
     state: tuple[str, ...] = field(default=())
     """Inputs the scheduler supplies from per-row state each step (e.g. ``counts``)."""
+    identity: Callable[[SamplingParams], bool] | None = None
+    """Whether the stage leaves a row's logits exactly as they are (default: not active).
+    A stage that is the identity for every row of a group is not computed at all."""
+
+    def is_identity(self, params: SamplingParams) -> bool:
+        return self.identity(params) if self.identity is not None else not self.active(params)
 
 
 def log_softmax(logits: mx.array) -> mx.array:

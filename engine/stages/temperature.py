@@ -60,4 +60,10 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_temperature(logits, inputs["temperature"], inputs["dynatemp_range"], inputs["dynatemp_exponent"])
 
 
-STAGE = Stage("temperature", _apply, _active, _columns)
+def _identity(p: SamplingParams) -> bool:
+    # Greedy rows divide by 1 and ignore dynamic temperature: the stage only marks where
+    # their argmax is taken.
+    return p.temperature == 0.0 or (p.temperature == 1.0 and p.dynatemp_range == 0.0)
+
+
+STAGE = Stage("temperature", _apply, _active, _columns, identity=_identity)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from engine.params import SamplingParams
-from engine.stages.base import NEG_INF, Inputs, Stage
+from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask
 
 
 def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin: mx.array) -> mx.array:
@@ -16,7 +16,9 @@ def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin
     [0, 1) from the request's own seeded RNG (seed and token index).
     """
     probs = mx.softmax(logits, axis=-1)
-    above = probs >= threshold
+    # Only tokens still in the distribution: with threshold 0, removed ones (p = 0) would
+    # count as "above" and make every real token look more likely than the least one.
+    above = (probs >= threshold) & finite_mask(logits)
     count = mx.sum(above, axis=-1, keepdims=True)
     least = mx.min(mx.where(above, probs, float("inf")), axis=-1, keepdims=True)
     acts = (probability > 0.0) & (coin <= probability) & (threshold <= 0.5) & (count >= 2)
