@@ -1,0 +1,208 @@
+"""Properties of the stages and the chain, by hypothesis (issue 8, Correctness): a stage
+with neutral parameters is the exact identity; a removed token never comes back; every
+stage leaves a distribution over the surviving tokens; a row's seeded draw depends on
+neither the other rows nor the stages switched off for it; XTC's coin is a function of
+seed and token index only."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import mlx.core as mx
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.batch import SamplingBatch
+from engine.dry import Breakers, resolve_breakers
+from engine.inspection import unpack_row
+from engine.params import SAMPLER_STAGES, SamplingParams
+from engine.sampler import columns, draw, gumbel_noise, step_key, xtc_coin
+from engine.stages import STAGES, row_chain
+from engine.stages.base import log_softmax
+
+NEG_INF = float("-inf")
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+finite = st.one_of(st.sampled_from([-3.0, -1.0, 0.0, 0.5, 2.0, 5.0]), st.floats(-30, 30, width=32))
+
+
+@st.composite
+def logits(draw, rows=None, vocab=None) -> np.ndarray:
+    """[B, V] float32 with repeated values (ties) and -inf, at least one finite per row."""
+    rows = rows or draw(st.integers(1, 4))
+    vocab = vocab or draw(st.integers(2, 40))
+    values = draw(st.lists(st.one_of(finite, st.just(NEG_INF)), min_size=rows * vocab, max_size=rows * vocab))
+    x = np.array(values, np.float32).reshape(rows, vocab)
+    x[:, 0] = np.where(np.isfinite(x).any(axis=1), x[:, 0], 1.0)
+    return x
+
+
+@st.composite
+def row_params(draw, samplers=SAMPLER_STAGES, vocab=40) -> SamplingParams:
+    """Each stage on (random value) or off (its neutral value)."""
+
+    def either(on, off):
+        return draw(st.one_of(st.just(off), on))
+
+    unit = st.floats(0.0, 1.0)
+    return SamplingParams(
+        temperature=either(st.sampled_from([0.0, 0.3, 0.7, 1.5]) | st.floats(0.05, 4.0), 1.0),
+        dynatemp_range=either(st.floats(0.01, 2.0), 0.0),
+        dynatemp_exponent=draw(st.floats(0.0, 3.0)),
+        top_k=either(st.integers(1, vocab + 2), 0),
+        top_p=either(st.floats(0.01, 1.0), 1.0),
+        min_p=either(unit, 0.0),
+        typical_p=either(st.floats(0.01, 1.0), 1.0),
+        top_n_sigma=either(st.floats(0.0, 4.0), 0.0),
+        xtc_probability=either(unit, 0.0),
+        xtc_threshold=draw(unit),
+        repetition_penalty=either(st.floats(0.5, 3.0), 1.0),
+        presence_penalty=either(st.floats(-2.0, 2.0), 0.0),
+        frequency_penalty=either(st.floats(-1.0, 1.0), 0.0),
+        dry_multiplier=either(st.floats(0.1, 3.0), 0.0),
+        dry_allowed_length=draw(st.integers(1, 3)),
+        logit_bias=either(st.dictionaries(st.integers(0, vocab - 1), st.floats(-100, 100), max_size=3), {}),
+        seed=draw(st.integers(0, 2**40)),
+        samplers=samplers,
+    )
+
+
+def chain_inputs(params, chain, vocab: int, rng: np.random.Generator) -> dict[str, mx.array]:
+    """Columns plus random per-row state: counts, DRY penalties and bias only where the row uses them."""
+    inputs = columns(params, chain)
+    b = len(params)
+    counts = rng.integers(0, 3, (b, vocab)).astype(np.int32)
+    dry = np.where([[p.dry_multiplier > 0] for p in params], rng.uniform(0, 3, (b, vocab)), 0.0)
+    bias = np.zeros((b, vocab), np.float32)
+    for r, p in enumerate(params):
+        for token, value in p.logit_bias.items():
+            bias[r, token] = value
+    coins = rng.uniform(0, 1, (b, 1))
+    inputs.update(counts=mx.array(counts), dry=mx.array(dry.astype(np.float32)), bias=mx.array(bias))
+    inputs.update(xtc_coin=mx.array(coins.astype(np.float32)))
+    return inputs
+
+
+@SETTINGS
+@given(st.data())
+def test_a_stage_with_neutral_parameters_is_the_exact_identity(data):
+    x = data.draw(logits(vocab=data.draw(st.integers(2, 40))))
+    vocab = x.shape[1]
+    active = data.draw(st.lists(row_params(vocab=vocab), min_size=len(x), max_size=len(x)))
+    neutral = data.draw(st.lists(st.booleans(), min_size=len(x), max_size=len(x)))
+    greedy_or_not = data.draw(st.sampled_from([1.0, 0.0]))  # T = 0 divides by 1 as well
+    params = [SamplingParams(temperature=greedy_or_not) if n else p for n, p in zip(neutral, active, strict=True)]
+    inputs = chain_inputs(params, tuple(STAGES), vocab, np.random.default_rng(0))
+    for name, stage in STAGES.items():
+        out = np.asarray(stage.apply(mx.array(x), inputs))
+        for r, is_neutral in enumerate(neutral):
+            if is_neutral or not stage.active(params[r]):
+                np.testing.assert_array_equal(out[r], x[r], err_msg=f"{name}, row {r}")
+
+
+@SETTINGS
+@given(st.data())
+def test_removed_tokens_stay_removed_and_every_stage_is_a_distribution(data):
+    order = ("bias", *data.draw(st.permutations(SAMPLER_STAGES)))
+    x = data.draw(logits())
+    vocab = x.shape[1]
+    params = data.draw(st.lists(row_params(order[1:], vocab), min_size=len(x), max_size=len(x)))
+    inputs = chain_inputs(params, order, vocab, np.random.default_rng(data.draw(st.integers(0, 99))))
+    outputs, entering = [mx.array(x)], None
+    for name in order:  # eagerly, one stage at a time (run_chain compiles each order: slow here)
+        entering = outputs[-1] if name == "temperature" else entering
+        outputs.append(STAGES[name].apply(outputs[-1], inputs))
+    noise = gumbel_noise([step_key(p.seed, 0) for p in params], vocab)
+    tokens = np.asarray(draw(entering, outputs[-1], inputs["greedy"], noise))
+    outputs = [np.asarray(o) for o in outputs]
+    for name, before, after in zip(order, outputs, outputs[1:], strict=False):
+        assert not np.isnan(after).any() and not np.isposinf(after).any(), name
+        assert not (np.isneginf(before) & ~np.isneginf(after)).any(), f"{name} brought back a removed token"
+        assert np.isfinite(after).any(axis=1).all(), f"{name} removed every token"
+        probs = np.exp(np.asarray(log_softmax(mx.array(after))))  # what the inspector shows
+        # float32 logprobs carry about one ulp of the largest logit (|l| ~ 500 at T = 0.05): 3e-5.
+        scale = np.abs(np.where(np.isfinite(after), after, 0)).max(axis=1)
+        assert (np.abs(probs.sum(axis=1) - 1.0) <= 1e-5 + 2.5e-7 * scale).all(), name
+        assert (probs[np.isneginf(after)] == 0).all(), name
+    for r, p in enumerate(params):
+        drawn_from = outputs[order.index("temperature") + 1] if p.greedy else outputs[-1]
+        assert np.isfinite(drawn_from[r, tokens[r]]), f"row {r} drew a removed token"
+
+
+PIECES = ["\n", ":", '"', "*", *(f"w{i}" for i in range(4, 40))]
+
+
+@cache
+def breakers(texts: tuple[str, ...]) -> Breakers:
+    return resolve_breakers(texts, PIECES, lambda s: [PIECES.index(c) for c in s if c in PIECES])
+
+
+def batch_of(rows, history) -> SamplingBatch:
+    out = None
+    for p in rows:
+        one = SamplingBatch.of(len(PIECES), breakers, p, history)
+        out = one if out is None else (out.extend(one) or out)
+    return out
+
+
+def inspect(sampled, row: int, p: SamplingParams):
+    return unpack_row(np.array(sampled.packed)[row], sampled.top_n, p.top_logprobs, sampled.chains[row], str)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_rows_draw_depends_on_neither_the_other_rows_nor_its_switched_off_stages(data):
+    vocab = len(PIECES)
+    p = data.draw(row_params(vocab=vocab))
+    others = data.draw(st.lists(row_params(vocab=vocab), max_size=3))
+    at = data.draw(st.integers(0, len(others)))
+    rows = [*others[:at], p, *others[at:]]
+    x = data.draw(logits(rows=len(rows), vocab=vocab))
+    history = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=30))
+    indices = data.draw(st.lists(st.integers(0, 500), min_size=len(rows), max_size=len(rows)))
+
+    alone = batch_of([p], history).sample(mx.array(x[at : at + 1]), [indices[at]])
+    together = batch_of(rows, history).sample(mx.array(x), indices)
+    assert int(together.tokens[at]) == int(alone.tokens[0])
+    a, t = inspect(alone, 0, p), inspect(together, at, p)
+    assert a.chain == t.chain
+    np.testing.assert_allclose(a.logprobs, t.logprobs, rtol=1e-6, atol=1e-6)
+
+    only_active = p.with_changes(samplers=tuple(s for s in p.samplers if s in row_chain(p)))
+    trimmed = batch_of([only_active], history).sample(mx.array(x[at : at + 1]), [indices[at]])
+    assert int(trimmed.tokens[0]) == int(alone.tokens[0])
+    np.testing.assert_allclose(inspect(trimmed, 0, only_active).logprobs, a.logprobs, rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**63 - 1), st.integers(0, 10_000), st.lists(st.integers(0, 2**63 - 1), max_size=3), st.data())
+def test_xtc_coin_depends_only_on_seed_and_index_and_drives_xtc(seed, index, other_seeds, data):
+    coin = xtc_coin(seed, index)
+    assert 0.0 <= coin < 1.0
+    for other in other_seeds:
+        xtc_coin(other, index + 1)
+    assert xtc_coin(seed, index) == coin
+    # Through a batch: with probability .5 and two tokens above the threshold .1 (p = .14, .13; the
+    # 38 others .019), XTC removes the top one exactly when this row's own coin is <= .5, and the
+    # draw is the argmax of what is left plus the noise of the row's own key, wherever the row sits.
+    at = data.draw(st.integers(0, len(other_seeds)))
+    seeds = [*other_seeds[:at], seed, *other_seeds[at:]]
+    indices = [index if r == at else data.draw(st.integers(0, 10_000)) for r in range(len(seeds))]
+    vocab = len(PIECES)
+    x = np.full((len(seeds), vocab), 3.0, np.float32)
+    x[:, 0], x[:, 1] = 5.0, 4.9
+    rows = [SamplingParams(temperature=1.0, xtc_probability=0.5, xtc_threshold=0.1, seed=s) for s in seeds]
+    sampled = batch_of(rows, [2]).sample(mx.array(x), indices)
+    report = inspect(sampled, at, rows[at])
+    assert report.chain[-1] == "xtc"
+    assert report.survivors[-1] == (vocab - 1 if coin <= 0.5 else vocab)
+    final = np.where(np.arange(vocab) == 0, NEG_INF, x[at]) if coin <= 0.5 else x[at]
+    noise = np.asarray(gumbel_noise([step_key(seed, index)], vocab))[0]
+    assert int(sampled.tokens[at]) == int(np.argmax(final + noise))
+
+
+def test_xtc_coin_is_uniform_and_apart_from_the_draw():
+    coins = np.array([xtc_coin(7, i) for i in range(4000)])
+    assert abs(coins.mean() - 0.5) < 0.02 and abs((coins < 0.25).mean() - 0.25) < 0.03
+    assert len({xtc_coin(s, 0) for s in range(200)}) == 200
