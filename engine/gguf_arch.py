@@ -91,23 +91,22 @@ def _rows(shapes: Mapping[str, tuple[int, ...]], name: str, meta: _Meta) -> int:
 
 
 def _rope_scaling(meta: _Meta, arch: str, context: int) -> dict[str, Any] | None:
-    kind = meta.raw("rope.scaling.type")
-    factor = meta.raw("rope.scaling.factor")
-    if kind in (None, "none") and meta.raw("rope.scale_linear") is not None:
-        kind, factor = "linear", meta.raw("rope.scale_linear")
+    kind, factor_key = meta.raw("rope.scaling.type"), "rope.scaling.factor"
+    if kind in (None, "none") and meta.raw("rope.scale_linear") is not None:  # older files
+        kind, factor_key = "linear", "rope.scale_linear"
     if kind in (None, "none"):
         return None
-    factor = meta.float("rope.scaling.factor" if kind != "linear" or factor is not None else "rope.scale_linear")
-    if kind == "linear" and arch != "gemma2":
+    if not (kind == "linear" and arch != "gemma2") and not (kind == "yarn" and arch in ("llama", "qwen2", "qwen3")):
+        raise meta.fail(f"rope scaling {kind!r} is not supported for {arch!r}")
+    factor = meta.float(factor_key)
+    if kind == "linear":
         return {"type": "linear", "rope_type": "linear", "factor": factor}
-    if kind == "yarn" and arch in ("llama", "qwen2", "qwen3"):
-        scaling = {"rope_type": "yarn", "type": "yarn", "factor": factor}
-        scaling["original_max_position_embeddings"] = meta.int("rope.scaling.original_context_length", context)
-        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if meta.raw("rope.scaling." + key) is not None:
-                scaling[name] = meta.float("rope.scaling." + key)
-        return scaling
-    raise meta.fail(f"rope scaling {kind!r} is not supported for {arch!r}")
+    scaling = {"rope_type": "yarn", "type": "yarn", "factor": factor}
+    scaling["original_max_position_embeddings"] = meta.int("rope.scaling.original_context_length", context)
+    for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+        if meta.raw("rope.scaling." + key) is not None:
+            scaling[name] = meta.float("rope.scaling." + key)
+    return scaling
 
 
 def _llama3_scaling(freqs: np.ndarray, head_dim: int, theta: float, original: int, meta: _Meta) -> dict | None:

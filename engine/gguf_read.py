@@ -67,7 +67,7 @@ class GGUFFile:
 class _CheckedReader(GGUFReader):
     """gguf-py's reader with every read and count checked against the file size."""
 
-    def _get(self, offset, dtype, count=1, override_order=None):  # noqa: ANN001, ANN202 (gguf-py's signature)
+    def _get(self, offset, dtype, count=1, override_order=None):
         plain = self.__dict__.get("_plain")
         if plain is None:  # a plain ndarray view: slicing a np.memmap is several times slower
             plain = self.__dict__["_plain"] = self.data.view(np.ndarray)
@@ -86,7 +86,7 @@ class _CheckedReader(GGUFReader):
     def _room(self, offset: int) -> int:
         return int(self.data.shape[0]) - int(offset)
 
-    def _build_fields(self, offs, count):  # noqa: ANN001, ANN202
+    def _build_fields(self, offs, count):
         if self.byte_order != "I":
             raise GGUFFormatError("the file is in the other byte order (big-endian GGUF is not supported)")
         count = int(count)
@@ -94,13 +94,13 @@ class _CheckedReader(GGUFReader):
             raise GGUFFormatError(f"the header claims {count} metadata entries, more than the file can hold")
         return super()._build_fields(offs, count)
 
-    def _build_tensor_info(self, offs, count):  # noqa: ANN001, ANN202
+    def _build_tensor_info(self, offs, count):
         count = int(count)
         if count > self._room(offs) // _MIN_TENSOR_INFO:
             raise GGUFFormatError(f"the header claims {count} tensors, more than the file can hold")
         return super()._build_tensor_info(offs, count)
 
-    def _get_field_parts(self, orig_offs, raw_type):  # noqa: ANN001, ANN202
+    def _get_field_parts(self, orig_offs, raw_type):
         raw_type = int(raw_type)
         if raw_type not in _VALUE_TYPES:
             raise GGUFFormatError(f"unknown metadata value type {raw_type} at byte {orig_offs}")
@@ -125,7 +125,7 @@ class _CheckedReader(GGUFReader):
         types = [GGUFValueType.ARRAY] + ([GGUFValueType(item_type)] if count else [])
         return 12 + int(values.nbytes), [raw_itype, length, values], [2] if count else [], types
 
-    def _build_tensors(self, start_offs, fields):  # noqa: ANN001, ANN202
+    def _build_tensors(self, start_offs, fields):
         spans = [_check_tensor_info(field, int(start_offs), int(self.alignment), self._room(0)) for field in fields]
         spans.sort()
         for (_, end, name), (next_start, _end, next_name) in zip(spans, spans[1:], strict=False):

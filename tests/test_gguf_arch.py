@@ -2,11 +2,13 @@
 converter writes it, converts back to a model with the same logits."""
 
 import math
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
+from engine.errors import ModelLoadError
 from engine.gguf_arch import llama3_factors
 from engine.models import load
 from tests.gguf_reference import bpe_vocab, random_model, spm_vocab, write_model_gguf
@@ -166,3 +168,44 @@ def test_llama3_rope_parameters_are_recovered_from_rope_freqs(tmp_path):
     assert scaling["factor"] == pytest.approx(8.0)
     recovered = llama3_factors(scaling, 64, 500000.0)
     np.testing.assert_allclose(recovered, extra["rope_freqs.weight"], rtol=1e-5)
+
+
+def small_llama(extra: dict) -> dict:
+    from engine.gguf_arch import build_config
+
+    shapes = {
+        "token_embd.weight": (100, 64),
+        "blk.0.attn_q.weight": (64, 64),
+        "blk.0.attn_k.weight": (32, 64),
+        "blk.0.ffn_up.weight": (128, 64),
+    }
+    metadata = {
+        "llama.embedding_length": 64,
+        "llama.block_count": 1,
+        "llama.attention.head_count": 4,
+        "llama.attention.head_count_kv": 2,
+        "llama.feed_forward_length": 128,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        **extra,
+    }
+    return build_config("llama", metadata, shapes, {}, Path("x.gguf"))
+
+
+def test_rope_scaling_metadata():
+    assert "rope_scaling" not in small_llama({"llama.rope.scaling.type": "none"})
+    assert small_llama({"llama.rope.scale_linear": 4.0})["rope_scaling"]["factor"] == 4.0  # older files
+    linear = small_llama({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0})
+    assert linear["rope_scaling"] == {"type": "linear", "rope_type": "linear", "factor": 2.0}
+    yarn = small_llama(
+        {
+            "llama.rope.scaling.type": "yarn",
+            "llama.rope.scaling.factor": 4.0,
+            "llama.rope.scaling.original_context_length": 4096,
+            "llama.rope.scaling.yarn_beta_fast": 32.0,
+        }
+    )["rope_scaling"]
+    assert yarn["rope_type"] == "yarn" and yarn["original_max_position_embeddings"] == 4096 and yarn["beta_fast"] == 32
+    with pytest.raises(ModelLoadError, match="rope scaling 'mystery' is not supported"):
+        small_llama({"llama.rope.scaling.type": "mystery"})
+    with pytest.raises(ModelLoadError, match="partial rotary"):
+        small_llama({"llama.rope.dimension_count": 8})

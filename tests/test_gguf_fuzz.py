@@ -27,7 +27,7 @@ import numpy as np
 
 FUZZ_FILES = int(os.environ.get("FUZZ_FILES", "300"))
 FUZZ_SEED = int(os.environ.get("FUZZ_SEED", "0"))
-CHUNK = 60  # files per subprocess
+CHUNK = 100  # files per subprocess
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "FUZZ "
 DEFAULT_DATA_KEPT = 256 * 1024  # bytes of tensor data kept after the default model's tensor table
@@ -191,6 +191,8 @@ def worker(spec_file: str, folder: str) -> None:
     for spec in json.loads(Path(spec_file).read_text()):
         path = build(spec, Path(folder))
         print(MARK + json.dumps({"start": spec["name"]}), flush=True)
+        if spec["name"] == os.environ.get("FUZZ_SELF_TEST_CRASH"):  # the harness's own test
+            os.abort()
         try:
             loaded = load(str(path))
             mx.eval(loaded.model(mx.array([[0, 1, 2]])))
@@ -208,7 +210,7 @@ def run_specs(specs: list[dict], folder: Path, timeout: float = 600) -> tuple[di
     results: dict[str, tuple[str, str]] = {}
     crashes: list[str] = []
     pending = list(specs)
-    env = dict(os.environ, LOGITSCOPE_CACHE_DIR=str(folder / "cache"), PYTHONFAULTHANDLER="")
+    env = dict(os.environ, LOGITSCOPE_CACHE_DIR=str(folder / "cache"), PYTHONFAULTHANDLER="1")
     while pending:
         chunk, pending = pending[:CHUNK], pending[CHUNK:]
         spec_file = folder / "specs.json"
@@ -260,6 +262,19 @@ def test_fuzzed_gguf_files_never_crash(tmp_path):
     assert not escaped, summary + "\n" + json.dumps(escaped, indent=1)
     assert len(results) == len(specs), summary
     assert counts["rejected"] > len(specs) // 2 and counts["loaded"] > 0, summary
+
+
+def test_a_crash_fails_and_names_the_file(tmp_path, monkeypatch):
+    """The harness itself: a process killed by a signal is reported with its file; the rest still run."""
+    specs = [
+        {"name": f"{i}-after-magic.gguf", "base": None, "keep": 0, "patches": [(0, b"GGUF".hex())]} for i in range(3)
+    ]
+    monkeypatch.setenv("FUZZ_SELF_TEST_CRASH", specs[1]["name"])
+    results, crashes = run_specs(specs, tmp_path)
+    assert len(crashes) == 1 and crashes[0].startswith(str(tmp_path / specs[1]["name"]))
+    assert "exit code -6" in crashes[0]  # SIGABRT
+    assert (tmp_path / specs[1]["name"]).is_file()  # left for reproduction
+    assert {name: r for name, (r, _) in results.items()} == {specs[0]["name"]: "rejected", specs[2]["name"]: "rejected"}
 
 
 if __name__ == "__main__":
