@@ -28,6 +28,7 @@ FIGURES = [
     "chain_cost",
     "dry_cost",
     "compare",
+    "prefill",
 ]
 
 
@@ -47,7 +48,7 @@ def machine() -> dict:
 
 
 def run_figures(only: list[str]) -> dict:
-    from bench import chain_cost, compare, memory, reuse, sampling_cost, throughput
+    from bench import chain_cost, compare, memory, prefill, reuse, sampling_cost, throughput
     from bench.common import default_model, synthetic_model
 
     results: dict = {"machine": machine(), "seconds": {}}
@@ -72,6 +73,7 @@ def run_figures(only: list[str]) -> dict:
         "chain_cost": lambda: chain_cost.chain_cost(default),
         "dry_cost": lambda: chain_cost.dry_cost(synth()),
         "compare": lambda: compare.compare(default),
+        "prefill": lambda: prefill.prefill(default, synth()),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -154,6 +156,12 @@ def table(r: dict) -> str:
                 f"({row['ours_all_first_s']} s) | {row['mlx_lm_ratio_to_alone']} ({row['mlx_lm_all_first_s']} s) | "
                 f"tok/s {row['ours_tps']} vs {row['mlx_lm_tps']} = {row['tps_ratio']} (<= 1.3 at 4)"
             )
+    if "prefill" in r:
+        p = r["prefill"]
+        lines.append(
+            f"12 prefill, {p['prompt_tokens']}-token prompt | {p['ours_tps']} tok/s | {p['mlx_lm_tps']} tok/s | "
+            f"{p['ratio']} (>= 1.0)"
+        )
     return "\n".join(lines)
 
 

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON object of SamplingParams fields overriding the flags; repeat to fork one prompt "
         "into several settings sharing one prefill",
     )
-    gen.add_argument("--prefill-chunk", type=int, default=512, help=argparse.SUPPRESS)
+    gen.add_argument("--prefill-chunk", type=int, default=None, help=argparse.SUPPRESS)
     add_remote_flags(gen)
     sc = commands.add_parser("score", help="score a given text token by token (teacher-forced) as JSON Lines")
     sc.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
@@ -236,7 +236,7 @@ def generate(args: argparse.Namespace) -> int:
     variants = variants_from(args, params) if args.variant else None
     if args.server:
         return generate_remote(args, params, variants, token_json, done_json)
-    if args.prefill_chunk <= 0:
+    if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     from engine.models import load
     from engine.prompts import encode_chat, encode_text

@@ -32,8 +32,10 @@ def entropy(logprobs: mx.array) -> mx.array:
     return -mx.sum(terms, axis=-1)
 
 
-def _distribution_stats(logits: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """(log-sum-exp [B, 1], entropy [B], surviving tokens [B]) with one exp over [B, V].
+def _distribution_stats(logits: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """(max [B, 1], log Z [B, 1], entropy [B], surviving tokens [B]) with one exp over [B, V]:
+    a logprob is ``(l - max) - log Z``, exact to float32 even for large logits (``l - lse``
+    carries an ulp of the largest logit).
 
     ``H = log Z - sum(e * s) / Z`` with ``s = l - max`` and ``e = exp(s)``: exp is the
     costly pass on the CPU backend, so it is taken once (and the shift keeps the
@@ -46,7 +48,7 @@ def _distribution_stats(logits: mx.array) -> tuple[mx.array, mx.array, mx.array]
     log_z = mx.log(z)
     h = log_z[:, 0] - mx.sum(mx.where(e > 0, e * shifted, 0.0), axis=-1) / z[:, 0]
     survivors = mx.sum(logits > float("-inf"), axis=-1).astype(mx.float32)
-    return top + log_z, mx.maximum(h, 0.0), survivors
+    return top, log_z, mx.maximum(h, 0.0), survivors
 
 
 distribution_stats = mx.compile(_distribution_stats)
@@ -95,8 +97,8 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
         source = sources[position]
         if source not in per_source:
             out = result.outputs[source]
-            lse, h, n = distribution_stats(out)
-            per_source[source] = (h, n, gather(out) - lse)
+            top, log_z, h, n = distribution_stats(out)
+            per_source[source] = (h, n, (gather(out) - top) - log_z)
         h, n, lps = per_source[source]
         entropies.append(h)
         survivors.append(n)

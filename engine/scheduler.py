@@ -19,6 +19,7 @@ import mlx.core as mx
 
 from engine import cache as kv
 from engine.batch import SamplingBatch
+from engine.chunking import ChunkSizer
 from engine.continuations import ContinuationsMixin
 from engine.divergence import group_pairs, pair_divergences
 from engine.dry import BreakerCache
@@ -49,14 +50,17 @@ class Scheduler(ContinuationsMixin):
         self,
         loaded: LoadedModel,
         max_batch_size: int = 16,
-        prefill_chunk: int = 128,
+        prefill_chunk: int | None = 128,
         prefix_cache_entries: int = 8,
         history_records: int = 256,
         speculate: bool = True,
     ) -> None:
-        for name, value in (("max_batch_size", max_batch_size), ("prefill_chunk", prefill_chunk)):
+        sizes = [("max_batch_size", max_batch_size)] + ([("prefill_chunk", prefill_chunk)] if prefill_chunk else [])
+        if prefill_chunk is not None and not prefill_chunk:
+            sizes.append(("prefill_chunk", prefill_chunk))
+        for name, value in sizes:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise EngineError(f"{name} must be a positive integer, got {value!r}.")
+                raise EngineError(f"{name} must be a positive integer or None, got {value!r}.")
         caches = kv.new_request_cache(loaded.model)
         unsupported = kv.unsupported_kinds(caches)
         if unsupported:
@@ -72,7 +76,8 @@ class Scheduler(ContinuationsMixin):
         self.vocab_size = loaded.vocab_size
         self.context_length = loaded.context_length
         self.max_batch_size = max_batch_size
-        self.prefill_chunk = prefill_chunk
+        self.chunks = ChunkSizer(prefill_chunk)
+        """Prefill chunk sizes: fixed, or (``prefill_chunk=None``) sized from the measured rate."""
         self.text = TokenText(loaded.tokenizer)
         self.prefix_store = kv.PrefixStore(prefix_cache_entries)
         self._history_records = history_records
@@ -228,14 +233,16 @@ class Scheduler(ContinuationsMixin):
                 request.caches = kv.new_request_cache(self.model)
             request.prefilled = request.reused
         start = request.prefilled
-        chunk = request.prompt[start : start + self.prefill_chunk]
+        chunk = request.prompt[start : start + self.chunks.size(busy=bool(self._active))]
         began = time.perf_counter()
         logits = self.model(mx.array(chunk)[None], cache=request.caches)
         request.prefilled += len(chunk)
         request.fed = request.prefilled
         if request.prefill_remaining() > 0:
             kv.eval_caches(request.caches)
-            request.prefill_seconds += time.perf_counter() - began
+            elapsed = time.perf_counter() - began
+            self.chunks.record(len(chunk), elapsed)
+            request.prefill_seconds += elapsed
             return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
         self._waiting.popleft()
         if self._checkpoint_prompts:

@@ -9,43 +9,17 @@ from __future__ import annotations
 import platform
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 
+from engine.backend import Messages, ModelInfo, StartedRequest
 from engine.errors import EngineError
 from engine.events import Event
 from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
 from engine.prompts import encode_chat, encode_text
 from engine.scheduler import Scheduler
-
-Messages = Sequence[dict[str, str]]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    name: str
-    source: str
-    vocab_size: int
-    context_length: int
-    has_chat_template: bool
-    eos_token_ids: tuple[int, ...]
-    path: str
-    """The file or folder the weights came from."""
-    architecture: str = ""
-    """mlx-lm's model type, e.g. ``llama``, ``gemma3_text``, ``qwen3_next``."""
-    cache_kinds: tuple[str, ...] = ()
-    """The mlx-lm cache kinds of its layers, e.g. ``("KVCache", "RotatingKVCache")``."""
-    quantization: str = ""
-    """How the weights are stored, e.g. ``4-bit affine (group 32)`` or ``bfloat16``."""
-
-
-@dataclass(frozen=True, slots=True)
-class StartedRequest:
-    request_id: int
-    prompt_tokens: tuple[int, ...]
 
 
 def runtime_versions() -> dict[str, str]:
@@ -93,7 +67,10 @@ def describe_quantization(loaded) -> str:
 
 
 class EngineSession:
-    def __init__(self, prefill_chunk: int = 64, max_batch_size: int = 8) -> None:
+    """The local backend (:class:`engine.backend.Backend`): one MLX model and its scheduler."""
+
+    def __init__(self, prefill_chunk: int | None = None, max_batch_size: int = 8) -> None:
+        """``prefill_chunk=None`` sizes prefill chunks from the measured rate (engine/chunking.py)."""
         self._prefill_chunk = prefill_chunk
         self._max_batch_size = max_batch_size
         self._loaded = None
@@ -139,9 +116,17 @@ class EngineSession:
         return StartedRequest(request_id, tuple(prompt))
 
     def continue_reply(
-        self, messages: Messages, output: Sequence[int], forced_token: int, params: SamplingParams
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        forced_token: int,
+        params: SamplingParams,
+        *,
+        output_text: str | None = None,
+        forced_text: str | None = None,
     ) -> StartedRequest:
-        """Continue a reply after its first ``len(output)`` tokens with ``forced_token``."""
+        """Continue a reply after its first ``len(output)`` tokens with ``forced_token``.
+        ``output_text`` and ``forced_text`` are for remote backends; the ids suffice here."""
         prompt = self.prompt_for(messages)
         request_id = self.scheduler.continue_output(prompt, output, forced_token, params)
         return StartedRequest(request_id, tuple(prompt))

@@ -12,8 +12,9 @@ import mlx.core as mx
 from engine.params import SamplingParams
 from engine.stages.base import Inputs, Stage, finite_mask, log_softmax
 
-# llama.cpp divides by the dynamic temperature even when it reaches 0 (entropy 0 with
-# T <= range), which gives infinities; the floor keeps that case a point mass.
+# The dynamic temperature reaches 0 when the entropy is 0 and T <= range; llama.cpp then
+# keeps only the argmax. Dividing by a floor instead gives the same point mass (tied
+# maxima stay tied) without an infinity in the logits.
 MIN_DYNAMIC_TEMPERATURE = 1e-6
 
 

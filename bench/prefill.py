@@ -1,0 +1,57 @@
+"""Figure 12: prefill speed of a 1,000-token prompt, ours (chunk sizes as the app uses
+them: sized from the measured rate, engine/chunking.py) over mlx-lm's ``stream_generate``
+(one 2,048-token step); and on the synthetic model, fixed chunk sizes against the
+adaptive one, which is how the sizing was chosen."""
+
+from __future__ import annotations
+
+import time
+
+from mlx_lm.generate import stream_generate
+
+from bench.common import median
+from engine.events import Finished, TokenStep
+from engine.models import LoadedModel
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+
+
+def _prompt(loaded: LoadedModel, tokens: int) -> list[int]:
+    words = "the lighthouse keeper found a message in a bottle and read it twice before dawn".split()
+    text = " ".join(words[i % len(words)] for i in range(tokens))
+    return loaded.tokenizer.encode(text)[:tokens]
+
+
+def _ours(loaded: LoadedModel, prompt: list[int], chunk: int | None) -> float:
+    scheduler = Scheduler(loaded, prefill_chunk=chunk)
+    scheduler.insert(prompt, SamplingParams(max_tokens=1))
+    start = time.perf_counter()
+    while scheduler.has_work():
+        events = scheduler.step()
+        if any(isinstance(e, (TokenStep, Finished)) for e in events):
+            break
+    return len(prompt) / (time.perf_counter() - start)
+
+
+def _peer(loaded: LoadedModel, prompt: list[int]) -> float:
+    last = list(stream_generate(loaded.model, loaded.tokenizer, prompt, max_tokens=1))[-1]
+    return last.prompt_tps
+
+
+def prefill(loaded: LoadedModel, synthetic: LoadedModel, tokens: int = 1000, repeats: int = 1) -> dict:
+    prompt = _prompt(loaded, tokens)
+    _ours(loaded, prompt[:64], None)  # warm-up
+    ours = median([_ours(loaded, prompt, None) for _ in range(repeats)])
+    peer = median([_peer(loaded, prompt) for _ in range(repeats)])
+    sweep = {}
+    synthetic_prompt = _prompt(synthetic, tokens)
+    for chunk in (16, 64, 256, 1024, None):
+        sweep["adaptive" if chunk is None else str(chunk)] = round(_ours(synthetic, synthetic_prompt, chunk), 1)
+    sweep["mlx_lm"] = round(_peer(synthetic, synthetic_prompt), 1)
+    return {
+        "prompt_tokens": len(prompt),
+        "ours_tps": round(ours, 2),
+        "mlx_lm_tps": round(peer, 2),
+        "ratio": round(ours / peer, 3),
+        "synthetic_tps_by_chunk": sweep,
+    }

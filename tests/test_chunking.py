@@ -1,0 +1,46 @@
+"""Prefill chunk sizes from the measured rate: bounded time per chunk, results unchanged."""
+
+import pytest
+
+from engine.chunking import BUSY_SECONDS, LARGEST, SMALLEST, ChunkSizer, first_size
+from engine.errors import EngineError
+from engine.events import PrefillProgress, TokenStep
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+
+
+def test_sizes_follow_the_rate_and_stay_in_bounds():
+    sizer = ChunkSizer()
+    assert sizer.size(busy=False) == first_size()
+    sizer.record(64, 8.0)  # 8 tokens/s, as this CPU prefills the default model
+    assert sizer.size(busy=False) == 4 and sizer.size(busy=True) == SMALLEST
+    fast = ChunkSizer()
+    fast.record(10_000, 1.0)
+    assert fast.size(busy=False) == LARGEST
+    assert fast.size(busy=True) == 2048 and fast.size(busy=True) * 1 / 10_000 <= BUSY_SECONDS
+    mid = ChunkSizer()
+    mid.record(300, 1.0)
+    assert mid.size(busy=False) == 128 and mid.size(busy=True) == 64
+    assert ChunkSizer(fixed=7).size(busy=True) == 7
+
+
+def test_adaptive_prefill_gives_the_same_tokens(tiny):
+    prompt = tiny.tokenizer.encode("the cat sat on the mat " * 20)
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=4)
+    fixed, adaptive = Scheduler(tiny, prefill_chunk=512), Scheduler(tiny, prefill_chunk=None)
+    out = []
+    for scheduler in (fixed, adaptive):
+        scheduler.insert(prompt, params)
+        events = []
+        while scheduler.has_work():
+            events += scheduler.step()
+        out.append(([e.token_id for e in events if isinstance(e, TokenStep)], events))
+    assert out[0][0] == out[1][0]
+    chunks = [e.done for e in out[1][1] if isinstance(e, PrefillProgress)]
+    assert chunks[-1] == len(prompt) and len(chunks) >= 2  # the first chunk is small, then sized
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True])
+def test_bad_chunk_sizes_are_refused(tiny, bad):
+    with pytest.raises(EngineError, match="prefill_chunk"):
+        Scheduler(tiny, prefill_chunk=bad)
