@@ -29,6 +29,7 @@ FIGURES = [
     "dry_cost",
     "compare",
     "prefill",
+    "vocab_cost",
 ]
 
 
@@ -48,7 +49,7 @@ def machine() -> dict:
 
 
 def run_figures(only: list[str]) -> dict:
-    from bench import chain_cost, compare, memory, prefill, reuse, sampling_cost, throughput
+    from bench import chain_cost, compare, memory, prefill, reuse, sampling_cost, throughput, vocab_cost
     from bench.common import default_model, synthetic_model
 
     results: dict = {"machine": machine(), "seconds": {}}
@@ -74,6 +75,7 @@ def run_figures(only: list[str]) -> dict:
         "dry_cost": lambda: chain_cost.dry_cost(synth()),
         "compare": lambda: compare.compare(default),
         "prefill": lambda: prefill.prefill(default, synth()),
+        "vocab_cost": lambda: vocab_cost.vocab_cost(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -162,6 +164,14 @@ def table(r: dict) -> str:
             f"12 prefill, {p['prompt_tokens']}-token prompt | {p['ours_tps']} tok/s | {p['mlx_lm_tps']} tok/s | "
             f"{p['ratio']} (>= 1.0)"
         )
+    if "vocab_cost" in r:
+        for vocab, row in r["vocab_cost"]["by_vocab"].items():
+            step, forward, peer = row["step_ms"], row["forward_ms"], row["mlx_lm_step_ms"]
+            share, ratio = row["outside_forward_share"], row["ratio_to_mlx_lm"]
+            lines.append(
+                f"13 outside the forward pass, V = {vocab} | {step} ms step, {forward} ms forward | "
+                f"mlx-lm {peer} ms/token | {share} (<= 0.05); {ratio} of mlx-lm"
+            )
     return "\n".join(lines)
 
 

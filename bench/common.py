@@ -34,8 +34,11 @@ def default_model() -> LoadedModel:
     return load("default")
 
 
-def synthetic_model(folder: Path, hidden: int = 256, layers: int = 4, context: int = 8192) -> LoadedModel:
-    """A random-weight llama with the default model's tokenizer (V = 49,152), fast on a CPU.
+def synthetic_model(
+    folder: Path, hidden: int = 256, layers: int = 4, context: int = 8192, vocab: int | None = None
+) -> LoadedModel:
+    """A random-weight llama with the default model's tokenizer (V = 49,152 unless ``vocab``
+    says otherwise; ids past the tokenizer's decode to ""), fast on a CPU.
 
     Used where the default model is too slow on this machine (long histories, 2,000-token runs).
     """
@@ -56,6 +59,8 @@ def synthetic_model(folder: Path, hidden: int = 256, layers: int = 4, context: i
             head_dim=hidden // 4,
             max_position_embeddings=context,
         )
+        if vocab is not None:
+            config["vocab_size"] = vocab
         from mlx.utils import tree_flatten
         from mlx_lm.models import llama
 
