@@ -25,7 +25,7 @@ def vocab_cost(vocabs=VOCABS, steps: int = 8) -> dict:
     for vocab in vocabs:
         folder = Path(tempfile.gettempdir()) / f"logitscope-bench-vocab-{vocab}"
         loaded = synthetic_model(folder, hidden=576, layers=30, vocab=vocab)
-        prompt = loaded.tokenizer.encode(PROMPT)
+        prompt = [t % vocab for t in loaded.tokenizer.encode(PROMPT)]  # V = 32k is smaller than the tokenizer
         params = SamplingParams(max_tokens=10_000, top_logprobs=10, logit_bias=no_eos(loaded))
         scheduler = Scheduler(loaded, max_batch_size=1)
         scheduler.insert(prompt, params)
