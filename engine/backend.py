@@ -1,0 +1,136 @@
+"""The interface the app's worker drives: the local MLX engine or a remote server.
+
+Two implementations: :class:`engine.session.EngineSession` (the model runs here, on MLX)
+and :class:`engine.remote.RemoteBackend` (an OpenAI-compatible server runs it and
+reports logprobs). Both are driven from one thread by the same calls and emit the same
+events (:mod:`engine.events`), so the chat, inspector, timeline, branching and compare
+work on either. What differs is how much a step carries:
+
+- **local**: every stage of the chain (``TokenStep.chain`` starts with ``raw``), the
+  entropy and survivors after each, the raw logit, bias and penalty of each candidate;
+  fork groups also yield :class:`engine.events.Divergence`.
+- **remote**: only what the server returned. ``TokenStep.chain`` names the *one* stage
+  the server's numbers describe (``raw``, ``penalties``, the last stage, ... see
+  ``docs/REMOTE.md``); ``logprobs`` holds the chosen token's logprob there (NaN if the
+  server did not report it); ``entropies`` are NaN and ``survivors`` -1 (not reported);
+  each candidate has one logprob, ``raw_logit``/``bias``/``penalty`` NaN and ``count``
+  -1; ``token_id`` is -1 and ``position`` -1 where the server does not say. No
+  ``Divergence`` events. Read stage values with ``TokenStep.logprob_at(stage)``, which
+  is None for a stage the server did not report, never with ``raw_logprob`` (that is
+  simply the first stage of the chain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engine.events import Event
+from engine.params import SamplingParams
+
+Messages = Sequence[dict[str, str]]
+ProgressFn = Callable[[str, float], None]
+
+LOCAL = "local"
+REMOTE = "remote"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    source: str
+    vocab_size: int
+    """0 when not known (a remote server does not say)."""
+    context_length: int
+    """0 when not known."""
+    has_chat_template: bool
+    eos_token_ids: tuple[int, ...]
+    path: str
+    """The file or folder the weights came from; a remote server's base URL."""
+    architecture: str = ""
+    """mlx-lm's model type, e.g. ``llama``, ``gemma3_text``, ``qwen3_next``."""
+    cache_kinds: tuple[str, ...] = ()
+    """The mlx-lm cache kinds of its layers, e.g. ``("KVCache", "RotatingKVCache")``."""
+    quantization: str = ""
+    """How the weights are stored, e.g. ``4-bit affine (group 32)`` or ``bfloat16``."""
+    backend: str = LOCAL
+    """``local`` (MLX here) or ``remote`` (an OpenAI-compatible server)."""
+    server: str = ""
+    """Remote only: the server kind (``vllm``, ``sglang``, ``llama.cpp``, ``mlx_lm``,
+    ``lmstudio``, ``ollama``, ``openai``)."""
+    reported_stage: str = ""
+    """Remote only: which distribution the server's logprobs are (``raw``, ``penalties``,
+    ``final``, or ``sglang``: after penalties and temperature), as set or detected."""
+    stage_detected: bool = False
+    """Remote only: True when ``reported_stage`` follows from the server kind, False when
+    it was set by the user or assumed (an unknown server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRequest:
+    request_id: int
+    prompt_tokens: tuple[int, ...]
+    """The prompt's token ids; empty when the backend does not know them (a remote server)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the worker calls, all from its one thread. Calls validate before they change
+    anything; a rejected call raises (``SamplingParamsError``, ``EngineError``, or
+    ``engine.remote.RemoteError``, an ``EngineError``)."""
+
+    info: ModelInfo | None
+
+    def load(self, source: str, progress: ProgressFn | None = None) -> ModelInfo:
+        """Local: load a model (``default``, a path, a repo id). Remote: choose the
+        server's model ``source`` (an id from its ``/v1/models``)."""
+        ...
+
+    def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
+        """Start a reply to ``messages``; its events come from :meth:`step`."""
+        ...
+
+    def continue_reply(
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        forced_token: int,
+        params: SamplingParams,
+        *,
+        output_text: str | None = None,
+        forced_text: str | None = None,
+    ) -> StartedRequest:
+        """Continue a reply after its first ``len(output)`` tokens with ``forced_token``
+        (a branch); ``TokenStep.index`` continues from ``len(output)``, and the first step
+        is the forced token (``forced=True``). A remote backend continues from text:
+        ``output_text`` (the reply's text before the forced token) and ``forced_text``
+        (the forced token's text); the local engine reads the ids and ignores them."""
+        ...
+
+    def step(self) -> list[Event]:
+        """The events since the last call. Local: runs one decode step. Remote: returns
+        what the server sent, waiting at most a few tens of milliseconds for it."""
+        ...
+
+    def has_work(self) -> bool: ...
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a request at once (remote: closes its HTTP request); its
+        ``Finished("cancelled")`` comes with the next :meth:`step`."""
+        ...
+
+    def cancel_all(self) -> None: ...
+
+    def update_params(self, request_id: int, params: SamplingParams) -> None:
+        """New settings from the next token. Remote: cancels the stream and continues
+        from the text received so far with the new settings."""
+        ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+    def memory_bytes(self) -> int: ...
+
+    def release_thread(self) -> None:
+        """Call last, on the thread that drove the backend."""
+        ...

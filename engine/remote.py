@@ -1,0 +1,385 @@
+"""The remote backend: an OpenAI-compatible server generates, this reports what it says.
+
+:class:`RemoteBackend` implements :class:`engine.backend.Backend` over HTTP (vLLM,
+SGLang, llama.cpp's server, mlx_lm.server, LM Studio, Ollama). Its ``TokenStep`` holds
+only what the server returned (see :mod:`engine.backend` and ``docs/REMOTE.md``): the
+chosen token's logprob and the top alternatives at the one stage the server reports,
+named in ``chain``; everything else NaN / -1 / None. A failed request ends with a
+:class:`RemoteFinished` whose ``finish_reason`` is ``"error"``, whose ``error`` says why
+(as the local engine's ``Finished.error``) and whose ``exception`` is the
+:class:`RemoteError` (HTTP status, the server's message); the tokens already emitted
+stay valid.
+
+API keys: pass ``api_key`` or ``api_key_env`` (the name of an environment variable).
+The key goes into the ``Authorization`` header only; it is never printed, logged or
+stored, and ``repr`` of the backend does not show it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from engine.backend import REMOTE, Messages, ModelInfo, ProgressFn, StartedRequest
+from engine.errors import EngineError
+from engine.events import Event, PrefillProgress, TokenStep
+from engine.params import SamplingParams
+from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, token_step
+from engine.remote_servers import (
+    KINDS,
+    STAGE_CHOICES,
+    ServerKind,
+    build_request,
+    detect_kind,
+    model_ids,
+    stage_for,
+    unsupported,
+)
+from engine.remote_stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
+from engine.remote_wire import RemoteError, WireToken, assign_texts
+
+__all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "probe"]
+
+
+class RemoteBackend:
+    """A server at ``base_url`` (``http://host:port``, with or without ``/v1``).
+
+    ``stage``: what the server's logprobs are (``auto``: from the server kind; ``raw``,
+    ``penalties``, ``final`` or ``sglang`` to say so). ``kind`` skips detection. ``chat``:
+    use ``/v1/chat/completions`` (the server's chat template) or ``/v1/completions``
+    with the messages' text. ``timeout``: seconds without a byte before a request fails
+    (for mlx_lm.server, which answers only when done, the whole reply must fit in it).
+    ``chat_template``: a local tokenizer folder whose template renders chats client-side
+    so a server that cannot continue an assistant message (mlx_lm.server) still can be
+    continued through ``/v1/completions``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        stage: str = "auto",
+        kind: str | None = None,
+        chat: bool = True,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        retries: int = 2,
+        chat_template: str | None = None,
+        poll_s: float = 0.02,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if stage not in STAGE_CHOICES:
+            raise EngineError(f"stage must be one of {', '.join(STAGE_CHOICES)}, got {stage!r}.")
+        if kind is not None and kind not in KINDS:
+            raise EngineError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}.")
+        if api_key is None and api_key_env:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise EngineError(f"the environment variable {api_key_env} is not set.")
+        url = base_url.rstrip("/")
+        self.base_url = url[:-3] if url.endswith("/v1") else url
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._stage, self._forced_kind, self._chat = stage, kind, chat
+        self._timeouts = (timeout, connect_timeout, retries, transport)
+        self._chat_template = chat_template
+        self._template = None
+        self._poll_s = poll_s
+        self._transport: Transport | None = None
+        self._kind: ServerKind | None = None
+        self._model = ""
+        self._requests: dict[int, RemoteRequest] = {}
+        self._pending: list[Event] = []
+        self._next_id = 0
+        self._pieces: dict[int, str] = {}
+        self.info: ModelInfo | None = None
+        self.models: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"RemoteBackend({self.base_url!r}, kind={self._kind.name if self._kind else None!r})"
+
+    # -- connecting -------------------------------------------------------------------
+
+    def _http(self) -> Transport:
+        if self._transport is None:
+            timeout, connect, retries, transport = self._timeouts
+            self._transport = Transport(self.base_url, self._headers, timeout, connect, retries, transport)
+        return self._transport
+
+    def connect(self) -> list[str]:
+        """Ask the server what it is and which models it serves (``/v1/models``)."""
+        http = self._http()
+        models, headers = http.get_json("/v1/models")  # type: ignore[misc]
+        if not isinstance(models, dict):
+            raise RemoteError(f"{self.base_url}/v1/models did not list models.")
+        name = self._forced_kind
+        if name is None:
+            server = headers.get("server", "")
+            props = None if server.startswith("BaseHTTP/") else http.get_json("/props", missing_ok=True)
+            name = detect_kind(models, server, props[0] if props and isinstance(props[0], dict) else None)
+        self._kind = KINDS[name]
+        self.models = model_ids(models)
+        return self.models
+
+    def load(self, source: str, progress: ProgressFn | None = None) -> ModelInfo:
+        """Use the server's model ``source`` (``""``: its first)."""
+        models = self.connect()
+        if not source and models:
+            source = models[0]
+        if models and source not in models:
+            raise RemoteError(f"{self.base_url} does not serve {source!r}; it serves: {', '.join(models)}.")
+        kind = self._kind
+        assert kind is not None
+        self._model = source
+        stage = kind.default_stage if self._stage == "auto" else self._stage
+        self.info = ModelInfo(
+            name=source,
+            source=self.base_url,
+            vocab_size=0,
+            context_length=0,
+            has_chat_template=self._chat,
+            eos_token_ids=(),
+            path=self.base_url,
+            backend=REMOTE,
+            server=kind.name,
+            reported_stage=stage,
+            stage_detected=self._stage == "auto" and kind.name != "openai",
+        )
+        if progress is not None:
+            progress("connected", 1.0)
+        return self.info
+
+    # -- requests ---------------------------------------------------------------------
+
+    def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
+        return self._begin(messages, params, prefix="", index=0, forced=None)
+
+    def continue_reply(
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        forced_token: int,
+        params: SamplingParams,
+        *,
+        output_text: str | None = None,
+        forced_text: str | None = None,
+    ) -> StartedRequest:
+        if output_text is None:
+            output_text = self._text_of(output)
+        if forced_text is None:
+            forced_text = self._text_of([forced_token])
+        forced = (forced_token, forced_text)
+        return self._begin(messages, params, output_text + forced_text, len(output), forced)
+
+    def _text_of(self, ids: Sequence[int]) -> str:
+        missing = [t for t in ids if t not in self._pieces]
+        if missing:
+            raise EngineError("a remote reply continues from text: pass output_text and forced_text.")
+        return "".join(self._pieces[t] for t in ids)
+
+    def _begin(self, messages: Messages, params: SamplingParams, prefix: str, index: int, forced) -> StartedRequest:
+        params = self._checked(params, None)
+        req = RemoteRequest(self._next_id, tuple(dict(m) for m in messages), params, prefix, index)
+        self._body(req)  # refuses what cannot be sent before anything starts
+        self._next_id += 1
+        self._requests[req.id] = req
+        if forced is not None:
+            token_id, text = forced
+            self._pending.append(self._forced_step(req, token_id, text))
+            req.index += 1
+        if req.index >= params.max_tokens:
+            self._finish(req, "length")
+        else:
+            self._launch(req)
+        return StartedRequest(req.id, ())
+
+    def _require_kind(self) -> ServerKind:
+        if self._kind is None or self.info is None:
+            raise EngineError("not connected to a server yet: call load() first.")
+        return self._kind
+
+    def _checked(self, params: SamplingParams, seed: int | None) -> SamplingParams:
+        """``params`` as sent: refused if the server cannot apply them; a seed of None
+        keeps ``seed``; mlx_lm.server's sampled replies get a seed of their own (their
+        chosen tokens come from a second request with the same seed), reported in
+        ``TokenStep.params`` like the local engine's."""
+        kind = self._require_kind()
+        bad = unsupported(kind, params)
+        if bad:
+            raise EngineError(f"{kind.title} does not take {', '.join(bad)}; set it to its off value.")
+        if params.seed is None and seed is not None:
+            params = params.with_changes(seed=seed)
+        if params.seed is None and not params.greedy and kind.name == "mlx_lm":
+            params = params.with_changes(seed=secrets.randbits(63))
+        return params
+
+    def _body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
+        """The request to send for ``req`` now; refuses what cannot be sent."""
+        kind = self._require_kind()
+        render = self._render if self._chat_template is not None else None
+        return build_request(
+            kind, req.params, req.messages, req.prefix, req.index, self._model, self._chat, self._stage, render
+        )
+
+    def _render(self, messages: Sequence[dict[str, str]]) -> str:
+        if self._template is None:
+            from transformers import AutoTokenizer
+
+            self._template = AutoTokenizer.from_pretrained(self._chat_template)
+        return self._template.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+
+    def _launch(self, req: RemoteRequest) -> None:
+        kind = self._require_kind()
+        path, body = self._body(req)
+        req.generation += 1
+        companion = None
+        if kind.streams_logprobs:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        elif not req.params.greedy:
+            companion = {k: v for k, v in body.items() if k != "top_logprobs"}
+        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", companion)
+        req.future = self._http().submit(job)
+
+    def _stop(self, req: RemoteRequest) -> None:
+        if req.future is not None:
+            req.future.cancel()
+            req.future = None
+        req.generation += 1
+
+    # -- events -----------------------------------------------------------------------
+
+    def step(self) -> list[Event]:
+        if any(r.future is not None for r in self._requests.values()) and not self._pending:
+            self._drain(wait=self._poll_s)
+        else:
+            self._drain(wait=0.0)
+        events, self._pending = self._pending, []
+        return events
+
+    def _drain(self, wait: float) -> None:
+        if self._transport is None:
+            return
+        out = self._transport.out
+        try:
+            item = out.get(timeout=wait) if wait > 0 else out.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(*item)
+            try:
+                item = out.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, what: str, request_id: int, generation: int, payload: Any) -> None:
+        req = self._requests.get(request_id)
+        if req is None or generation != req.generation:
+            return  # a request since cancelled, finished or restarted
+        if what == PROGRESS:
+            self._pending.append(PrefillProgress(req.id, payload[0], payload[1]))
+        elif what == CHUNK:
+            for token in assign_texts(payload.entries, payload.text, req.decoder):
+                self._pending.append(self._token_step(req, token))
+            self._usage(req, payload.usage)
+        elif what == DONE:
+            finish, usage = payload
+            self._usage(req, usage)
+            self._finish(req, "stop" if finish in ("stop", "eos", "tool_calls") else str(finish))
+        elif what == ERROR:
+            self._finish(req, "error", payload)
+
+    @staticmethod
+    def _usage(req: RemoteRequest, usage) -> None:
+        if usage:
+            req.prompt_tokens = int(usage.get("prompt_tokens") or req.prompt_tokens)
+            details = usage.get("prompt_tokens_details") or {}
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                req.cached_tokens = int(details["cached_tokens"])
+
+    def _token_step(self, req: RemoteRequest, token: WireToken) -> TokenStep:
+        step = token_step(req, token, stage_for(self._require_kind(), self._stage, req.params))
+        if token.token_id >= 0:
+            self._pieces[token.token_id] = token.piece
+        return step
+
+    def _forced_step(self, req: RemoteRequest, token_id: int, text: str) -> TokenStep:
+        return forced_step(req, token_id, text, stage_for(self._require_kind(), self._stage, req.params))
+
+    def _finish(self, req: RemoteRequest, reason: str, error: RemoteError | None = None) -> None:
+        self._stop(req)
+        del self._requests[req.id]
+        self._pending.append(finished(req, reason, error))
+
+    def has_work(self) -> bool:
+        return bool(self._requests) or bool(self._pending)
+
+    def cancel(self, request_id: int) -> None:
+        req = self._requests.get(request_id)
+        if req is None:
+            raise EngineError(f"no running request {request_id}.")
+        self._drain(wait=0.0)  # keep what already arrived
+        if request_id in self._requests:
+            self._finish(req, "cancelled")
+
+    def cancel_all(self) -> None:
+        for request_id in list(self._requests):
+            self.cancel(request_id)
+
+    def update_params(self, request_id: int, params: SamplingParams) -> None:
+        """Stop the stream and continue from the text received so far with ``params``
+        (a ``seed`` of None keeps the request's seed)."""
+        req = self._requests.get(request_id)
+        if req is None:
+            raise EngineError(f"no running request {request_id}.")
+        params = self._checked(params, req.params.seed)
+        self._drain(wait=0.0)
+        if request_id not in self._requests:
+            return  # it finished with what had arrived
+        old = req.params
+        req.params = params
+        try:
+            self._body(req)
+        except EngineError:
+            req.params = old
+            raise
+        self._stop(req)
+        if req.index >= params.max_tokens:
+            self._finish(req, "length")
+        else:
+            self._launch(req)
+
+    def token_text(self, token_id: int) -> str:
+        return self._pieces.get(token_id, "")
+
+    @staticmethod
+    def memory_bytes() -> int:
+        return 0
+
+    def release_thread(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for req in list(self._requests.values()):
+            self._stop(req)
+        self._requests.clear()
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+
+def probe(base_url: str, **options: Any) -> tuple[str, list[str]]:
+    """``(server kind, model ids)`` of the server at ``base_url``; raises RemoteError."""
+    backend = RemoteBackend(base_url, **options)
+    try:
+        models = backend.connect()
+        assert backend._kind is not None
+        return backend._kind.name, models
+    finally:
+        backend.close()

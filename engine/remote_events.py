@@ -1,0 +1,98 @@
+"""The events of a remote request, holding only what the server reported.
+
+Everything a server does not report is NaN (logprobs, entropies, raw logits, bias,
+penalty) or -1 (survivors, counts, token ids and positions it does not send); the
+stage the numbers describe is the step's one-element ``chain``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.events import Candidate, Finished, TokenStep
+from engine.params import SamplingParams
+from engine.remote_wire import RemoteError, TextDecoder, WireToken
+
+NAN = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFinished(Finished):
+    """A remote request's end. With ``finish_reason == "error"``, ``error`` is the message
+    (as for the local engine) and ``exception`` the :class:`RemoteError` itself."""
+
+    exception: RemoteError | None = None
+
+
+@dataclass(eq=False)
+class RemoteRequest:
+    """One request's state, kept on the backend's thread."""
+
+    id: int
+    messages: tuple[dict[str, str], ...]
+    params: SamplingParams
+    prefix: str
+    """Reply text the server is to continue (a branch's text, then what came so far)."""
+    index: int
+    """Output index of the next token."""
+    generated: int = 0
+    generation: int = 0
+    future: Any = None
+    decoder: TextDecoder = field(default_factory=TextDecoder)
+    started: float = field(default_factory=time.perf_counter)
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None
+
+
+def _candidate(token_id: int, text: str, logprob: float) -> Candidate:
+    return Candidate(token_id, text, NAN, (logprob,), None, NAN, NAN, -1)
+
+
+def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
+    """The next token of ``req``; advances its index and text."""
+    top = [_candidate(a.token_id, a.text, a.logprob) for a in token.top]
+    if not any(c.token_id == token.token_id and (c.token_id >= 0 or c.text == token.piece) for c in top):
+        top.append(_candidate(token.token_id, token.piece, token.logprob))
+    top.sort(key=lambda c: math.inf if math.isnan(c.logprobs[0]) else -c.logprobs[0])
+    step = TokenStep(
+        request_id=req.id,
+        index=req.index,
+        position=-1,
+        token_id=token.token_id,
+        text=token.text,
+        piece=token.piece,
+        chain=(stage,),
+        logprobs=(token.logprob,),
+        entropies=(NAN,),
+        survivors=(-1,),
+        top=tuple(top[: max(req.params.top_logprobs, 1) + 1]),
+        params=req.params,
+    )
+    req.index += 1
+    req.generated += 1
+    req.prefix += token.text
+    return step
+
+
+def forced_step(req: RemoteRequest, token_id: int, text: str, stage: str) -> TokenStep:
+    """A branch's forced token: no distribution (the original step at this index has it)."""
+    return TokenStep(req.id, req.index, -1, token_id, text, text, (stage,), (NAN,), (NAN,), (-1,), (), req.params, True)
+
+
+def finished(req: RemoteRequest, reason: str, error: RemoteError | None = None) -> RemoteFinished:
+    elapsed = max(time.perf_counter() - req.started, 1e-9)
+    return RemoteFinished(
+        request_id=req.id,
+        finish_reason=reason,
+        prompt_tokens=req.prompt_tokens,
+        generated_tokens=req.generated,
+        prefilled_tokens=req.prompt_tokens - req.cached_tokens if req.cached_tokens is not None else -1,
+        prompt_tps=NAN,
+        generation_tps=req.generated / elapsed,
+        text=req.prefix,
+        error=None if error is None else str(error),
+        exception=error,
+    )

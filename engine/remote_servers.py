@@ -1,0 +1,301 @@
+"""What each OpenAI-compatible server reports and accepts (docs/REMOTE.md has the table).
+
+A server kind fixes three things: which distribution its logprobs are (the stage label
+a remote ``TokenStep`` carries), which sampling fields it takes besides OpenAI's, and
+how a reply is continued from text (a live change, a branch). Nothing here talks to
+the network; :mod:`engine.remote` does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import EngineError
+from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, SamplingParams
+
+# What the user may say a server reports. ``auto`` takes the kind's default.
+STAGE_CHOICES = ("auto", "raw", "penalties", "final", "sglang")
+
+CONTINUE_FINAL_MESSAGE = "continue_final_message"  # vLLM, SGLang: a flag on the request
+ASSISTANT_PREFILL = "prefill"  # llama.cpp, Ollama: a trailing assistant message is continued
+NO_CONTINUE = "none"  # mlx_lm.server 0.32: always adds a new assistant header
+
+
+@dataclass(frozen=True, slots=True)
+class ServerKind:
+    name: str
+    title: str
+    default_stage: str
+    """``raw``, ``penalties`` (after logit bias and penalties), ``final`` (after the whole
+    chain) or ``sglang`` (after penalties and temperature; ``penalties`` when greedy)."""
+    streams_logprobs: bool
+    """False: logprobs only come in a non-streamed response (mlx_lm.server 0.32)."""
+    continue_chat: str
+    max_top_logprobs: int
+    extra_fields: frozenset[str]
+    """SamplingParams fields it takes besides temperature, top_p, seed, max_tokens, stop,
+    presence/frequency penalty and logit_bias (every kind takes those)."""
+
+
+_LLAMA_CPP_FIELDS = frozenset(
+    {
+        "top_k",
+        "min_p",
+        "typical_p",
+        "repetition_penalty",
+        "penalty_window",
+        "top_n_sigma",
+        "xtc_probability",
+        "xtc_threshold",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+        "dry_sequence_breakers",
+        "dynatemp_range",
+        "dynatemp_exponent",
+        "samplers",
+    }
+)
+
+KINDS: dict[str, ServerKind] = {
+    k.name: k
+    for k in (
+        ServerKind(
+            "vllm",
+            "vLLM",
+            "raw",
+            True,
+            CONTINUE_FINAL_MESSAGE,
+            20,
+            frozenset({"top_k", "min_p", "repetition_penalty"}),
+        ),
+        ServerKind(
+            "sglang",
+            "SGLang",
+            "sglang",
+            True,
+            CONTINUE_FINAL_MESSAGE,
+            20,
+            frozenset({"top_k", "min_p", "repetition_penalty"}),
+        ),
+        ServerKind("llama.cpp", "llama.cpp server", "raw", True, ASSISTANT_PREFILL, 100, _LLAMA_CPP_FIELDS),
+        ServerKind(
+            "mlx_lm",
+            "mlx_lm.server",
+            "penalties",
+            False,
+            NO_CONTINUE,
+            10,
+            frozenset({"top_k", "min_p", "repetition_penalty", "penalty_window", "xtc_probability", "xtc_threshold"}),
+        ),
+        ServerKind("lmstudio", "LM Studio", "raw", True, ASSISTANT_PREFILL, 20, frozenset({"top_k", "min_p"})),
+        ServerKind("ollama", "Ollama", "raw", True, ASSISTANT_PREFILL, 20, frozenset()),
+        ServerKind("openai", "OpenAI-compatible server", "raw", True, NO_CONTINUE, 20, frozenset()),
+    )
+}
+
+# ``owned_by`` of /v1/models entries, as each server fills it in.
+_OWNED_BY = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llama.cpp",
+    "llama.cpp": "llama.cpp",
+    "library": "ollama",
+    "ollama": "ollama",
+    "organization_owner": "lmstudio",
+}
+
+
+def detect_kind(models: Mapping[str, Any], server_header: str, props: Mapping[str, Any] | None) -> str:
+    """The server kind from its ``/v1/models`` answer, its ``Server`` header and its
+    ``/props`` answer (llama.cpp only; None when there was none)."""
+    for entry in models.get("data") or []:
+        if isinstance(entry, Mapping):
+            kind = _OWNED_BY.get(str(entry.get("owned_by", "")).lower())
+            if kind:
+                return kind
+    if props is not None and "default_generation_settings" in props:
+        return "llama.cpp"
+    # mlx_lm.server is Python's http.server and lists models without ``owned_by``.
+    if server_header.startswith("BaseHTTP/"):
+        return "mlx_lm"
+    return "openai"
+
+
+def model_ids(models: Mapping[str, Any]) -> list[str]:
+    return [str(e["id"]) for e in models.get("data") or [] if isinstance(e, Mapping) and "id" in e]
+
+
+def stage_for(kind: ServerKind, stage: str, params: SamplingParams) -> str:
+    """The stage name (``raw``, ``bias``, ``penalties``, ... as in ``STAGE_NAMES``) that
+    the server's numbers describe for a request with ``params``.
+
+    A stage that is off for these params changes nothing, so the label falls back to the
+    last earlier stage that ran, as the local engine's chain leaves such stages out."""
+    from engine.stages import row_chain
+
+    rule = kind.default_stage if stage == "auto" else stage
+    chain = row_chain(params)
+    if rule == "sglang":
+        rule = "penalties" if params.greedy or "temperature" not in chain else "temperature"
+    if rule == "raw":
+        return "raw"
+    if rule == "final":
+        return chain[-1] if chain else "raw"
+    upto = chain[: chain.index(rule) + 1] if rule in chain else [s for s in chain if s in ("bias", "penalties")]
+    return upto[-1] if upto else "raw"
+
+
+def unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
+    """Fields set away from their off value that this kind cannot apply. (The stage order
+    is the server's own wherever ``samplers`` is not taken: docs/REMOTE.md.)"""
+    off = SamplingParams()
+    names = [
+        "top_k",
+        "min_p",
+        "typical_p",
+        "repetition_penalty",
+        "top_n_sigma",
+        "xtc_probability",
+        "dry_multiplier",
+        "dynatemp_range",
+    ]
+    return [n for n in names if getattr(params, n) != getattr(off, n) and n not in kind.extra_fields]
+
+
+_LLAMA_CPP_SAMPLER_NAMES = {"typical_p": "typ_p"}
+
+
+def sampling_fields(kind: ServerKind, params: SamplingParams, top_logprobs: int) -> dict[str, Any]:
+    """The request fields for ``params`` (without prompt, stream or logprobs fields).
+    Fields at their off value are left out, so a server's own defaults never creep in
+    where ours are neutral."""
+    body: dict[str, Any] = {"temperature": params.temperature, "max_tokens": params.max_tokens}
+    if params.top_p != 1.0:
+        body["top_p"] = params.top_p
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if params.stop:
+        body["stop"] = list(params.stop)
+    if params.logit_bias:
+        body["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}
+    if params.presence_penalty:
+        body["presence_penalty"] = params.presence_penalty
+    if params.frequency_penalty:
+        body["frequency_penalty"] = params.frequency_penalty
+    extra = kind.extra_fields
+    if params.top_k and "top_k" in extra:
+        body["top_k"] = params.top_k
+    if params.min_p and "min_p" in extra:
+        body["min_p"] = params.min_p
+    if params.repetition_penalty != 1.0 and "repetition_penalty" in extra:
+        body["repeat_penalty" if kind.name in ("llama.cpp", "lmstudio") else "repetition_penalty"] = (
+            params.repetition_penalty
+        )
+    if kind.name == "mlx_lm":
+        # mlx_lm.server counts each penalty over its own window (default 20); 0 slices all.
+        for name in ("repetition", "presence", "frequency"):
+            body[f"{name}_context_size"] = params.penalty_window
+        if params.xtc_probability:
+            body["xtc_probability"] = float(params.xtc_probability)
+            body["xtc_threshold"] = float(params.xtc_threshold)
+    if kind.name == "llama.cpp":
+        body.update(_llama_cpp_fields(params))
+    return body
+
+
+def _llama_cpp_fields(params: SamplingParams) -> dict[str, Any]:
+    """llama.cpp's own names (tools/server/README.md); its window 0 means off, -1 all."""
+    body: dict[str, Any] = {
+        "repeat_last_n": params.penalty_window or -1,
+        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers],
+    }
+    if params.typical_p != 1.0:
+        body["typical_p"] = params.typical_p
+    if params.top_n_sigma:
+        body["top_n_sigma"] = params.top_n_sigma
+    if params.xtc_probability:
+        body["xtc_probability"] = params.xtc_probability
+        body["xtc_threshold"] = params.xtc_threshold
+    if params.dry_multiplier:
+        body["dry_multiplier"] = params.dry_multiplier
+        body["dry_base"] = params.dry_base
+        body["dry_allowed_length"] = params.dry_allowed_length
+        body["dry_penalty_last_n"] = params.dry_penalty_last_n
+        if params.dry_sequence_breakers != DEFAULT_DRY_SEQUENCE_BREAKERS:
+            body["dry_sequence_breakers"] = list(params.dry_sequence_breakers)
+    if params.dynatemp_range:
+        body["dynatemp_range"] = params.dynatemp_range
+        body["dynatemp_exponent"] = params.dynatemp_exponent
+    return body
+
+
+def logprob_fields(kind: ServerKind, endpoint: str, top_logprobs: int, stage: str) -> dict[str, Any]:
+    """Ask for the chosen token's logprob and ``top_logprobs`` alternatives."""
+    n = min(top_logprobs, kind.max_top_logprobs)
+    if endpoint == "chat" or kind.name == "mlx_lm":
+        body: dict[str, Any] = {"logprobs": True}
+        if n:
+            body["top_logprobs"] = n
+    else:  # the legacy completions API takes the count in ``logprobs``
+        body = {"logprobs": n}
+    if kind.name == "llama.cpp":
+        body["post_sampling_probs"] = stage == "final"
+    return body
+
+
+def build_request(
+    kind: ServerKind,
+    params: SamplingParams,
+    messages: Sequence[Mapping[str, str]],
+    prefix: str,
+    index: int,
+    model: str,
+    chat: bool,
+    stage: str,
+    render: Callable[[Sequence[Mapping[str, str]]], str] | None,
+) -> tuple[str, dict[str, Any]]:
+    """(path, body) of a request for the reply to ``messages`` that continues ``prefix``
+    (the reply so far) at output ``index``. Plain text goes to ``/v1/completions``; a chat
+    to ``/v1/chat/completions``, its ``prefix`` as a trailing assistant message where the
+    kind continues one, else rendered here by ``render`` and sent as text."""
+    body = sampling_fields(kind, params, params.top_logprobs)
+    body["max_tokens"] = params.max_tokens - index
+    body["model"] = model
+    text_prompt = None
+    if not chat:
+        text_prompt = "\n\n".join(m["content"] for m in messages if m.get("content")) + prefix
+    elif prefix and kind.continue_chat not in (CONTINUE_FINAL_MESSAGE, ASSISTANT_PREFILL):
+        if render is None:
+            raise EngineError(
+                f"{kind.title} cannot continue an assistant message in a chat; connect with "
+                "chat_template (a local tokenizer folder) or use plain-text mode."
+            )
+        text_prompt = render(messages) + prefix
+    if text_prompt is not None:
+        endpoint, path = "text", "/v1/completions"
+        body["prompt"] = text_prompt
+    else:
+        endpoint, path = "chat", "/v1/chat/completions"
+        body["messages"] = [dict(m) for m in messages]
+        if prefix:
+            body["messages"].append({"role": "assistant", "content": prefix})
+            if kind.continue_chat == CONTINUE_FINAL_MESSAGE:
+                body.update(continue_final_message=True, add_generation_prompt=False)
+    body.update(logprob_fields(kind, endpoint, params.top_logprobs, stage))
+    if kind.name == "mlx_lm":  # its chosen tokens are read from the top list (remote_stream)
+        body["top_logprobs"] = max(1, body.get("top_logprobs", 1))
+    return path, body
+
+
+def finite_logprob(value: Any) -> float:
+    """A reported logprob as a float: -inf for a removed token (llama.cpp writes the
+    lowest float, JSON having no -inf), NaN for a missing one."""
+    if value is None:
+        return math.nan
+    x = float(value)
+    return -math.inf if x <= -1e30 else x

@@ -1,0 +1,216 @@
+"""Server kinds, stage labels, request fields and the wire formats (no network, no model)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+
+from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
+from engine.remote_servers import (  # noqa: E402
+    KINDS,
+    detect_kind,
+    logprob_fields,
+    sampling_fields,
+    stage_for,
+    unsupported,
+)
+from engine.remote_wire import TextDecoder, assign_texts, parse_chunk, vocab_piece_bytes  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("owned_by", "server", "props", "kind"),
+    [
+        ("vllm", "uvicorn", None, "vllm"),
+        ("sglang", "uvicorn", None, "sglang"),
+        ("llamacpp", "llama.cpp", None, "llama.cpp"),
+        ("library", "", None, "ollama"),
+        ("organization_owner", "", None, "lmstudio"),
+        (None, "BaseHTTP/0.6 Python/3.11.7", None, "mlx_lm"),
+        (None, "", {"default_generation_settings": {}}, "llama.cpp"),
+        (None, "nginx", None, "openai"),
+    ],
+)
+def test_detect_kind(owned_by, server, props, kind):
+    entry = {"id": "m"} | ({"owned_by": owned_by} if owned_by else {})
+    assert detect_kind({"data": [entry]}, server, props) == kind
+
+
+def test_stage_labels_name_what_each_server_reports():
+    plain = SamplingParams(temperature=0.7, top_p=0.9)
+    pen = plain.with_changes(repetition_penalty=1.3)
+    bias = plain.with_changes(logit_bias={5: -3.0})
+    greedy = SamplingParams()
+    assert stage_for(KINDS["vllm"], "auto", pen) == "raw"
+    assert stage_for(KINDS["mlx_lm"], "auto", plain) == "raw"  # no processors: after them is raw
+    assert stage_for(KINDS["mlx_lm"], "auto", pen) == "penalties"
+    assert stage_for(KINDS["mlx_lm"], "auto", bias) == "bias"
+    assert stage_for(KINDS["sglang"], "auto", pen) == "temperature"
+    assert stage_for(KINDS["sglang"], "auto", greedy.with_changes(repetition_penalty=1.3)) == "penalties"
+    assert stage_for(KINDS["vllm"], "final", plain) == "top_p"
+    assert stage_for(KINDS["llama.cpp"], "final", plain.with_changes(samplers=LLAMA_CPP_SAMPLERS)) == "temperature"
+    assert stage_for(KINDS["openai"], "penalties", plain) == "raw"
+
+
+def test_request_fields_per_kind():
+    p = SamplingParams(
+        temperature=0.8,
+        top_k=40,
+        top_p=0.9,
+        min_p=0.05,
+        repetition_penalty=1.2,
+        penalty_window=0,
+        seed=3,
+        stop=("\n",),
+        logit_bias={7: -1.0},
+        max_tokens=9,
+    )
+    vllm = sampling_fields(KINDS["vllm"], p, 5)
+    assert vllm == {
+        "temperature": 0.8,
+        "max_tokens": 9,
+        "top_p": 0.9,
+        "seed": 3,
+        "stop": ["\n"],
+        "logit_bias": {"7": -1.0},
+        "top_k": 40,
+        "min_p": 0.05,
+        "repetition_penalty": 1.2,
+    }
+    llama = sampling_fields(KINDS["llama.cpp"], p.with_changes(dry_multiplier=0.8, typical_p=0.9), 5)
+    assert llama["repeat_penalty"] == 1.2 and llama["repeat_last_n"] == -1  # our 0 = all is llama.cpp's -1
+    assert llama["dry_multiplier"] == 0.8 and llama["typical_p"] == 0.9 and "typ_p" in llama["samplers"]
+    mlx = sampling_fields(KINDS["mlx_lm"], p, 5)
+    assert mlx["repetition_context_size"] == 0 and "top_k" in mlx
+    openai = sampling_fields(KINDS["openai"], p, 5)
+    assert "top_k" not in openai and "repetition_penalty" not in openai
+    assert unsupported(KINDS["openai"], p) == ["top_k", "min_p", "repetition_penalty"]
+    assert unsupported(KINDS["llama.cpp"], p.with_changes(dry_multiplier=0.8)) == []
+    assert logprob_fields(KINDS["vllm"], "text", 5, "auto") == {"logprobs": 5}
+    assert logprob_fields(KINDS["vllm"], "chat", 50, "auto") == {"logprobs": True, "top_logprobs": 20}
+    assert logprob_fields(KINDS["llama.cpp"], "chat", 5, "final")["post_sampling_probs"] is True
+    assert logprob_fields(KINDS["mlx_lm"], "text", 5, "auto") == {"logprobs": True, "top_logprobs": 5}
+
+
+def test_vocab_pieces_decode_to_bytes():
+    assert vocab_piece_bytes("Ġthe") == b" the"
+    assert vocab_piece_bytes("Ċ") == b"\n"
+    assert vocab_piece_bytes("▁Hello") == b" Hello"
+    assert vocab_piece_bytes("<0x0A>") == b"\n"
+    # "é" split over two byte-level tokens comes out whole on the second
+    first, second = vocab_piece_bytes("Ã"), vocab_piece_bytes("©")
+    dec = TextDecoder()
+    assert (dec(first), dec(second)) == ("", "é")
+
+
+def test_legacy_completions_and_llama_cpp_post_sampling_shapes():
+    legacy = parse_chunk(
+        {
+            "choices": [
+                {
+                    "text": " a b",
+                    "logprobs": {
+                        "tokens": [" a", " b"],
+                        "token_logprobs": [-0.5, -1.0],
+                        "top_logprobs": [{" a": -0.5, " c": -1.5}, {" b": -1.0}],
+                    },
+                    "finish_reason": None,
+                }
+            ]
+        }
+    )
+    toks = assign_texts(legacy.entries, legacy.text, TextDecoder())
+    assert [t.text for t in toks] == [" a", " b"] and toks[0].top[1].text == " c" and toks[0].token_id == -1
+    post = parse_chunk(
+        {
+            "choices": [
+                {
+                    "delta": {"content": "x"},
+                    "logprobs": {
+                        "content": [
+                            {
+                                "id": 9,
+                                "token": "x",
+                                "bytes": [120],
+                                "prob": 1.0,
+                                "top_probs": [{"id": 9, "token": "x", "prob": 1.0}, {"id": 4, "token": "y", "prob": 0}],
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    )
+    (tok,) = assign_texts(post.entries, post.text, TextDecoder())
+    assert tok.token_id == 9 and tok.logprob == 0.0 and tok.top[1].logprob == -math.inf
+
+
+def _mlx_transport(replies):
+    """mlx_lm.server's non-streamed shape: the entry's own token is the (unordered) top list's first."""
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "/m"}]}, headers={"server": "BaseHTTP/0.6 Python/3.11"})
+        body = json.loads(request.content)
+        seen.append(body)
+        return httpx.Response(200, json=replies["top" if "top_logprobs" in body else "ids"])
+
+    return httpx.MockTransport(handler), seen
+
+
+def _top(*pairs):
+    return [{"id": i, "token": t, "logprob": lp} for i, t, lp in pairs]
+
+
+def _drive(backend):
+    from engine.events import Finished, TokenStep
+
+    steps, done = [], None
+    while backend.has_work():
+        for e in backend.step():
+            steps += [e] if isinstance(e, TokenStep) else []
+            done = e if isinstance(e, Finished) else done
+    return steps, done
+
+
+def test_mlx_lm_greedy_takes_the_most_likely_of_its_unordered_list():
+    from engine.remote import RemoteBackend
+
+    content = [
+        dict(_top((260, "Ġthe", -2.7))[0], top_logprobs=_top((260, "Ġthe", -2.7), (7042, "ĠParis", -0.26))),
+        dict(_top((13, ".", -1.0))[0], top_logprobs=_top((13, ".", -0.4), (11, ",", -1.2))),
+    ]
+    reply = {"choices": [{"text": "Paris.", "finish_reason": "length", "logprobs": {"content": content}}]}
+    transport, seen = _mlx_transport({"top": reply})
+    backend = RemoteBackend("http://mlx", chat=False, transport=transport)
+    backend.load("")
+    backend.start([{"role": "user", "content": "The capital is"}], SamplingParams(max_tokens=2, top_logprobs=2))
+    steps, done = _drive(backend)
+    backend.close()
+    assert [s.token_id for s in steps] == [7042, 13] and [s.text for s in steps] == [" Paris", "."]
+    assert steps[0].logprobs == (-0.26,) and [c.token_id for c in steps[0].top] == [7042, 260]
+    assert len(seen) == 1 and seen[0]["prompt"] == "The capital is" and not seen[0].get("stream")
+    assert done.text == " Paris."
+
+
+def test_mlx_lm_sampled_reads_the_chosen_ids_from_a_seeded_companion_request():
+    from engine.remote import RemoteBackend
+
+    top = _top((5, "Ġa", -0.5), (6, "Ġb", -1.0))
+    reply = {
+        "choices": [{"text": "b", "finish_reason": "length", "logprobs": {"content": [dict(top[0], top_logprobs=top)]}}]
+    }
+    ids = {"choices": [{"text": "b", "finish_reason": "length", "logprobs": {"content": [{"id": 6, "logprob": -1.0}]}}]}
+    transport, seen = _mlx_transport({"top": reply, "ids": ids})
+    backend = RemoteBackend("http://mlx", chat=False, transport=transport)
+    backend.load("")
+    backend.start([{"role": "user", "content": "x"}], SamplingParams(temperature=1.0, max_tokens=1, top_logprobs=2))
+    steps, _ = _drive(backend)
+    backend.close()
+    assert [s.token_id for s in steps] == [6] and steps[0].logprobs == (-1.0,)
+    assert len(seen) == 2 and seen[0]["seed"] == seen[1]["seed"] == steps[0].params.seed is not None
+    assert "top_logprobs" not in seen[1] and seen[1]["logprobs"] is True
