@@ -19,14 +19,21 @@ import mlx.core as mx
 
 from bench.common import PROMPT, default_model, median, row_params, synthetic_model
 from engine.inspection import to_host, unpack_row
+from engine.params import SamplingParams
 from engine.scheduler import Scheduler
 
 
-def profile(loaded, batch: int, repeats: int = 7) -> dict:
+def greedy(loaded) -> SamplingParams:
+    """The default chain (greedy) with ten candidates, EOS banned so the reply runs on."""
+    return SamplingParams(max_tokens=10_000, top_logprobs=10, logit_bias={t: -100.0 for t in loaded.eos_token_ids})
+
+
+def profile(loaded, batch: int, repeats: int = 7, prompt_ids: list[int] | None = None) -> dict:
     scheduler = Scheduler(loaded, max_batch_size=batch, prefill_chunk=512)
     words = PROMPT.split()
     for i in range(batch):
-        scheduler.insert(loaded.tokenizer.encode(" ".join(words[i % 5 :])), row_params(i, loaded, 10_000))
+        ids = prompt_ids if prompt_ids is not None else loaded.tokenizer.encode(" ".join(words[i % 5 :]))
+        scheduler.insert(ids, row_params(i, loaded, 10_000) if prompt_ids is None else greedy(loaded))
     while len(scheduler._active) < batch:
         scheduler.step()
     for _ in range(2):
