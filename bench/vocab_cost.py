@@ -23,7 +23,7 @@ LAYERS = 8
 def vocab_cost(vocabs=VOCABS, steps: int = 8) -> dict:
     rows = {}
     for vocab in vocabs:
-        folder = Path(tempfile.gettempdir()) / f"logitscope-bench-vocab-{vocab}"
+        folder = Path(tempfile.gettempdir()) / f"logitscope-bench-vocab-{vocab}-{LAYERS}"
         loaded = synthetic_model(folder, hidden=576, layers=LAYERS, vocab=vocab)
         parts = profile(loaded, batch=1, prompt_ids=[t % vocab for t in loaded.tokenizer.encode(PROMPT)])
         outside = parts["sample_and_pack"] + parts["transfer"] + parts["host"]
