@@ -214,3 +214,14 @@ def test_mlx_lm_sampled_reads_the_chosen_ids_from_a_seeded_companion_request():
     assert [s.token_id for s in steps] == [6] and steps[0].logprobs == (-1.0,)
     assert len(seen) == 2 and seen[0]["seed"] == seen[1]["seed"] == steps[0].params.seed is not None
     assert "top_logprobs" not in seen[1] and seen[1]["logprobs"] is True
+
+
+def test_both_backends_implement_the_interface():
+    from engine.backend import Backend
+    from engine.remote import RemoteBackend
+    from engine.session import EngineSession
+
+    remote = RemoteBackend("http://127.0.0.1:9")
+    assert isinstance(EngineSession(), Backend) and isinstance(remote, Backend)
+    assert remote.step() == [] and not remote.has_work() and remote.memory_bytes() == 0
+    remote.release_thread()
