@@ -3,7 +3,9 @@
 ``--screenshot PATH [--prompt TEXT] [--select-token N | --select-acted STAGES]``
 runs it offscreen with the default model, sends the prompt, waits for the reply,
 selects token N (or the first token at which every stage named in STAGES changed
-something), saves a screenshot of the whole window and exits.
+something), saves a screenshot of the whole window and exits. With ``--compare
+PRESETS`` the prompt is answered by each preset side by side (``--select-column K``
+picks the column whose token is selected).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--theme", choices=["system", "light", "dark"], default=None)
     parser.add_argument("--color-tokens", action="store_true")
     parser.add_argument("--params", default=None, help="sampling parameters as JSON (screenshot mode)")
+    parser.add_argument(
+        "--compare",
+        metavar="PRESETS",
+        default=None,
+        help="comma-separated preset names: answer with each side by side, over --params (screenshot mode)",
+    )
+    parser.add_argument("--select-column", type=int, default=0, help="the compare column of --select-token")
+    parser.add_argument("--size", default="1500x900", help="window size for the screenshot, WIDTHxHEIGHT")
     parser.add_argument("--selftest", action="store_true", help="load the default model, generate, report, exit")
     parser.add_argument("--timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -67,31 +77,48 @@ def main(argv: list[str] | None = None) -> int:
     if args.theme:
         window.set_theme(args.theme)
     window.show()
+    settle_memory()
     return app.exec()
+
+
+def settle_memory() -> None:
+    """Once the window is up: collect, then keep the objects made so far (Qt, pyqtgraph,
+    the open conversation) out of later full collections, so that one never stalls a reply
+    being drawn (a full collection of them takes ~0.2 s here; Python's ``gc.freeze``)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def screenshot(app, args: argparse.Namespace) -> int:
     """Run one exchange in a throwaway profile and save the window."""
+    import json
     import time
 
     from PySide6.QtCore import QSettings, Qt
 
+    from app.presets import apply_preset
     from app.window import MainWindow
+    from engine.params import SamplingParams
 
     scratch = Path(tempfile.mkdtemp(prefix="logitscope-shot-"))
     settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.model or "default")
     window.set_theme(args.theme or "light")
     window.color_toggle.setChecked(args.color_tokens)
-    if args.params:
-        import json
-
-        from engine.params import SamplingParams
-
-        window.controls.set_params(SamplingParams.from_dict(json.loads(args.params)))
+    base = SamplingParams.from_dict(json.loads(args.params)) if args.params else window.controls.current
+    window.controls.set_params(base)
+    if args.compare:
+        names = [n.strip() for n in args.compare.split(",") if n.strip()]
+        presets = window.controls._all_presets()
+        for controls, name in zip(window.panel.variant_controls, names, strict=False):
+            controls.set_params(apply_preset(base, presets[name]))
+        window.panel.set_compare(True, len(names))
     if args.show_stage:
         window.controls.chain.select_stage(args.show_stage)
-    window.resize(1500, 900)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    window.resize(width, height)
     window.show()
     if args.inspector_width:
         window.resizeDocks([window.inspector_dock], [args.inspector_width], Qt.Orientation.Horizontal)
@@ -114,24 +141,28 @@ def screenshot(app, args: argparse.Namespace) -> int:
     window.composer.setPlainText(args.prompt)
     window.send()
     wait(lambda: not window.busy())
-    if window.selected is not None:
-        entry = window.selected[0]
-        steps = window.entries[entry].steps
-        index = None
-        if args.select_acted:
-            stages = [s.strip() for s in args.select_acted.split(",") if s.strip()]
-            index = next((i for i, s in enumerate(steps) if all(stage_acted(s, st) for st in stages)), None)
-            if index is None:
-                print(f"error: no token where {', '.join(stages)} all acted", file=sys.stderr)
-                window.close()
-                return 1
-        elif args.select_token is not None:
-            index = min(args.select_token, len(steps) - 1)
-        if index is not None:
-            window.select_token(entry, index)
-    window._dirty = True
     window._redraw_if_dirty()
-    app.processEvents()
+    run = window.model.shown_run()
+    stream = run.columns[args.select_column].stream if run is not None else None
+    if stream is None and window.model.selection is not None:
+        stream = window.model.selection[0]
+    steps = window.model.steps_of(stream) or []
+    index = None
+    if args.select_acted:
+        stages = [s.strip() for s in args.select_acted.split(",") if s.strip()]
+        index = next((i for i, s in enumerate(steps) if all(stage_acted(s, st) for st in stages)), None)
+        if index is None:
+            print(f"error: no token where {', '.join(stages)} all acted", file=sys.stderr)
+            window.close()
+            return 1
+    elif args.select_token is not None and steps:
+        index = min(args.select_token, len(steps) - 1)
+    if index is not None:
+        window.select_token((stream, index))
+    for _ in range(5):
+        window._redraw_if_dirty()
+        app.processEvents()
+        time.sleep(0.05)
     ok = window.grab().save(args.screenshot)
     window.close()
     if not ok:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -232,8 +232,15 @@ class ChainView(QTableView):
         self.chain_model.set_step(step, colors, log_scale)
         # Cells share one width (the eye compares a token's colour across stages, not
         # column widths); a column is wider only where its stage name needs it.
+        # The widest a cell can read is a percentage or "✕ <stage>": measured from the text,
+        # not by asking every cell for its size hint (that is most of a redraw).
         columns = self.horizontalHeader()
         count = self.chain_model.columnCount()
-        cells = max([self.sizeHintForColumn(c) for c in range(count)] + [0])
+        bold = QFont(self.font())
+        bold.setBold(True)  # the chosen token's row
+        metrics = QFontMetrics(bold)
+        stages = self.chain_model.stages
+        widest = ["100.0%", "0.00%", "8e-05", *(f"✕ {stage}" for stage in stages)]
+        cells = max(metrics.horizontalAdvance(text) for text in widest) + 12
         for c in range(count):
             columns.resizeSection(c, max(cells, columns.sectionSizeHint(c)) + 4)

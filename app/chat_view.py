@@ -1,116 +1,154 @@
-"""The conversation, drawn token by token: each token can be hovered and clicked.
+"""The conversation, drawn token by token: each token can be hovered, clicked and right-clicked.
 
-Rendered as HTML in a QTextBrowser: every generated token is an anchor
-``tok:<entry>:<index>``, so hovering shows its probability and the top
-alternatives and clicking selects it in the inspector. Whitespace-only and
-newline tokens get a faint glyph so they stay visible and clickable.
+A ``QTextBrowser`` over :class:`app.chat_doc.ChatDocument`, bound to the model's events:
+the entries are synced when they change; new tokens are appended and the selection
+re-styled at most ~30 times a second (:mod:`app.throttle`), never by
+re-rendering the conversation. Links: a token selects it; ‹ › steps branches; *Keep*
+makes a compare column the reply; right-click a token to compare settings from it.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, QUrl, Signal
-from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QTextBrowser, QToolTip
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from app.conversation import ChatEntry
-from app.textfmt import escape, percent, prob, visible
+from PySide6.QtCore import QPoint, QUrl, Signal
+from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent
+from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
+
+from app.chat_doc import ChatDocument
+from app.model.chat import ChatModel
+from app.model.streams import StreamKey, TokenRef
+from app.textfmt import escape, percent, visible
 from app.theme import LIGHT, Colors, probability_color
+from app.throttle import RedrawClock, Throttler, own_clock
 from engine.events import TokenStep
 
 
 class ChatView(QTextBrowser):
-    token_clicked = Signal(int, int)  # entry, token index
-    branch_stepped = Signal(int, int)  # entry, +1 / -1
+    token_clicked = Signal(object)  # TokenRef
+    branch_stepped = Signal(int, int)  # message id, +1 / -1
+    keep_requested = Signal(int, int)  # message id, column
+    compare_shown = Signal(int)  # message id
+    compare_requested = Signal(object)  # TokenRef: compare settings from this token
 
     def __init__(self) -> None:
         super().__init__()
         self.setOpenLinks(False)
         self.setMouseTracking(True)
         self.anchorClicked.connect(self._on_anchor)
-        self.colors: Colors = LIGHT
-        self.color_tokens = False
-        self.entries: list[ChatEntry] = []
-        self.selected: tuple[int, int] | None = None
+        self.writer = ChatDocument(self.document())
+        self.model: ChatModel | None = None
+        self.compare_label = "Compare settings from this token"
+        self._dirty: set[StreamKey] = set()
+        self.flushes: Throttler | None = None
 
-    def show_entries(self, entries: list[ChatEntry], selected: tuple[int, int] | None) -> None:
-        self.entries, self.selected = entries, selected
+    @property
+    def colors(self) -> Colors:
+        return self.writer.colors
+
+    def bind(self, model: ChatModel, clock: RedrawClock | None = None) -> None:
+        self.model = model
+        self.flushes = own_clock(self, clock).throttler(self._flush)
+        model.events.entries_changed.connect(self._on_entries_changed)
+        model.events.tokens_added.connect(self._on_tokens_added)
+        model.events.stream_renamed.connect(self._on_stream_renamed)
+        model.events.selection_changed.connect(self._on_selection_changed)
+        self._on_entries_changed()
+
+    def unbind(self) -> None:
+        if self.model is not None:
+            self.model.events.disconnect_owner(self)
+            self.model = None
+
+    # Model events --------------------------------------------------------------------------
+
+    def _on_entries_changed(self) -> None:
+        with self._keep_scroll():
+            self.writer.sync(self.model.entries)
+            self.writer.set_selected(self.model.selection)
+
+    def _on_tokens_added(self, stream: StreamKey) -> None:
+        self._dirty.add(stream)
+        self.flushes.request()
+
+    def _on_stream_renamed(self, old: StreamKey, new: StreamKey) -> None:
+        self._flush()
+        self.writer.rename(old, new)
+
+    def _on_selection_changed(self, _ref: TokenRef | None) -> None:
+        # A token picked by hand is shown at once; one followed as a reply streams, on the clock.
+        self.flushes.request(urgent=not self.model.follow_latest)
+
+    def _flush(self) -> None:
+        if self.model is None:
+            return
+        with self._keep_scroll():
+            dirty, self._dirty = self._dirty, set()
+            # Select first: a new token that is the selection is drawn selected.
+            self.writer.set_selected(self.model.selection)
+            for stream in dirty:
+                self.writer.append(stream)
+
+    @contextmanager
+    def _keep_scroll(self) -> Iterator[None]:
+        """A view scrolled to the end stays at the end as the document grows."""
         bar = self.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
-        position = bar.value()
-        self.setHtml(self._html())
-        bar.setValue(bar.maximum() if at_end else position)
+        yield
+        if at_end:
+            bar.setValue(bar.maximum())
 
-    def _html(self) -> str:
-        c = self.colors
-        parts = [
-            f"<html><body style='color:{c.foreground}; font-size:14px;'>",
-        ]
-        for i, entry in enumerate(self.entries):
-            parts.append(self._entry_html(i, entry))
-        parts.append("</body></html>")
-        return "".join(parts)
+    # Drawing options -----------------------------------------------------------------------
 
-    def _entry_html(self, i: int, entry: ChatEntry) -> str:
-        c = self.colors
-        if entry.role == "user":
-            body = escape(entry.text).replace("\n", "<br>")
-            return f"<p style='margin-top:12px'><b>You</b></p><p style='margin-left:8px'>{body}</p>"
-        if entry.role == "welcome":
-            lines = "".join(
-                f"<li style='margin-bottom:6px'>{escape(line)}</li>" for line in entry.text.splitlines()[:-1]
-            )
-            state = escape(entry.text.splitlines()[-1])
-            return f"<h3>Welcome to Logitscope</h3><ul>{lines}</ul><p style='color:{c.final}'><b>{state}</b></p>"
-        if entry.role == "system":
-            return f"<p style='color:{c.raw}'><i>{escape(entry.text)}</i></p>"
-        header = "<b>Assistant</b>"
-        if entry.branches > 1:
-            header += (
-                f" &nbsp; <a href='br:{i}:-1' style='text-decoration:none'>‹</a>"
-                f" {entry.branch + 1}/{entry.branches} "
-                f"<a href='br:{i}:1' style='text-decoration:none'>›</a>"
-            )
-        tokens = "".join(self._token_html(i, j, s) for j, s in enumerate(entry.steps))
-        if entry.streaming:
-            tokens += f"<span style='color:{c.raw}'> ▍</span>"
-        note = f"<p style='color:{c.raw}; font-size:11px'>{escape(entry.note)}</p>" if entry.note else ""
-        return f"<p style='margin-top:12px'>{header}</p><p style='margin-left:8px'>{tokens}</p>{note}"
+    def set_colors(self, colors: Colors) -> None:
+        self.writer.colors = colors
+        if self.model is not None:
+            self.writer.redraw(self.model.entries)
 
-    def _token_html(self, entry: int, index: int, step: TokenStep) -> str:
-        c = self.colors
-        style = ["text-decoration:none", f"color:{c.foreground}"]
-        if self.color_tokens:
-            style.append(f"background-color:{probability_color(prob(step.logprob), c)}")
-        if self.selected == (entry, index):
-            style.append(f"border-bottom:2px solid {c.chosen}; background-color:{c.removed}")
-        text = step.text
-        if text.strip() == "":
-            glyph = visible(text) if text else ("⟨" + escape(step.piece.strip() or "·") + "⟩")
-            shown = f"<span style='color:{c.raw}; font-size:10px'>{escape(glyph) if text else glyph}</span>"
-            if "\n" in text:
-                shown += "<br>" * text.count("\n")
-            elif text:
-                shown = escape(text).replace(" ", "&nbsp;") + shown
-        else:
-            shown = escape(text).replace("\n", "<br>").replace("  ", "&nbsp; ")
-        return f"<a href='tok:{entry}:{index}' style='{'; '.join(style)}'>{shown}</a>"
+    def set_color_tokens(self, on: bool) -> None:
+        self.writer.set_color_tokens(on)
+
+    # Mouse ---------------------------------------------------------------------------------
 
     def _on_anchor(self, url: QUrl) -> None:
-        kind, entry, value = url.toString().split(":")
+        href = url.toString()
+        kind, _, rest = href.partition(":")
         if kind == "tok":
-            self.token_clicked.emit(int(entry), int(value))
-        elif kind == "br":
-            self.branch_stepped.emit(int(entry), int(value))
+            ref = self.writer.ref_of(href)
+            if ref is not None:
+                self.token_clicked.emit(ref)
+            return
+        values = [int(v) for v in rest.split(":")]
+        if kind == "br":
+            self.branch_stepped.emit(*values)
+        elif kind == "keep":
+            self.keep_requested.emit(*values)
+        elif kind == "cmp":
+            self.compare_shown.emit(*values)
+
+    def ref_at(self, pos: QPoint) -> TokenRef | None:
+        return self.writer.ref_of(self.anchorAt(pos))
 
     def step_at(self, pos: QPoint) -> TokenStep | None:
-        anchor = self.anchorAt(pos)
-        if not anchor.startswith("tok:"):
+        ref = self.ref_at(pos)
+        steps = self.model.steps_of(ref[0]) if ref is not None and self.model is not None else None
+        return steps[ref[1]] if steps is not None and ref[1] < len(steps) else None
+
+    def point_of(self, ref: TokenRef) -> QPoint | None:
+        """The middle of token ``ref`` in viewport coordinates (tests, screenshots)."""
+        span = self.writer.span_of(ref)
+        if span is None:
             return None
-        _, entry, index = anchor.split(":")
-        try:
-            return self.entries[int(entry)].steps[int(index)]
-        except (IndexError, ValueError):
-            return None
+        from PySide6.QtGui import QTextCursor
+
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(span[0])
+        start = self.cursorRect(cursor)
+        cursor.setPosition(span[0] + max(1, span[1] - 1))
+        end = self.cursorRect(cursor)
+        x = (start.center().x() + end.center().x()) // 2 if end.y() == start.y() else start.center().x() + 3
+        return QPoint(x, start.center().y())
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         step = self.step_at(event.position().toPoint())
@@ -119,6 +157,31 @@ class ChatView(QTextBrowser):
         else:
             QToolTip.hideText()
         super().mouseMoveEvent(event)
+
+    def token_menu(self, ref: TokenRef) -> QMenu:
+        """The context menu of a token: inspect it, or compare settings from it."""
+        menu = QMenu(self)
+        inspect = QAction("Inspect this token", menu)
+        inspect.triggered.connect(lambda: self.token_clicked.emit(ref))
+        compare = QAction(self.compare_label, menu)
+        compare.setToolTip("Each setting redraws this token and continues from it (one prefill).")
+        compare.triggered.connect(lambda: self.compare_requested.emit(ref))
+        menu.addAction(inspect)
+        menu.addAction(compare)
+        return menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        ref = self.ref_at(event.pos())
+        if ref is None:
+            super().contextMenuEvent(event)
+            return
+        menu = self.token_menu(ref)
+        menu.addSeparator()
+        standard = self.createStandardContextMenu(event.pos())  # owns its actions: keep it alive
+        for action in standard.actions():
+            menu.addAction(action)
+        menu.exec(event.globalPos())
+        standard.deleteLater()
 
 
 def tooltip_for(step: TokenStep) -> str:
@@ -140,3 +203,6 @@ def color_legend(colors: Colors) -> str:
         for p in stops
     )
     return f"p(final) of the chosen token: {cells}"
+
+
+__all__ = ["LIGHT", "ChatView", "color_legend", "tooltip_for"]

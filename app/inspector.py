@@ -10,6 +10,7 @@ either (or use its context menu) to continue the reply from it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal
 from PySide6.QtGui import QAction
@@ -27,10 +28,18 @@ from PySide6.QtWidgets import (
 from app.bars_view import BarsView
 from app.chain_view import ChainView, raw_rank
 from app.textfmt import escape, percent, visible
-from app.theme import LIGHT, Colors
+from app.theme import LIGHT, Colors, variant_color
+from app.throttle import RedrawClock, own_clock
 from engine.events import Candidate, TokenStep
 
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+
 CHAIN_TAB, BARS_TAB = 0, 1
+INSPECTOR_MS = 100
+"""Following the newest token of a streaming reply, at most 10 redraws a second (the chat
+streams at 30): repainting the table is a large part of the GUI's cost per token, and no
+one reads ten tables a second. A token picked by hand is shown at once."""
 
 
 class InspectorWidget(QWidget):
@@ -41,6 +50,8 @@ class InspectorWidget(QWidget):
         super().__init__()
         self.colors: Colors = LIGHT
         self.step: TokenStep | None = None
+        self.where = ""
+        self.model: ChatModel | None = None
         self.candidates: list[Candidate] = []
         self.title = QLabel("Send a message: the latest token's candidates show here.")
         self.title.setTextFormat(Qt.TextFormat.RichText)
@@ -72,8 +83,36 @@ class InspectorWidget(QWidget):
         self.colors = colors
         self._redraw()
 
-    def show_step(self, step: TokenStep | None) -> None:
-        self.step = step
+    def bind(self, model: ChatModel, clock: RedrawClock | None = None) -> None:
+        """Show the model's selected token; redrawn at most ~30 times a second while a reply
+        streams, and only when the selected token is another one."""
+        self.model = model
+        self.redraws = own_clock(self, clock).throttler(self._show_selection, INSPECTOR_MS)
+        for name in ("entries_changed", "tokens_added"):
+            getattr(model.events, name).connect(self._on_model_event)
+        model.events.selection_changed.connect(self._on_selection_changed)
+        self._show_selection()
+
+    def _on_model_event(self, *_args) -> None:
+        self.redraws.request()
+
+    def _on_selection_changed(self, _ref) -> None:
+        # A token picked by hand is shown at once; one followed as a reply streams, on the clock.
+        self.redraws.request(urgent=not self.model.follow_latest)
+
+    def _show_selection(self) -> None:
+        step = self.model.selected_step()
+        run = self.model.shown_run()
+        where = ""
+        if run is not None and step is not None:
+            column = run.column_of(self.model.selection[0])
+            where = f"<span style='color:{variant_color(column, self.colors)}'>●</span> {run.label(column)} · "
+        if step is not self.step or where != self.where:
+            self.show_step(step, where)
+
+    def show_step(self, step: TokenStep | None, where: str = "") -> None:
+        """``where``: rich text naming the compare column the token belongs to, if any."""
+        self.step, self.where = step, where
         self._redraw()
 
     def _redraw(self) -> None:
@@ -95,7 +134,7 @@ class InspectorWidget(QWidget):
             picked = " · greedy: the most likely token entering temperature"
         last = step.chain[-1]
         return (
-            f"<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
+            f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
             f" &nbsp; p after {last} {percent(step.logprob)} · raw {percent(step.raw_logprob)}"
             f" · entropy raw {_nats(step.entropy_raw)} → {last} {_nats(step.entropy)}{picked}"
         )

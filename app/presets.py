@@ -82,3 +82,29 @@ def preset_data(params: SamplingParams) -> dict[str, Any]:
     data = params.to_dict()
     data.pop("seed", None)
     return data
+
+
+def short_label(params: SamplingParams) -> str:
+    """A few words for settings that match no preset: the stages that do something."""
+    parts = []
+    if params.temperature == 0:
+        parts.append("greedy")
+    elif params.temperature != 1 or params.dynatemp_range > 0:
+        parts.append(f"T {params.temperature:g}" + (f"±{params.dynatemp_range:g}" if params.dynatemp_range else ""))
+    for name, value, off in (
+        ("top-k", params.top_k, 0),
+        ("top-p", params.top_p, 1),
+        ("min-p", params.min_p, 0),
+        ("typical", params.typical_p, 1),
+        ("nσ", params.top_n_sigma, 0),
+        ("rep", params.repetition_penalty, 1),
+    ):
+        if value != off:
+            parts.append(f"{name} {value:g}")
+    if params.dry_multiplier > 0:
+        parts.append(f"DRY {params.dry_multiplier:g}")
+    if params.xtc_probability > 0:
+        parts.append(f"XTC {params.xtc_probability:g}")
+    if params.seed is not None:
+        parts.append(f"seed {params.seed}")
+    return ", ".join(parts) or "T 1"

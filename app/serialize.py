@@ -38,7 +38,8 @@ def _entropy(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def step_to_dict(step: TokenStep) -> dict[str, Any]:
+def step_to_dict(step: TokenStep, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``params``: ``step.params.to_dict()`` when the caller has it already."""
     chain = step.chain
     return {
         "v": FORMAT,
@@ -52,7 +53,7 @@ def step_to_dict(step: TokenStep) -> dict[str, Any]:
         "entropies": {s: _num(v) for s, v in zip(chain, step.entropies, strict=True)},
         "survivors": dict(zip(chain, step.survivors, strict=True)),
         "forced": step.forced,
-        "params": step.params.to_dict(),
+        "params": params if params is not None else step.params.to_dict(),
         "top": [
             {
                 "token_id": c.token_id,
@@ -69,8 +70,9 @@ def step_to_dict(step: TokenStep) -> dict[str, Any]:
     }
 
 
-def step_from_dict(data: Mapping[str, Any], request_id: int = -1) -> TokenStep:
-    """Either format; format 1 is mapped onto a chain (see :func:`chain_from_v1`)."""
+def step_from_dict(data: Mapping[str, Any], request_id: int = -1, params: SamplingParams | None = None) -> TokenStep:
+    """Either format; format 1 is mapped onto a chain (see :func:`chain_from_v1`).
+    ``params``: the step's parameters when the caller has parsed them already."""
     version = data.get("v", 1)
     if version == 1:
         return _step_from_v1(data, request_id)
@@ -102,7 +104,7 @@ def step_from_dict(data: Mapping[str, Any], request_id: int = -1) -> TokenStep:
         entropies=tuple(_entropy(data["entropies"].get(s)) for s in chain),
         survivors=tuple(int(data["survivors"].get(s, UNKNOWN_SURVIVORS)) for s in chain),
         top=top,
-        params=SamplingParams.from_dict(data["params"]),
+        params=params if params is not None else SamplingParams.from_dict(data["params"]),
         forced=bool(data["forced"]),
     )
 
@@ -196,8 +198,22 @@ def _step_from_v1(data: Mapping[str, Any], request_id: int) -> TokenStep:
 
 
 def steps_to_json(steps: list[TokenStep]) -> str:
-    return json.dumps([step_to_dict(s) for s in steps])
+    # A reply's steps share their parameters but for the few places they changed:
+    # convert each distinct SamplingParams once (asdict is most of the cost of a step).
+    out, last, last_dict = [], None, None
+    for step in steps:
+        if last is None or (step.params is not last and step.params != last):
+            last_dict = step.params.to_dict()
+        last = step.params
+        out.append(step_to_dict(step, last_dict))
+    return json.dumps(out)
 
 
 def steps_from_json(text: str) -> list[TokenStep]:
-    return [step_from_dict(d) for d in json.loads(text)]
+    # Likewise, validate each distinct parameter set once.
+    out, last_raw, last = [], None, None
+    for data in json.loads(text):
+        if data.get("v", 1) == FORMAT and data["params"] != last_raw:
+            last_raw, last = data["params"], SamplingParams.from_dict(data["params"])
+        out.append(step_from_dict(data, params=last if data.get("v", 1) == FORMAT else None))
+    return out

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
 from app.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
 from engine.events import TokenStep
 from engine.params import SamplingParams
@@ -54,9 +55,23 @@ CREATE TABLE IF NOT EXISTS branches (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
 CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
 """
-SCHEMA_VERSION = 2
+COMPARE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS compare_runs (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    prefix_tokens INTEGER NOT NULL,
+    columns TEXT NOT NULL,
+    divergence TEXT NOT NULL,
+    kept INTEGER,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS compare_runs_by_message ON compare_runs(message_id);
+"""
+SCHEMA_VERSION = 3
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
-2: token steps keyed by stage name (``app.serialize`` format 2)."""
+2: token steps keyed by stage name (``app.serialize`` format 2).
+3: compare runs (``compare_runs``: columns as ``[{"label", "params", "branch"}]``, the
+divergence series as JSON, the kept column or NULL)."""
 
 
 def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
@@ -67,8 +82,14 @@ def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
         db.execute("UPDATE branches SET steps = ? WHERE id = ?", (json.dumps(steps), branch_id))
 
 
+def _add_compare_runs(db: sqlite3.Connection) -> None:
+    for statement in COMPARE_SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
 # MIGRATIONS[v] turns a version-v database into version v + 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _steps_v1_to_v2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _steps_v1_to_v2, 2: _add_compare_runs}
 
 
 def _has_tables(db: sqlite3.Connection) -> bool:
@@ -123,7 +144,7 @@ class Store:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             if not _has_tables(self.db):
-                self.db.executescript(SCHEMA)
+                self.db.executescript(SCHEMA + COMPARE_SCHEMA)
                 self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self.db.commit()
                 return
@@ -221,7 +242,10 @@ class Store:
         finish_reason: str | None,
         model: str,
         params: SamplingParams,
+        steps_json: str | None = None,
     ) -> Branch:
+        """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
+        with :meth:`set_branch_steps` later writes them once serialized elsewhere."""
         cur = self.db.execute(
             "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -231,12 +255,16 @@ class Store:
                 finish_reason,
                 model,
                 json.dumps(params.to_dict()),
-                steps_to_json(steps),
+                steps_to_json(steps) if steps_json is None else steps_json,
                 time.time(),
             ),
         )
         self.set_active_branch(message_id, cur.lastrowid)
         return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps))
+
+    def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
+        self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
+        self.db.commit()
 
     def set_active_branch(self, message_id: int, branch_id: int) -> None:
         self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branch_id, message_id))
@@ -259,10 +287,10 @@ class Store:
             for bid, text, reason, model, p, s in rows
         ]
 
-    def thread(self, conversation_id: int) -> list[Message]:
-        """The messages shown: follow each assistant message's active branch."""
+    def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:
+        """The messages shown: follow each assistant message's active branch (from the
+        start, or from the messages answering ``after_branch`` on)."""
         shown: list[Message] = []
-        after_branch: int | None = None
         while True:
             row = self.db.execute(
                 "SELECT id, content FROM messages WHERE conversation_id = ? AND role = 'user' "
@@ -285,3 +313,69 @@ class Store:
             if message.branch is None:
                 return shown
             after_branch = message.branch.id
+
+    # Compare runs ------------------------------------------------------------------------
+
+    def add_compare_run(
+        self,
+        message_id: int,
+        columns: list[tuple[CompareColumn, list[TokenStep], str, str | None]],
+        model: str,
+        prefix_tokens: int,
+        divergence: DivergenceSeries,
+        steps_later: bool = False,
+    ) -> tuple[int, list[Branch]]:
+        """Save every column (its steps, text and finish reason) as a branch of ``message_id``
+        and the run itself, in one transaction; the first column becomes the active branch.
+        Returns the run's id and the branches, in column order. ``steps_later``: the steps
+        are written by :meth:`set_branch_steps` once serialized elsewhere."""
+        now = time.time()
+        branches: list[Branch] = []
+        saved: list[dict] = []
+        with self.db:
+            for column, steps, text, finish_reason in columns:
+                params = json.dumps(column.params.to_dict())
+                cur = self.db.execute(
+                    "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        message_id,
+                        text,
+                        finish_reason,
+                        model,
+                        params,
+                        "[]" if steps_later else steps_to_json(steps),
+                        now,
+                    ),
+                )
+                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps)))
+                saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
+            cur = self.db.execute(
+                "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"
+                " VALUES (?, ?, ?, ?, NULL, ?)",
+                (message_id, prefix_tokens, json.dumps(saved), divergence.to_json(), now),
+            )
+            self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branches[0].id, message_id))
+        return cur.lastrowid, branches
+
+    def compare_runs(self, conversation_id: int) -> list[CompareRun]:
+        rows = self.db.execute(
+            "SELECT r.id, r.message_id, r.prefix_tokens, r.columns, r.divergence, r.kept FROM compare_runs r"
+            " JOIN messages m ON m.id = r.message_id WHERE m.conversation_id = ? ORDER BY r.id",
+            (conversation_id,),
+        )
+        runs = []
+        for run_id, message_id, prefix_tokens, columns, divergence, kept in rows:
+            cols = [
+                CompareColumn(c["label"], SamplingParams.from_dict(c["params"]), branch_key(int(c["branch"])))
+                for c in json.loads(columns)
+            ]
+            run = CompareRun(message_id, cols, prefix_tokens, kept=kept, id=run_id)
+            run.divergence = DivergenceSeries.from_json(divergence)
+            runs.append(run)
+        return runs
+
+    def set_compare_kept(self, run_id: int, kept: int | None) -> None:
+        """Record the column kept as the reply (None: show the columns again)."""
+        self.db.execute("UPDATE compare_runs SET kept = ? WHERE id = ?", (kept, run_id))
+        self.db.commit()

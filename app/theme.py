@@ -94,3 +94,13 @@ def probability_color(p: float, colors: Colors) -> str:
     hue = max(0.0, min(1.0, p)) * 120.0
     color = QColor.fromHslF(hue / 360.0, 0.65, 0.30 if colors.dark else 0.82)
     return color.name()
+
+
+# Compare columns A, B, C, D (and the timeline's curves for them): distinct in both themes.
+VARIANT_COLORS_LIGHT = ("#1a73e8", "#e8710a", "#188038", "#9334e6", "#c5221f", "#12a4af")
+VARIANT_COLORS_DARK = ("#8ab4f8", "#fcad70", "#81c995", "#d7aefb", "#f28b82", "#78d9ec")
+
+
+def variant_color(column: int, colors: Colors) -> str:
+    palette = VARIANT_COLORS_DARK if colors.dark else VARIANT_COLORS_LIGHT
+    return palette[column % len(palette)]

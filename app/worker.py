@@ -8,31 +8,29 @@ step runs applies to the next token.
 Failures cross the thread as the exception object itself (superqt's
 ``errored = Signal(object)``), so a view can read ``SamplingParamsError.field``
 and outline the widget of the field at fault; :func:`describe` makes the message.
+
+Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes back
+with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
+worker calls only ``start``, ``continue_reply``, ``fork``, ``fork_reply``, ``cancel``,
+``cancel_all``, ``update_params``, ``step``, ``has_work``, ``load``, ``memory_bytes``
+and ``release_thread`` on its session, so another backend can stand in for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
+from app.model.jobs import ChatJob, ForkJob
 from engine.errors import EngineError, ModelLoadError
-from engine.events import Finished, PrefillProgress, TokenStep
+from engine.events import Divergence, Finished, PrefillProgress, TokenStep
 from engine.params import SamplingParams, SamplingParamsError
 
-
-@dataclass(frozen=True)
-class ChatJob:
-    """A reply to generate. ``tag`` is the GUI's handle for it (it has no request id yet)."""
-
-    tag: int
-    messages: tuple[dict[str, str], ...]
-    params: SamplingParams
-    output: tuple[int, ...] = ()
-    forced_token: int | None = None
+__all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
 
 
 class GenerationFailed(RuntimeError):
@@ -55,6 +53,7 @@ class EngineWorker(QObject):
     token_sampled = Signal(int, object)  # tag, TokenStep
     prefill_progressed = Signal(int, int, int)  # tag, done, total
     job_finished = Signal(int, object)  # tag, Finished
+    divergence_measured = Signal(int, object)  # group tag, Divergence (pairs as tags)
     memory_measured = Signal(int)
     errored = Signal(object)  # exception
     shut_down = Signal()
@@ -64,6 +63,8 @@ class EngineWorker(QObject):
         self._session_factory = session_factory
         self._session = None
         self._tags: dict[int, int] = {}  # request id -> the GUI's tag
+        # A fork's group id (its first request id) -> its group tag and its members' tags.
+        self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
 
     # The session is created on the worker thread: MLX objects belong to their thread.
@@ -96,19 +97,33 @@ class EngineWorker(QObject):
         self.memory_measured.emit(session.memory_bytes())
 
     @Slot(object)
-    def submit(self, job: ChatJob) -> None:
+    def submit(self, job: ChatJob | ForkJob) -> None:
         session = self._ensure_session()
+        tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
         try:
-            if job.forced_token is None:
-                started = session.start(list(job.messages), job.params)
-            else:
-                started = session.continue_reply(list(job.messages), job.output, job.forced_token, job.params)
+            started = self._start(session, job)
         except Exception as exc:
-            self.job_rejected.emit(job.tag, exc)
+            for tag in tags:
+                self.job_rejected.emit(tag, exc)
             return
-        self._tags[started.request_id] = job.tag
-        self.job_started.emit(job.tag, started.request_id, len(started.prompt_tokens))
+        for tag, request in zip(tags, started, strict=True):
+            self._tags[request.request_id] = tag
+            self.job_started.emit(tag, request.request_id, len(request.prompt_tokens))
+        if isinstance(job, ForkJob):
+            members = {r.request_id: tag for tag, r in zip(tags, started, strict=True)}
+            self._groups[started[0].request_id] = (job.group, members)
         self._schedule()
+
+    @staticmethod
+    def _start(session, job: ChatJob | ForkJob) -> list:
+        messages = list(job.messages)
+        if isinstance(job, ForkJob):
+            if job.output:
+                return session.fork_reply(messages, job.output, list(job.variants))
+            return session.fork(messages, list(job.variants))
+        if job.forced_token is None:
+            return [session.start(messages, job.params)]
+        return [session.continue_reply(messages, job.output, job.forced_token, job.params)]
 
     @Slot(int)
     def cancel(self, tag: int) -> None:
@@ -143,6 +158,7 @@ class EngineWorker(QObject):
             except Exception:
                 traceback.print_exc()
         self._tags.clear()
+        self._groups.clear()
         self.shut_down.emit()
 
     def _schedule(self) -> None:
@@ -169,9 +185,14 @@ class EngineWorker(QObject):
             self.memory_measured.emit(session.memory_bytes())
 
     def _flush_events(self, events) -> None:
+        # A step's Divergence follows the Finished of a variant that ended at that step:
+        # report every Finished last, so the run is still live when its divergence arrives.
+        events = [e for e in events if not isinstance(e, Finished)] + [e for e in events if isinstance(e, Finished)]
         for event in events:
-            # Events about a group of requests (a fork's Divergence) have no single request id.
-            tag = self._tags.get(getattr(event, "request_id", None))
+            if isinstance(event, Divergence):
+                self._emit_divergence(event)
+                continue
+            tag = self._tags.get(event.request_id)
             if tag is None:
                 continue
             if isinstance(event, TokenStep):
@@ -181,6 +202,17 @@ class EngineWorker(QObject):
             elif isinstance(event, Finished):
                 del self._tags[event.request_id]
                 self.job_finished.emit(tag, event)
+        for group, (_, members) in list(self._groups.items()):
+            if not any(rid in self._tags for rid in members):
+                del self._groups[group]
+
+    def _emit_divergence(self, event: Divergence) -> None:
+        found = self._groups.get(event.group)
+        if found is None:
+            return
+        group, members = found
+        pairs = tuple((members[a], members[b]) for a, b in event.pairs)
+        self.divergence_measured.emit(group, dataclasses.replace(event, pairs=pairs))
 
 
 class WorkerThread:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
-from PySide6.QtGui import QTextCursor  # noqa: E402
 
 from engine.params import SamplingParams  # noqa: E402
 
@@ -49,23 +49,18 @@ def assistant_entries(window):
     return [i for i, e in enumerate(window.entries) if e.role == "assistant"]
 
 
-def anchor_point(chat, href: str) -> QPoint:
-    """Where the chat view draws the anchor ``href``, in viewport coordinates."""
-    block = chat.document().begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.charFormat().anchorHref() == href:
-                cursor = QTextCursor(chat.document())
-                cursor.setPosition(fragment.position())
-                start = chat.cursorRect(cursor)
-                cursor.setPosition(fragment.position() + fragment.length())
-                end = chat.cursorRect(cursor)
-                return QPoint((start.center().x() + end.center().x()) // 2, start.center().y())
-            it += 1
-        block = block.next()
-    raise AssertionError(f"no anchor {href}")
+def live_steps(window):
+    return [reply.new_steps for reply in window.model.replies.values()]
+
+
+def token_point(window, ref) -> QPoint:
+    """Where the chat view draws token ``ref``, in viewport coordinates (after a redraw)."""
+    window._redraw_if_dirty()
+    point = window.chat.point_of(ref)
+    assert point is not None, f"token {ref} is not drawn"
+    href = window.chat.anchorAt(point)
+    assert window.chat.writer.ref_of(href) == ref, (href, ref)
+    return point
 
 
 def test_full_flow(qtbot, profile, tiny_folder):
@@ -76,7 +71,7 @@ def test_full_flow(qtbot, profile, tiny_folder):
     send(qtbot, window, "hello there", greedy, wait=False)
     assert window.composer.toPlainText() == ""
     # Tokens stream in; the inspector and the timeline follow the latest token.
-    qtbot.waitUntil(lambda: any(len(live.steps) >= 3 for live in window.live.values()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: any(len(steps) >= 3 for steps in live_steps(window)), timeout=TIMEOUT)
     window.controls.set_params(greedy.with_changes(temperature=1.5, top_k=20, seed=7))
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()
@@ -92,8 +87,9 @@ def test_full_flow(qtbot, profile, tiny_folder):
     assert window.timeline.change_lines and len(window.timeline.change_lines) == 1
 
     # Clicking a token selects it in the inspector and the timeline.
-    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=anchor_point(window.chat, f"tok:{entry}:5"))
-    assert window.selected == (entry, 5)
+    stream = window.entries[entry].stream
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=token_point(window, (stream, 5)))
+    assert window.model.selection == (stream, 5)
     assert window.inspector.step is steps[5]
     assert window.timeline.selection_line.value() == 5
 
@@ -115,7 +111,7 @@ def test_full_flow(qtbot, profile, tiny_folder):
     assert new.steps[5].token_id == picked and new.steps[5].forced
     assert [s.index for s in new.steps] == list(range(len(new.steps)))
     assert "‹" in window.chat.toHtml() and "2/2" in window.chat.toPlainText()
-    window.chat.branch_stepped.emit(entry, -1)
+    window.chat.branch_stepped.emit(window.entries[entry].message_id, -1)
     window._redraw_if_dirty()
     assert window.entries[entry].branch == 0
     assert [s.token_id for s in window.entries[entry].steps] == [s.token_id for s in steps]
@@ -123,9 +119,9 @@ def test_full_flow(qtbot, profile, tiny_folder):
     # Stop ends a running reply; what was generated is kept. (A new chat: this one is
     # near the tiny model's 512-token context.)
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert [e.role for e in window.entries] == ["welcome"] and window.conversation is None
+    assert [e.role for e in window.entries] == ["welcome"] and window.model.conversation is None
     send(qtbot, window, "go on", greedy.with_changes(max_tokens=450), wait=False)
-    qtbot.waitUntil(lambda: any(len(live.steps) >= 2 for live in window.live.values()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: any(len(steps) >= 2 for steps in live_steps(window)), timeout=TIMEOUT)
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     last = window.thread_messages[-1]
@@ -148,7 +144,7 @@ def test_updates_are_coalesced(qtbot, profile, tiny_folder):
 def test_closing_during_generation_exits_cleanly(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "hello", SamplingParams(max_tokens=450), wait=False)
-    qtbot.waitUntil(lambda: any(live.steps for live in window.live.values()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: any(live_steps(window)), timeout=TIMEOUT)
     window.close()
     assert window.engine.thread.isFinished()
     assert window.shutdown_seconds < 30
@@ -158,7 +154,7 @@ def test_conversation_survives_restart(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "first question", SamplingParams(max_tokens=8, top_logprobs=4))
     (entry,) = assistant_entries(window)
-    window.select_token(entry, 2)
+    window.select_token((window.entries[entry].stream, 2))
     other = next(
         c.token_id for c in window.inspector.candidates if c.token_id != window.entries[entry].steps[2].token_id
     )
@@ -174,13 +170,13 @@ def test_conversation_survives_restart(qtbot, profile, tiny_folder):
     assert restored == saved
     assert len(restored) == 4 and len(restored[1][2]) == 2
     steps = window.thread_messages[1].branch.steps
-    assert steps == saved_steps
+    assert [replace(s, request_id=-1) for s in steps] == [replace(s, request_id=-1) for s in saved_steps]
     assert steps[2].forced and steps[2].token_id == other
     assert any(math.isinf(c.logprob) or c.logprob <= 0 for c in steps[0].top)
     # The restored reply can still be branched after the restart.
     window._redraw_if_dirty()
     entry = assistant_entries(window)[0]
-    window.select_token(entry, 1)
+    window.select_token((window.entries[entry].stream, 1))
     window.pick_token(window.entries[entry].steps[1].token_id)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     assert len(window.thread_messages[1].branches) == 3
@@ -232,7 +228,7 @@ def test_order_changed_mid_reply_applies_from_the_next_token(qtbot, profile, tin
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
     params = SamplingParams(max_tokens=200, temperature=0.8, top_k=20, seed=1, logit_bias=no_eos)
     send(qtbot, window, "hello there", params, wait=False)
-    qtbot.waitUntil(lambda: any(len(live.steps) >= 3 for live in window.live.values()), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: any(len(steps) >= 3 for steps in live_steps(window)), timeout=TIMEOUT)
     window.controls.chain.move_stage("top_k", 0)  # as a drag would
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()
@@ -274,7 +270,8 @@ def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
     (entry,) = assistant_entries(window)
     steps = window.entries[entry].steps
     # Hovering a token finds that token; its tooltip gives its probability and 5 alternatives.
-    point = anchor_point(window.chat, f"tok:{entry}:4")
+    stream = window.entries[entry].stream
+    point = token_point(window, (stream, 4))
     assert window.chat.step_at(point) is steps[4]
     tip = tooltip_for(steps[4])
     assert "p(final)" in tip and tip.count("<br>") == 5
@@ -285,7 +282,7 @@ def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
     scene = plot.vb.mapViewToScene(QPointF(x, y))
     view_pos = window.timeline.view.mapFromScene(scene)
     qtbot.mouseClick(window.timeline.view.viewport(), Qt.MouseButton.LeftButton, pos=view_pos)
-    assert window.selected == (entry, 7)
+    assert window.model.selection == (stream, 7)
     assert window.inspector.step is steps[7]
     # Presets: a built-in one sets its values; any other values show as "Custom"; saving adds one.
     window.controls.apply_preset("Creative")
@@ -330,7 +327,7 @@ def test_reply_with_dry_and_xtc_shows_them_in_the_chain_view(qtbot, profile, tin
         for i, s in enumerate(steps)
         if any(c.removed_by == "xtc" for c in s.top) and any(dry_drop(s, c) > 0.5 for c in s.top)
     )
-    window.select_token(entry, index)
+    window.select_token((window.entries[entry].stream, index))
     step = window.inspector.step
     assert step is steps[index]
     model = window.inspector.chain_view.model()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.store import SCHEMA_VERSION, Store, backup_path
-from engine.params import DEFAULT_SAMPLERS
+from engine.params import DEFAULT_SAMPLERS, SamplingParams
 
 FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite3"
 
@@ -119,3 +119,37 @@ def test_a_database_from_a_newer_app_is_refused(tmp_path):
     db.close()
     with pytest.raises(RuntimeError, match="newer Logitscope"):
         Store(path)
+
+
+def test_a_version_2_database_gains_compare_runs(old_db):
+    """Schema 2 (the stage chain) -> 3 (compare runs): the table is added, the rows stay."""
+    from app.model.streams import CompareColumn, DivergenceSeries
+
+    Store(old_db).close()  # 1 -> current
+    db = sqlite3.connect(str(old_db))
+    db.execute("DROP TABLE compare_runs")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    before = raw_steps(old_db)
+    store = Store(old_db)
+    assert store.migrated_from == 2 and user_version(old_db) == 3
+    assert backup_path(old_db, 2).exists() and raw_steps(old_db) == before
+    (conversation,) = store.conversations()
+    message = store.thread(conversation.id)[-1]
+    assert store.compare_runs(conversation.id) == []
+    divergence = DivergenceSeries(2)
+    divergence.add(0, ((0, 1),), (0.25,), (0,))
+    columns = [
+        (CompareColumn(label, SamplingParams(temperature=t), ("reply", 0)), message.branch.steps, "text", "stop")
+        for label, t in (("cold", 0.2), ("hot", 1.5))
+    ]
+    run_id, branches = store.add_compare_run(message.id, columns, "m", 0, divergence)
+    (run,) = store.compare_runs(conversation.id)
+    assert run.id == run_id and run.kept is None and [c.label for c in run.columns] == ["cold", "hot"]
+    assert [c.stream for c in run.columns] == [("branch", b.id) for b in branches]
+    assert run.divergence.to_dict() == divergence.to_dict()
+    assert store.thread(conversation.id)[-1].branch.id == branches[0].id
+    store.set_compare_kept(run_id, 1)
+    assert store.compare_runs(conversation.id)[0].kept == 1
+    store.close()

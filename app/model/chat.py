@@ -1,0 +1,280 @@
+"""The app's state, without Qt: the open conversation, the replies being written, compare
+runs, and the selected token, named by stable ids. It emits events; views subscribe.
+
+The window wires it to the worker: ``events.job_submitted`` / ``cancel_requested`` /
+``params_requested`` go to the engine's thread, and the worker's signals come back to the
+``on_*`` handlers (:class:`app.model.generation.GenerationMixin`). Tests drive it directly.
+"""
+
+from __future__ import annotations
+
+from app.model.background import Background, RunNow
+from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
+from app.model.events import EmitterGroup
+from app.model.generation import GenerationMixin
+from app.model.streams import CompareRun, Reply, StreamKey, TokenRef, branch_key
+from app.store import Branch, Conversation, Message, Store
+from engine.events import TokenStep
+
+DEFAULT_SYSTEM = "You are a helpful assistant."
+EVENTS = (
+    "conversation_changed",  # (Conversation | None)
+    "entries_changed",  # (): ``entries`` was rebuilt (messages, branches, headers)
+    "tokens_added",  # (stream): new steps at the end of a live stream
+    "stream_renamed",  # (old, new): a reply was saved as a branch
+    "selection_changed",  # (TokenRef | None)
+    "divergence_added",  # (CompareRun)
+    "busy_changed",  # (bool)
+    "job_submitted",  # (ChatJob | ForkJob)
+    "cancel_requested",  # (tag)
+    "params_requested",  # (tag, SamplingParams): new parameters for a reply being written
+    "reply_finished",  # (Finished)
+    "status",  # (text)
+    "errored",  # (exception)
+)
+
+
+class ChatModel(GenerationMixin):
+    def __init__(self, store: Store, system_prompt: str = DEFAULT_SYSTEM, background: Background | None = None) -> None:
+        self.store = store
+        self.background: Background = background or RunNow()
+        self.events = EmitterGroup(*EVENTS)
+        self.conversation: Conversation | None = None
+        self.system_prompt = system_prompt
+        self.thread: list[Message] = []
+        self.replies: dict[int, Reply] = {}
+        self.live_runs: dict[int, CompareRun] = {}  # by group id
+        self.runs: dict[int, CompareRun] = {}  # saved runs, by the id of each of their branches
+        self.entries: list[ChatEntry] = []
+        self.selection: TokenRef | None = None
+        self.follow_latest = True
+        self.model_name = "?"
+        self.welcome_state = ""
+        self._followed: StreamKey | None = None
+        self._branches: dict[int, tuple[Message, Branch]] = {}
+        self._next_id = 1
+        self._refresh()
+
+    # Queries -------------------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        return bool(self.replies)
+
+    def steps_of(self, stream: StreamKey | None) -> list[TokenStep] | None:
+        """The steps of a stream (a reply being written or a saved branch), or None."""
+        if stream is None:
+            return None
+        kind, ident = stream
+        if kind == "reply":
+            reply = self.replies.get(ident)
+            return reply.steps if reply is not None else None
+        found = self._branches.get(ident)
+        return found[1].steps if found is not None else None
+
+    def message_of(self, stream: StreamKey) -> Message | None:
+        kind, ident = stream
+        if kind == "reply":
+            reply = self.replies.get(ident)
+            return self._message(reply.message_id) if reply is not None else None
+        found = self._branches.get(ident)
+        return found[0] if found is not None else None
+
+    def run_of(self, stream: StreamKey | None) -> CompareRun | None:
+        """The compare run ``stream`` is a column of (live or saved), if any."""
+        if stream is None:
+            return None
+        if stream[0] == "reply":
+            reply = self.replies.get(stream[1])
+            return reply.run if reply is not None else None
+        return self.runs.get(stream[1])
+
+    def shown_run(self, stream: StreamKey | None = None) -> CompareRun | None:
+        """The run whose columns are shown side by side and include ``stream`` (default: the
+        selection's): live, or saved and not decided yet."""
+        run = self.run_of(stream if stream is not None else (self.selection[0] if self.selection else None))
+        return run if run is not None and (run.live or run.kept is None) else None
+
+    def selected_step(self) -> TokenStep | None:
+        if self.selection is None:
+            return None
+        steps = self.steps_of(self.selection[0])
+        index = self.selection[1]
+        return steps[index] if steps is not None and 0 <= index < len(steps) else None
+
+    def last_assistant(self) -> Message | None:
+        index = last_assistant_index(self.thread)
+        return self.thread[index] if index is not None else None
+
+    def context_for(self, message: Message) -> tuple[dict[str, str], ...]:
+        return context_before(self.thread, self.thread.index(message), self.system_prompt.strip())
+
+    def _message(self, message_id: int) -> Message | None:
+        return next((m for m in self.thread if m.id == message_id), None)
+
+    # Selection -----------------------------------------------------------------------------
+
+    def select(self, ref: TokenRef | None) -> None:
+        """Select a token by stream and index; selecting the newest token of a reply being
+        written follows that reply as it grows."""
+        if ref is not None:
+            steps = self.steps_of(ref[0])
+            if steps is None or not 0 <= ref[1] < len(steps):
+                return
+            self.follow_latest = ref[0][0] == "reply" and ref[1] == len(steps) - 1
+            if self.follow_latest:
+                self._followed = ref[0]
+        self._set_selection(ref)
+
+    def select_index(self, index: int) -> None:
+        """Another token of the selected stream (a click on the timeline)."""
+        if self.selection is not None:
+            self.select((self.selection[0], index))
+
+    def select_column(self, column: int, index: int) -> None:
+        """Token ``index`` of column ``column`` of the shown compare run."""
+        run = self.shown_run()
+        if run is not None and 0 <= column < len(run.columns):
+            self.select((run.columns[column].stream, index))
+
+    def _set_selection(self, ref: TokenRef | None) -> None:
+        if ref != self.selection:
+            self.selection = ref
+            self.events.selection_changed(ref)
+
+    def _follow(self, stream: StreamKey) -> None:
+        self._followed = stream
+        self.follow_latest = True
+
+    def _rename(self, old: StreamKey, new: StreamKey) -> None:
+        if self._followed == old:
+            self._followed = new
+        self.events.stream_renamed(old, new)
+        if self.selection is not None and self.selection[0] == old:
+            self._set_selection((new, self.selection[1]))
+
+    # Entries -------------------------------------------------------------------------------
+
+    def set_welcome_state(self, text: str) -> None:
+        self.welcome_state = text
+        if not self.thread and not self.replies:
+            self._refresh()
+
+    def set_system_prompt(self, text: str) -> None:
+        if text == self.system_prompt:
+            return
+        self.system_prompt = text
+        if self.conversation is not None:
+            self.store.update_conversation(self.conversation.id, system_prompt=text)
+        self._refresh()
+
+    def _index_branches(self) -> None:
+        self._branches = {b.id: (m, b) for m in self.thread for b in m.branches}
+
+    def _refresh(self) -> None:
+        """Rebuild the entries (cheap: no token is copied), then keep the selection valid."""
+        self.entries = build_entries(
+            self.thread, self.replies.values(), self.runs, self.system_prompt.strip(), self.welcome_state
+        )
+        self.events.entries_changed()
+        selection = self.selection
+        if selection is not None:
+            steps = self.steps_of(selection[0])
+            if steps is None or selection[1] >= len(steps):
+                selection = None
+        if self.follow_latest or selection is None:
+            followed = self._followed
+            selection = latest_token(self.entries, lambda s: s == followed) or latest_token(self.entries)
+        self._set_selection(selection)
+
+    # Conversations -------------------------------------------------------------------------
+
+    def open_conversation(self, conversation_id: int) -> bool:
+        conversation = self.store.conversation(conversation_id)
+        if conversation is None:
+            return False
+        self.stop()
+        self.background.wait()  # replies still being written to the store
+        self.conversation = conversation
+        self.system_prompt = conversation.system_prompt
+        self.thread = self.store.thread(conversation_id)
+        self._index_branches()
+        self.runs = {}
+        for run in self.store.compare_runs(conversation_id):
+            for column in run.columns:
+                self.runs[column.stream[1]] = run
+        self.selection, self.follow_latest, self._followed = None, True, None
+        self.events.conversation_changed(conversation)
+        self._refresh()
+        return True
+
+    def new_chat(self) -> None:
+        self.stop()
+        self.conversation = None
+        self.thread, self.runs, self._branches = [], {}, {}
+        self.selection, self.follow_latest, self._followed = None, True, None
+        self.events.conversation_changed(None)
+        self._refresh()
+
+    def delete_conversation(self) -> None:
+        if self.conversation is not None:
+            self.store.delete_conversation(self.conversation.id)
+            self.new_chat()
+
+    def step_branch(self, message_id: int, delta: int) -> None:
+        """Show the message's previous (-1) or next (+1) branch, and the turns that follow it."""
+        message = self._message(message_id)
+        if message is None or not message.branches or self.busy():
+            return
+        self._activate(message, (message.active + delta) % len(message.branches))
+
+    def _activate(self, message: Message, index: int) -> None:
+        self.store.set_active_branch(message.id, message.branches[index].id)
+        message.active = index
+        self._reload_after(message)
+        self._refresh()
+
+    def _reload_after(self, message: Message) -> None:
+        """The turns after ``message`` follow its active branch: read them again."""
+        if self.conversation is None or message not in self.thread:
+            return
+        i = self.thread.index(message)
+        self.background.wait()
+        rest = self.store.thread(self.conversation.id, message.branch.id) if message.branch else []
+        self.thread = self.thread[: i + 1] + rest
+        self._index_branches()
+
+    # Compare runs ---------------------------------------------------------------------------
+
+    def keep_column(self, message_id: int, column: int) -> None:
+        """Make column ``column`` of the message's undecided compare run its reply; the other
+        columns stay as branches of the message."""
+        message = self._message(message_id)
+        run = self.runs.get(message.branch.id) if message is not None and message.branch else None
+        if run is None or run.id is None or not 0 <= column < len(run.columns):
+            return
+        branch_id = run.columns[column].stream[1]
+        self.store.set_compare_kept(run.id, column)
+        run.kept = column
+        if self.selection is not None and run.column_of(self.selection[0]) is not None:
+            self._set_selection((branch_key(branch_id), self.selection[1]))
+        self._activate(message, [b.id for b in message.branches].index(branch_id))
+
+    def show_compare(self, message_id: int) -> None:
+        """Show a kept compare run's columns side by side again."""
+        message = self._message(message_id)
+        run = self.runs.get(message.branch.id) if message is not None and message.branch else None
+        if run is None or run.id is None or run.kept is None:
+            return
+        self.store.set_compare_kept(run.id, None)
+        run.kept = None
+        self._refresh()
+
+    def _settle_last_run(self) -> None:
+        """Before a new turn: an undecided compare run at the end keeps its active column."""
+        last = self.last_assistant()
+        run = self.runs.get(last.branch.id) if last is not None and last.branch else None
+        if run is not None and run.kept is None and run.id is not None and last is self.thread[-1]:
+            column = run.column_of(branch_key(last.branch.id)) or 0
+            self.store.set_compare_kept(run.id, column)
+            run.kept = column
+            self.events.status(f"Kept {run.label(column)}; the other columns stay as branches.")

@@ -1,0 +1,231 @@
+"""What the chat shows and what the model is sent, derived from the stored thread, the
+replies being written and the compare runs. Plain Python: the chat view draws these.
+
+Each entry has a stable ``key`` (the message it shows) and a :meth:`ChatEntry.header`
+(everything drawn besides the tokens), so a view can tell an entry whose tokens only
+grew from one that must be redrawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from app.model.streams import CompareRun, Reply, StreamKey, branch_key
+from app.store import Message
+from engine.events import TokenStep
+
+WELCOME = "\n".join(
+    [
+        "Every token of a reply can be clicked: the Inspector (right) shows each candidate's probability after"
+        " every sampling stage, from what the model wanted (raw) to what was left to draw from.",
+        "The Timeline (bottom) shows how sure the model was at each token; red rings mark tokens that were not"
+        " its first choice, dashed lines where you changed the sampling chain (left: drag to reorder) mid-reply.",
+        "Double-click another candidate in the Inspector to continue the reply from it; ‹ › switches branches."
+        " Tick Compare (left) to send one prompt with 2–4 settings side by side.",
+    ]
+)
+PREFIX_CHARS = 160
+
+
+@dataclass(eq=False)
+class ColumnEntry:
+    """One column of a compare run: a stream shown from ``start`` on."""
+
+    stream: StreamKey
+    steps: list[TokenStep]
+    start: int
+    label: str
+    streaming: bool = False
+    note: str = ""
+
+    def header(self) -> tuple:
+        return (self.label, self.streaming, self.note)
+
+
+@dataclass(eq=False)
+class ChatEntry:
+    role: str  # "welcome" | "system" | "user" | "assistant" | "compare"
+    text: str = ""
+    steps: list[TokenStep] = field(default_factory=list)
+    branch: int = 0
+    branches: int = 1
+    streaming: bool = False
+    note: str = ""  # finish reason, errors
+    key: tuple = ()
+    stream: StreamKey | None = None
+    message_id: int | None = None
+    columns: list[ColumnEntry] = field(default_factory=list)
+    prefix_text: str = ""
+    """Compare from here: the end of the reply kept before the fork."""
+    kept: str = ""
+    """For a reply kept from a compare run: which column of how many."""
+    finished: bool = False
+    """For a compare run: every column is done (it can be kept)."""
+
+    def header(self) -> tuple:
+        """Everything drawn besides the token bodies."""
+        columns = tuple(c.header() for c in self.columns)
+        return (
+            self.role,
+            self.text,
+            self.branch,
+            self.branches,
+            self.streaming,
+            self.note,
+            columns,
+            self.prefix_text,
+            self.kept,
+            self.finished,
+        )
+
+    def bodies(self) -> list[tuple[StreamKey, list[TokenStep], int]]:
+        """The token streams this entry draws: (stream, steps, first index shown)."""
+        if self.role == "compare":
+            return [(c.stream, c.steps, c.start) for c in self.columns]
+        if self.role == "assistant" and self.stream is not None:
+            return [(self.stream, self.steps, 0)]
+        return []
+
+
+def _note(finish_reason: str | None) -> str:
+    return "" if finish_reason in ("stop", None) else f"[{finish_reason}]"
+
+
+def _prefix_text(steps: list[TokenStep], count: int) -> str:
+    text = "".join(s.text for s in steps[:count])
+    return text if len(text) <= PREFIX_CHARS else "…" + text[-PREFIX_CHARS:]
+
+
+def _live_run_entry(message: Message, run: CompareRun, replies: dict[StreamKey, Reply]) -> ChatEntry:
+    columns = []
+    for i, column in enumerate(run.columns):
+        reply = replies.get(column.stream)
+        steps = reply.steps if reply is not None else []
+        note = _note(reply.finished.finish_reason) if reply is not None and reply.finished else ""
+        streaming = reply is not None and reply.finished is None
+        columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), streaming, note))
+    first = columns[0].steps if columns else []
+    return ChatEntry(
+        "compare",
+        key=("assistant", message.id),
+        message_id=message.id,
+        columns=columns,
+        streaming=True,
+        prefix_text=_prefix_text(first, run.prefix_tokens),
+    )
+
+
+def _saved_run_entry(message: Message, run: CompareRun) -> ChatEntry:
+    branches = {branch_key(b.id): b for b in message.branches}
+    columns = []
+    for i, column in enumerate(run.columns):
+        branch = branches.get(column.stream)
+        steps = branch.steps if branch is not None else []
+        note = _note(branch.finish_reason) if branch is not None else "[missing]"
+        columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), False, note))
+    first = columns[0].steps if columns else []
+    return ChatEntry(
+        "compare",
+        key=("assistant", message.id),
+        message_id=message.id,
+        columns=columns,
+        prefix_text=_prefix_text(first, run.prefix_tokens),
+        finished=True,
+    )
+
+
+def build_entries(
+    thread: list[Message],
+    replies: Iterable[Reply],
+    runs_by_branch: dict[int, CompareRun],
+    system: str,
+    welcome_state: str,
+) -> list[ChatEntry]:
+    """One entry per shown message; a reply being written replaces its message's branch,
+    a compare run not yet decided shows its columns side by side."""
+    replies = list(replies)
+    entries = []
+    if not thread and not replies:
+        entries.append(ChatEntry("welcome", "\n".join([WELCOME, welcome_state]), key=("welcome",)))
+    if system and thread:
+        entries.append(ChatEntry("system", system, key=("system",)))
+    singles = {r.message_id: r for r in replies if r.run is None}
+    runs = {r.run.message_id: r.run for r in replies if r.run is not None}
+    by_stream = {r.key: r for r in replies}
+    for message in thread:
+        if message.role == "user":
+            entries.append(ChatEntry("user", message.content, key=("user", message.id), message_id=message.id))
+            continue
+        key = ("assistant", message.id)
+        if message.id in runs:
+            entries.append(_live_run_entry(message, runs[message.id], by_stream))
+            continue
+        reply = singles.get(message.id)
+        count = len(message.branches) + (1 if reply else 0)
+        if reply is not None:
+            entries.append(
+                ChatEntry(
+                    "assistant",
+                    steps=reply.steps,
+                    branch=count - 1,
+                    branches=count,
+                    streaming=True,
+                    key=key,
+                    stream=reply.key,
+                    message_id=message.id,
+                )
+            )
+            continue
+        branch = message.branch
+        if branch is None:
+            continue
+        run = runs_by_branch.get(branch.id)
+        if run is not None and run.kept is None:
+            entries.append(_saved_run_entry(message, run))
+            continue
+        kept = ""
+        if run is not None and run.kept is not None:
+            kept = f"kept {run.label(run.kept)} of {len(run.columns)} settings"
+        entries.append(
+            ChatEntry(
+                "assistant",
+                branch.text,
+                branch.steps,
+                message.active,
+                count,
+                note=_note(branch.finish_reason),
+                key=key,
+                stream=branch_key(branch.id),
+                message_id=message.id,
+                kept=kept,
+            )
+        )
+    return entries
+
+
+def context_before(thread: list[Message], message_index: int, system: str) -> tuple[dict[str, str], ...]:
+    """Chat messages for the model: the system prompt and every turn before the reply."""
+    messages = [{"role": "system", "content": system}] if system else []
+    for message in thread[:message_index]:
+        if message.role == "user":
+            messages.append({"role": "user", "content": message.content})
+        elif message.branch is not None:
+            messages.append({"role": "assistant", "content": message.branch.text})
+    return tuple(messages)
+
+
+def last_assistant_index(thread: list[Message]) -> int | None:
+    for i in range(len(thread) - 1, -1, -1):
+        if thread[i].role == "assistant":
+            return i
+    return None
+
+
+def latest_token(entries: list[ChatEntry], prefer: Callable[[StreamKey], bool] | None = None) -> tuple | None:
+    """The last token of the last entry that has one: ``(stream, index)``."""
+    for entry in reversed(entries):
+        for stream, steps, start in entry.bodies():
+            if len(steps) > start and (prefer is None or prefer(stream)):
+                return (stream, len(steps) - 1)
+    return None

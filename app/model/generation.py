@@ -1,0 +1,279 @@
+"""Starting replies and compare runs, and what the engine's worker reports about them.
+
+Part of :class:`app.model.chat.ChatModel` (kept apart to keep each module one concept).
+Every reply has an id that is also its tag for the worker; a compare run's replies share
+one group id. A reply is saved as a branch when it finishes; a compare run is saved (every
+column as a branch of the message, the run with its divergence) when its last column does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from app.model.jobs import ChatJob, ForkJob
+from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
+from app.serialize import steps_to_json
+from app.store import Message
+from engine.events import Divergence, Finished, TokenStep
+from engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+
+MIN_VARIANTS, MAX_VARIANTS = 2, 4
+Variant = tuple[str, SamplingParams]
+"""A compare column's settings: (label, parameters)."""
+
+
+class GenerationMixin:
+    # Commands ---------------------------------------------------------------------------------
+
+    def send(self: ChatModel, text: str, params: SamplingParams) -> bool:
+        """Add a turn and start its reply; False (and a status message) when it cannot."""
+        message = self._add_turn(text)
+        if message is None:
+            return False
+        self._start_reply(message, params)
+        return True
+
+    def send_compare(self: ChatModel, text: str, variants: Sequence[Variant]) -> bool:
+        """Add a turn and answer it with every variant side by side (one prefill)."""
+        if not self._check_variants(variants):
+            return False
+        message = self._add_turn(text)
+        if message is None:
+            return False
+        self._start_run(message, variants)
+        return True
+
+    def regenerate(self: ChatModel, params: SamplingParams, variants: Sequence[Variant] | None = None) -> bool:
+        message = self.last_assistant()
+        if message is None or self.busy() or (variants is not None and not self._check_variants(variants)):
+            return False
+        if variants is None:
+            self._start_reply(message, params)
+        else:
+            self._start_run(message, variants)
+        return True
+
+    def pick_token(self: ChatModel, token_id: int, params: SamplingParams) -> bool:
+        """Continue the selected token's reply from that token, with ``token_id`` instead."""
+        message = self._message_for_continuation(self.selection)
+        if message is None:
+            return False
+        stream, index = self.selection
+        for reply in list(self.replies.values()):
+            if reply.message_id == message.id:
+                self.events.cancel_requested(reply.id)
+        prefix = self.steps_of(stream)[:index]
+        self._start_reply(message, params, prefix, forced=token_id)
+        self.events.status("Continuing from the picked token; the earlier reply is kept as a branch.")
+        return True
+
+    def compare_from(self: ChatModel, ref: TokenRef, variants: Sequence[Variant]) -> bool:
+        """ "Compare from here": each variant redraws token ``ref`` and continues from it."""
+        if self.busy():
+            self.events.status("Wait for the replies being written, or stop them (Esc), to compare from a token.")
+            return False
+        message = self._message_for_continuation(ref)
+        if message is None or not self._check_variants(variants):
+            return False
+        self._start_run(message, variants, self.steps_of(ref[0])[: ref[1]])
+        return True
+
+    def stop(self: ChatModel) -> None:
+        for tag in list(self.replies):
+            self.events.cancel_requested(tag)
+
+    def update_live_params(self: ChatModel, params: SamplingParams, column: int = 0) -> None:
+        """New parameters, from their next token, for column ``column`` of the compare runs
+        being written; the main settings (column 0) also go to the single replies."""
+        targets = [
+            r
+            for r in self.replies.values()
+            if r.finished is None and (r.column == column if r.run is not None else column == 0)
+        ]
+        for reply in targets:
+            self.events.params_requested(reply.id, params)
+        if targets:
+            self.events.status("Parameters changed: they apply from the next token.")
+
+    # Worker events ----------------------------------------------------------------------------
+
+    def on_job_started(self: ChatModel, tag: int, request_id: int, prompt_tokens: int) -> None:
+        reply = self.replies.get(tag)
+        if reply is not None:
+            reply.request_id = request_id
+            if reply.run is None or reply.column == 0:
+                self.events.status(f"Prompt: {prompt_tokens} tokens")
+
+    def on_job_rejected(self: ChatModel, tag: int, exc: BaseException) -> None:
+        reply = self.replies.pop(tag, None)
+        if reply is None:
+            return
+        if reply.run is not None:  # a fork is refused as a whole
+            for column in reply.run.columns:
+                self.replies.pop(column.stream[1], None)
+            self.live_runs.pop(reply.run.group, None)
+        self._refresh()
+        self.events.busy_changed(self.busy())
+        self.events.errored(exc)
+
+    def on_token(self: ChatModel, tag: int, step: TokenStep) -> None:
+        reply = self.replies.get(tag)
+        if reply is None:
+            return
+        reply.steps.append(step)
+        if len(reply.steps) > reply.prefix_len + 1 and step.params != reply.steps[-2].params:
+            self.events.status(f"New parameters in force from token {step.index}.")
+        self.events.tokens_added(reply.key)
+        if self.follow_latest and self._followed == reply.key:
+            self._set_selection((reply.key, len(reply.steps) - 1))
+
+    def on_divergence(self: ChatModel, group: int, event: Divergence) -> None:
+        """``event.pairs`` name the worker's tags (the replies), not engine request ids."""
+        run = self.live_runs.get(group)
+        if run is None:
+            return
+        columns = {column.stream[1]: i for i, column in enumerate(run.columns)}
+        pairs = tuple((columns[a], columns[b]) for a, b in event.pairs)
+        run.divergence.add(event.index, pairs, event.js, event.first_difference)
+        self.events.divergence_added(run)
+
+    def on_finished(self: ChatModel, tag: int, finished: Finished) -> None:
+        reply = self.replies.get(tag)
+        if reply is None:
+            return
+        reply.finished = finished
+        self.events.reply_finished(finished)
+        if reply.run is None:
+            del self.replies[tag]
+            if reply.new_steps or finished.finish_reason != "cancelled":
+                self._save_reply(reply, finished)
+        elif all(self.replies[c.stream[1]].finished is not None for c in reply.run.columns):
+            self._save_run(reply.run)
+        self._refresh()
+        self.events.busy_changed(self.busy())
+
+    # Internals ----------------------------------------------------------------------------------
+
+    def _check_variants(self: ChatModel, variants: Sequence[Variant]) -> bool:
+        if MIN_VARIANTS <= len(variants) <= MAX_VARIANTS:
+            return True
+        self.events.status(f"Compare needs {MIN_VARIANTS} to {MAX_VARIANTS} settings, got {len(variants)}.")
+        return False
+
+    def _new_id(self: ChatModel) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def _add_turn(self: ChatModel, text: str) -> Message | None:
+        text = text.strip()
+        if not text:
+            return None
+        if self.busy():
+            self.events.status("A reply is still being written: stop it first (Esc).")
+            return None
+        self._settle_last_run()
+        if self.conversation is None:
+            self.conversation = self.store.new_conversation(self.system_prompt, text.splitlines()[0][:60])
+            self.events.conversation_changed(self.conversation)
+        last = self.thread[-1] if self.thread else None
+        after_branch = last.branch.id if last is not None and last.branch is not None else None
+        user = self.store.add_user_message(self.conversation.id, text, after_branch)
+        reply = self.store.add_assistant_message(self.conversation.id, user.id)
+        self.thread += [user, reply]
+        return reply
+
+    def _message_for_continuation(self: ChatModel, ref: TokenRef | None) -> Message | None:
+        message = self.message_of(ref[0]) if ref is not None else None
+        if message is None or message.role != "assistant":
+            return None
+        if any(r.run is not None and r.message_id == message.id for r in self.replies.values()):
+            self.events.status("This message is being compared: wait for the columns to finish.")
+            return None
+        return message
+
+    def _start_reply(
+        self: ChatModel, message: Message, params: SamplingParams, prefix=(), forced: int | None = None
+    ) -> Reply:
+        reply = Reply(self._new_id(), message.id, params, list(prefix), len(prefix))
+        self.replies[reply.id] = reply
+        output = tuple(s.token_id for s in prefix)
+        self._follow(reply.key)
+        self._refresh()
+        self.events.busy_changed(True)
+        self.events.job_submitted(ChatJob(reply.id, self.context_for(message), params, output, forced))
+        return reply
+
+    def _start_run(self: ChatModel, message: Message, variants: Sequence[Variant], prefix=()) -> CompareRun:
+        run = CompareRun(message.id, [], len(prefix), group=self._new_id())
+        for column, (label, params) in enumerate(variants):
+            reply = Reply(self._new_id(), message.id, params, list(prefix), len(prefix), run=run, column=column)
+            self.replies[reply.id] = reply
+            run.columns.append(CompareColumn(label, params, reply.key))
+        run.divergence = DivergenceSeries(len(run.columns))
+        self.live_runs[run.group] = run
+        self._follow(run.columns[0].stream)
+        self._refresh()
+        self.events.busy_changed(True)
+        tags = tuple(c.stream[1] for c in run.columns)
+        output = tuple(s.token_id for s in prefix)
+        params = tuple(c.params for c in run.columns)
+        self.events.job_submitted(ForkJob(run.group, tags, self.context_for(message), params, output))
+        return run
+
+    def _save_reply(self: ChatModel, reply: Reply, finished: Finished) -> None:
+        # The row now (its id names the stream from here on), the steps once serialized.
+        branch = self.store.add_branch(
+            reply.message_id, reply.steps, finished.text, finished.finish_reason, self.model_name, reply.params, "[]"
+        )
+        self._write_steps(branch.id, reply.steps)
+        message = self._message(reply.message_id)
+        if message is not None:
+            message.branches.append(branch)
+            message.active = len(message.branches) - 1
+            self._branches[branch.id] = (message, branch)
+            if message is not self.thread[-1]:
+                self._reload_after(message)
+        self._rename(reply.key, branch_key(branch.id))
+
+    def _save_run(self: ChatModel, run: CompareRun) -> None:
+        replies = [self.replies.pop(c.stream[1]) for c in run.columns]
+        self.live_runs.pop(run.group, None)
+        run.group = None
+        if all(not r.new_steps and r.finished.finish_reason == "cancelled" for r in replies):
+            return
+        columns = [
+            (c, r.steps, r.finished.text, r.finished.finish_reason) for c, r in zip(run.columns, replies, strict=True)
+        ]
+        run.id, branches = self.store.add_compare_run(
+            run.message_id, columns, self.model_name, run.prefix_tokens, run.divergence, steps_later=True
+        )
+        message = self._message(run.message_id)
+        for branch, reply in zip(branches, replies, strict=True):
+            self.runs[branch.id] = run
+            self._write_steps(branch.id, reply.steps)
+            if message is not None:
+                message.branches.append(branch)
+                self._branches[branch.id] = (message, branch)
+        if message is not None:
+            message.active = len(message.branches) - len(branches)
+            if message is not self.thread[-1]:
+                self._reload_after(message)
+        for column, reply, branch in zip(run.columns, replies, branches, strict=True):
+            column.stream = branch_key(branch.id)
+            self._rename(reply.key, column.stream)
+
+    def _write_steps(self: ChatModel, branch_id: int, steps: list[TokenStep]) -> None:
+        """Serialize a saved reply's steps off the GUI thread, then write them."""
+        steps = list(steps)
+
+        def then(result: str | BaseException) -> None:
+            if isinstance(result, BaseException):
+                self.events.errored(result)
+            else:
+                self.store.set_branch_steps(branch_id, result)
+
+        self.background(lambda: steps_to_json(steps), then)
