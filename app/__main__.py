@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "or lowered one's probability",
     )
     parser.add_argument("--inspector-width", type=int, default=None, help="width of the inspector dock (px)")
+    parser.add_argument("--sampling-width", type=int, default=None, help="width of the sampling dock (px)")
     parser.add_argument("--show-stage", default=None, help="the stage whose parameters the sampling panel shows")
     parser.add_argument("--theme", choices=["system", "light", "dark"], default=None)
     parser.add_argument("--color-tokens", action="store_true")
@@ -122,6 +123,8 @@ def screenshot(app, args: argparse.Namespace) -> int:
     window.show()
     if args.inspector_width:
         window.resizeDocks([window.inspector_dock], [args.inspector_width], Qt.Orientation.Horizontal)
+    if args.sampling_width:
+        window.resizeDocks([window.controls_dock], [args.sampling_width], Qt.Orientation.Horizontal)
     deadline = time.monotonic() + args.timeout
 
     def wait(condition) -> bool:

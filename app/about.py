@@ -44,3 +44,19 @@ def about_text(model_info) -> str:
         f"PySide6 {version_of('PySide6')} · pyqtgraph {version_of('pyqtgraph')}</p>"
         f"<p>Model: {model}<br>{licence}</p>"
     )
+
+
+def about_box(parent, model_info):
+    """The About box, opened window-modal and returned (so it can be closed in tests)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.resources import app_icon
+
+    box = QMessageBox(parent)
+    box.setWindowTitle("About Logitscope")
+    box.setTextFormat(Qt.TextFormat.RichText)
+    box.setText(about_text(model_info))
+    box.setIconPixmap(app_icon().pixmap(96, 96))
+    box.open()
+    return box

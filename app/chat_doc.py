@@ -23,27 +23,33 @@ from array import array
 from dataclasses import dataclass, field
 
 from PySide6.QtGui import (
-    QBrush,
-    QColor,
     QFont,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
-    QTextLength,
     QTextTable,
-    QTextTableFormat,
 )
 
-from app.chat_sections import Block, column_block, header_block, section_blocks, trailer_block
+from app.chat_sections import (
+    Block,
+    block,
+    column_block,
+    column_cell_format,
+    columns_format,
+    header_block,
+    insert_token,
+    section_blocks,
+    style_token,
+    token_format,
+    trailer_block,
+)
 from app.model.entries import ChatEntry
 from app.model.streams import StreamKey, TokenRef
-from app.textfmt import prob, visible
-from app.theme import LIGHT, Colors, probability_color
+from app.theme import LIGHT, Colors
 from engine.events import TokenStep
 
 FONT_PX = 14
-NO_BRUSH = QBrush(QColor(0, 0, 0, 0))
 Move = QTextCursor.MoveOperation
 Keep = QTextCursor.MoveMode.KeepAnchor
 
@@ -191,7 +197,7 @@ class ChatDocument:
         self.sections_drawn += 1
         self._write_header(cursor, section)
         if entry.role == "assistant" and entry.stream is not None:
-            cursor.insertBlock(self._body_format(), QTextCharFormat())
+            cursor.insertBlock(block(left=8), QTextCharFormat())
             anchor = QTextCursor(self.doc)
             anchor.setPosition(cursor.position())
             anchor.setKeepPositionOnInsert(True)
@@ -206,21 +212,12 @@ class ChatDocument:
 
     def _append_table(self, cursor: QTextCursor, section: Section) -> None:
         entry = section.entry
-        n = len(entry.columns)
-        table_format = QTextTableFormat()
-        table_format.setBorder(0)
-        table_format.setCellPadding(6)
-        table_format.setCellSpacing(4)
-        table_format.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
-        table_format.setColumnWidthConstraints([QTextLength(QTextLength.Type.PercentageLength, 100 / n)] * n)
-        table_format.setTopMargin(4)
-        table = cursor.insertTable(2, n, table_format)  # after the header line; a block follows it
+        # After the header line; a block follows the table (the trailer).
+        table = cursor.insertTable(2, len(entry.columns), columns_format(len(entry.columns)))
         section.table = table
         for column, col in enumerate(entry.columns):
             cell = table.cellAt(1, column)
-            cell_format = cell.format()
-            cell_format.setBackground(QBrush(QColor(self.colors.removed).lighter(118 if not self.colors.dark else 60)))
-            cell.setFormat(cell_format)
+            cell.setFormat(column_cell_format(cell.format(), self.colors))
             body = self._new_body(col.stream, col.steps, col.start)
             body.table, body.column = table, column
             section.bodies.append(body)
@@ -247,10 +244,10 @@ class ChatDocument:
 
     def _replace_block(self, position: int, new: Block) -> None:
         """Replace the text of the block at ``position`` (its format too)."""
-        block = self.doc.findBlock(position)
+        found = self.doc.findBlock(position)
         cursor = QTextCursor(self.doc)
-        cursor.setPosition(block.position())
-        cursor.setPosition(block.position() + block.length() - 1, Keep)
+        cursor.setPosition(found.position())
+        cursor.setPosition(found.position() + found.length() - 1, Keep)
         cursor.removeSelectedText()
         self._write_blocks(cursor, [new])
 
@@ -275,11 +272,6 @@ class ChatDocument:
 
     # Tokens --------------------------------------------------------------------------------
 
-    def _body_format(self) -> QTextBlockFormat:
-        block = QTextBlockFormat()
-        block.setLeftMargin(8)
-        return block
-
     def _new_body(self, stream: StreamKey, steps: list[TokenStep], start: int) -> Body:
         body = Body(self._next_body, stream, steps, start)
         self._next_body += 1
@@ -299,50 +291,13 @@ class ChatDocument:
         base = body.base()
         for index in range(body.drawn, len(body.steps)):
             position = cursor.position()
-            self._insert_token(cursor, body, index, body.steps[index])
+            selected = (body.stream, index) == self.selected
+            fmt = token_format(f"tok:{body.id}:{index}", body.steps[index], selected, self.color_tokens, self.colors)
+            insert_token(cursor, body.steps[index], fmt, self.colors)
             body.offsets.append(position - base)
             body.lengths.append(cursor.position() - position)
         self.tokens_drawn += new
         return new
-
-    def _token_format(self, body: Body, index: int, step: TokenStep) -> QTextCharFormat:
-        fmt = QTextCharFormat()
-        fmt.setAnchor(True)
-        fmt.setAnchorHref(f"tok:{body.id}:{index}")
-        fmt.setForeground(QColor(self.colors.foreground))
-        self._style(fmt, step, (body.stream, index) == self.selected)
-        return fmt
-
-    def _style(self, fmt: QTextCharFormat, step: TokenStep, selected: bool) -> None:
-        if selected:
-            fmt.setBackground(QColor(self.colors.removed))
-            fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
-            fmt.setUnderlineColor(QColor(self.colors.chosen))
-        else:
-            colored = self.color_tokens
-            fmt.setBackground(QColor(probability_color(prob(step.logprob), self.colors)) if colored else NO_BRUSH)
-            fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
-
-    def _insert_token(self, cursor: QTextCursor, body: Body, index: int, step: TokenStep) -> None:
-        fmt = self._token_format(body, index, step)
-        text = step.text
-        if text.strip():
-            cursor.insertText(text, fmt)
-            return
-        # Whitespace and empty tokens keep a faint glyph, so they stay visible and clickable.
-        glyph_format = QTextCharFormat(fmt)
-        glyph_format.setForeground(QColor(self.colors.raw))
-        glyph_format.setFontPointSize(7.5)
-        glyph = visible(text.replace("\n", "")) if text.replace("\n", "") else ""
-        if not text:
-            glyph = "⟨" + (step.piece.strip() or "·") + "⟩"
-        elif "\n" in text:
-            glyph = "⏎" * text.count("\n")
-        else:
-            cursor.insertText(text, fmt)
-        cursor.insertText(glyph, glyph_format)
-        if "\n" in text:
-            cursor.insertText("\n" * text.count("\n"), fmt)
 
     def restyle(self, ref: TokenRef | None) -> None:
         """Re-format one token (its selection or colour changed)."""
@@ -356,7 +311,7 @@ class ChatDocument:
                 cursor.setPosition(position)
                 cursor.setPosition(position + body.lengths[i], Keep)
                 fmt = QTextCharFormat()
-                self._style(fmt, body.steps[ref[1]], ref == self.selected)
+                style_token(fmt, body.steps[ref[1]], ref == self.selected, self.color_tokens, self.colors)
                 cursor.mergeCharFormat(fmt)
                 self.tokens_restyled += 1
 
@@ -380,7 +335,8 @@ class ChatDocument:
                 cursor.setPosition(base + offset)
                 cursor.setPosition(base + offset + length, Keep)
                 fmt = QTextCharFormat()
-                self._style(fmt, body.steps[body.start + i], (body.stream, body.start + i) == self.selected)
+                selected = (body.stream, body.start + i) == self.selected
+                style_token(fmt, body.steps[body.start + i], selected, on, self.colors)
                 cursor.mergeCharFormat(fmt)
         cursor.endEditBlock()
 
@@ -401,12 +357,6 @@ class ChatDocument:
             return None
         body = self.bodies.get(int(parts[1]))
         return (body.stream, int(parts[2])) if body is not None else None
-
-    def href_of(self, ref: TokenRef) -> str | None:
-        for body in self._by_stream.get(ref[0], []):
-            if body.start <= ref[1] < body.drawn:
-                return f"tok:{body.id}:{ref[1]}"
-        return None
 
     def span_of(self, ref: TokenRef) -> tuple[int, int] | None:
         """Where token ``ref`` is drawn: (position, length) in the document."""

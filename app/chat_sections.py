@@ -10,11 +10,22 @@ headings and its trailer in place when they change (a branch count, a finish rea
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QFont,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextLength,
+    QTextTableFormat,
+)
 
 from app.model.entries import ChatEntry, ColumnEntry
-from app.theme import Colors, variant_color
+from app.textfmt import prob, visible
+from app.theme import Colors, probability_color, variant_color
+from engine.events import TokenStep
 
+NO_BRUSH = QBrush(QColor(0, 0, 0, 0))
 Span = tuple[str, QTextCharFormat]
 Block = tuple[QTextBlockFormat, list[Span]]
 
@@ -112,3 +123,68 @@ def trailer_block(entry: ChatEntry, colors: Colors) -> Block:
     else:
         text = "One prefill, one batch: every column is drawn from the same prompt."
     return block(bottom=4), [(text, muted)]
+
+
+def columns_format(n: int) -> QTextTableFormat:
+    """A compare run's table: ``n`` equal columns across the chat, no borders."""
+    fmt = QTextTableFormat()
+    fmt.setBorder(0)
+    fmt.setCellPadding(6)
+    fmt.setCellSpacing(4)
+    fmt.setTopMargin(4)
+    fmt.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
+    fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.PercentageLength, 100 / n)] * n)
+    return fmt
+
+
+def column_cell_format(fmt: QTextCharFormat, colors: Colors) -> QTextCharFormat:
+    """A column's tokens sit on a faint panel, so the columns read as columns."""
+    fmt.setBackground(QBrush(QColor(colors.removed).lighter(60 if colors.dark else 118)))
+    return fmt
+
+
+# Tokens --------------------------------------------------------------------------------------
+
+
+def token_format(href: str, step: TokenStep, selected: bool, colored: bool, colors: Colors) -> QTextCharFormat:
+    """A token is a link (``tok:<body>:<index>``), shaded by probability when ``colored``."""
+    fmt = QTextCharFormat()
+    fmt.setAnchor(True)
+    fmt.setAnchorHref(href)
+    fmt.setForeground(QColor(colors.foreground))
+    style_token(fmt, step, selected, colored, colors)
+    return fmt
+
+
+def style_token(fmt: QTextCharFormat, step: TokenStep, selected: bool, colored: bool, colors: Colors) -> None:
+    """What selecting or colouring changes: the background and the underline (merged into
+    the token's characters, so a whitespace glyph keeps its own colour and size)."""
+    if selected:
+        fmt.setBackground(QColor(colors.removed))
+        fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
+        fmt.setUnderlineColor(QColor(colors.chosen))
+    else:
+        fmt.setBackground(QColor(probability_color(prob(step.logprob), colors)) if colored else NO_BRUSH)
+        fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
+
+
+def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) -> None:
+    """Whitespace and empty tokens keep a faint glyph, so they stay visible and clickable;
+    a newline token also breaks the line."""
+    text = step.text
+    if text.strip():
+        cursor.insertText(text, fmt)
+        return
+    glyph_format = QTextCharFormat(fmt)
+    glyph_format.setForeground(QColor(colors.raw))
+    glyph_format.setFontPointSize(7.5)
+    if not text:
+        glyph = "⟨" + (step.piece.strip() or "·") + "⟩"
+    elif "\n" in text:
+        glyph = "⏎" * text.count("\n")
+    else:
+        glyph = visible(text)
+        cursor.insertText(text, fmt)
+    cursor.insertText(glyph, glyph_format)
+    if "\n" in text:
+        cursor.insertText("\n" * text.count("\n"), fmt)

@@ -64,6 +64,7 @@ class SamplingPanel(QWidget):
         self.hint = QLabel("Each tab is one column; a change applies to its column from the next token.")
         self.hint.setWordWrap(True)
         self.hint.setEnabled(False)
+        self.hint.setContentsMargins(6, 0, 6, 0)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)

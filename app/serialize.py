@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.events import Candidate, TokenStep
@@ -197,7 +197,10 @@ def _step_from_v1(data: Mapping[str, Any], request_id: int) -> TokenStep:
     )
 
 
-def steps_to_json(steps: list[TokenStep]) -> str:
+def steps_to_json(steps: list[TokenStep], pause: Callable[[], None] | None = None) -> str:
+    """The steps as a JSON array. ``pause`` is called after each step: on a background
+    thread, ``time.sleep(0)`` there hands the interpreter back to the GUI thread at once
+    rather than after Python's 5 ms switch interval."""
     # A reply's steps share their parameters but for the few places they changed:
     # convert each distinct SamplingParams once (asdict is most of the cost of a step).
     out, last, last_dict = [], None, None
@@ -205,8 +208,10 @@ def steps_to_json(steps: list[TokenStep]) -> str:
         if last is None or (step.params is not last and step.params != last):
             last_dict = step.params.to_dict()
         last = step.params
-        out.append(step_to_dict(step, last_dict))
-    return json.dumps(out)
+        out.append(json.dumps(step_to_dict(step, last_dict)))
+        if pause is not None:
+            pause()
+    return "[" + ", ".join(out) + "]"
 
 
 def steps_from_json(text: str) -> list[TokenStep]:

@@ -5,7 +5,9 @@ A view makes a :class:`Throttler` for its redraw and calls ``request()`` on ever
 event. The first request after a quiet interval runs at once (a click answers
 immediately); later ones within ``REDRAW_MS`` wait for the clock's next tick, which runs
 each pending redraw once (a stream of 200 tokens a second redraws ~30 times a second).
-The clock only ticks while something is pending.
+The clock only ticks while something is pending. Redraws slower than the clock (the
+inspector's and the timeline's, 10 a second) run on ticks, at most one of them per tick,
+so their costs never add up between two ticks.
 """
 
 from __future__ import annotations
@@ -33,10 +35,15 @@ class RedrawClock(QObject):
         return throttler
 
     def tick(self) -> None:
-        """Run the pending redraws whose interval has passed; the clock stops when none is left."""
+        """Run the pending redraws whose interval has passed, but at most one of the slower
+        ones (the one waiting longest), so two heavy redraws never share a tick; the clock
+        stops when none is left."""
+        slow = [t for t in self.throttlers if t.pending and t.due() and not t.fast]
         for throttler in self.throttlers:
-            if throttler.due():
+            if throttler.fast and throttler.due():
                 throttler.flush()
+        if slow:
+            min(slow, key=lambda t: t.last).flush()
         if not any(t.pending for t in self.throttlers):
             self.timer.stop()
 
@@ -52,14 +59,16 @@ class Throttler:
         self._fn = fn
         self._clock = clock
         self.interval = interval_ms / 1000
+        self.fast = interval_ms <= REDRAW_MS
         self.pending = False
         self.runs = 0
-        self._last = -1.0
+        self.last = -1.0
 
     def request(self, urgent: bool = False) -> None:
         """Redraw now if the last run is older than the interval (or ``urgent``: a click),
-        else at the clock's next tick."""
-        if urgent or self.due():
+        else at the clock's next tick. A slower redraw runs on a tick only (unless urgent),
+        where the clock spreads them out."""
+        if urgent or (self.fast and self.due()):
             self._run()
             return
         self.pending = True
@@ -68,7 +77,7 @@ class Throttler:
 
     def due(self) -> bool:
         # A tick comes a little early or late: "due" allows for a quarter of a tick.
-        return time.monotonic() - self._last >= self.interval - REDRAW_MS / 4000
+        return time.monotonic() - self.last >= self.interval - REDRAW_MS / 4000
 
     def flush(self) -> None:
         if self.pending:
@@ -77,7 +86,7 @@ class Throttler:
     def _run(self) -> None:
         self.pending = False
         self.runs += 1
-        self._last = time.monotonic()
+        self.last = time.monotonic()
         self._fn()
 
 

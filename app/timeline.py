@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 TIMELINE_MS = 100
 """While a reply streams the plots are redrawn at most 10 times a second (the chat, 30):
 repainting them is most of the GUI's cost per token, and a curve needs no more."""
-X_STEP = 50
-"""The x range grows by this many tokens at a time."""
+X_ROOM = 4
+"""Tokens of room right of the last one (plus a fifth of the reply's length)."""
 MAX_DOTS = 1000
 """A reply longer than this is drawn as curves without a dot per token."""
 MAX_RUN_DOTS = 300
@@ -75,6 +75,7 @@ class TimelineWidget(QWidget):
         self._drawn_stage = ""
         self._drawn_steps: list[TokenStep] | None = None
         self._dots_drawn = 0
+        self._antialias = True
         self.model: ChatModel | None = None
         self.view = pg.GraphicsLayoutWidget()
         self.prob_plot = self.view.addPlot(row=0, col=0)
@@ -161,7 +162,7 @@ class TimelineWidget(QWidget):
         self.stage_label.setVisible(not run)
         self.stage.setVisible(not run)
         self.legend.setVisible(run)
-        self.entropy_plot.setLabel("left", "JS divergence" if run else f"H {self.stage.currentText()}")
+        self.entropy_plot.setLabel("left", "JS (nats)" if run else f"H {self.stage.currentText()}")
 
     def _update_stage_choices(self, stages: set[str]) -> None:
         choices = [LAST_STAGE, *(stage for stage in STAGE_NAMES if stage in stages)]
@@ -197,6 +198,7 @@ class TimelineWidget(QWidget):
 
     def _redraw_from_model(self) -> None:
         model = self.model
+        self._set_antialias(not model.busy())
         selection = model.selection
         run = model.shown_run()
         if run is not None:
@@ -209,6 +211,17 @@ class TimelineWidget(QWidget):
             return
         steps = model.steps_of(selection[0]) if selection is not None else None
         self.set_steps(steps or [], selection[1] if selection is not None else None)
+
+    def _set_antialias(self, on: bool) -> None:
+        """Curves are smoothed except while replies stream: unsmoothed they repaint in about
+        two thirds of the time, and the last redraw after the reply smooths them again."""
+        if on == self._antialias:
+            return
+        self._antialias = on
+        for item in (self.prob_curve, self.entropy_curve, self.divergence_curve, *self.variant_curves):
+            item.opts["antialias"] = on
+            item.curve.opts["antialias"] = on
+            item.curve.update()
 
     # One reply -------------------------------------------------------------------------------
 
@@ -272,16 +285,17 @@ class TimelineWidget(QWidget):
             self.change_lines.append(line)
 
     def _set_x_range(self, x: np.ndarray) -> None:
-        """Show every token, the range growing in steps of ``X_STEP`` tokens: an axis whose
-        range changes is drawn again, which at every token would cost more than the curves."""
+        """Show every token with some room to the right, the range growing only when a token
+        passes its end: an axis whose range changes is drawn again, which at every token
+        would cost more than the curves."""
         if len(x) == 0:
             self.prob_plot.enableAutoRange(x=True)
             return
         low, high = float(np.nanmin(x)), float(np.nanmax(x))
-        end = X_STEP * (int(high - low) // X_STEP + 1) + low
-        if self._x_range != (low, end):
-            self._x_range = (low, end)
-            self.prob_plot.setXRange(low - 0.5, end + 0.5, padding=0)
+        current = self._x_range
+        if current is None or current[0] != low or not high <= current[1] <= high + 2 * X_ROOM + (high - low) / 2:
+            self._x_range = (low, high + X_ROOM + (high - low) // 5)
+            self.prob_plot.setXRange(low - 0.5, self._x_range[1] + 0.5, padding=0)
 
     def _place_selection(self, steps: list[TokenStep], selected: int | None) -> None:
         if selected is not None and 0 <= selected < len(steps):
@@ -312,7 +326,9 @@ class TimelineWidget(QWidget):
         labels, start, (dx, dy), first, selected = self._run
         while len(self.variant_curves) < len(self.columns):
             column = len(self.variant_curves)
-            curve = self.prob_plot.plot([], [], pen=pg.mkPen(variant_color(column, self.colors), width=1.5))
+            curve = self.prob_plot.plot(
+                [], [], pen=pg.mkPen(variant_color(column, self.colors), width=1.5), antialias=self._antialias
+            )
             curve.setSymbolSize(5)
             self.variant_curves.append(curve)
         for column, curve in enumerate(self.variant_curves):

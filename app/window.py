@@ -32,6 +32,7 @@ from app.store import Store
 from app.theme import apply_theme
 from app.throttle import RedrawClock
 from app.timeline import TimelineWidget
+from app.window_settings import restore_settings, save_settings
 from app.worker import describe
 from engine.params import SamplingParams, SamplingParamsError
 
@@ -68,7 +69,7 @@ class MainWindow(QMainWindow):
         self.model_label = self.status.model_label
         self._connect_model()
         self._connect_worker(session_factory)
-        self._restore_settings()
+        restore_settings(self)
         last = self.settings.value("conversation")
         if last is not None:
             with contextlib.suppress(TypeError, ValueError):
@@ -139,35 +140,6 @@ class MainWindow(QMainWindow):
         worker.errored.connect(self.show_exception)
 
     # Settings --------------------------------------------------------------------------------
-
-    def _restore_settings(self) -> None:
-        geometry = self.settings.value("geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1400, 860)
-        state = self.settings.value("window_state")
-        if state is not None:
-            self.restoreState(state)
-        else:
-            self.resizeDocks([self.inspector_dock], [600], Qt.Orientation.Horizontal)
-            self.resizeDocks([self.timeline_dock], [200], Qt.Orientation.Vertical)
-        params = self.settings.value("params")
-        if isinstance(params, str):
-            with contextlib.suppress(ValueError, TypeError):
-                self.controls.set_params(SamplingParams.from_dict(json.loads(params)))
-        self.color_toggle.setChecked(self.settings.value("color_tokens", "false") == "true")
-        self.set_theme(str(self.settings.value("theme", "system")))
-
-    def _save_settings(self) -> None:
-        self.settings.setValue("geometry", self.saveGeometry())
-        self.settings.setValue("window_state", self.saveState())
-        self.settings.setValue("params", json.dumps(self.controls.current.to_dict()))
-        self.settings.setValue("color_tokens", "true" if self.color_toggle.isChecked() else "false")
-        self.panel.save()
-        if self.model.conversation is not None:
-            self.settings.setValue("conversation", self.model.conversation.id)
-        self.settings.sync()
 
     def set_theme(self, name: str) -> None:
         colors = apply_theme(QApplication.instance(), name)
@@ -322,23 +294,16 @@ class MainWindow(QMainWindow):
     # About and closing ------------------------------------------------------------------------------
 
     def show_about(self) -> None:
-        from app.about import about_text
-        from app.resources import app_icon
+        from app.about import about_box
 
-        box = QMessageBox(self)
-        box.setWindowTitle("About Logitscope")
-        box.setTextFormat(Qt.TextFormat.RichText)
-        box.setText(about_text(self.model_info))
-        box.setIconPixmap(app_icon().pixmap(96, 96))
-        box.open()
-        self.about_box = box
+        self.about_box = about_box(self, self.model_info)
 
     def closeEvent(self, event) -> None:
         if not self._closed:
             self._on_system_prompt()
             self._closed = True
             self.clock.timer.stop()
-            self._save_settings()
+            save_settings(self)
             started = time.perf_counter()
             self.engine.stop()
             self.shutdown_seconds = time.perf_counter() - started

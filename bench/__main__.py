@@ -30,6 +30,7 @@ FIGURES = [
     "compare",
     "prefill",
     "vocab_cost",
+    "gui_scaling",
 ]
 
 
@@ -76,6 +77,7 @@ def run_figures(only: list[str]) -> dict:
         "compare": lambda: compare.compare(default),
         "prefill": lambda: prefill.prefill(default, synth()),
         "vocab_cost": lambda: vocab_cost.vocab_cost(),
+        "gui_scaling": lambda: __import__("bench.gui_scaling", fromlist=["gui_scaling"]).gui_scaling(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -171,6 +173,13 @@ def table(r: dict) -> str:
             lines.append(
                 f"13 outside the forward pass, V = {vocab} | {step} ms step, {forward} ms forward | "
                 f"mlx-lm {peer} ms/token | {share} (<= 0.05); {ratio} of mlx-lm"
+            )
+    if "gui_scaling" in r:
+        for length, row in r["gui_scaling"].items():
+            lines.append(
+                f"14 GUI, {length}-token conversation, 200 tok/s | {row['ms_per_token']} ms GUI thread per token, "
+                f"timer gap max {row['max_gap_ms']} ms ({row['max_gap_cpu_ms']} ms of it GUI work; idle "
+                f"{row['idle_max_gap_ms']} ms) | | flat; gap <= 50 ms at 20,000"
             )
     return "\n".join(lines)
 

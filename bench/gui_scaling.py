@@ -7,7 +7,7 @@ token with ten candidates through a four-stage chain, as the engine reports them
 saved, the real window opens it, and a reply of ``--tokens`` synthetic TokenSteps
 streams in at ``--rate`` tokens/s through the real worker thread, signals, model and
 views (a stand-in session replaces the engine; nothing else is faked). Measured from
-Send until the reply is saved:
+Send until the reply is saved (its steps serialized on the background thread and written):
 
 - ``ms_per_token``: CPU time of the GUI thread (``time.thread_time``) per token;
 - ``max_gap_ms``: the largest gap between ticks of a 10 ms timer on the GUI thread;
@@ -187,7 +187,10 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
 
     timer.timeout.connect(tick)
     loop = QEventLoop()
-    window.model.events.busy_changed.connect(lambda busy: None if busy else loop.quit())
+    # Until the reply is saved: its steps are serialized on another thread after it ends.
+    done = QTimer()
+    done.setInterval(5)
+    done.timeout.connect(lambda: None if window.busy() or window.background.pending else loop.quit())
     clock.start()
     last[1] = time.thread_time()
     timer.start()
@@ -195,7 +198,9 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
     wall = time.perf_counter()
     window.composer.setPlainText("And then?")
     window.send()
+    done.start()
     loop.exec()
+    done.stop()
     window._redraw_if_dirty()
     cpu = time.thread_time() - cpu
     wall = time.perf_counter() - wall

@@ -8,6 +8,7 @@ column as a branch of the message, the run with its divergence) when its last co
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -276,4 +277,4 @@ class GenerationMixin:
             else:
                 self.store.set_branch_steps(branch_id, result)
 
-        self.background(lambda: steps_to_json(steps), then)
+        self.background(lambda: steps_to_json(steps, pause=lambda: time.sleep(0)), then)
