@@ -115,3 +115,21 @@ def row_params(i: int, loaded: LoadedModel, max_tokens: int, top_logprobs: int =
         top_logprobs=top_logprobs,
         logit_bias=no_eos(loaded),
     )
+
+
+def peer_sampling(p: SamplingParams) -> tuple:
+    """mlx-lm's sampler and logits processors for the same settings as ``p`` (its order:
+    processors, then top-p / min-p / top-k at T = 1, then temperature)."""
+    from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+    sampler = make_sampler(temp=p.temperature, top_p=p.top_p, min_p=p.min_p, top_k=p.top_k)
+    processors = make_logits_processors(
+        logit_bias=dict(p.logit_bias),
+        repetition_penalty=p.repetition_penalty,
+        repetition_context_size=p.penalty_window,
+        presence_penalty=p.presence_penalty,
+        presence_context_size=p.penalty_window,
+        frequency_penalty=p.frequency_penalty,
+        frequency_context_size=p.penalty_window,
+    )
+    return sampler, processors

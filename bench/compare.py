@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 
 from mlx_lm.generate import BatchGenerator
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
-from bench.common import PROMPT, median, row_params
+from bench.common import PROMPT, median, peer_sampling, row_params
 from engine.events import TokenStep
 from engine.models import LoadedModel
 from engine.scheduler import Scheduler
@@ -41,17 +40,8 @@ def _ours(loaded: LoadedModel, prompt: list[int], n: int, steps: int) -> tuple[f
 
 
 def _peer(loaded: LoadedModel, prompt: list[int], n: int, steps: int) -> tuple[float, float]:
-    samplers, processors = [], []
-    for i in range(n):
-        p = row_params(i, loaded, max_tokens=10_000)
-        samplers.append(make_sampler(temp=p.temperature, top_p=p.top_p, min_p=p.min_p, top_k=p.top_k))
-        processors.append(
-            make_logits_processors(
-                logit_bias=dict(p.logit_bias),
-                repetition_penalty=p.repetition_penalty,
-                repetition_context_size=p.penalty_window,
-            )
-        )
+    pairs = [peer_sampling(row_params(i, loaded, max_tokens=10_000)) for i in range(n)]
+    samplers, processors = [s for s, _ in pairs], [p for _, p in pairs]
     generator = BatchGenerator(loaded.model, max_tokens=10_000, completion_batch_size=n, prefill_batch_size=n)
     start = time.perf_counter()
     uids = set(generator.insert([prompt] * n, samplers=samplers, logits_processors=processors))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 from mlx_lm.generate import BatchGenerator, stream_generate
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+from mlx_lm.sample_utils import make_logits_processors
 
-from bench.common import PROMPT, median, no_eos, row_params, run
+from bench.common import PROMPT, median, no_eos, peer_sampling, row_params, run
 from engine.events import Finished, TokenStep
 from engine.models import LoadedModel
 from engine.params import SamplingParams
@@ -58,21 +58,8 @@ def _ours_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> 
 
 
 def _peer_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> float:
-    samplers, processors = [], []
-    for i in range(len(prompts)):
-        p = row_params(i, loaded, max_tokens=10_000)
-        samplers.append(make_sampler(temp=p.temperature, top_p=p.top_p, min_p=p.min_p, top_k=p.top_k))
-        processors.append(
-            make_logits_processors(
-                logit_bias=dict(p.logit_bias),
-                repetition_penalty=p.repetition_penalty,
-                repetition_context_size=p.penalty_window,
-                presence_penalty=p.presence_penalty,
-                presence_context_size=p.penalty_window,
-                frequency_penalty=p.frequency_penalty,
-                frequency_context_size=p.penalty_window,
-            )
-        )
+    pairs = [peer_sampling(row_params(i, loaded, max_tokens=10_000)) for i in range(len(prompts))]
+    samplers, processors = [s for s, _ in pairs], [p for _, p in pairs]
     generator = BatchGenerator(loaded.model, max_tokens=10_000, completion_batch_size=len(prompts))
     uids = generator.insert(prompts, samplers=samplers, logits_processors=processors)
     started: set[int] = set()

@@ -35,8 +35,35 @@ class Candidate:
         return self.logprobs[-1]
 
 
+class ChainValues:
+    """The first and last of a step's per-stage values (``logprobs`` and ``entropies``
+    aligned with ``chain``): ``raw`` and the distribution the token was drawn from."""
+
+    __slots__ = ()
+    logprobs: tuple[float, ...]
+    entropies: tuple[float, ...]
+
+    @property
+    def raw_logprob(self) -> float:
+        return self.logprobs[0]
+
+    @property
+    def logprob(self) -> float:
+        """The chosen token's logprob after the last stage."""
+        return self.logprobs[-1]
+
+    @property
+    def entropy_raw(self) -> float:
+        return self.entropies[0]
+
+    @property
+    def entropy(self) -> float:
+        """Entropy after the last stage."""
+        return self.entropies[-1]
+
+
 @dataclass(frozen=True, slots=True)
-class TokenStep:
+class TokenStep(ChainValues):
     """One generated (or scored) token of one request."""
 
     request_id: int
@@ -64,24 +91,6 @@ class TokenStep:
     """True when the token was chosen by ``branch`` (or given by a scored text) rather than drawn."""
     rank: int | None = None
     """The token's rank under ``raw`` (1 = most likely); set for scored texts."""
-
-    @property
-    def raw_logprob(self) -> float:
-        return self.logprobs[0]
-
-    @property
-    def logprob(self) -> float:
-        """The chosen token's logprob after the last stage."""
-        return self.logprobs[-1]
-
-    @property
-    def entropy_raw(self) -> float:
-        return self.entropies[0]
-
-    @property
-    def entropy(self) -> float:
-        """Entropy after the last stage."""
-        return self.entropies[-1]
 
     def stage_index(self, stage: str) -> int | None:
         """Where ``stage`` sits in this step's chain, or None if it did not run."""

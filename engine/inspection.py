@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from engine.events import Candidate
+from engine.events import Candidate, ChainValues
 from engine.params import STAGE_NAMES
 from engine.sampler import ChainResult
 
@@ -122,29 +122,13 @@ def _effect(result: ChainResult, stage: str, gather, zeros: mx.array) -> mx.arra
 
 
 @dataclass(frozen=True, slots=True)
-class RowInspection:
+class RowInspection(ChainValues):
     token_id: int
     chain: tuple[str, ...]
     logprobs: tuple[float, ...]
     entropies: tuple[float, ...]
     survivors: tuple[int, ...]
     top: tuple[Candidate, ...]
-
-    @property
-    def raw_logprob(self) -> float:
-        return self.logprobs[0]
-
-    @property
-    def logprob(self) -> float:
-        return self.logprobs[-1]
-
-    @property
-    def entropy_raw(self) -> float:
-        return self.entropies[0]
-
-    @property
-    def entropy(self) -> float:
-        return self.entropies[-1]
 
 
 def unpack_row(
