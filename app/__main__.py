@@ -55,6 +55,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export"]:  # python -m app export ...: no window, no Qt
+        from app.export_cli import main as export_main
+
+        return export_main(argv[1:])
     args = parse_args(argv)
     if args.screenshot or args.selftest:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

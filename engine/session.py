@@ -145,6 +145,59 @@ class EngineSession:
         ids = self.scheduler.fork_output(prompt, output, variants)
         return [StartedRequest(rid, tuple(prompt)) for rid in ids]
 
+    def score_text(
+        self,
+        text: str,
+        params: SamplingParams,
+        prompt: Messages | None = None,
+        chunk: int | None = None,
+        request_id: int = 0,
+    ):
+        """Score ``text`` teacher-forced (:func:`engine.score.score`; a generator: stop
+        iterating to cancel). With ``prompt``, ``text`` is the assistant's reply to those
+        messages (chat template) and only its tokens are scored; else the first token of the
+        text is the context. ``chunk``: tokens per forward pass (default: sized like prefill)."""
+        from engine.score import score
+
+        scheduler = self.scheduler
+        tokenizer = scheduler.loaded.tokenizer
+        if prompt is not None:
+            context = self.prompt_for(prompt)
+            targets = list(getattr(tokenizer, "_tokenizer", tokenizer).encode(text, add_special_tokens=False))
+        else:
+            tokens = encode_text(tokenizer, text)
+            context, targets = tokens[:1], tokens[1:]
+        if chunk is None:
+            from engine.chunking import first_size
+
+            chunk = self._prefill_chunk or first_size()
+        return score(
+            scheduler.loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, 0, request_id
+        )
+
+    def replay(
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        params: SamplingParams,
+        chunk: int | None = None,
+        request_id: int = 0,
+    ):
+        """A stored reply (its prompt ``messages`` and its tokens ``output``) through the chain
+        under ``params``, from one teacher-forced pass: every stage's distribution at every
+        position, with indices matching the reply's (a generator, like :meth:`score_text`)."""
+        from engine.score import score
+
+        scheduler = self.scheduler
+        if chunk is None:
+            from engine.chunking import first_size
+
+            chunk = self._prefill_chunk or first_size()
+        context = self.prompt_for(messages)
+        return score(
+            scheduler.loaded, context, list(output), params, scheduler.breakers, scheduler.text, chunk, 0, request_id
+        )
+
     def step(self) -> list[Event]:
         return self.scheduler.step() if self._scheduler is not None else []
 

@@ -1,0 +1,581 @@
+"""Exports: JSON Lines and CSV, from the store or a scored text, and back in. Qt-free.
+
+A JSON Lines export is a ``header`` record then the records of ``python -m engine generate``
+/ ``score`` (``token``, ``done``, ``score_done``), each token record extended with what the
+app needs to show it again (``message``, ``branch``, ``position``, ``piece``, the chosen
+token's per-stage ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``) and
+with ``conversation`` / ``message`` / ``branch`` / ``compare_run`` / ``score`` records that
+place the tokens. Messages and branches are numbered from 0 within the export (not the
+database's ids), so export → import → export gives the same records. docs/EXPORT.md has
+every field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.events import Candidate, ScoreDone, TokenStep
+from engine.params import SamplingParams
+
+FORMAT = "logitscope-export"
+VERSION = 1
+APP_VERSION = "0.1.0"
+CSV_COLUMNS = (
+    "message",
+    "branch",
+    "index",
+    "token_id",
+    "text",
+    "chosen_logprob",
+    "rank",
+    "candidate_rank",
+    "candidate_id",
+    "candidate_text",
+    "chosen",
+    "stage",
+    "stage_index",
+    "logprob",
+    "removed_by",
+    "raw_logit",
+    "entropy",
+    "survivors",
+)
+
+
+def app_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("logitscope")
+    except Exception:
+        return APP_VERSION
+
+
+# The data an export holds --------------------------------------------------------------------
+
+
+@dataclass
+class ExportBranch:
+    model: str
+    params: SamplingParams
+    finish_reason: str | None
+    text: str
+    steps: list[TokenStep]
+
+
+@dataclass
+class ExportMessage:
+    role: str
+    content: str = ""
+    after: tuple[int, int] | None = None  # user: (message, branch) it answers; assistant: (message, -1)
+    active: int = 0
+    branches: list[ExportBranch] = field(default_factory=list)
+
+
+@dataclass
+class ExportRun:
+    message: int
+    prefix_tokens: int
+    columns: list[dict[str, Any]]  # {"label", "params", "branch"} (branch: ordinal in the message)
+    divergence: Any
+    kept: int | None
+
+
+@dataclass
+class ExportScore:
+    text: str
+    prompt: str | None
+    params: SamplingParams
+    steps: list[TokenStep]
+    done: dict[str, Any] | None
+
+
+@dataclass
+class ExportData:
+    kind: str  # "conversation" | "reply" | "compare" | "score"
+    model: dict[str, Any]
+    title: str = ""
+    system_prompt: str = ""
+    messages: list[ExportMessage] = field(default_factory=list)
+    runs: list[ExportRun] = field(default_factory=list)
+    score: ExportScore | None = None
+    header: dict[str, Any] | None = None  # as read, on import
+
+
+# Numbers ---------------------------------------------------------------------------------------
+
+
+def _num(value: float) -> float | None:
+    return round(value, 5) if math.isfinite(value) else None
+
+
+def _lp(value: float | None) -> float:
+    return -math.inf if value is None else float(value)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+# Steps <-> token records -------------------------------------------------------------------------
+
+
+def token_record(step: TokenStep, request: int, extra: dict[str, Any], params: SamplingParams | None) -> dict:
+    """``python -m engine generate``'s token record, plus what the app needs to rebuild the step."""
+    from engine.cli import token_json
+
+    record = token_json(step, request)
+    record.update(extra)
+    record["position"] = step.position
+    record["piece"] = step.piece
+    record["logprobs"] = {s: _num(v) for s, v in zip(step.chain, step.logprobs, strict=True)}
+    if step.rank is not None:
+        record["rank"] = step.rank
+    if params is not None:  # the parameters changed at this token (or it is the first)
+        record["params"] = params.to_dict()
+    for out, c in zip(record["top"], step.top, strict=True):
+        out["bias"] = _num(c.bias)
+        out["penalty"] = _num(c.penalty)
+        out["count"] = c.count
+    return record
+
+
+def step_from_record(record: dict[str, Any], params: SamplingParams) -> TokenStep:
+    chain = tuple(record["chain"])
+    top = tuple(
+        Candidate(
+            token_id=int(t["token_id"]),
+            text=t["text"],
+            raw_logit=_nan(t["raw_logit"]),
+            logprobs=tuple(_lp(t["logprobs"].get(s)) for s in chain),
+            removed_by=t["removed_by"],
+            bias=_nan(t.get("bias", 0.0)),
+            penalty=_nan(t.get("penalty", 0.0)),
+            count=int(t.get("count", 0)),
+        )
+        for t in record["top"]
+    )
+    logprobs = record.get("logprobs")
+    if logprobs is None:  # a plain CLI record: the chosen token is one of the candidates
+        chosen = next(c for c in top if c.token_id == record["token_id"])
+        values = chosen.logprobs
+    else:
+        values = tuple(_lp(logprobs.get(s)) for s in chain)
+    survivors = record.get("survivors") or {}
+    return TokenStep(
+        request_id=-1,
+        index=int(record["index"]),
+        position=int(record.get("position", record["index"])),
+        token_id=int(record["token_id"]),
+        text=record["text"],
+        piece=record.get("piece", record["text"]),
+        chain=chain,
+        logprobs=values,
+        entropies=tuple(_nan(record["entropies"].get(s)) for s in chain),
+        survivors=tuple(-1 if survivors.get(s) is None else int(survivors[s]) for s in chain),
+        top=top,
+        params=params,
+        forced=bool(record.get("forced", False)),
+        rank=record.get("rank"),
+    )
+
+
+def _steps_records(steps: list[TokenStep], request: int, extra: dict, start: SamplingParams) -> Iterator[dict]:
+    last = start
+    for step in steps:
+        changed = step.params if step.params != last else None
+        last = step.params
+        yield token_record(step, request, extra, changed)
+
+
+# ExportData -> records ------------------------------------------------------------------------------
+
+
+def header_record(data: ExportData, created: str | None = None) -> dict[str, Any]:
+    params = _first_params(data)
+    chain = None
+    if data.score is not None and data.score.steps:
+        chain = list(data.score.steps[0].chain)
+    else:
+        for m in data.messages:
+            for b in m.branches:
+                if b.steps and chain is None:
+                    chain = list(b.steps[0].chain)
+    return {
+        "type": "header",
+        "format": FORMAT,
+        "version": VERSION,
+        "kind": data.kind,
+        "model": data.model,
+        "params": params.to_dict() if params is not None else None,
+        "samplers": list(params.samplers) if params is not None else None,
+        "chain": chain,
+        "app_version": app_version(),
+        "created": created or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _first_params(data: ExportData) -> SamplingParams | None:
+    if data.score is not None:
+        return data.score.params
+    for m in data.messages:
+        for b in m.branches:
+            return b.params
+    return None
+
+
+def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]]:
+    out = [header_record(data, created)]
+    if data.score is not None:
+        s = data.score
+        out.append({"type": "score", "text": s.text, "prompt": s.prompt, "params": s.params.to_dict()})
+        out.extend(_steps_records(s.steps, 0, {}, s.params))
+        if s.done is not None:
+            out.append({"type": "score_done", **s.done})
+        return out
+    out.append({"type": "conversation", "title": data.title, "system_prompt": data.system_prompt})
+    request = 0
+    for i, m in enumerate(data.messages):
+        rec: dict[str, Any] = {"type": "message", "message": i, "role": m.role}
+        if m.role == "user":
+            rec["content"] = m.content
+            rec["after_branch"] = list(m.after) if m.after is not None else None
+        else:
+            rec["after_message"] = m.after[0] if m.after is not None else None
+            rec["active_branch"] = m.active
+        out.append(rec)
+        for j, b in enumerate(m.branches):
+            where = {"message": i, "branch": j}
+            out.append(
+                {
+                    "type": "branch",
+                    "request": request,
+                    **where,
+                    "model": b.model,
+                    "params": b.params.to_dict(),
+                    "finish_reason": b.finish_reason,
+                    "text": b.text,
+                }
+            )
+            out.extend(_steps_records(b.steps, request, where, b.params))
+            out.append(
+                {
+                    "type": "done",
+                    "request": request,
+                    **where,
+                    "finish_reason": b.finish_reason,
+                    "generated_tokens": sum(not s.forced for s in b.steps),
+                    "tokens": len(b.steps),
+                }
+            )
+            request += 1
+    for run in data.runs:
+        out.append(
+            {
+                "type": "compare_run",
+                "message": run.message,
+                "prefix_tokens": run.prefix_tokens,
+                "columns": run.columns,
+                "divergence": run.divergence,
+                "kept": run.kept,
+            }
+        )
+    return out
+
+
+def write_jsonl(data: ExportData, path: str | Path, created: str | None = None) -> int:
+    recs = records(data, created)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in recs:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return len(recs)
+
+
+# CSV -------------------------------------------------------------------------------------------------
+
+
+def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """One row per token × candidate × stage (``logprob`` empty once removed)."""
+    for r in recs:
+        if r.get("type") != "token":
+            continue
+        chain = r["chain"]
+        for k, c in enumerate(r["top"]):
+            for si, stage in enumerate(chain):
+                yield {
+                    "message": r.get("message", ""),
+                    "branch": r.get("branch", ""),
+                    "index": r["index"],
+                    "token_id": r["token_id"],
+                    "text": r["text"],
+                    "chosen_logprob": r["logprob"],
+                    "rank": r.get("rank", ""),
+                    "candidate_rank": k + 1,
+                    "candidate_id": c["token_id"],
+                    "candidate_text": c["text"],
+                    "chosen": int(c["token_id"] == r["token_id"]),
+                    "stage": stage,
+                    "stage_index": si,
+                    "logprob": c["logprobs"].get(stage),
+                    "removed_by": c["removed_by"] or "",
+                    "raw_logit": c["raw_logit"],
+                    "entropy": r["entropies"].get(stage),
+                    "survivors": (r.get("survivors") or {}).get(stage),
+                }
+
+
+def write_csv(recs: Iterable[dict[str, Any]], path: str | Path) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in csv_rows(recs):
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+            n += 1
+    return n
+
+
+def write(data: ExportData, path: str | Path) -> int:
+    """JSON Lines, or CSV when ``path`` ends in ``.csv``. Returns the records (rows) written."""
+    if str(path).lower().endswith(".csv"):
+        return write_csv(records(data), path)
+    return write_jsonl(data, path)
+
+
+# Store -> ExportData -------------------------------------------------------------------------------------
+
+
+def from_store(store, conversation_id: int, model_source: str | None = None) -> ExportData:
+    """Every message and every branch of a conversation (not only the active ones)."""
+    from app.serialize import steps_from_json
+
+    db = store.db
+    conv = store.conversation(conversation_id)
+    if conv is None:
+        raise KeyError(f"no conversation {conversation_id}")
+    rows = db.execute(
+        "SELECT id, role, content, after_message, after_branch, active_branch FROM messages "
+        "WHERE conversation_id = ? ORDER BY id",
+        (conversation_id,),
+    ).fetchall()
+    data = ExportData("conversation", {}, conv.title, conv.system_prompt)
+    message_at: dict[int, int] = {}
+    branch_at: dict[int, tuple[int, int]] = {}
+    for mid, role, content, after_message, after_branch, active in rows:
+        i = len(data.messages)
+        message_at[mid] = i
+        m = ExportMessage(role, content or "")
+        if role == "user":
+            m.after = branch_at.get(after_branch) if after_branch is not None else None
+        else:
+            m.after = (message_at.get(after_message, -1), -1)
+            brows = db.execute(
+                "SELECT id, text, finish_reason, model, params, steps FROM branches WHERE message_id = ? ORDER BY id",
+                (mid,),
+            ).fetchall()
+            for j, (bid, text, reason, model, params, steps) in enumerate(brows):
+                branch_at[bid] = (i, j)
+                m.branches.append(
+                    ExportBranch(
+                        model, SamplingParams.from_dict(json.loads(params)), reason, text, steps_from_json(steps)
+                    )
+                )
+                if bid == active:
+                    m.active = j
+            if active is None and m.branches:
+                m.active = len(m.branches) - 1
+        data.messages.append(m)
+    for _rid, message_id, prefix, columns, divergence, kept in db.execute(
+        "SELECT r.id, r.message_id, r.prefix_tokens, r.columns, r.divergence, r.kept FROM compare_runs r "
+        "JOIN messages m ON m.id = r.message_id WHERE m.conversation_id = ? ORDER BY r.id",
+        (conversation_id,),
+    ).fetchall():
+        cols = [
+            {"label": c["label"], "params": c["params"], "branch": branch_at[c["branch"]][1]}
+            for c in json.loads(columns)
+        ]
+        data.runs.append(ExportRun(message_at[message_id], prefix, cols, json.loads(divergence), kept))
+    name = next((b.model for m in data.messages for b in m.branches), "")
+    data.model = {"name": name, "source": model_source}
+    return data
+
+
+def reply_only(data: ExportData, message: int, branch: int) -> ExportData:
+    """The turns leading to branch ``branch`` of message ``message`` and that branch alone."""
+    path: list[int] = []
+    i: int | None = message
+    keep_branch: dict[int, int] = {message: branch}
+    while i is not None and i >= 0:
+        path.append(i)
+        m = data.messages[i]
+        if m.role == "assistant":
+            i = m.after[0] if m.after else None
+        else:
+            if m.after is None:
+                i = None
+            else:
+                keep_branch[m.after[0]] = m.after[1]
+                i = m.after[0]
+    path.reverse()
+    new_index = {old: new for new, old in enumerate(path)}
+    out = ExportData("reply", data.model, data.title, data.system_prompt)
+    for old in path:
+        m = data.messages[old]
+        nm = ExportMessage(m.role, m.content)
+        if m.role == "user":
+            nm.after = (new_index[m.after[0]], 0) if m.after is not None else None
+        else:
+            nm.after = (new_index[m.after[0]], -1) if m.after is not None else None
+            nm.branches = [m.branches[keep_branch[old]]]
+        out.messages.append(nm)
+    return out
+
+
+def compare_only(data: ExportData, run_index: int) -> ExportData:
+    """A compare run: the turns leading to its message and its columns."""
+    run = data.runs[run_index]
+    first = run.columns[0]["branch"]
+    out = reply_only(data, run.message, first)
+    out.kind = "compare"
+    m = data.messages[run.message]
+    target = out.messages[-1]
+    target.branches = [m.branches[c["branch"]] for c in run.columns]
+    target.active = 0
+    cols = [{**c, "branch": k} for k, c in enumerate(run.columns)]
+    out.runs = [ExportRun(len(out.messages) - 1, run.prefix_tokens, cols, run.divergence, run.kept)]
+    return out
+
+
+def scored(
+    text: str, prompt: str | None, params: SamplingParams, steps: list[TokenStep], done: ScoreDone | None, model: dict
+) -> ExportData:
+    done_dict = None
+    if done is not None:
+        done_dict = {
+            "tokens": done.tokens,
+            "perplexity": _num(done.perplexity),
+            "mean_surprisal_bits": _num(done.mean_surprisal_bits),
+            "tokens_per_second": done.tokens_per_second,
+        }
+    return ExportData("score", model, score=ExportScore(text, prompt, params, list(steps), done_dict))
+
+
+# Records -> ExportData (import) --------------------------------------------------------------------------
+
+
+class ExportFormatError(ValueError):
+    pass
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ExportFormatError(f"line {n} is not JSON ({exc.msg}).") from None
+    return out
+
+
+def from_records(recs: list[dict[str, Any]]) -> ExportData:
+    if not recs or recs[0].get("type") != "header" or recs[0].get("format") != FORMAT:
+        raise ExportFormatError("not a Logitscope export: the first line is not its header record.")
+    header = recs[0]
+    if int(header.get("version", 0)) > VERSION:
+        raise ExportFormatError(f"export format {header['version']} is newer than this app reads ({VERSION}).")
+    data = ExportData(header.get("kind", "conversation"), header.get("model") or {}, header=header)
+    current: ExportBranch | ExportScore | None = None
+    params: SamplingParams | None = None
+    for r in recs[1:]:
+        kind = r.get("type")
+        if kind == "conversation":
+            data.title, data.system_prompt = r.get("title", ""), r.get("system_prompt", "")
+        elif kind == "message":
+            m = ExportMessage(r["role"], r.get("content", ""))
+            if r["role"] == "user":
+                m.after = tuple(r["after_branch"]) if r.get("after_branch") is not None else None
+            else:
+                m.after = (r["after_message"], -1) if r.get("after_message") is not None else None
+                m.active = int(r.get("active_branch", 0))
+            data.messages.append(m)
+        elif kind == "branch":
+            params = SamplingParams.from_dict(r["params"])
+            current = ExportBranch(r.get("model", ""), params, r.get("finish_reason"), r.get("text", ""), [])
+            data.messages[r["message"]].branches.append(current)
+        elif kind == "score":
+            params = SamplingParams.from_dict(r["params"])
+            current = ExportScore(r.get("text", ""), r.get("prompt"), params, [], None)
+            data.score = current
+        elif kind == "token":
+            if current is None or params is None:
+                raise ExportFormatError("a token record before its branch or score record.")
+            if "params" in r:
+                params = SamplingParams.from_dict(r["params"])
+            current.steps.append(step_from_record(r, params))
+        elif kind == "score_done" and data.score is not None:
+            data.score.done = {k: v for k, v in r.items() if k != "type"}
+        elif kind == "compare_run":
+            data.runs.append(ExportRun(r["message"], r["prefix_tokens"], r["columns"], r["divergence"], r.get("kept")))
+    return data
+
+
+def to_store(data: ExportData, store, title_prefix: str = "") -> int:
+    """Write an imported conversation (or reply, or compare run) into ``store`` as a new
+    conversation; returns its id. A scored text becomes one user turn and its scored reply."""
+    from app.serialize import steps_to_json
+
+    conv = store.new_conversation(data.system_prompt, title_prefix + (data.title or "Imported"))
+    if data.score is not None:
+        s = data.score
+        user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
+        reply = store.add_assistant_message(conv.id, user.id)
+        store.add_branch(reply.id, s.steps, s.text, "scored", data.model.get("name", ""), s.params)
+        return conv.id
+    ids: list[int] = []
+    branch_ids: list[list[int]] = []
+    for m in data.messages:
+        if m.role == "user":
+            after = branch_ids[m.after[0]][m.after[1]] if m.after is not None else None
+            msg = store.add_user_message(conv.id, m.content, after)
+            branch_ids.append([])
+        else:
+            msg = store.add_assistant_message(conv.id, ids[m.after[0]])
+            made = []
+            for b in m.branches:
+                made.append(
+                    store.add_branch(
+                        msg.id, b.steps, b.text, b.finish_reason, b.model, b.params, steps_to_json(b.steps)
+                    ).id
+                )
+            if made:
+                store.set_active_branch(msg.id, made[m.active])
+            branch_ids.append(made)
+        ids.append(msg.id)
+    for run in data.runs:
+        cols = [{**c, "branch": branch_ids[run.message][c["branch"]]} for c in run.columns]
+        store.db.execute(
+            "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (ids[run.message], run.prefix_tokens, json.dumps(cols), json.dumps(run.divergence), run.kept, time.time()),
+        )
+    store.db.commit()
+    return conv.id
+
+
+def csv_text(recs: Iterable[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    for row in csv_rows(recs):
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return buf.getvalue()
