@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chain_view import LOG_FLOOR
+from app.remote_labels import NOT_REPORTED, is_chosen, is_remote_step
 from app.textfmt import percent, prob, visible
 from app.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
@@ -123,13 +124,15 @@ class BarsView(QWidget):
     def _draw_bars(self) -> None:
         c, cands, step = self.colors, self.candidates, self.step
         y = np.arange(len(cands), dtype=float)
-        raw = [self._value(cand.raw_logprob) for cand in cands]
+        # A server reports one stage: "raw" is drawn only where that stage is raw.
+        raw_known = step.stage_index("raw") is not None
+        raw = [self._value(step.logprob_at("raw", cand)) if raw_known else 0.0 for cand in cands]
         final = [self._value(cand.logprob) for cand in cands]
         chosen_pen = pg.mkPen(c.chosen, width=2)
         none_pen = pg.mkPen(None)
         raw_brushes = [pg.mkBrush(c.raw) for _ in cands]
-        final_brushes = [pg.mkBrush(c.chosen if cand.token_id == step.token_id else c.final) for cand in cands]
-        pens = [chosen_pen if cand.token_id == step.token_id else none_pen for cand in cands]
+        final_brushes = [pg.mkBrush(c.chosen if is_chosen(step, cand) else c.final) for cand in cands]
+        pens = [chosen_pen if is_chosen(step, cand) else none_pen for cand in cands]
         self.raw_bars.setOpts(y=y - 0.18, width=raw, brushes=raw_brushes, pens=pens)
         self.final_bars.setOpts(y=y + 0.18, width=final, brushes=final_brushes, pens=pens)
         ticks = []
@@ -149,7 +152,10 @@ class BarsView(QWidget):
             self.bars_plot.getAxis("bottom").setTicks([[(v, f"{v + LOG_FLOOR:g}") for v in range(0, int(span) + 1)]])
             self.bars_plot.setXRange(0, span, padding=0.02)
         else:
-            self.bars_plot.setLabel("bottom", f"p: raw (grey) · final, after {step.chain[-1]} (colour)")
+            raw_words = "raw (grey)" if raw_known else f"raw: {NOT_REPORTED}"
+            if is_remote_step(step):
+                raw_words += f" · server reports {step.chain[-1]} only"
+            self.bars_plot.setLabel("bottom", f"p: {raw_words} · final, after {step.chain[-1]} (colour)")
             self.bars_plot.getAxis("bottom").setTicks(None)
             self.bars_plot.setXRange(0, max([*raw, *final, 0.05]) * 1.1, padding=0)
         self.bars_plot.vb.disableAutoRange()
@@ -158,35 +164,41 @@ class BarsView(QWidget):
     def _draw_effects(self) -> None:
         c, cands = self.colors, self.candidates
         y = np.arange(len(cands), dtype=float)
-        bias = [cand.bias for cand in cands]
-        penalty = [cand.penalty for cand in cands]
+        reported = not any(math.isnan(cand.bias) or math.isnan(cand.penalty) for cand in cands)
+        bias = [cand.bias if reported else 0.0 for cand in cands]
+        penalty = [cand.penalty if reported else 0.0 for cand in cands]
         self.bias_bars.setOpts(y=y - 0.18, width=bias, brush=pg.mkBrush(c.bias))
         self.penalty_bars.setOpts(y=y + 0.18, width=penalty, brush=pg.mkBrush(c.penalty))
         self.zero_line.setPen(pg.mkPen(c.raw))
         for i, cand in enumerate(cands):
-            if cand.count:
+            if cand.count > 0:
                 self._label(self.effect_plot, f"×{cand.count}", c.foreground, 0, i)
+        if not reported:
+            self._label(self.effect_plot, f"bias, penalty, count: {NOT_REPORTED}", c.raw, -0.5, 0)
         extent = max([abs(v) for v in bias + penalty] + [0.5])
         self.effect_plot.vb.disableAutoRange()
         self.effect_plot.setXRange(-extent * 1.1, extent * 1.1, padding=0)
-        self.effect_plot.setLabel("bottom", "Δ logit: bias · penalty · ×count")
+        self.effect_plot.setLabel(
+            "bottom", "Δ logit: bias · penalty · ×count" if reported else f"Δ logit: {NOT_REPORTED} by the server"
+        )
 
     def _fill_table(self) -> None:
         step = self.step
         self.table.setRowCount(len(self.candidates))
         for row, cand in enumerate(self.candidates):
+            raw_lp = step.logprob_at("raw", cand)
             values = [
                 visible(cand.text),
-                str(cand.token_id),
-                f"{cand.raw_logit:.3f}",
-                percent(cand.raw_logprob),
-                percent(cand.logprob),
+                str(cand.token_id) if cand.token_id >= 0 else NOT_REPORTED,
+                NOT_REPORTED if math.isnan(cand.raw_logit) else f"{cand.raw_logit:.3f}",
+                NOT_REPORTED if raw_lp is None or math.isnan(raw_lp) else percent(raw_lp),
+                NOT_REPORTED if math.isnan(cand.logprob) else percent(cand.logprob),
                 cand.removed_by or "",
-                f"{cand.bias:+.2f}" if cand.bias else "",
-                f"{cand.penalty:+.3f}" if cand.penalty else "",
-                str(cand.count) if cand.count else "",
+                _effect(cand.bias, "{:+.2f}"),
+                _effect(cand.penalty, "{:+.3f}"),
+                NOT_REPORTED if cand.count < 0 else (str(cand.count) if cand.count else ""),
             ]
-            chosen = cand.token_id == step.token_id
+            chosen = is_chosen(step, cand)
             color = QColor(self.colors.raw if not math.isfinite(cand.logprob) else self.colors.foreground)
             for col, value in enumerate(values):
                 item = self.table.item(row, col)
@@ -198,3 +210,9 @@ class BarsView(QWidget):
                 font.setBold(chosen)
                 item.setFont(font)
                 item.setForeground(color)
+
+
+def _effect(value: float, fmt: str) -> str:
+    if math.isnan(value):
+        return NOT_REPORTED
+    return fmt.format(value) if value else ""

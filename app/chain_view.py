@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
+from app.remote_labels import NOT_REPORTED, is_chosen, is_remote_step, sort_key
 from app.textfmt import visible
 from app.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
@@ -38,8 +39,9 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 def raw_rank(step: TokenStep) -> list[Candidate]:
-    """The step's candidates, most likely under ``raw`` first (ties by token id)."""
-    return sorted(step.top, key=lambda c: (-c.raw_logit, c.token_id))
+    """The step's candidates, most likely under ``raw`` first (ties by token id); a
+    remote step (no raw logits) in the rank of the one stage the server reported."""
+    return sorted(step.top, key=lambda c: sort_key(step, c))
 
 
 def format_p(p: float) -> str:
@@ -119,7 +121,7 @@ class ChainModel(QAbstractTableModel):
         p = math.exp(logprob) if math.isfinite(logprob) else 0.0
         removed = self.removed_at(cand)
         gone = removed is not None and col >= removed
-        chosen = cand.token_id == self.step.token_id
+        chosen = is_chosen(self.step, cand)
         c = self.colors
         if role == VALUE_ROLE:
             return p
@@ -162,10 +164,18 @@ class ChainModel(QAbstractTableModel):
                 return None
             stage = self.stages[section]
             h, n = self.step.entropies[section], self.step.survivors[section]
+            remote = is_remote_step(self.step)
             if role == Qt.ItemDataRole.DisplayRole:
+                if remote:  # the server sent this stage's logprobs only
+                    return f"{stage} (server)\nH {NOT_REPORTED}\nn {NOT_REPORTED}"
                 return f"{stage}\n{format_entropy(h)}\n{format_survivors(n)}"
             if role == VALUE_ROLE:
                 return stage
+            if role == Qt.ItemDataRole.ToolTipRole and remote:
+                return (
+                    f"The server reports the distribution {stage} only; entropy, tokens left "
+                    f"and the other stages are {NOT_REPORTED}."
+                )
             if role == Qt.ItemDataRole.ToolTipRole:
                 entropy = "unknown" if math.isnan(h) else f"{h:.3f} nats"
                 left = "unknown" if n < 0 else f"{n:,}"
@@ -174,7 +184,7 @@ class ChainModel(QAbstractTableModel):
         if section >= len(self.candidates):
             return None
         cand = self.candidates[section]
-        chosen = cand.token_id == self.step.token_id
+        chosen = is_chosen(self.step, cand)
         if role == Qt.ItemDataRole.DisplayRole:
             return f"{'▶ ' if chosen else ''}{visible(cand.text)}"
         if role == Qt.ItemDataRole.ForegroundRole:
@@ -186,6 +196,8 @@ class ChainModel(QAbstractTableModel):
             font.setBold(True)
             return font
         if role == Qt.ItemDataRole.ToolTipRole:
+            if math.isnan(cand.raw_logit):
+                return f"id {cand.token_id} · rank {section + 1} · raw logit {NOT_REPORTED}"
             return f"id {cand.token_id} · raw rank {section + 1} · raw logit {cand.raw_logit:.3f}"
         return None
 
@@ -200,7 +212,7 @@ class ChosenRowDelegate(QStyledItemDelegate):
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
         super().paint(painter, option, index)
         step = self.model.step
-        if step is None or self.model.candidates[index.row()].token_id != step.token_id:
+        if step is None or not is_chosen(step, self.model.candidates[index.row()]):
             return
         painter.save()
         painter.setPen(QPen(QColor(self.model.colors.chosen), 2))
@@ -239,8 +251,8 @@ class ChainView(QTableView):
         bold = QFont(self.font())
         bold.setBold(True)  # the chosen token's row
         metrics = QFontMetrics(bold)
-        stages = self.chain_model.stages
-        widest = ["100.0%", "0.00%", "8e-05", *(f"✕ {stage}" for stage in stages)]
+        removed = {c.removed_by for c in self.chain_model.candidates if c.removed_by}
+        widest = ["100.0%", "0.00%", "8e-05", *(f"✕ {stage}" for stage in removed)]
         cells = max(metrics.horizontalAdvance(text) for text in widest) + 12
         for c in range(count):
             columns.resizeSection(c, max(cells, columns.sectionSizeHint(c)) + 4)

@@ -20,6 +20,7 @@ class EngineLink(QObject):
     request_submit = Signal(object)
     request_cancel = Signal(int)
     request_update = Signal(int, object)
+    request_connect = Signal(object)  # app.remote_jobs.RemoteSpec
 
     def __init__(self, model: ChatModel, session_factory=None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -30,6 +31,7 @@ class EngineLink(QObject):
         self.request_submit.connect(worker.submit)
         self.request_cancel.connect(worker.cancel)
         self.request_update.connect(worker.update_params)
+        self.request_connect.connect(worker.connect_remote)
         model.events.job_submitted.connect(self.request_submit.emit)
         model.events.cancel_requested.connect(self.request_cancel.emit)
         model.events.params_requested.connect(self.request_update.emit)

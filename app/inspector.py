@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.bars_view import BarsView
 from app.chain_view import ChainView, raw_rank
+from app.remote_labels import NOT_REPORTED, is_remote_step, stage_label, step_stage_label
 from app.textfmt import escape, percent, visible
 from app.theme import LIGHT, Colors, variant_color
 from app.throttle import RedrawClock, own_clock
@@ -133,11 +134,25 @@ class InspectorWidget(QWidget):
             # The stages after temperature were computed at T = 1 for inspection only.
             picked = " · greedy: the most likely token entering temperature"
         last = step.chain[-1]
+        if is_remote_step(step):
+            return (
+                f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
+                f" &nbsp; p at {last} {percent(step.logprob) if not math.isnan(step.logprob) else NOT_REPORTED}"
+                f"{picked}<br>{self._remote_label(step)}"
+            )
         return (
             f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
             f" &nbsp; p after {last} {percent(step.logprob)} · raw {percent(step.raw_logprob)}"
             f" · entropy raw {_nats(step.entropy_raw)} → {last} {_nats(step.entropy)}{picked}"
         )
+
+    def _remote_label(self, step: TokenStep) -> str:
+        """The stage label of a server's numbers (``app/remote_labels.py``)."""
+        info = getattr(self, "remote_info", None)
+        label = step_stage_label(step)
+        if info is not None:
+            label = f"{escape(stage_label(info))} · {label}"
+        return f"<span style='color:#c26a00'>{label}</span>"
 
     # Picking -----------------------------------------------------------------------
 

@@ -55,6 +55,8 @@ def build_menus(window: MainWindow) -> None:
     theme_menu = view_menu.addMenu("Theme")
     window.theme_group = QActionGroup(window)
     for name in ("system", "light", "dark"):
+    model_menu.addSeparator()
+    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
         action = QAction(name.capitalize(), window, checkable=True)
         action.triggered.connect(lambda _=False, n=name: window.set_theme(n))
         window.theme_group.addAction(action)

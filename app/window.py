@@ -39,6 +39,7 @@ from engine.params import SamplingParams, SamplingParamsError
 FIRST_PROMPT = "What is the capital of France?"
 MAX_RECENT = 8
 
+NOT_REPORTED_REMOTE = "not reported (remote)"
 
 class MainWindow(QMainWindow):
     def __init__(
@@ -143,6 +144,7 @@ class MainWindow(QMainWindow):
 
     def set_theme(self, name: str) -> None:
         colors = apply_theme(QApplication.instance(), name)
+        worker.job_finished.connect(self._on_job_finished)
         for action in self.theme_group.actions():
             action.setChecked(action.text().lower() == name)
         self.settings.setValue("theme", name)
@@ -168,11 +170,49 @@ class MainWindow(QMainWindow):
         self.model.model_name = info.name
         self.status.model_ready(info.name, f"Loaded {info.name}")
         self.settings.setValue("model", info.source)
+    def open_connect_dialog(self):
+        """Models → Connect to a server… (``app/connect_dialog.py``)."""
+        from app.connect_dialog import ConnectDialog
+
+        self.connect_dialog = ConnectDialog(self.settings, self)
+        self.connect_dialog.connect_requested.connect(self.connect_remote)
+        self.connect_dialog.open()
+        return self.connect_dialog
+
+    def connect_remote(self, spec) -> None:
+        """Use the server of ``spec`` (an ``app.remote_jobs.RemoteSpec``) from now on."""
+        self.model_source = spec.url
+        self.status.loading(spec.url)
+        self.link.request_connect.emit(spec)
+
+    def _on_job_finished(self, _tag: int, finished) -> None:
+        from app.remote_labels import NOT_REPORTED
+
+        if finished.finish_reason == "error" and self.model_info is not None and self.model_info.backend == "remote":
+            kept = ""
+            if finished.text:
+                kept = f"\n\nThe partial reply ({len(finished.text)} characters) was kept and saved."
+            box = getattr(self, "error_box", None)
+            if box is not None and box.isVisible():
+                box.close()  # the model's own "the reply stopped" box: this one says more
+            self.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")
+
         recent = [info.source] + [r for r in recent_models(self) if r != info.source]
+        from app.remote_labels import is_remote, status_text
+
         self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
         self.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
 
     def _on_model_failed(self, source: str, exc: BaseException) -> None:
+        remote = is_remote(info)
+        self.inspector.remote_info = info if remote else None
+        self.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
+        if remote:
+            # A server is not remembered as "the model" (a restart loads the local one).
+            self.status.model_label.setText(status_text(info))
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            self.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
+            return
         self.status.model_ready(self.model_info.name if self.model_info else "No model")
         self.show_error(f"Could not load {source}.\n\n{describe(exc)}")
 
@@ -242,6 +282,9 @@ class MainWindow(QMainWindow):
         # Each reply keeps the parameters it started with; its TokenSteps record every change.
         if variant == 0:
             self.settings.setValue("params", json.dumps(params.to_dict()))
+        if self.model_info is not None and self.model_info.backend == "remote":
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            return
         self.model.update_live_params(params, column=variant)
 
     def _on_variants_changed(self) -> None:

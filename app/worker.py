@@ -66,6 +66,7 @@ class EngineWorker(QObject):
         # A fork's group id (its first request id) -> its group tag and its members' tags.
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
+        self._local = None  # the local engine while a server is in use
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
@@ -91,6 +92,11 @@ class EngineWorker(QObject):
                 self._flush_events(session.step())
             info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
         except Exception as exc:  # the worker is the one place that catches broadly
+        from app.remote_jobs import is_remote_session
+
+        if is_remote_session(self._session):  # back to the local engine (kept aside)
+            self._retire(self._session)
+            self._session, self._local = self._local, None
             self.model_failed.emit(source, exc)
             return
         self.model_loaded.emit(info)
@@ -103,6 +109,44 @@ class EngineWorker(QObject):
         try:
             started = self._start(session, job)
         except Exception as exc:
+    @Slot(object)
+    def connect_remote(self, spec) -> None:
+        """Use a server (``app.remote_jobs.RemoteSpec``) instead of the current backend. The
+        old one is stopped only once the server answered, so a failed connect leaves the
+        previous model in place."""
+        from app.remote_jobs import is_remote_session
+
+        self._ensure_session()
+        try:
+            backend = spec.backend()
+            info = backend.load(spec.model, lambda stage, f: self.model_progressed.emit(stage, f))
+        except Exception as exc:
+            self.model_failed.emit(spec.url, exc)
+            return
+        old = self._session
+        if is_remote_session(old):
+            self._retire(old)
+        elif old is not None:
+            # The local engine is stopped but kept: MLX cannot be used again on this thread
+            # once its streams are released, so release_thread waits for shutdown.
+            self._retire(old, release=False)
+            self._local = old
+        self._session = backend
+        self.model_loaded.emit(info)
+        self.memory_measured.emit(0)
+
+    def _retire(self, session, release: bool = True) -> None:
+        """Stop a backend's replies (their Finished events go out) and release it."""
+        if session is None:
+            return
+        try:
+            session.cancel_all()
+            self._flush_events(session.step())
+            if release:
+                session.release_thread()
+        except Exception:
+            traceback.print_exc()
+
             for tag in tags:
                 self.job_rejected.emit(tag, exc)
             return
@@ -126,6 +170,10 @@ class EngineWorker(QObject):
         return [session.continue_reply(messages, job.output, job.forced_token, job.params)]
 
     @Slot(int)
+        from app.remote_jobs import is_remote_session, start_remote
+
+        if is_remote_session(session):
+            return start_remote(session, job)
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
         for request_id, t in list(self._tags.items()):
@@ -172,6 +220,9 @@ class EngineWorker(QObject):
             return
         try:
             events = session.step()
+        if self._local is not None:  # the local engine kept aside while a server was in use
+            self._retire(self._local)
+            self._local = None
         except Exception as exc:
             failure = GenerationFailed(f"generation failed: {type(exc).__name__}: {exc}")
             failure.__cause__ = exc

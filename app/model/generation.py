@@ -67,8 +67,11 @@ class GenerationMixin:
         for reply in list(self.replies.values()):
             if reply.message_id == message.id:
                 self.events.cancel_requested(reply.id)
-        prefix = self.steps_of(stream)[:index]
-        self._start_reply(message, params, prefix, forced=token_id)
+        steps = self.steps_of(stream)
+        prefix = steps[:index]
+        top = steps[index].top if index < len(steps) else ()
+        picked = next((c.text for c in top if c.token_id == token_id), None)
+        self._start_reply(message, params, prefix, forced=token_id, forced_text=picked)
         self.events.status("Continuing from the picked token; the earlier reply is kept as a branch.")
         return True
 
@@ -197,7 +200,12 @@ class GenerationMixin:
         return message
 
     def _start_reply(
-        self: ChatModel, message: Message, params: SamplingParams, prefix=(), forced: int | None = None
+        self: ChatModel,
+        message: Message,
+        params: SamplingParams,
+        prefix=(),
+        forced: int | None = None,
+        forced_text: str | None = None,
     ) -> Reply:
         reply = Reply(self._new_id(), message.id, params, list(prefix), len(prefix))
         self.replies[reply.id] = reply
@@ -205,7 +213,9 @@ class GenerationMixin:
         self._follow(reply.key)
         self._refresh()
         self.events.busy_changed(True)
-        self.events.job_submitted(ChatJob(reply.id, self.context_for(message), params, output, forced))
+        text = "".join(s.text for s in prefix)
+        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text, forced_text)
+        self.events.job_submitted(job)
         return reply
 
     def _start_run(self: ChatModel, message: Message, variants: Sequence[Variant], prefix=()) -> CompareRun:
@@ -222,7 +232,8 @@ class GenerationMixin:
         tags = tuple(c.stream[1] for c in run.columns)
         output = tuple(s.token_id for s in prefix)
         params = tuple(c.params for c in run.columns)
-        self.events.job_submitted(ForkJob(run.group, tags, self.context_for(message), params, output))
+        text = "".join(s.text for s in prefix)
+        self.events.job_submitted(ForkJob(run.group, tags, self.context_for(message), params, output, text))
         return run
 
     def _save_reply(self: ChatModel, reply: Reply, finished: Finished) -> None:

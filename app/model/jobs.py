@@ -23,6 +23,9 @@ class ChatJob:
     params: SamplingParams
     output: tuple[int, ...] = ()
     forced_token: int | None = None
+    output_text: str | None = None
+    """The text of ``output`` and of the forced token: a remote server continues from text."""
+    forced_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,5 @@ class ForkJob:
     messages: Messages
     variants: tuple[SamplingParams, ...]
     output: tuple[int, ...] = ()
+    output_text: str | None = None
+    """The text of ``output`` (a remote server continues from text)."""

@@ -1,0 +1,106 @@
+"""API keys for remote servers: read from an environment variable or the OS keychain.
+
+A key is never written to the SQLite file, the settings, logs or exports: the app keeps
+it in memory for the connection only. What the settings may remember is *where* the key
+comes from (the name of an environment variable, or "keychain"), never the key.
+The keychain is ``keyring`` (macOS Keychain, Windows Credential Locker, Secret Service);
+where no backend is available (a bare Linux box), :func:`keychain_status` says so and
+the environment variable is the way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+SERVICE = "Logitscope"
+NONE, ENV, KEYCHAIN = "none", "env", "keychain"
+
+
+class KeyError_(RuntimeError):
+    """The key could not be read (variable unset, keychain missing or locked)."""
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """Where a key comes from: ``kind`` is ``none``, ``env`` (``name`` is the variable) or
+    ``keychain`` (``name`` is the account, by default the server's host)."""
+
+    kind: str = NONE
+    name: str = ""
+
+
+def account_for(url: str) -> str:
+    """The keychain account of a server: its host and port (one key per server)."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    return parts.netloc or url
+
+
+def _backend():
+    import keyring
+
+    return keyring.get_keyring()
+
+
+def keychain_status() -> tuple[bool, str]:
+    """``(available, words)``: whether an OS keychain backend can hold keys here."""
+    try:
+        backend = _backend()
+    except Exception as exc:  # keyring missing or broken: the env var remains
+        return False, f"no OS keychain: {type(exc).__name__}: {exc}"
+    priority = getattr(backend, "priority", 0)
+    name = type(backend).__module__.removeprefix("keyring.backends.")
+    if priority is None or priority <= 0 or name.startswith(("fail", "null")):
+        return False, "no OS keychain backend is available on this system: use an environment variable"
+    return True, f"OS keychain ({name})"
+
+
+def read_key(source: KeySource) -> str | None:
+    """The key, or None for ``none``; raises :class:`KeyError_` when it cannot be read."""
+    if source.kind == NONE:
+        return None
+    if source.kind == ENV:
+        if not source.name:
+            raise KeyError_("name the environment variable that holds the API key.")
+        value = os.environ.get(source.name)
+        if not value:
+            raise KeyError_(f"the environment variable {source.name} is not set.")
+        return value
+    if source.kind == KEYCHAIN:
+        ok, words = keychain_status()
+        if not ok:
+            raise KeyError_(words)
+        import keyring
+
+        try:
+            value = keyring.get_password(SERVICE, source.name)
+        except Exception as exc:
+            raise KeyError_(f"the OS keychain refused: {exc}") from exc
+        if not value:
+            raise KeyError_(f"the OS keychain holds no key for {source.name}.")
+        return value
+    raise KeyError_(f"unknown key source {source.kind!r}.")
+
+
+def store_key(account: str, key: str) -> None:
+    """Save ``key`` in the OS keychain under ``account``; raises :class:`KeyError_`."""
+    ok, words = keychain_status()
+    if not ok:
+        raise KeyError_(words)
+    import keyring
+
+    try:
+        keyring.set_password(SERVICE, account, key)
+    except Exception as exc:
+        raise KeyError_(f"the OS keychain refused: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A key held in memory; its repr never shows it (it may end up in a traceback)."""
+
+    value: str | None = field(repr=False, default=None)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)

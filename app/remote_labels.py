@@ -1,0 +1,112 @@
+"""How the views label numbers a remote server reported, and the ones it did not.
+
+A remote ``TokenStep`` (``engine/backend.py``) carries one stage: its ``chain`` names the
+distribution the server's logprobs describe; entropies are NaN, survivors -1, raw logits
+NaN. Those are *not reported*, never zero: the views write :data:`NOT_REPORTED` for them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from urllib.parse import urlsplit
+
+from engine.events import Candidate, TokenStep
+
+NOT_REPORTED = "not reported"
+STAGE_CHOICES = ("auto", "raw", "penalties", "final", "sglang")
+STAGE_WORDS = {
+    "raw": "raw (the model's logits)",
+    "penalties": "after bias and penalties, before temperature",
+    "final": "after the whole sampling chain",
+    "sglang": "after penalties and temperature",
+}
+SERVER_TITLES = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "llama.cpp": "llama.cpp server",
+    "mlx_lm": "mlx_lm.server",
+    "lmstudio": "LM Studio",
+    "ollama": "Ollama",
+    "openai": "OpenAI-compatible server",
+}
+
+
+def is_remote_step(step: TokenStep | None) -> bool:
+    """A step a server reported: no raw logits (the local engine always has them)."""
+    if step is None or len(step.chain) != 1:
+        return False
+    if step.top:
+        return all(math.isnan(c.raw_logit) for c in step.top)
+    return all(math.isnan(h) for h in step.entropies)
+
+
+def is_remote(info) -> bool:
+    return info is not None and getattr(info, "backend", "local") == "remote"
+
+
+def stage_label(info) -> str:
+    """``server reports: penalties (detected for mlx_lm.server)`` for a remote model."""
+    if not is_remote(info):
+        return ""
+    how = f"detected for {server_title(info.server)}" if info.stage_detected else "assumed — set it in Connect…"
+    return f"server reports: {info.reported_stage} ({how})"
+
+
+def server_title(kind: str) -> str:
+    return SERVER_TITLES.get(kind, kind or "server")
+
+
+def status_text(info) -> str:
+    """The status bar's model label for a remote model."""
+    return f"{info.name} @ {info.source} · {stage_label(info)}"
+
+
+def step_stage_label(step: TokenStep) -> str:
+    """Under the inspector's title: what the numbers of a remote step are."""
+    return (
+        f"remote: the server reports <b>{step.chain[0]}</b> only; "
+        f"entropies, tokens left, raw logits and other stages: {NOT_REPORTED}"
+    )
+
+
+def sort_key(step: TokenStep, cand: Candidate) -> tuple[float, int]:
+    """Raw rank where raw logits are known, else the first reported stage's rank."""
+    value = cand.raw_logit
+    if math.isnan(value):
+        value = cand.logprobs[0] if cand.logprobs and not math.isnan(cand.logprobs[0]) else -math.inf
+    return (-value, cand.token_id)
+
+
+def fmt_or_not_reported(value: float, fmt: str = "{:.3f}") -> str:
+    return NOT_REPORTED if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
+
+
+def is_local_host(url: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost (and names under .localhost)."""
+    host = urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_warning(url: str) -> str:
+    """A warning for ``http://`` to a host that is not this machine, else ``""``."""
+    url = url.strip()
+    scheme = urlsplit(url).scheme.lower() if "://" in url else "http"
+    if scheme == "http" and url and not is_local_host(url):
+        return (
+            "Plain http:// to another machine: the prompts, replies and the API key travel "
+            "unencrypted. Use https:// (or an SSH tunnel) unless the network is trusted."
+        )
+    return ""
+
+
+def is_chosen(step: TokenStep, cand: Candidate) -> bool:
+    """Whether ``cand`` is the step's token (by text where the server sends no ids)."""
+    if step.token_id >= 0 or cand.token_id >= 0:
+        return cand.token_id == step.token_id
+    return cand.text == step.piece
