@@ -49,6 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--select-column", type=int, default=0, help="the compare column of --select-token")
     parser.add_argument("--size", default="1500x900", help="window size for the screenshot, WIDTHxHEIGHT")
+    parser.add_argument(
+        "--send",
+        metavar="TEXT",
+        default=None,
+        help="start normally (the real database and settings) and send TEXT as if typed, once the model has loaded",
+    )
     parser.add_argument("--selftest", action="store_true", help="load the default model, generate, report, exit")
     parser.add_argument("--timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -79,12 +85,42 @@ def main(argv: list[str] | None = None) -> int:
         return run_selftest(app, args.model or "default", args.timeout)
     if args.screenshot:
         return screenshot(app, args)
-    window = MainWindow(model=args.model)
+    from app.db_open import StoreUnavailable
+    from app.logging_setup import install
+
+    install(args.model)
+    try:
+        window = MainWindow(model=args.model)
+    except StoreUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.theme:
         window.set_theme(args.theme)
     window.show()
+    if args.send:
+        send_when_loaded(window, args.send)
     settle_memory()
     return app.exec()
+
+
+def send_when_loaded(window, text: str) -> None:
+    """``--send``: type ``text`` into the composer and send it once the model has loaded."""
+    from PySide6.QtCore import QTimer
+
+    timer = QTimer(window)
+    timer.setInterval(50)
+
+    def poll() -> None:
+        if window.last_error and window.model_info is None:
+            timer.stop()
+        elif window.model_info is not None:
+            timer.stop()
+            window.composer.setPlainText(text)
+            window.send()
+
+    timer.timeout.connect(poll)
+    timer.start()
+    window.send_timer = timer
 
 
 def settle_memory() -> None:

@@ -9,6 +9,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
+from app.logging_setup import show_log
+from app.recovery import continue_interrupted
+
 if TYPE_CHECKING:
     from app.window import MainWindow
 
@@ -36,6 +39,7 @@ def build_menus(window: MainWindow) -> None:
     _action(window, chat_menu, "Send", window.send)
     _action(window, chat_menu, "Stop", window.stop, QKeySequence(Qt.Key.Key_Escape))
     _action(window, chat_menu, "Regenerate", window.regenerate, QKeySequence("Ctrl+R"))
+    _action(window, chat_menu, "Continue the interrupted reply", lambda: continue_interrupted(window))
     compare = QAction("Compare settings side by side", window, checkable=True)
     compare.setShortcut(QKeySequence("Ctrl+K"))
     compare.toggled.connect(window.panel.compare.setChecked)
@@ -51,12 +55,12 @@ def build_menus(window: MainWindow) -> None:
     window.recent_menu = model_menu.addMenu("Recent models")
     window.recent_menu.aboutToShow.connect(lambda: fill_recent(window))
 
+    model_menu.addSeparator()
+    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")
     window.theme_group = QActionGroup(window)
     for name in ("system", "light", "dark"):
-    model_menu.addSeparator()
-    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
         action = QAction(name.capitalize(), window, checkable=True)
         action.triggered.connect(lambda _=False, n=name: window.set_theme(n))
         window.theme_group.addAction(action)
@@ -70,6 +74,7 @@ def build_menus(window: MainWindow) -> None:
 
     help_menu = bar.addMenu("&Help")
     _action(window, help_menu, "About Logitscope", window.show_about)
+    _action(window, help_menu, "Show log", lambda: setattr(window, "log_dialog", show_log(window)))
 
 
 def fill_conversations(window: MainWindow) -> None:

@@ -67,11 +67,36 @@ CREATE TABLE IF NOT EXISTS compare_runs (
 );
 CREATE INDEX IF NOT EXISTS compare_runs_by_message ON compare_runs(message_id);
 """
-SCHEMA_VERSION = 3
+JOURNAL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS live_replies (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    params TEXT NOT NULL,
+    branch INTEGER,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS live_steps (
+    reply INTEGER NOT NULL REFERENCES live_replies(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    step TEXT NOT NULL,
+    PRIMARY KEY (reply, idx)
+);
+"""
+SCHEMA_VERSION = 4
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
 2: token steps keyed by stage name (``app.serialize`` format 2).
 3: compare runs (``compare_runs``: columns as ``[{"label", "params", "branch"}]``, the
-divergence series as JSON, the kept column or NULL)."""
+divergence series as JSON, the kept column or NULL).
+4: the stream journal (``live_replies``, ``live_steps``): the steps of replies being
+written, one row per token, written while they stream (``app.store_stream``); a reply's
+rows go once it is saved as a branch, and rows left by a crash become an "interrupted"
+branch at the next start (:meth:`Store.recover_interrupted`)."""
+INTERRUPTED = "interrupted"
+
+
+class NewerSchemaError(RuntimeError):
+    """The file was written by a newer Logitscope."""
 
 
 def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
@@ -88,8 +113,18 @@ def _add_compare_runs(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
+def _add_journal(db: sqlite3.Connection) -> None:
+    for statement in JOURNAL_SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
 # MIGRATIONS[v] turns a version-v database into version v + 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _steps_v1_to_v2, 2: _add_compare_runs}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _steps_v1_to_v2,
+    2: _add_compare_runs,
+    3: _add_journal,
+}
 
 
 def _has_tables(db: sqlite3.Connection) -> bool:
@@ -131,26 +166,32 @@ class Conversation:
 
 
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
+        self.moved_aside: Path | None = None  # set by app.db_open when the old file was moved
+        self.opened_instead = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path))
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.migrated_from: int | None = None
-        self._open_schema()
+        self.db = sqlite3.connect(str(self.path), timeout=timeout)
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.migrated_from: int | None = None
+            self._open_schema()
+        except BaseException:
+            self.db.close()
+            raise
 
     def _open_schema(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             if not _has_tables(self.db):
-                self.db.executescript(SCHEMA + COMPARE_SCHEMA)
+                self.db.executescript(SCHEMA + COMPARE_SCHEMA + JOURNAL_SCHEMA)
                 self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self.db.commit()
                 return
             version = 1  # the first release had these tables and left user_version at 0
         if version > SCHEMA_VERSION:
-            raise RuntimeError(
+            raise NewerSchemaError(
                 f"{self.path} was written by a newer Logitscope (schema {version}; this one reads up to "
                 f"{SCHEMA_VERSION})."
             )
@@ -175,6 +216,55 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check``: "ok", or what is wrong."""
+        return "; ".join(row[0] for row in self.db.execute("PRAGMA integrity_check"))
+
+    # The stream journal ------------------------------------------------------------------
+
+    def recover_interrupted(self) -> list[int]:
+        """Turn what the stream journal holds into branches; call once at start, before any
+        reply is written. A reply that was being written (the app stopped mid-reply) becomes
+        a branch marked ``"interrupted"`` with every token saved, and is made its message's
+        active branch; a reply already saved as a branch but whose steps were not written yet
+        gets them from the journal. Returns the ids of the interrupted branches."""
+        recovered: list[int] = []
+        live = self.db.execute(
+            "SELECT id, message_id, model, params, branch, created_at FROM live_replies ORDER BY id"
+        ).fetchall()
+        if not live:
+            return recovered
+        with self.db:
+            for live_id, message_id, model, params, branch, created in live:
+                steps = [
+                    row[0]
+                    for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
+                ]
+                steps_json = "[" + ", ".join(steps) + "]"
+                if branch is not None:
+                    if steps:
+                        self.db.execute(
+                            "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (steps_json, branch)
+                        )
+                elif steps:
+                    text = "".join(json.loads(step)["text"] for step in steps)
+                    cur = self.db.execute(
+                        "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (message_id, text, INTERRUPTED, model, params, steps_json, created),
+                    )
+                    self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
+                    recovered.append(cur.lastrowid)
+                self.db.execute("DELETE FROM live_replies WHERE id = ?", (live_id,))
+        return recovered
+
+    def conversation_of_branch(self, branch_id: int) -> int | None:
+        row = self.db.execute(
+            "SELECT m.conversation_id FROM branches b JOIN messages m ON m.id = b.message_id WHERE b.id = ?",
+            (branch_id,),
+        ).fetchone()
+        return row[0] if row else None
 
     # Conversations --------------------------------------------------------------
 

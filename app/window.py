@@ -23,12 +23,13 @@ from app.background import QtBackground
 from app.chat_panel import ChatPanel
 from app.engine_link import EngineLink
 from app.inspector import InspectorWidget
+from app.logging_setup import note_model
 from app.menus import build_menus, recent_models
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.streams import TokenRef
+from app.recovery import announce_recovered, attach_journal, open_window_store
 from app.sampling_panel import SamplingPanel
 from app.status import StatusWidgets
-from app.store import Store
 from app.theme import apply_theme
 from app.throttle import RedrawClock
 from app.timeline import TimelineWidget
@@ -38,8 +39,8 @@ from engine.params import SamplingParams, SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 MAX_RECENT = 8
-
 NOT_REPORTED_REMOTE = "not reported (remote)"
+
 
 class MainWindow(QMainWindow):
     def __init__(
@@ -55,9 +56,12 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Logitscope")
         self.setWindowIcon(app_icon())
         self.settings = settings or QSettings("Logitscope", "Logitscope")
-        self.store = Store(db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3")
+        self.store = open_window_store(
+            db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
+        )
         self.background = QtBackground(self)
         self.model = ChatModel(self.store, background=self.background)
+        attach_journal(self)  # replies are saved while they stream
         self.model_info = None
         self.model_source: str | None = None
         self.last_error = ""
@@ -75,6 +79,7 @@ class MainWindow(QMainWindow):
         if last is not None:
             with contextlib.suppress(TypeError, ValueError):
                 self.open_conversation(int(last))
+        announce_recovered(self)
         if self.model.conversation is None:
             self.composer.setPlainText(FIRST_PROMPT)
         self.load_model(model or self.settings.value("model", "default"))
@@ -139,12 +144,12 @@ class MainWindow(QMainWindow):
         worker.prefill_progressed.connect(self._on_prefill)
         worker.memory_measured.connect(self._on_memory)
         worker.errored.connect(self.show_exception)
+        worker.job_finished.connect(self._on_job_finished)
 
     # Settings --------------------------------------------------------------------------------
 
     def set_theme(self, name: str) -> None:
         colors = apply_theme(QApplication.instance(), name)
-        worker.job_finished.connect(self._on_job_finished)
         for action in self.theme_group.actions():
             action.setChecked(action.text().lower() == name)
         self.settings.setValue("theme", name)
@@ -165,11 +170,6 @@ class MainWindow(QMainWindow):
         if self.model_info is None:
             self.model.set_welcome_state(f"Loading the model ({int(fraction * 100)}%)…")
 
-    def _on_model_loaded(self, info) -> None:
-        self.model_info = info
-        self.model.model_name = info.name
-        self.status.model_ready(info.name, f"Loaded {info.name}")
-        self.settings.setValue("model", info.source)
     def open_connect_dialog(self):
         """Models → Connect to a server… (``app/connect_dialog.py``)."""
         from app.connect_dialog import ConnectDialog
@@ -197,13 +197,13 @@ class MainWindow(QMainWindow):
                 box.close()  # the model's own "the reply stopped" box: this one says more
             self.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")
 
-        recent = [info.source] + [r for r in recent_models(self) if r != info.source]
+    def _on_model_loaded(self, info) -> None:
         from app.remote_labels import is_remote, status_text
 
-        self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
-        self.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
-
-    def _on_model_failed(self, source: str, exc: BaseException) -> None:
+        self.model_info = info
+        self.model.model_name = info.name
+        note_model(info.name, info.source)
+        self.status.model_ready(info.name, f"Loaded {info.name}")
         remote = is_remote(info)
         self.inspector.remote_info = info if remote else None
         self.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
@@ -213,6 +213,12 @@ class MainWindow(QMainWindow):
             self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             self.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
             return
+        self.settings.setValue("model", info.source)
+        recent = [info.source] + [r for r in recent_models(self) if r != info.source]
+        self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
+        self.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
+
+    def _on_model_failed(self, source: str, exc: BaseException) -> None:
         self.status.model_ready(self.model_info.name if self.model_info else "No model")
         self.show_error(f"Could not load {source}.\n\n{describe(exc)}")
 
@@ -276,15 +282,15 @@ class MainWindow(QMainWindow):
         self.status.prefill_progressed(tag, done, total)
 
     def _on_memory(self, nbytes: int) -> None:
+        if self.model_info is not None and self.model_info.backend == "remote":
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            return
         self.status.memory_measured(nbytes)
 
     def _on_params_changed(self, variant: int, params: SamplingParams) -> None:
         # Each reply keeps the parameters it started with; its TokenSteps record every change.
         if variant == 0:
             self.settings.setValue("params", json.dumps(params.to_dict()))
-        if self.model_info is not None and self.model_info.backend == "remote":
-            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            return
         self.model.update_live_params(params, column=variant)
 
     def _on_variants_changed(self) -> None:
@@ -353,5 +359,6 @@ class MainWindow(QMainWindow):
             for view in (self.chat, self.inspector, self.timeline):
                 self.model.events.disconnect_owner(view)
             self.background.wait()  # replies whose steps are still being serialized
+            self.journal.close()
             self.store.close()
         super().closeEvent(event)

@@ -133,7 +133,7 @@ def test_a_version_2_database_gains_compare_runs(old_db):
     db.close()
     before = raw_steps(old_db)
     store = Store(old_db)
-    assert store.migrated_from == 2 and user_version(old_db) == 3
+    assert store.migrated_from == 2 and user_version(old_db) == SCHEMA_VERSION
     assert backup_path(old_db, 2).exists() and raw_steps(old_db) == before
     (conversation,) = store.conversations()
     message = store.thread(conversation.id)[-1]

@@ -27,7 +27,14 @@ Variant = tuple[str, SamplingParams]
 """A compare column's settings: (label, parameters)."""
 
 
+class ReplyFailed(RuntimeError):
+    """A reply ended with an error in the engine (its tokens so far are kept)."""
+
+
 class GenerationMixin:
+    journal = None
+    """An :class:`app.store_stream.StreamJournal` writing replies while they stream, or None."""
+
     # Commands ---------------------------------------------------------------------------------
 
     def send(self: ChatModel, text: str, params: SamplingParams) -> bool:
@@ -129,6 +136,8 @@ class GenerationMixin:
         if reply is None:
             return
         reply.steps.append(step)
+        if self.journal is not None:
+            self.journal.token(reply.id, reply.message_id, self.model_name, reply.params, reply.steps)
         if len(reply.steps) > reply.prefix_len + 1 and step.params != reply.steps[-2].params:
             self.events.status(f"New parameters in force from token {step.index}.")
         self.events.tokens_added(reply.key)
@@ -151,10 +160,16 @@ class GenerationMixin:
             return
         reply.finished = finished
         self.events.reply_finished(finished)
+        if finished.finish_reason == "error":
+            kept = f" The {len(reply.steps)} tokens before it are kept." if reply.steps else ""
+            self.events.status(f"The reply stopped: {finished.error}")
+            self.events.errored(ReplyFailed(f"The reply stopped because of an error: {finished.error}.{kept}"))
         if reply.run is None:
             del self.replies[tag]
             if reply.new_steps or finished.finish_reason != "cancelled":
                 self._save_reply(reply, finished)
+            elif self.journal is not None:
+                self.journal.dropped(reply.id)
         elif all(self.replies[c.stream[1]].finished is not None for c in reply.run.columns):
             self._save_run(reply.run)
         self._refresh()
@@ -241,6 +256,8 @@ class GenerationMixin:
         branch = self.store.add_branch(
             reply.message_id, reply.steps, finished.text, finished.finish_reason, self.model_name, reply.params, "[]"
         )
+        if self.journal is not None:
+            self.journal.saved(reply.id, branch.id)
         self._write_steps(branch.id, reply.steps)
         message = self._message(reply.message_id)
         if message is not None:
@@ -256,6 +273,9 @@ class GenerationMixin:
         self.live_runs.pop(run.group, None)
         run.group = None
         if all(not r.new_steps and r.finished.finish_reason == "cancelled" for r in replies):
+            if self.journal is not None:
+                for reply in replies:
+                    self.journal.dropped(reply.id)
             return
         columns = [
             (c, r.steps, r.finished.text, r.finished.finish_reason) for c, r in zip(run.columns, replies, strict=True)
@@ -265,6 +285,8 @@ class GenerationMixin:
         )
         message = self._message(run.message_id)
         for branch, reply in zip(branches, replies, strict=True):
+            if self.journal is not None:
+                self.journal.saved(reply.id, branch.id)
             self.runs[branch.id] = run
             self._write_steps(branch.id, reply.steps)
             if message is not None:
