@@ -55,12 +55,12 @@ def build_menus(window: MainWindow) -> None:
     window.recent_menu = model_menu.addMenu("Recent models")
     window.recent_menu.aboutToShow.connect(lambda: fill_recent(window))
 
-    model_menu.addSeparator()
-    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")
     window.theme_group = QActionGroup(window)
     for name in ("system", "light", "dark"):
+    model_menu.addSeparator()
+    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
         action = QAction(name.capitalize(), window, checkable=True)
         action.triggered.connect(lambda _=False, n=name: window.set_theme(n))
         window.theme_group.addAction(action)

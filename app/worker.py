@@ -66,9 +66,9 @@ class EngineWorker(QObject):
         self._session = None
         self._tags: dict[int, int] = {}  # request id -> the GUI's tag
         # A fork's group id (its first request id) -> its group tag and its members' tags.
-        self._local = None  # the local engine while a server is in use
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
+        self._local = None  # the local engine while a server is in use
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
@@ -92,13 +92,13 @@ class EngineWorker(QObject):
             if session.has_work():
                 session.cancel_all()
                 self._flush_events(session.step())
+            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
+        except Exception as exc:  # the worker is the one place that catches broadly
         from app.remote_jobs import is_remote_session
 
         if is_remote_session(self._session):  # back to the local engine (kept aside)
             self._retire(self._session)
             self._session, self._local = self._local, None
-            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
-        except Exception as exc:  # the worker is the one place that catches broadly
             self.model_failed.emit(source, exc)
             return
         self.model_loaded.emit(info)
@@ -109,6 +109,8 @@ class EngineWorker(QObject):
         session = self._ensure_session()
         tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
         try:
+            started = self._start(session, job)
+        except Exception as exc:
     @Slot(object)
     def connect_remote(self, spec) -> None:
         """Use a server (``app.remote_jobs.RemoteSpec``) instead of the current backend. The
@@ -147,8 +149,6 @@ class EngineWorker(QObject):
         except Exception:
             traceback.print_exc()
 
-            started = self._start(session, job)
-        except Exception as exc:
             for tag in tags:
                 self.job_rejected.emit(tag, exc)
             return
@@ -170,12 +170,12 @@ class EngineWorker(QObject):
         if job.forced_token is None:
             return [session.start(messages, job.params)]
         return [session.continue_reply(messages, job.output, job.forced_token, job.params)]
+
+    @Slot(int)
         from app.remote_jobs import is_remote_session, start_remote
 
         if is_remote_session(session):
             return start_remote(session, job)
-
-    @Slot(int)
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
         for request_id, t in list(self._tags.items()):
@@ -220,11 +220,11 @@ class EngineWorker(QObject):
         session = self._session
         if session is None or not session.has_work():
             return
+        try:
+            events = session.step()
         if self._local is not None:  # the local engine kept aside while a server was in use
             self._retire(self._local)
             self._local = None
-        try:
-            events = session.step()
         except Exception as exc:
             failure = GenerationFailed(f"generation failed: {type(exc).__name__}: {exc}")
             failure.__cause__ = exc
