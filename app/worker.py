@@ -64,11 +64,11 @@ class EngineWorker(QObject):
         super().__init__()
         self._session_factory = session_factory
         self._session = None
+        self._local = None  # the local engine while a server is in use
         self._tags: dict[int, int] = {}  # request id -> the GUI's tag
         # A fork's group id (its first request id) -> its group tag and its members' tags.
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
-        self._local = None  # the local engine while a server is in use
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
@@ -87,6 +87,11 @@ class EngineWorker(QObject):
 
     @Slot(str)
     def load_model(self, source: str) -> None:
+        from app.remote_jobs import is_remote_session
+
+        if is_remote_session(self._session):  # back to the local engine (kept aside)
+            self._retire(self._session)
+            self._session, self._local = self._local, None
         session = self._ensure_session()
         try:
             if session.has_work():
@@ -94,23 +99,11 @@ class EngineWorker(QObject):
                 self._flush_events(session.step())
             info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
         except Exception as exc:  # the worker is the one place that catches broadly
-        from app.remote_jobs import is_remote_session
-
-        if is_remote_session(self._session):  # back to the local engine (kept aside)
-            self._retire(self._session)
-            self._session, self._local = self._local, None
             self.model_failed.emit(source, exc)
             return
         self.model_loaded.emit(info)
         self.memory_measured.emit(session.memory_bytes())
 
-    @Slot(object)
-    def submit(self, job: ChatJob | ForkJob) -> None:
-        session = self._ensure_session()
-        tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
-        try:
-            started = self._start(session, job)
-        except Exception as exc:
     @Slot(object)
     def connect_remote(self, spec) -> None:
         """Use a server (``app.remote_jobs.RemoteSpec``) instead of the current backend. The
@@ -149,6 +142,13 @@ class EngineWorker(QObject):
         except Exception:
             traceback.print_exc()
 
+    @Slot(object)
+    def submit(self, job: ChatJob | ForkJob) -> None:
+        session = self._ensure_session()
+        tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
+        try:
+            started = self._start(session, job)
+        except Exception as exc:
             for tag in tags:
                 self.job_rejected.emit(tag, exc)
             return
@@ -162,6 +162,10 @@ class EngineWorker(QObject):
 
     @staticmethod
     def _start(session, job: ChatJob | ForkJob) -> list:
+        from app.remote_jobs import is_remote_session, start_remote
+
+        if is_remote_session(session):
+            return start_remote(session, job)
         messages = list(job.messages)
         if isinstance(job, ForkJob):
             if job.output:
@@ -172,10 +176,6 @@ class EngineWorker(QObject):
         return [session.continue_reply(messages, job.output, job.forced_token, job.params)]
 
     @Slot(int)
-        from app.remote_jobs import is_remote_session, start_remote
-
-        if is_remote_session(session):
-            return start_remote(session, job)
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
         for request_id, t in list(self._tags.items()):
@@ -207,6 +207,9 @@ class EngineWorker(QObject):
                 self._session.release_thread()
             except Exception:
                 traceback.print_exc()
+        if self._local is not None:  # the local engine kept aside while a server was in use
+            self._retire(self._local)
+            self._local = None
         self._tags.clear()
         self._groups.clear()
         self.shut_down.emit()
@@ -222,9 +225,6 @@ class EngineWorker(QObject):
             return
         try:
             events = session.step()
-        if self._local is not None:  # the local engine kept aside while a server was in use
-            self._retire(self._local)
-            self._local = None
         except Exception as exc:
             failure = GenerationFailed(f"generation failed: {type(exc).__name__}: {exc}")
             failure.__cause__ = exc
