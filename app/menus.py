@@ -52,6 +52,8 @@ def build_menus(window: MainWindow) -> None:
     _action(window, model_menu, "Open model folder…", lambda: open_folder(window))
     _action(window, model_menu, "Open GGUF file…", lambda: open_gguf(window))
     _action(window, model_menu, "Hugging Face repo id…", lambda: open_repo(window))
+    model_menu.addSeparator()
+    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
     window.recent_menu = model_menu.addMenu("Recent models")
     window.recent_menu.aboutToShow.connect(lambda: fill_recent(window))
 
@@ -59,8 +61,6 @@ def build_menus(window: MainWindow) -> None:
     theme_menu = view_menu.addMenu("Theme")
     window.theme_group = QActionGroup(window)
     for name in ("system", "light", "dark"):
-    model_menu.addSeparator()
-    _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
         action = QAction(name.capitalize(), window, checkable=True)
         action.triggered.connect(lambda _=False, n=name: window.set_theme(n))
         window.theme_group.addAction(action)

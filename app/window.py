@@ -39,8 +39,8 @@ from engine.params import SamplingParams, SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 MAX_RECENT = 8
-
 NOT_REPORTED_REMOTE = "not reported (remote)"
+
 
 class MainWindow(QMainWindow):
     def __init__(
@@ -144,12 +144,12 @@ class MainWindow(QMainWindow):
         worker.prefill_progressed.connect(self._on_prefill)
         worker.memory_measured.connect(self._on_memory)
         worker.errored.connect(self.show_exception)
+        worker.job_finished.connect(self._on_job_finished)
 
     # Settings --------------------------------------------------------------------------------
 
     def set_theme(self, name: str) -> None:
         colors = apply_theme(QApplication.instance(), name)
-        worker.job_finished.connect(self._on_job_finished)
         for action in self.theme_group.actions():
             action.setChecked(action.text().lower() == name)
         self.settings.setValue("theme", name)
@@ -170,12 +170,6 @@ class MainWindow(QMainWindow):
         if self.model_info is None:
             self.model.set_welcome_state(f"Loading the model ({int(fraction * 100)}%)…")
 
-    def _on_model_loaded(self, info) -> None:
-        self.model_info = info
-        self.model.model_name = info.name
-        note_model(info.name, info.source)
-        self.status.model_ready(info.name, f"Loaded {info.name}")
-        self.settings.setValue("model", info.source)
     def open_connect_dialog(self):
         """Models → Connect to a server… (``app/connect_dialog.py``)."""
         from app.connect_dialog import ConnectDialog
@@ -203,13 +197,13 @@ class MainWindow(QMainWindow):
                 box.close()  # the model's own "the reply stopped" box: this one says more
             self.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")
 
-        recent = [info.source] + [r for r in recent_models(self) if r != info.source]
+    def _on_model_loaded(self, info) -> None:
         from app.remote_labels import is_remote, status_text
 
-        self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
-        self.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
-
-    def _on_model_failed(self, source: str, exc: BaseException) -> None:
+        self.model_info = info
+        self.model.model_name = info.name
+        note_model(info.name, info.source)
+        self.status.model_ready(info.name, f"Loaded {info.name}")
         remote = is_remote(info)
         self.inspector.remote_info = info if remote else None
         self.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
@@ -219,6 +213,12 @@ class MainWindow(QMainWindow):
             self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             self.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
             return
+        self.settings.setValue("model", info.source)
+        recent = [info.source] + [r for r in recent_models(self) if r != info.source]
+        self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
+        self.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
+
+    def _on_model_failed(self, source: str, exc: BaseException) -> None:
         self.status.model_ready(self.model_info.name if self.model_info else "No model")
         self.show_error(f"Could not load {source}.\n\n{describe(exc)}")
 
@@ -282,15 +282,15 @@ class MainWindow(QMainWindow):
         self.status.prefill_progressed(tag, done, total)
 
     def _on_memory(self, nbytes: int) -> None:
+        if self.model_info is not None and self.model_info.backend == "remote":
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            return
         self.status.memory_measured(nbytes)
 
     def _on_params_changed(self, variant: int, params: SamplingParams) -> None:
         # Each reply keeps the parameters it started with; its TokenSteps record every change.
         if variant == 0:
             self.settings.setValue("params", json.dumps(params.to_dict()))
-        if self.model_info is not None and self.model_info.backend == "remote":
-            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            return
         self.model.update_live_params(params, column=variant)
 
     def _on_variants_changed(self) -> None:
