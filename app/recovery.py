@@ -67,6 +67,7 @@ def attach_journal(window: MainWindow) -> StreamJournal:
 def announce_recovered(window: MainWindow) -> None:
     """After the start: open the conversation of a reply a crash interrupted and say so."""
     recovered = getattr(window.store, "recovered", [])
+    notes: list[str] = []
     if recovered:
         conversation = window.store.conversation_of_branch(recovered[-1])
         if conversation is not None and (
@@ -74,13 +75,16 @@ def announce_recovered(window: MainWindow) -> None:
         ):
             window.open_conversation(conversation)
         count = len(recovered)
-        window.status.show_message(
-            f"{count} reply{'' if count == 1 else ' replies'} interrupted when Logitscope stopped "
-            "were recovered: Chat → Continue the interrupted reply."
+        notes.append(
+            f"{count} {'reply' if count == 1 else 'replies'} interrupted when Logitscope stopped "
+            f"{'was' if count == 1 else 'were'} recovered: Chat → Continue the interrupted reply."
         )
     if window.store.moved_aside is not None or window.store.opened_instead:
         where = f" The old file is now {window.store.moved_aside}." if window.store.moved_aside else ""
-        window.status.show_message(f"Started with a new database at {window.store.path}.{where}")
+        notes.append(f"Started with a new database at {window.store.path}.{where}")
+    window.recovery_note = " ".join(notes)
+    if notes:
+        window.status.show_message(window.recovery_note, 30000)
 
 
 def interrupted_message(window: MainWindow):
