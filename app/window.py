@@ -207,6 +207,7 @@ class MainWindow(QMainWindow):
         remote = is_remote(info)
         self.inspector.remote_info = info if remote else None
         self.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
+        self.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
         if remote:
             # A server is not remembered as "the model" (a restart loads the local one).
             self.status.model_label.setText(status_text(info))
