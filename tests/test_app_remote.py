@@ -243,3 +243,22 @@ def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_f
     send(qtbot, window, "hello", SamplingParams(max_tokens=4))
     assert not window.last_error and replies(window)[-1].steps
     close_window(window)
+
+
+def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile, tiny_folder, standin_process):  # noqa: F811
+    url, _ = standin_process
+    window = open_window(qtbot, profile, str(tiny_folder))
+    connect(qtbot, window, url, model="bad")
+    send(qtbot, window, "hi", SamplingParams(max_tokens=4, top_logprobs=2))
+    assert "The server failed" in window.last_error and "top_logprobs must be at most 20" in window.last_error
+    window.error_box.close()
+    window.last_error = ""
+    connect(qtbot, window, url, model="nolog")
+    send(qtbot, window, "hi again", SamplingParams(max_tokens=4, top_logprobs=2))
+    assert "The server failed" in window.last_error and "logprobs" in window.last_error
+    window.error_box.close()
+    window.last_error = ""
+    connect(qtbot, window, url, model="ok")  # and the app goes on
+    send(qtbot, window, "once more", SamplingParams(max_tokens=4, top_logprobs=2))
+    assert not window.last_error and len(replies(window)[-1].steps) == 4
+    close_window(window)
