@@ -247,6 +247,9 @@ class Store:
                         self.db.execute(
                             "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (steps_json, branch)
                         )
+                elif steps and (unwritten := self._unwritten_branch(message_id, created)) is not None:
+                    # Saved as a branch just before the end, its steps not written yet.
+                    self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, unwritten))
                 elif steps:
                     text = "".join(json.loads(step)["text"] for step in steps)
                     cur = self.db.execute(
@@ -258,6 +261,13 @@ class Store:
                     recovered.append(cur.lastrowid)
                 self.db.execute("DELETE FROM live_replies WHERE id = ?", (live_id,))
         return recovered
+
+    def _unwritten_branch(self, message_id: int, since: float) -> int | None:
+        row = self.db.execute(
+            "SELECT id FROM branches WHERE message_id = ? AND steps = '[]' AND created_at >= ? ORDER BY id LIMIT 1",
+            (message_id, since),
+        ).fetchone()
+        return row[0] if row else None
 
     def conversation_of_branch(self, branch_id: int) -> int | None:
         row = self.db.execute(

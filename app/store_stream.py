@@ -6,8 +6,9 @@ The GUI thread only queues work (:meth:`StreamJournal.token`, :meth:`saved`,
 :meth:`dropped`: cheap, no serialization); one writer thread with its own connection
 serializes the steps and writes them in WAL transactions at most ``interval`` seconds
 apart (sooner once ``batch`` steps are waiting). Rows go to ``live_replies`` /
-``live_steps`` (schema 4, :mod:`app.store`); once a reply is saved as a branch and its
-steps are in the branch row, its journal rows are deleted. At the next start
+``live_steps`` (schema 4, :mod:`app.store`); once a reply is saved as a branch, the
+writer gives the branch row its steps (unless the GUI's own write was first) and deletes
+the journal rows in the same transaction. At the next start
 :meth:`app.store.Store.recover_interrupted` turns whatever is left into branches marked
 "interrupted".
 
@@ -242,7 +243,14 @@ class StreamJournal:
                     [(row, index, text) for index, text in live.pending],
                 )
             if live.branch_due:
-                db.execute("UPDATE live_replies SET branch = ? WHERE id = ?", (live.branch, row))
+                # The branch gets its steps here (unless the GUI's own write came first), so a
+                # failing write is retried with the rest; then the journal rows are done.
+                steps = [r[0] for r in db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (row,))]
+                db.execute(
+                    "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'",
+                    ("[" + ", ".join(steps) + "]", live.branch),
+                )
+                db.execute("DELETE FROM live_replies WHERE id = ?", (row,))
         # Replies saved as branches whose steps are written: their journal rows are done.
         db.execute(
             "DELETE FROM live_replies WHERE branch IS NOT NULL AND "

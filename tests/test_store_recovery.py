@@ -163,14 +163,26 @@ def test_saved_and_dropped_replies_leave_no_journal_rows(store):
     journal.saved(1, branch.id)
     journal.dropped(2)
     assert journal.flush()
-    assert journal_rows(store.path) == (1, 5)  # the branch has no steps yet: kept for recovery
-    # A crash now would give the branch its steps from the journal, not a second branch.
+    assert journal_rows(store.path) == (0, 0)
+    # The journal wrote the branch's steps (the GUI's own write may come later, the same).
+    assert [s.token_id for s in store.branches(message.id)[0].steps] == [s.token_id for s in steps]
+    journal.close()
+
+
+def test_a_reply_saved_just_before_a_crash_gets_its_steps_not_a_second_branch(store):
+    conversation, message = new_turn(store)
+    params = SamplingParams()
+    journal = StreamJournal(store.path)
+    steps = [make_step(i, params) for i in range(6)]
+    journal.token(1, message.id, "tiny", params, steps)
+    assert journal.flush()
+    store.add_branch(message.id, steps, "text", "stop", "tiny", params, "[]")  # then the app dies
     other = Store(store.path)
     assert other.recover_interrupted() == []
-    assert len(other.branches(message.id)[0].steps) == 5
+    (branch,) = other.branches(message.id)
+    assert branch.finish_reason == "stop" and len(branch.steps) == 6
     other.close()
     journal.close()
-    assert journal_rows(store.path) == (0, 0)
 
 
 def test_a_failing_write_keeps_the_steps_and_retries(store):
