@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from app.logging_setup import show_log
 from app.recovery import continue_interrupted
+from app.score_dialog import add_chat_actions, add_file_actions
 
 if TYPE_CHECKING:
     from app.window import MainWindow
@@ -32,6 +33,7 @@ def build_menus(window: MainWindow) -> None:
     window.conversations_menu = file_menu.addMenu("Open conversation")
     window.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window))
     _action(window, file_menu, "Delete this conversation", window.model.delete_conversation)
+    add_file_actions(window, file_menu)  # Score text, Open export, Export (app/score_dialog.py)
     file_menu.addSeparator()
     _action(window, file_menu, "Quit", window.close, QKeySequence.StandardKey.Quit)
 
@@ -46,6 +48,7 @@ def build_menus(window: MainWindow) -> None:
     window.panel.compare.toggled.connect(compare.setChecked)
     compare.setChecked(window.panel.compare_on())
     chat_menu.addAction(compare)
+    add_chat_actions(window, chat_menu)  # Replay under the current settings, branch at its first change
 
     model_menu = bar.addMenu("&Models")
     _action(window, model_menu, "Default model (SmolLM2-135M-Instruct)", lambda: window.load_model("default"))

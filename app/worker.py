@@ -26,8 +26,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.model.jobs import ChatJob, ForkJob
+from app.model.scored import ReplayJob, ScoreJob
 from engine.errors import EngineError, ModelLoadError
-from engine.events import Divergence, Finished, PrefillProgress, TokenStep
+from engine.events import Divergence, Finished, PrefillProgress, ScoreDone, TokenStep
 from engine.params import SamplingParams, SamplingParamsError
 
 __all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
@@ -57,6 +58,7 @@ class EngineWorker(QObject):
     job_finished = Signal(int, object)  # tag, Finished
     divergence_measured = Signal(int, object)  # group tag, Divergence (pairs as tags)
     memory_measured = Signal(int)
+    score_finished = Signal(int, object)  # tag, ScoreDone (a ScoreJob or ReplayJob that ran to its end)
     errored = Signal(object)  # exception
     shut_down = Signal()
 
@@ -69,6 +71,9 @@ class EngineWorker(QObject):
         # A fork's group id (its first request id) -> its group tag and its members' tags.
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
+        self._scores: dict[int, Any] = {}  # tag -> a ScoreJob's or ReplayJob's event generator
+        self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
+        self._score_timer: QTimer | None = None
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
@@ -145,6 +150,9 @@ class EngineWorker(QObject):
     @Slot(object)
     def submit(self, job: ChatJob | ForkJob) -> None:
         session = self._ensure_session()
+        if isinstance(job, (ScoreJob, ReplayJob)):
+            self._submit_score(session, job)
+            return
         tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
         try:
             started = self._start(session, job)
@@ -178,6 +186,9 @@ class EngineWorker(QObject):
     @Slot(int)
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
+        if tag in self._scores:
+            self._end_score(tag, "cancelled")
+            return
         for request_id, t in list(self._tags.items()):
             if t == tag:
                 # It may have finished in the step that ran while this call was queued.
@@ -200,6 +211,8 @@ class EngineWorker(QObject):
         """Stop everything and release MLX's per-thread state; call before the thread quits."""
         if self._timer is not None:
             self._timer.stop()
+        for tag in list(self._scores):
+            self._scores.pop(tag).close()
         if self._session is not None:
             try:
                 self._session.cancel_all()
@@ -266,6 +279,65 @@ class EngineWorker(QObject):
         group, members = found
         pairs = tuple((members[a], members[b]) for a, b in event.pairs)
         self.divergence_measured.emit(group, dataclasses.replace(event, pairs=pairs))
+
+    # Scoring (ScoreJob, ReplayJob): one chunk of the teacher-forced pass per event --------------
+
+    def _submit_score(self, session, job) -> None:
+        try:
+            if isinstance(job, ScoreJob):
+                events = session.score_text(job.text, job.params, job.prompt, request_id=job.tag)
+            else:
+                events = session.replay(job.messages, job.output, job.params, request_id=job.tag)
+            events = iter(events)
+        except Exception as exc:
+            self.job_rejected.emit(job.tag, exc)
+            return
+        self._scores[job.tag] = events
+        self._scored[job.tag] = []
+        self.job_started.emit(job.tag, job.tag, 0)
+        if self._score_timer is None:
+            self._score_timer = QTimer(self)
+            self._score_timer.setSingleShot(True)
+            self._score_timer.setInterval(0)
+            self._score_timer.timeout.connect(self._score_step)
+        self._score_timer.start()
+
+    @Slot()
+    def _score_step(self) -> None:
+        """Run each scoring job up to its next chunk, so a cancel queued meanwhile applies."""
+        for tag in list(self._scores):
+            events = self._scores.get(tag)
+            try:
+                for event in events:
+                    if isinstance(event, TokenStep):
+                        self._scored[tag].append(event.text)
+                        self.token_sampled.emit(tag, event)
+                    elif isinstance(event, PrefillProgress):
+                        self.prefill_progressed.emit(tag, event.done, event.total)
+                        break
+                    elif isinstance(event, ScoreDone):
+                        self.score_finished.emit(tag, event)
+                        self._end_score(tag, "scored", event)
+                        break
+                else:
+                    self._end_score(tag, "scored")
+            except Exception as exc:
+                failure = GenerationFailed(f"scoring failed: {type(exc).__name__}: {exc}")
+                failure.__cause__ = exc
+                self.errored.emit(failure)
+                self._end_score(tag, "error", error=str(exc))
+        if self._scores and self._score_timer is not None:
+            self._score_timer.start()
+
+    def _end_score(self, tag: int, reason: str, done: ScoreDone | None = None, error: str | None = None) -> None:
+        events = self._scores.pop(tag, None)
+        if events is None:
+            return
+        events.close()
+        texts = self._scored.pop(tag, [])
+        rate = done.tokens_per_second if done is not None else 0.0
+        finished = Finished(tag, reason, 0, 0, len(texts), rate, 0.0, "".join(texts), error=error)
+        self.job_finished.emit(tag, finished)
 
 
 class WorkerThread:

@@ -1,0 +1,91 @@
+"""Scored texts and replays in the model layer (Qt-free).
+
+File → Score text… adds a turn to a new conversation whose "reply" is the given text, scored
+teacher-forced: the worker runs a :class:`ScoreJob` and reports its TokenSteps (``forced``,
+with ``rank``) under the reply's tag exactly as it reports a generated reply, so the chat
+view colours it, the inspector and the timeline show every token, and it is saved as a
+branch (finish reason ``"scored"``) that exports like any other. A :class:`ReplayJob`
+re-scores a saved reply under other settings; its steps go to a :class:`ReplayRun`, not
+to the conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.model.jobs import Messages
+from app.model.streams import Reply
+from engine.events import ScoreDone, TokenStep
+from engine.params import SamplingParams
+
+SCORED = "scored"
+"""The finish reason of a scored text's branch."""
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """Score ``text``; with ``prompt`` it is the assistant's reply to those messages."""
+
+    tag: int
+    text: str
+    params: SamplingParams
+    prompt: Messages | None = None
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """A saved reply (``output`` after ``messages``) through the chain under ``params``."""
+
+    tag: int
+    messages: Messages
+    output: tuple[int, ...]
+    params: SamplingParams
+
+
+@dataclass
+class ReplayRun:
+    tag: int
+    stream: tuple
+    params: SamplingParams
+    steps: list[TokenStep] = field(default_factory=list)
+    done: ScoreDone | None = None
+
+
+def start_score(model, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:
+    """A new conversation whose first turn's reply is ``text``, scored; None when it cannot."""
+    text = text.strip("\n")
+    if not text.strip():
+        model.events.status("There is no text to score.")
+        return None
+    if model.busy():
+        model.events.status("A reply is still being written: stop it first (Esc).")
+        return None
+    model.new_chat()
+    first_line = text.strip().splitlines()[0][:50]
+    label = prompt if prompt else f"Scored text: {first_line}"
+    message = model._add_turn(label)
+    if message is None:
+        return None
+    reply = Reply(model._new_id(), message.id, params)
+    model.replies[reply.id] = reply
+    model._follow(reply.key)
+    model._refresh()
+    model.events.busy_changed(True)
+    messages = None
+    if prompt:
+        system = model.system_prompt.strip()
+        messages = tuple(
+            ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        )
+    model.events.job_submitted(ScoreJob(reply.id, text, params, messages))
+    model.events.status("Scoring the text…")
+    return reply
+
+
+def replay_job(model, stream, params: SamplingParams, tag: int) -> ReplayJob | None:
+    """The job that replays the saved reply ``stream`` under ``params``."""
+    message = model.message_of(stream) if stream is not None else None
+    steps = model.steps_of(stream)
+    if message is None or message.role != "assistant" or not steps:
+        return None
+    return ReplayJob(tag, model.context_for(message), tuple(s.token_id for s in steps), params)
