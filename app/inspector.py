@@ -166,7 +166,12 @@ class InspectorWidget(QWidget):
 
     def _pick_row(self, row: int) -> None:
         if 0 <= row < len(self.candidates):
-            self.token_picked.emit(self.candidates[row].token_id)
+            self._emit_pick(self.candidates[row])
+
+    def _emit_pick(self, cand: Candidate) -> None:
+        # A server may send no token ids (-1): the window reads the text from here.
+        self.last_pick = cand
+        self.token_picked.emit(cand.token_id)
 
     def _on_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
         index: QModelIndex = view.indexAt(pos)
@@ -175,7 +180,7 @@ class InspectorWidget(QWidget):
         cand = self.candidates[index.row()]
         menu = QMenu(self)
         pick = QAction(f"Continue with “{visible(cand.text)}”", menu)
-        pick.triggered.connect(lambda: self.token_picked.emit(cand.token_id))
+        pick.triggered.connect(lambda: self._emit_pick(cand))
         ban = QAction(f"Ban “{visible(cand.text)}” (logit bias −100)", menu)
         ban.triggered.connect(lambda: self.token_banned.emit(cand.token_id))
         menu.addAction(pick)

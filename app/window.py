@@ -257,7 +257,9 @@ class MainWindow(QMainWindow):
         run = self.model.run_of(self.model.selection[0])
         column = run.column_of(self.model.selection[0]) if run is not None else None
         params = run.columns[column].params if column is not None else self.controls.current
-        self.model.pick_token(token_id, params)
+        picked = getattr(self.inspector, "last_pick", None)
+        text = picked.text if picked is not None and picked.token_id == token_id else None
+        self.model.pick_token(token_id, params, forced_text=text)
 
     def compare_from_here(self, ref: TokenRef) -> None:
         """Each compare setting redraws token ``ref`` and continues from it."""

@@ -260,5 +260,15 @@ def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile
     window.last_error = ""
     connect(qtbot, window, url, model="ok")  # and the app goes on
     send(qtbot, window, "once more", SamplingParams(max_tokens=4, top_logprobs=2))
-    assert not window.last_error and len(replies(window)[-1].steps) == 4
+    entry = replies(window)[-1]
+    assert not window.last_error and len(entry.steps) == 4
+    assert all(s.token_id == -1 for s in entry.steps)  # vLLM sends no token ids
+    # A branch where the server sends no ids: the picked candidate's text is sent.
+    window.select_token((entry.stream, 1))
+    window._redraw_if_dirty()
+    row = next(i for i, c in enumerate(window.inspector.candidates) if c.text == " x")
+    window.inspector._pick_row(row)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    branch = window.thread_messages[-1].branches[-1]
+    assert [s.text for s in branch.steps[:2]] == [" t0", " x"] and branch.steps[1].forced
     close_window(window)

@@ -65,7 +65,7 @@ class GenerationMixin:
             self._start_run(message, variants)
         return True
 
-    def pick_token(self: ChatModel, token_id: int, params: SamplingParams) -> bool:
+    def pick_token(self: ChatModel, token_id: int, params: SamplingParams, forced_text: str | None = None) -> bool:
         """Continue the selected token's reply from that token, with ``token_id`` instead."""
         message = self._message_for_continuation(self.selection)
         if message is None:
@@ -77,7 +77,9 @@ class GenerationMixin:
         steps = self.steps_of(stream)
         prefix = steps[:index]
         top = steps[index].top if index < len(steps) else ()
-        picked = next((c.text for c in top if c.token_id == token_id), None)
+        picked = forced_text  # the candidate's text (a server may send no ids)
+        if picked is None:
+            picked = next((c.text for c in top if c.token_id == token_id), None)
         self._start_reply(message, params, prefix, forced=token_id, forced_text=picked)
         self.events.status("Continuing from the picked token; the earlier reply is kept as a branch.")
         return True
