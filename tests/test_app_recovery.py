@@ -275,3 +275,47 @@ def test_a_database_that_cannot_be_opened_asks_and_starts_fresh(qtbot, tmp_path,
     assert "new database" in window.recovery_note
     qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
     window.close()
+
+
+def test_failing_writes_while_a_reply_streams_are_kept_and_retried(qtbot, tmp_path, tiny_folder):
+    """The file becomes unwritable mid-reply (injected: root can write read-only files):
+    the status bar says so, the reply goes on, and every token is saved once writes work."""
+    from app.window import MainWindow
+
+    db = tmp_path / "db.sqlite3"
+    window = MainWindow(
+        db_path=db, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), model=str(tiny_folder)
+    )
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
+    messages = []
+    shown = window.status.show_message
+    window.status.show_message = lambda text, ms=4000: (messages.append(text), shown(text, ms))
+    journal = window.journal
+    journal.retry = 0.2
+    real = journal._write_once
+    failing = {"on": True}
+
+    def write(conn):
+        if failing["on"]:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return real(conn)
+
+    journal._write_once = write
+    window.controls.set_params(SamplingParams(max_tokens=80, seed=2, logit_bias={EOS: -100.0}))
+    window.composer.setPlainText("hello")
+    window.send()
+    qtbot.waitUntil(lambda: any("Could not save" in m for m in messages), timeout=TIMEOUT)
+    assert "readonly" in window.save_error
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    failing["on"] = False
+    qtbot.waitUntil(lambda: any("works again" in m for m in messages), timeout=TIMEOUT)
+    assert journal.flush()
+    message_id = window.model.last_assistant().id
+    qtbot.waitUntil(lambda: len(window.store.branches(message_id)[0].steps) == 80, timeout=TIMEOUT)
+    assert window.save_error == ""
+    window.close()
+    conn = sqlite3.connect(str(db))
+    assert conn.execute("SELECT COUNT(*) FROM live_replies").fetchone()[0] == 0
+    conn.close()
