@@ -48,6 +48,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated preset names: answer with each side by side, over --params (screenshot mode)",
     )
     parser.add_argument("--select-column", type=int, default=0, help="the compare column of --select-token")
+    parser.add_argument(
+        "--compare-from",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --compare: answer with --params first, then compare the presets from token N of that reply",
+    )
     parser.add_argument("--size", default="1500x900", help="window size for the screenshot, WIDTHxHEIGHT")
     parser.add_argument(
         "--send",
@@ -154,9 +161,12 @@ def screenshot(app, args: argparse.Namespace) -> int:
     if args.compare:
         names = [n.strip() for n in args.compare.split(",") if n.strip()]
         presets = window.controls._all_presets()
-        for controls, name in zip(window.panel.variant_controls, names, strict=False):
-            controls.set_params(apply_preset(base, presets[name]))
-        window.panel.set_compare(True, len(names))
+        variants = [apply_preset(base, presets[name]) for name in names]
+        for controls, params in zip(window.panel.variant_controls[1:], variants[1:], strict=False):
+            controls.set_params(params)
+        if args.compare_from is None:
+            window.controls.set_params(variants[0])
+        window.panel.set_compare(args.compare_from is None, len(names))
     if args.show_stage:
         window.controls.chain.select_stage(args.show_stage)
     width, height = (int(v) for v in args.size.lower().split("x"))
@@ -185,6 +195,11 @@ def screenshot(app, args: argparse.Namespace) -> int:
     window.composer.setPlainText(args.prompt)
     window.send()
     wait(lambda: not window.busy())
+    if args.compare and args.compare_from is not None:  # the reply above used --params as given
+        window.controls.set_params(variants[0])
+        window.panel.set_compare(True, len(names))
+        window.compare_from_here((window.model.selection[0], args.compare_from))
+        wait(lambda: not window.busy())
     window._redraw_if_dirty()
     run = window.model.shown_run()
     stream = run.columns[args.select_column].stream if run is not None else None

@@ -34,6 +34,7 @@ from PySide6.QtGui import (
 from app.chat_sections import (
     Block,
     block,
+    char,
     column_block,
     column_cell_format,
     columns_format,
@@ -206,6 +207,9 @@ class ChatDocument:
             body = self._new_body(entry.stream, entry.steps, 0)
             body.anchor, body.tail = anchor, tail
             section.bodies.append(body)
+            if not entry.steps and entry.text and not entry.streaming:
+                # Saved without its steps (the app stopped before they were written): the text.
+                cursor.insertText(entry.text, char(self.colors))
             self._append_body(body)
         elif entry.role == "compare":
             self._append_table(cursor, section)

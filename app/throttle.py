@@ -12,6 +12,7 @@ so their costs never add up between two ticks.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -21,8 +22,10 @@ REDRAW_MS = 33
 
 
 class RedrawClock(QObject):
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, now: Callable[[], float] = time.monotonic) -> None:
+        """``now``: seconds, for the intervals (tests pass a fixed clock to count redraws)."""
         super().__init__(parent)
+        self.now = now
         self.throttlers: list[Throttler] = []
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)
@@ -62,7 +65,7 @@ class Throttler:
         self.fast = interval_ms <= REDRAW_MS
         self.pending = False
         self.runs = 0
-        self.last = -1.0
+        self.last = -math.inf
 
     def request(self, urgent: bool = False) -> None:
         """Redraw now if the last run is older than the interval (or ``urgent``: a click),
@@ -77,7 +80,7 @@ class Throttler:
 
     def due(self) -> bool:
         # A tick comes a little early or late: "due" allows for a quarter of a tick.
-        return time.monotonic() - self.last >= self.interval - REDRAW_MS / 4000
+        return self._clock.now() - self.last >= self.interval - REDRAW_MS / 4000
 
     def flush(self) -> None:
         if self.pending:
@@ -86,7 +89,7 @@ class Throttler:
     def _run(self) -> None:
         self.pending = False
         self.runs += 1
-        self.last = time.monotonic()
+        self.last = self._clock.now()
         self._fn()
 
 

@@ -222,6 +222,8 @@ class TimelineWidget(QWidget):
             item.opts["antialias"] = on
             item.curve.opts["antialias"] = on
             item.curve.update()
+        if on and not self.run_mode:
+            self._set_x_range(self.series.x)  # and fitted to the finished reply
 
     # One reply -------------------------------------------------------------------------------
 
@@ -293,8 +295,12 @@ class TimelineWidget(QWidget):
             return
         low, high = float(np.nanmin(x)), float(np.nanmax(x))
         current = self._x_range
-        if current is None or current[0] != low or not high <= current[1] <= high + 2 * X_ROOM + (high - low) / 2:
-            self._x_range = (low, high + X_ROOM + (high - low) // 5)
+        if not self._antialias:  # streaming: room to grow into
+            if current is None or current[0] != low or not high <= current[1] <= high + 2 * X_ROOM + (high - low) / 2:
+                self._x_range = (low, high + X_ROOM + (high - low) // 5)
+        else:  # done: fit
+            self._x_range = (low, high)
+        if self._x_range != current:
             self.prob_plot.setXRange(low - 0.5, self._x_range[1] + 0.5, padding=0)
 
     def _place_selection(self, steps: list[TokenStep], selected: int | None) -> None:

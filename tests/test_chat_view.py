@@ -12,6 +12,7 @@ from app.chat_view import ChatView  # noqa: E402
 from app.model.chat import ChatModel  # noqa: E402
 from app.model.streams import branch_key  # noqa: E402
 from app.store import Store  # noqa: E402
+from app.throttle import RedrawClock  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_model import GREEDY, VARIANTS, finished, step  # noqa: E402
 
@@ -55,7 +56,8 @@ def stream_a_reply(qtbot, tmp_path, history: int, monkeypatch) -> tuple[dict, di
     monkeypatch.setattr(view, "setHtml", lambda html: rendered.append(html))
     view.resize(700, 500)
     view.show()
-    view.bind(model)
+    # A clock that never moves: redraws run only when flushed below, as many at any length.
+    view.bind(model, RedrawClock(view, now=lambda: 0.0))
     opened = counts(view)
     jobs = []
     model.events.job_submitted.connect(jobs.append)
@@ -124,4 +126,20 @@ def test_compare_columns_stream_into_one_table_and_are_kept_in_place(qtbot, tmp_
     ref = (model.entries[-1].columns[2].stream, 4)
     point = view.point_of(ref)
     assert view.ref_at(point) == ref and view.step_at(point).token_id == 7
+    store.close()
+
+
+def test_a_reply_saved_without_its_steps_shows_its_text(qtbot, tmp_path):
+    """The app stopped between writing a reply's row and its steps: the text still shows."""
+    store = Store(tmp_path / "db.sqlite3")
+    conv = store.new_conversation("", "t")
+    user = store.add_user_message(conv.id, "hi", None)
+    reply = store.add_assistant_message(conv.id, user.id)
+    store.add_branch(reply.id, [], "Paris, of course.", "stop", "m", SamplingParams(), "[]")
+    model = ChatModel(store)
+    model.open_conversation(conv.id)
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.bind(model)
+    assert "Paris, of course." in view.toPlainText()
     store.close()
