@@ -1,0 +1,81 @@
+"""``python -m app.score_shot --out PATH``: the README's screenshot of a scored text.
+
+Runs the app offscreen in a throwaway profile with the default model, scores ``--text``
+(File → Score text…), selects token ``--select-token`` and saves the window (1500×900).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PARAGRAPH = (
+    "The Eiffel Tower was built for the 1889 World's Fair in Paris. At first many artists "
+    "called it an eyesore, but it soon became the symbol of the city, and today millions "
+    "of visitors climb its iron stairs every year."
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m app.score_shot")
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="default")
+    p.add_argument("--text", default=PARAGRAPH)
+    p.add_argument("--select-token", type=int, default=None, help="default: the least likely token")
+    p.add_argument("--size", default="1500x900")
+    p.add_argument("--timeout", type=float, default=600.0)
+    args = p.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from app.score_dialog import controller
+    from app.window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    scratch = Path(tempfile.mkdtemp(prefix="logitscope-score-shot-"))
+    settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.model)
+    window.set_theme("light")
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    window.resize(width, height)
+    window.show()
+    deadline = time.monotonic() + args.timeout
+
+    def wait(condition) -> bool:
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            app.processEvents()
+            time.sleep(0.01)
+        return True
+
+    if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
+        print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
+        return 1
+    scoring = controller(window)
+    scoring.score_text(args.text)
+    wait(lambda: not window.busy())
+    window._redraw_if_dirty()
+    message = window.model.last_assistant()
+    steps = message.branch.steps
+    index = args.select_token
+    if index is None:
+        index = min(range(len(steps)), key=lambda i: steps[i].logprob_at("raw"))
+    window.select_token((("branch", message.branch.id), min(index, len(steps) - 1)))
+    for _ in range(5):
+        window._redraw_if_dirty()
+        app.processEvents()
+        time.sleep(0.05)
+    ok = window.grab().save(args.out)
+    print(scoring.perplexity_label.text())
+    window.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
