@@ -15,7 +15,6 @@ and redraws on the window's clock; per-token values are kept in ``StreamSeries``
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,9 +25,9 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from app.textfmt import prob
 from app.theme import LIGHT, Colors, variant_color
 from app.throttle import RedrawClock, own_clock
-from app.timeline_series import LAST_STAGE, StreamSeries
+from app.timeline_series import LAST_STAGE, StreamSeries, change_label, nearest
 from engine.events import TokenStep
-from engine.params import STAGE_NAMES, SamplingParams
+from engine.params import STAGE_NAMES
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
@@ -42,16 +41,6 @@ MAX_DOTS = 1000
 """A reply longer than this is drawn as curves without a dot per token."""
 MAX_RUN_DOTS = 300
 """Likewise for the columns of a compare run (redrawn whole: each has its own curve)."""
-
-
-def params_diff(before: SamplingParams, after: SamplingParams) -> list[str]:
-    """The names of the fields that differ (``samplers`` for a change of order)."""
-    return [f.name for f in fields(SamplingParams) if getattr(before, f.name) != getattr(after, f.name)]
-
-
-def change_label(before: SamplingParams, after: SamplingParams) -> str:
-    names = params_diff(before, after)
-    return ", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "")
 
 
 class TimelineWidget(QWidget):
@@ -392,11 +381,3 @@ class TimelineWidget(QWidget):
                 best = (distance, column, index)
         if best is not None:
             self.column_token_selected.emit(best[1], best[2])
-
-
-def nearest(steps: list[TokenStep], x: float) -> int | None:
-    """The position in ``steps`` of the token whose index is nearest ``x``."""
-    if not steps:
-        return None
-    first = steps[0].index
-    return max(0, min(len(steps) - 1, round(x) - first))

@@ -3,17 +3,20 @@
 A redraw while a reply streams converts only the tokens that arrived since the last
 one (STYLE: events into buffers, ``setData`` on preallocated arrays), so its Python cost
 does not grow with the reply. A different list of steps (another reply, a branch)
-starts the series again.
+starts the series again. Also the labels of parameter changes, and the token nearest a
+click.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import numpy as np
 
 from app.textfmt import prob
 from engine.events import TokenStep
+from engine.params import SamplingParams
 
 LAST_STAGE = "last stage"
 """The stage selector's default: each token's own last stage."""
@@ -84,3 +87,21 @@ def _grown(array: np.ndarray, size: int) -> np.ndarray:
     bigger = np.empty(max(size, 2 * len(array)), dtype=array.dtype)
     bigger[: len(array)] = array
     return bigger
+
+
+def params_diff(before: SamplingParams, after: SamplingParams) -> list[str]:
+    """The names of the fields that differ (``samplers`` for a change of order)."""
+    return [f.name for f in fields(SamplingParams) if getattr(before, f.name) != getattr(after, f.name)]
+
+
+def change_label(before: SamplingParams, after: SamplingParams) -> str:
+    names = params_diff(before, after)
+    return ", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "")
+
+
+def nearest(steps: list[TokenStep], x: float) -> int | None:
+    """The position in ``steps`` of the token whose index is nearest ``x``."""
+    if not steps:
+        return None
+    first = steps[0].index
+    return max(0, min(len(steps) - 1, round(x) - first))
