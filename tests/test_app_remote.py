@@ -272,3 +272,42 @@ def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile
     branch = window.thread_messages[-1].branches[-1]
     assert [s.text for s in branch.steps[:2]] == [" t0", " x"] and branch.steps[1].forced
     close_window(window)
+
+
+def test_the_api_key_comes_from_the_environment_and_is_never_saved(
+    qtbot,
+    profile,  # noqa: F811
+    tiny_folder,
+    standin_process,
+    monkeypatch,
+):
+    from app import keys
+
+    url, _ = standin_process
+    secret = "sk-never-saved-0123456789"
+    monkeypatch.setenv("LOGITSCOPE_TEST_KEY", secret)
+    assert keys.read_key(keys.KeySource(keys.ENV, "LOGITSCOPE_TEST_KEY")) == secret
+    with pytest.raises(keys.KeyError_, match="not set"):
+        keys.read_key(keys.KeySource(keys.ENV, "LOGITSCOPE_UNSET_KEY"))
+    window = open_window(qtbot, profile, str(tiny_folder))
+    dialog = window.open_connect_dialog()
+    ok, _ = keys.keychain_status()
+    if not ok:  # no keychain backend here: the choice is greyed out and the dialog says so
+        assert not dialog.key_kind.model().item(2).isEnabled()
+        assert "environment variable" in dialog.keychain_note
+    dialog.url.setText(url)
+    dialog.key_kind.setCurrentIndex(dialog.key_kind.findData(keys.ENV))
+    dialog.env_name.setText("LOGITSCOPE_TEST_KEY")
+    spec = dialog.spec()
+    assert spec.api_key == secret and secret not in repr(spec)
+    dialog.model.setCurrentText("ok")
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.model_info.backend == "remote", timeout=TIMEOUT)
+    send(qtbot, window, "hi", SamplingParams(max_tokens=3, top_logprobs=2))
+    assert not window.last_error
+    close_window(window)
+    db, settings = profile
+    settings.sync()
+    assert settings.value("remote/key_env") == "LOGITSCOPE_TEST_KEY"
+    for path in (Path(settings.fileName()), *Path(db).parent.glob("db.sqlite3*")):
+        assert secret.encode() not in path.read_bytes(), path
