@@ -23,7 +23,6 @@ FIGURES = [
     "live_change",
     "prefix_reuse",
     "overhead",
-    "gui",
     "memory",
     "chain_cost",
     "dry_cost",
@@ -70,7 +69,6 @@ def run_figures(only: list[str]) -> dict:
         "live_change": lambda: sampling_cost.live_change(default),
         "prefix_reuse": lambda: reuse.prefix_reuse(default),
         "overhead": lambda: sampling_cost.overhead(default),
-        "gui": lambda: __import__("bench.gui_stall", fromlist=["measure"]).measure("default", 48),
         "memory": lambda: memory.memory(synth()),
         "chain_cost": lambda: chain_cost.chain_cost(default),
         "dry_cost": lambda: chain_cost.dry_cost(synth()),
@@ -127,12 +125,6 @@ def table(r: dict) -> str:
                 f"6 outside the forward pass, batch {size} | {row['step_ms']} ms step, {row['forward_ms']} ms "
                 f"forward | | {row['outside_forward_share']}"
             )
-    if "gui" in r:
-        g = r["gui"]
-        lines.append(
-            f"7 GUI timer gap max / p99 | {g['timer_gap_max_ms']} / {g['timer_gap_p99_ms']} ms | | "
-            f"{g['gui_ms_per_token']} ms GUI per token"
-        )
     if "memory" in r:
         m = r["memory"]
         lines.append(
