@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.db_open import StoreUnavailable
     from app.logging_setup import install
 
-    install(args.model)
+    from PySide6.QtCore import QSettings
+
+    install(args.model or str(QSettings("Logitscope", "Logitscope").value("model", "default")))
     try:
         window = MainWindow(model=args.model)
     except StoreUnavailable as exc:
