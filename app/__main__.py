@@ -92,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_selftest(app, args.model or "default", args.timeout)
     if args.screenshot:
         return screenshot(app, args)
+    from PySide6.QtCore import QSettings
+
     from app.db_open import StoreUnavailable
     from app.logging_setup import install
-
-    from PySide6.QtCore import QSettings
 
     install(args.model or str(QSettings("Logitscope", "Logitscope").value("model", "default")))
     try:
