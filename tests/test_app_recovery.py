@@ -103,6 +103,8 @@ def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp
             app.kill()
             app.wait(10)
     at_kill = count_steps(db)
+    header = (home / "logs" / "logitscope.log").read_text().splitlines()[0]
+    assert header.startswith("==== Logitscope") and str(long_tiny) in header  # the saved model
     assert at_kill > saved_before >= 30  # it went on writing in the last second
 
     check = sqlite3.connect(str(db))
