@@ -284,6 +284,8 @@ class EngineWorker(QObject):
 
     def _submit_score(self, session, job) -> None:
         try:
+            if not hasattr(session, "score_text"):
+                raise EngineError("scoring and replay need a local model: a server reports only what it sampled.")
             if isinstance(job, ScoreJob):
                 events = session.score_text(job.text, job.params, job.prompt, request_id=job.tag)
             else:
