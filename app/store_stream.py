@@ -225,6 +225,11 @@ class StreamJournal:
         rows: dict[int, int] = {}  # the rows this transaction creates, assigned after commit
         db.execute("BEGIN IMMEDIATE")
         for reply_id, live in self._live.items():
+            if (
+                not live.dropped
+                and db.execute("SELECT 1 FROM messages WHERE id = ?", (live.message_id,)).fetchone() is None
+            ):
+                live.dropped = True  # its conversation was deleted (the journal rows went with it)
             row = live.row
             if row is None:
                 if live.dropped:

@@ -400,3 +400,18 @@ def test_the_journal_json_is_the_branch_format(store):
     db.close()
     assert json.loads(text)["v"] == 2
     journal.close()
+
+
+def test_a_reply_whose_conversation_is_deleted_mid_stream_is_let_go(store):
+    conversation, message = new_turn(store)
+    params = SamplingParams()
+    errors = []
+    journal = StreamJournal(store.path, on_error=errors.append)
+    steps = [make_step(i, params) for i in range(3)]
+    journal.token(1, message.id, "tiny", params, steps)
+    assert journal.flush()
+    store.delete_conversation(conversation.id)
+    steps.append(make_step(3, params))
+    journal.token(1, message.id, "tiny", params, steps)
+    assert journal.flush() and errors == [] and journal_rows(store.path) == (0, 0)
+    journal.close()
