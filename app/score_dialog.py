@@ -99,6 +99,22 @@ class ScoreController(QObject):
         for item in (self.overlay_prob, self.overlay_removed, self.overlay_differs):
             window.timeline.prob_plot.addItem(item)
         window.model.events.selection_changed.connect(self._on_selection)
+        # A scored text's surprisal (bits, -log2 p under raw), in a third row of the timeline,
+        # shown while a scored text is selected.
+        timeline = window.timeline
+        self.surprisal_plot = timeline.view.addPlot(row=2, col=0)
+        self.surprisal_plot.setXLink(timeline.prob_plot)
+        self.surprisal_plot.setLabel("left", "surprisal (bits)")
+        self.surprisal_plot.showGrid(x=False, y=True, alpha=0.2)
+        self.surprisal_curve = self.surprisal_plot.plot([], [], pen=pg.mkPen("#9467bd", width=1.5))
+        self.surprisal_plot.hide()
+        self._surprisal_drawn: tuple | None = None
+        self.score_tags: set[int] = set()
+        events = window.model.events
+        for name in ("selection_changed", "entries_changed", "stream_renamed"):
+            getattr(events, name).connect(lambda *_: self.draw_surprisal())
+        self._surprisal_redraws = window.clock.throttler(self.draw_surprisal, 200)
+        events.tokens_added.connect(lambda *_: self._surprisal_redraws.request())
 
     # Score text ------------------------------------------------------------------------------
 
@@ -109,7 +125,41 @@ class ScoreController(QObject):
         self.clear_replay()
         self.perplexity_label.setText("")
         self.window.color_toggle.setChecked(True)
-        return start_score(self.window.model, text, self.window.controls.current, prompt or None) is not None
+        reply = start_score(self.window.model, text, self.window.controls.current, prompt or None)
+        if reply is None:
+            return False
+        self.score_tags.add(reply.id)
+        self.draw_surprisal()
+        return True
+
+    def scored_steps(self) -> list[TokenStep] | None:
+        """The steps of the selected stream when it is a scored text (being scored or saved)."""
+        model = self.window.model
+        stream = model.selection[0] if model.selection is not None else None
+        if stream is None:
+            return None
+        if stream[0] == "reply":
+            return model.steps_of(stream) if stream[1] in self.score_tags else None
+        message = model.message_of(stream)
+        found = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
+        if found is None or not found.steps or not all(s.forced for s in found.steps):
+            return None
+        return found.steps if found.finish_reason == "scored" or found.steps[0].rank is not None else None
+
+    def draw_surprisal(self) -> None:
+        steps = self.scored_steps()
+        if not steps:
+            self.surprisal_plot.hide()
+            self._surprisal_drawn = None
+            return
+        key = (id(steps), len(steps))
+        if key == self._surprisal_drawn:
+            return
+        self._surprisal_drawn = key
+        x = np.fromiter((s.index for s in steps), float, len(steps))
+        bits = np.fromiter((-s.logprobs[0] / math.log(2) for s in steps), float, len(steps))
+        self.surprisal_curve.setData(x, bits)
+        self.surprisal_plot.show()
 
     @Slot(int, object)
     def _on_score_finished(self, tag: int, done: ScoreDone) -> None:

@@ -26,11 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--text", default=PARAGRAPH)
     p.add_argument("--select-token", type=int, default=None, help="default: the least likely token")
+    p.add_argument("--select-text", default=None, help="select the first token whose text contains this")
+    p.add_argument("--timeline-height", type=int, default=330, help="height of the timeline dock (px)")
     p.add_argument("--size", default="1500x900")
     p.add_argument("--timeout", type=float, default=600.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, Qt
     from PySide6.QtWidgets import QApplication
 
     from app.score_dialog import controller
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
     window.resize(width, height)
     window.show()
+    window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
     deadline = time.monotonic() + args.timeout
 
     def wait(condition) -> bool:
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     message = window.model.last_assistant()
     steps = message.branch.steps
     index = args.select_token
+    if args.select_text is not None:
+        index = next((i for i, s in enumerate(steps) if args.select_text in s.piece), None)
     if index is None:
         index = min(range(len(steps)), key=lambda i: steps[i].logprob_at("raw"))
     window.select_token((("branch", message.branch.id), min(index, len(steps) - 1)))

@@ -45,6 +45,9 @@ def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
     window._redraw_if_dirty()
     assert window.model.selected_step() is steps[5]
     assert window.timeline.series.n == len(steps)
+    x, bits = scoring.surprisal_curve.getData()  # surprisal (bits) under the probability and entropy rows
+    assert scoring.surprisal_plot.isVisible() and len(x) == len(steps)
+    assert bits[5] == pytest.approx(-steps[5].logprob_at("raw") / 0.6931471805599453)
     # export the scored text, open it again
     out = tmp_path / "scored.jsonl"
     assert scoring.export("scored", str(out)) == out
@@ -115,6 +118,7 @@ def test_replay_and_branch(qtbot, profile, tiny_folder):  # noqa: F811
     branch = scored_branch(window)
     window.select_token((("branch", branch.id), 0))
     scoring = controller(window)
+    assert not scoring.surprisal_plot.isVisible()  # only for scored texts
     # its own settings: nothing changes
     assert scoring.replay_selected()
     qtbot.waitUntil(lambda: scoring.result is not None, timeout=TIMEOUT)
