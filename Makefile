@@ -11,7 +11,7 @@ comma := ,
 EXTRAS := dev$(if $(MLX_BACKEND),$(comma)$(MLX_BACKEND))
 STAMP := $(VENV)/.installed-$(or $(MLX_BACKEND),metal)
 
-.PHONY: run test test-fast app lint format install clean backend
+.PHONY: run test test-fast fuzz app lint format install clean backend
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ test: $(STAMP)
 # Everything but the slow tests (real default model) and the bundle build.
 test-fast: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow and not bundle"
+
+# The long stateful fuzzing campaign of the engine (tests/fuzz_campaign.py): 50,000 rule
+# calls or more (FUZZ_RULE_CALLS, FUZZ_EXAMPLES, FUZZ_STEPS, FUZZ_REPLAY), at low priority;
+# prints the rule calls by rule, the distinct rejections and the failures found.
+fuzz: $(STAMP)
+	FUZZ_REPLAY=$${FUZZ_REPLAY:-0.5} nice -n 19 $(BIN)/python -m tests.fuzz_campaign
 
 # dist/Logitscope/ (Linux) or dist/Logitscope.app (macOS); see packaging/README.md.
 app: $(STAMP)

@@ -1,0 +1,250 @@
+"""Failures the engine fuzzer (tests/test_engine_fuzz.py) found, each shrunk to a minimal
+reproducer on the tiny model. ``xfail(strict=True)`` until the engine is fixed: then the
+mark comes off, and the fuzzer draws the same inputs by default again (``KNOWN_BUGS`` in
+tests/test_engine_fuzz.py)."""
+
+import numpy as np
+import pytest
+
+from engine.errors import EngineError
+from engine.events import Finished, TokenStep
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+
+PARAMS = SamplingParams(max_tokens=20)
+PROMPT = [5, 6, 7, 8]
+
+
+def run(scheduler):
+    events = []
+    while scheduler.has_work():
+        events += scheduler.step()
+    return events
+
+
+def finished(events, rid) -> Finished:
+    (done,) = [e for e in events if isinstance(e, Finished) and e.request_id == rid]
+    return done
+
+
+def steps(events, rid) -> list[TokenStep]:
+    return [e for e in events if isinstance(e, TokenStep) and e.request_id == rid]
+
+
+@pytest.fixture
+def running(tiny):
+    """Requests 0 and 1, both with a few tokens."""
+    scheduler = Scheduler(tiny)
+    scheduler.insert(PROMPT, PARAMS)
+    scheduler.insert(PROMPT[:2], PARAMS)
+    for _ in range(4):
+        scheduler.step()
+    assert scheduler.request_ids() == [0, 1]
+    return scheduler
+
+
+# Request ids -------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Scheduler._record_for looks the id up in a dict: an unhashable id raises TypeError",
+)
+@pytest.mark.parametrize(
+    "call",
+    [lambda s: s.branch([0], 0, 1), lambda s: s.fork_from({}, 0, [PARAMS])],
+    ids=["branch([0])", "fork_from({})"],
+)
+def test_an_unhashable_request_id_is_an_engine_error(running, call):
+    with pytest.raises(EngineError):
+        call(running)
+    assert running.request_ids() == [0, 1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Scheduler._find / _record_for compare ids with ==, so True, False, 1.0 and 0.0 name requests 1 and 0",
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.cancel(True),
+        lambda s: s.cancel(1.0),
+        lambda s: s.update_params(False, SamplingParams(max_tokens=1)),
+        lambda s: s.branch(True, 0, 1),
+        lambda s: s.fork_from(0.0, 0, [PARAMS]),
+    ],
+    ids=["cancel(True)", "cancel(1.0)", "update_params(False)", "branch(True)", "fork_from(0.0)"],
+)
+def test_a_request_id_that_is_not_an_integer_is_rejected(running, call):
+    """Tokens and positions refuse bools and floats (EngineError); request ids should too."""
+    before = (running.request_ids(), running.params_of(0), running.params_of(1), running._next_id)
+    with pytest.raises(EngineError):
+        call(running)
+    assert (running.request_ids(), running.params_of(0), running.params_of(1), running._next_id) == before
+
+
+def test_a_numpy_request_id_is_an_id(running):
+    """Still accepted after the fix (prompt tokens accept numpy integers too)."""
+    running.update_params(np.int64(1), SamplingParams(max_tokens=3))
+    assert running.params_of(1).max_tokens == 3
+
+
+# continue_output / fork_output input --------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="continue_output / fork_output call list() on prompt and output without checking them: "
+    "TypeError for None or an int, and a set or dict is taken as its keys",
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.continue_output(None, [5], 6, PARAMS),
+        lambda s: s.continue_output(PROMPT, 7, 6, PARAMS),
+        lambda s: s.fork_output(None, [5], [PARAMS]),
+        lambda s: s.continue_output({5: 1, 6: 2}, [7], 8, PARAMS),
+        lambda s: s.continue_output(PROMPT, {7, 8}, 9, PARAMS),
+        lambda s: s.fork_output(PROMPT, {7: 1}, [PARAMS]),
+    ],
+    ids=["continue(None)", "continue(output=7)", "fork_output(None)", "continue(dict)", "continue(set)", "fork(dict)"],
+)
+def test_continuations_check_prompt_and_output_like_insert(tiny, call):
+    scheduler = Scheduler(tiny)
+    with pytest.raises(EngineError):
+        call(scheduler)
+    assert not scheduler.has_work() and scheduler._next_id == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="check_prompt calls __index__ on anything that has it: a one-element array raises TypeError",
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.insert([5, np.array([3])], PARAMS),
+        lambda s: s.fork([np.array([3, 4])], [PARAMS]),
+        lambda s: s.continue_output([5], [np.array([3])], 6, PARAMS),
+    ],
+    ids=["insert", "fork", "continue_output"],
+)
+def test_a_token_that_is_an_array_is_an_engine_error(tiny, call):
+    scheduler = Scheduler(tiny)
+    with pytest.raises(EngineError):
+        call(scheduler)
+    assert not scheduler.has_work() and scheduler._next_id == 0
+
+
+# Text of continuations ----------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="StopText scans the last len(stop) characters before the new text, so a stop string inside the "
+    "earlier output ends the continuation at its first token and cuts the earlier output's text",
+)
+@pytest.mark.parametrize("how", ["continue_output", "fork_output", "fork_from"])
+def test_a_stop_string_inside_the_earlier_output_does_not_end_a_continuation(tiny, how):
+    """A compare variant (or a continued reply) that adds a stop string which the text before
+    the continuation point already holds: only the new text can stop it."""
+    the = tiny.tokenizer.encode(" the")  # one token
+    x, y = tiny.tokenizer.encode("x")[0], tiny.tokenizer.encode("y")[0]
+    only_xy = {x: 50.0, y: 50.0}  # the reply can never write "the" itself
+    params = SamplingParams(max_tokens=len(the) + 4, stop=("the",), logit_bias=only_xy)
+    scheduler = Scheduler(tiny)
+    if how == "continue_output":
+        rid = scheduler.continue_output(PROMPT, the, x, params)
+    elif how == "fork_output":
+        (rid,) = scheduler.fork_output(PROMPT, the, [params])
+    else:
+        original = scheduler.continue_output(PROMPT, [], the[0], SamplingParams(max_tokens=3))
+        run(scheduler)
+        (rid,) = scheduler.fork_from(original, len(the), [params])
+    events = run(scheduler)
+    done = finished(events, rid)
+    assert done.finish_reason == "length" and done.generated_tokens == 4
+    assert done.text == " the" + "".join(s.text for s in steps(events, rid))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="StreamDecoder.resume counts the earlier output's incomplete last character as released text, "
+    "so the character the new tokens complete is never emitted",
+)
+@pytest.mark.parametrize("how", ["continue_output", "fork_output"])
+def test_a_continuation_that_completes_a_split_character_keeps_it(tiny, how):
+    """Token 140 is the first byte of a two-byte character (U+042A) and token 103 its second:
+    a branch, a continued reply or a compare variant placed between them."""
+    decode = Scheduler(tiny).text.decode
+    assert decode([140]) == "\ufffd" and decode([140, 103]) == "\u042a"
+    scheduler = Scheduler(tiny)
+    params = SamplingParams(max_tokens=3, logit_bias={103: 100.0})
+    if how == "continue_output":
+        rid = scheduler.continue_output(PROMPT, [140], 103, params)
+    else:
+        (rid,) = scheduler.fork_output(PROMPT, [140], [params])
+    events = run(scheduler)
+    tokens = [s.token_id for s in steps(events, rid)]
+    assert tokens[0] == 103
+    assert finished(events, rid).text == decode([140, *tokens])
+
+
+# Text held back when EOS ends a reply --------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="accept_token flushes the held-back text only when no stop string matched, and EOS sets one: "
+    "text held as a possible start of a stop string, or an incomplete character, is never streamed",
+)
+@pytest.mark.parametrize(
+    ("first", "stop", "text"),
+    [("z", ("zz",), "z"), (140, (), "\ufffd")],
+    ids=["start of a stop string", "incomplete character"],
+)
+def test_eos_releases_the_text_held_back(tiny, first, stop, text):
+    (eos,) = tiny.eos_token_ids
+    forced = tiny.tokenizer.encode(first)[0] if isinstance(first, str) else first
+    scheduler = Scheduler(tiny)
+    rid = scheduler.continue_output(
+        PROMPT, [], forced, SamplingParams(max_tokens=5, stop=stop, logit_bias={eos: 100.0})
+    )
+    events = run(scheduler)
+    assert [s.token_id for s in steps(events, rid)] == [forced, eos]
+    done = finished(events, rid)
+    assert done.finish_reason == "stop" and done.stop == scheduler.text.piece(eos)
+    assert "".join(s.text for s in steps(events, rid)) == done.text == text
+
+
+# Parameters too small for float32 -------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the temperature and repetition penalty reach the stages as float32 divisors: below ~1e-38 the "
+    "logits overflow to inf (NaN inspection, tokens drawn from NaN), and below ~1e-45 they become 0 "
+    "(a temperature of 1e-300 samples at T = 1)",
+)
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1e-40, seed=1),
+        SamplingParams(temperature=1e-300, seed=1),
+        SamplingParams(temperature=1.0, repetition_penalty=1e-300, seed=1),
+    ],
+    ids=["T=1e-40", "T=1e-300", "repetition=1e-300"],
+)
+def test_a_tiny_temperature_or_repetition_penalty_is_a_limit_not_a_nan(tiny, params):
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, params.with_changes(max_tokens=4))
+    events = run(scheduler)
+    for step in steps(events, rid):
+        numbers = [*step.logprobs, *step.entropies, *(x for c in step.top for x in c.logprobs)]
+        assert not any(np.isnan(numbers)), f"NaN at token {step.index}"
+    if params.repetition_penalty == 1.0:  # T -> 0: the point mass on the argmax, as greedy
+        greedy = Scheduler(tiny)
+        gid = greedy.insert(prompt, SamplingParams(max_tokens=4))
+        assert [s.token_id for s in steps(events, rid)] == [s.token_id for s in steps(run(greedy), gid)]
