@@ -177,6 +177,7 @@ class Store:
             self.db.execute("PRAGMA foreign_keys=ON")
             self.migrated_from: int | None = None
             self._open_schema()
+            self._check_writable()
         except BaseException:
             self.db.close()
             raise
@@ -213,6 +214,13 @@ class Store:
                 raise
             self.db.commit()
             version += 1
+
+    def _check_writable(self) -> None:
+        """A read-only file opens (SQLite falls back to reading): write its own version back
+        so that it fails here, where the app can offer a way out, not at the first reply."""
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        self.db.execute(f"PRAGMA user_version = {int(version)}")
+        self.db.commit()
 
     def close(self) -> None:
         self.db.close()

@@ -116,8 +116,7 @@ class StreamJournal:
     # Writer thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        db = sqlite3.connect(str(self.path), timeout=2.0, check_same_thread=False)
-        db.execute("PRAGMA foreign_keys=ON")
+        self._db: sqlite3.Connection | None = None
         first_pending: float | None = None
         waiters: list[threading.Event] = []
         closing = False
@@ -149,7 +148,7 @@ class StreamJournal:
                 or waiters
             )
             if due and (time.monotonic() >= next_try or closing or waiters):
-                if self._write(db):
+                if self._write():
                     first_pending = None
                     next_try = 0.0
                 else:
@@ -164,7 +163,8 @@ class StreamJournal:
                     self._idle.set()
             if closing and (first_pending is None or self.failing is not None):
                 break
-        db.close()
+        if self._db is not None:
+            self._db.close()
         for waiter in waiters:
             waiter.set()
 
@@ -191,14 +191,22 @@ class StreamJournal:
         elif kind == "dropped":
             live.dropped = True
 
-    def _write(self, db: sqlite3.Connection) -> bool:
+    def _write(self) -> bool:
         """One transaction for everything due; False (and the batch kept) when it failed."""
         try:
-            self._write_once(db)
+            if self._db is None:
+                self._db = sqlite3.connect(str(self.path), timeout=2.0, check_same_thread=False)
+                self._db.execute("PRAGMA foreign_keys=ON")
+            self._write_once(self._db)
         except (sqlite3.Error, OSError) as exc:
-            if db.in_transaction:
+            if self._db is not None:
+                # A new connection for the retry: SQLite opens a file it cannot write
+                # read-only and would stay so once the file is writable again.
                 with contextlib.suppress(sqlite3.Error):
-                    db.rollback()
+                    self._db.rollback()
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+                self._db = None
             if self.failing is None and self.on_error is not None:
                 self.on_error(exc)
             self.failing = exc

@@ -4,10 +4,12 @@ first, and every database that cannot be opened met with a message and a way out
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -217,7 +219,56 @@ def test_a_failing_write_keeps_the_steps_and_retries(store):
     journal.close()
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes read-only files")
+@contextlib.contextmanager
+def read_only(*paths: Path):
+    """Make ``paths`` read-only: chmod, or for root (who writes anyway) the immutable flag."""
+    root = os.geteuid() == 0
+    if root and shutil.which("chattr") is None:
+        pytest.skip("root without chattr cannot make a file read-only")
+    done = []
+    try:
+        for path in paths:
+            if root:
+                if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+                    pytest.skip("chattr +i is not allowed here")
+            else:
+                path.chmod(0o555 if path.is_dir() else 0o444)
+            done.append(path)
+        yield
+    finally:
+        for path in done:
+            if root:
+                subprocess.run(["chattr", "-i", str(path)], check=True)
+            else:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_a_read_only_database_file_is_met_with_a_new_file(tmp_path):
+    path = tmp_path / "logitscope.sqlite3"
+    store = Store(path)
+    store.new_conversation("sys", "kept")
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    with read_only(path):
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            Store(path)
+        ask = Asker("new")
+        store = open_store(path, ask)
+        assert "read-only" in ask.asked[0][0] and ask.asked[0][1][0] == "retry"
+        store.close()
+    if store.moved_aside is None:  # an immutable file (root's read-only) cannot be renamed
+        assert store.opened_instead and store.path != path
+        old = path
+    else:  # a rename needs the folder, not the file, writable
+        assert aside(path) == [store.moved_aside] and store.path == path
+        old = store.moved_aside
+    kept = Store(old)
+    assert [c.title for c in kept.conversations()] == ["kept"]
+    kept.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
 def test_a_database_made_read_only_mid_session_is_retried(store):
     _, message = new_turn(store)
     params = SamplingParams()
@@ -225,19 +276,17 @@ def test_a_database_made_read_only_mid_session_is_retried(store):
     journal = StreamJournal(
         store.path, interval=0.05, retry=0.1, on_error=errors.append, on_recovered=lambda: recovered.append(1)
     )
-    folder = store.path.parent
-    for p in folder.iterdir():
-        p.chmod(0o444)
-    try:
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with read_only(*store.path.parent.iterdir()):
         journal.token(1, message.id, "tiny", params, [make_step(0, params)])
         deadline = time.monotonic() + 5
         while not errors and time.monotonic() < deadline:
             time.sleep(0.01)
-    finally:
-        for p in folder.iterdir():
-            p.chmod(0o644)
-    assert errors
-    assert journal.flush() and recovered and journal_rows(store.path) == (1, 1)
+    assert errors and not recovered
+    deadline = time.monotonic() + 5
+    while not recovered and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recovered and journal.flush() and journal_rows(store.path) == (1, 1)
     journal.close()
 
 
@@ -336,19 +385,24 @@ def test_a_locked_database_can_be_left_for_a_new_file(tmp_path):
     store.close()
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes read-only files")
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
 def test_a_read_only_folder_gets_a_new_file_elsewhere(tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()
     path = folder / "logitscope.sqlite3"
-    path.write_bytes(b"")
-    folder.chmod(0o555)
-    try:
-        store = open_store(path, Asker("new"))
-        assert store.opened_instead and store.path != path and path.exists()
+    store = Store(path)
+    store.new_conversation("sys", "kept")
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    for side in folder.glob("*-*"):
+        side.unlink()  # -wal / -shm: a read-only folder cannot make them
+    with read_only(path, folder):
+        ask = Asker("new")
+        store = open_store(path, ask)
+        assert "read-only" in ask.asked[0][0]
+        assert store.opened_instead and store.path != path and store.path.parent != folder
+        assert store.moved_aside is None and path.exists()  # the old file stays where it was
         store.close()
-    finally:
-        folder.chmod(0o755)
 
 
 @pytest.mark.parametrize(
