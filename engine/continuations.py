@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from engine.errors import EngineError
 from engine.events import Divergence
 from engine.params import SamplingParams
-from engine.requests import Request, check_params, check_prompt, new_request
+from engine.requests import Request, check_params, check_prompt, check_token, check_tokens, new_request
 
 
 class ContinuationsMixin:
@@ -47,9 +47,9 @@ class ContinuationsMixin:
         TokenStep indices continue from ``len(output)``."""
         checked = check_params(params, self.vocab_size)
         self._check_token("forced_token", forced_token)
-        if isinstance(prompt, (str, bytes)) or isinstance(output, (str, bytes)):
-            raise EngineError("prompt and output must be sequences of token ids.")
-        request = self._continuation(list(prompt), list(output), forced_token, checked)
+        prompt = check_tokens(prompt, "prompt", self.vocab_size, allow_empty=True)  # prompt + output is checked whole
+        output = check_tokens(output, "output", self.vocab_size, allow_empty=True)
+        request = self._continuation(prompt, output, forced_token, checked)
         return self._enqueue(request)
 
     def fork(self, prompt: Sequence[int], variants: Sequence[SamplingParams]) -> list[int]:
@@ -75,10 +75,10 @@ class ContinuationsMixin:
     ) -> list[int]:
         """Like :meth:`fork_from`, for a reply the engine no longer holds: each variant
         draws its own token after ``prompt + output`` (indices continue from ``len(output)``)."""
-        if isinstance(prompt, (str, bytes)) or isinstance(output, (str, bytes)):
-            raise EngineError("prompt and output must be sequences of token ids.")
+        prompt = check_tokens(prompt, "prompt", self.vocab_size, allow_empty=True)  # prompt + output is checked whole
+        output = check_tokens(output, "output", self.vocab_size, allow_empty=True)
         checked = self._check_variants(variants)
-        return self._enqueue_group([self._continuation(list(prompt), list(output), None, p) for p in checked])
+        return self._enqueue_group([self._continuation(prompt, output, None, p) for p in checked])
 
     def _check_variants(self, variants: Sequence[SamplingParams]) -> list[SamplingParams]:
         if isinstance(variants, SamplingParams) or not isinstance(variants, Sequence) or not variants:
@@ -100,10 +100,7 @@ class ContinuationsMixin:
         return ids
 
     def _check_token(self, name: str, token: object) -> None:
-        if isinstance(token, bool) or not isinstance(token, int):
-            raise EngineError(f"{name} must be an integer id, got {token!r}.")
-        if not 0 <= token < self.vocab_size:
-            raise EngineError(f"{name} must be in [0, {self.vocab_size - 1}], got {token}.")
+        check_token(token, name, self.vocab_size)
 
     def _continuation(
         self, prompt: list[int], output: list[int], forced_token: int | None, params: SamplingParams

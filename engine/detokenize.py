@@ -41,9 +41,21 @@ class StreamDecoder:
 
     @classmethod
     def resume(cls, decode: Decode, tokens: Sequence[int]) -> StreamDecoder:
-        """A decoder that has already released the text of ``tokens``."""
-        start = max(0, len(tokens) - 4)
-        return cls(decode, list(tokens), prefix_offset=start, read_offset=len(tokens))
+        """A decoder that has already released the text of ``tokens`` up to their last
+        complete character: an incomplete one at the end (a multi-byte character split
+        across tokens) is released when a later token completes it."""
+        tokens = list(tokens)
+        read = len(tokens)
+        while read > max(0, len(tokens) - 4) and decode(tokens[:read]).endswith(_REPLACEMENT):
+            read -= 1
+        if decode(tokens[:read]).endswith(_REPLACEMENT):
+            read = len(tokens)  # not a split character: undecodable bytes, released as they are
+        return cls(decode, tokens, prefix_offset=max(0, read - 4), read_offset=read)
+
+    @property
+    def released(self) -> str:
+        """The text released so far (for a resumed decoder, that of its earlier tokens)."""
+        return self.decode(self.tokens[: self.read_offset])
 
 
 @dataclass
@@ -53,13 +65,16 @@ class StopText:
     stops: tuple[str, ...]
     text: str = ""
     released: int = 0
+    boundary: int = 0
+    """Where this request's own text starts: a stop string must lie after it (text before
+    it came from an earlier reply that this one continues)."""
 
     def add(self, delta: str) -> tuple[str, str | None]:
         """(text safe to emit now, the stop string matched or None).
 
         On a match the text before the stop is released and the rest discarded.
         """
-        scan_from = max(0, len(self.text) - max((len(s) for s in self.stops), default=0))
+        scan_from = max(self.boundary, len(self.text) - max((len(s) for s in self.stops), default=0))
         self.text += delta
         if not self.stops:
             return self._release(len(self.text)), None

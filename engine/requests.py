@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import secrets
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -20,22 +21,44 @@ FINISH_CANCELLED = "cancelled"
 FINISH_ERROR = "error"
 
 
+def check_tokens(value: object, name: str, vocab_size: int, allow_empty: bool = False) -> list[int]:
+    """A clean copy of ``value`` as a list of token ids, or an EngineError naming ``name``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise EngineError(f"{name} must be a sequence of token ids, got {type(value).__name__}.")
+    if len(value) == 0 and not allow_empty:
+        raise EngineError(f"{name} must hold at least one token, got an empty {name}.")
+    tokens: list[int] = []
+    for i, token in enumerate(value):
+        tokens.append(check_token(token, f"{name} token {i}", vocab_size))
+    return tokens
+
+
+def check_token(token: object, name: str, vocab_size: int) -> int:
+    """One token id: an int (numpy integers too, not bools, floats or arrays) in the vocabulary."""
+    if isinstance(token, bool):
+        raise EngineError(f"{name} must be an integer id, got {token!r}.")
+    try:
+        token = operator.index(token)  # ints and numpy integer scalars; TypeError for the rest
+    except TypeError:
+        raise EngineError(f"{name} must be an integer id, got {token!r}.") from None
+    if not 0 <= token < vocab_size:
+        raise EngineError(f"{name} must be in [0, {vocab_size - 1}], got {token}.")
+    return token
+
+
+def check_request_id(value: object) -> int:
+    """A request id as an int; bools, floats and unhashable values are refused, not matched."""
+    if isinstance(value, bool):
+        raise EngineError(f"a request id must be an integer, got {value!r}.")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise EngineError(f"a request id must be an integer, got {value!r}.") from None
+
+
 def check_prompt(prompt: object, vocab_size: int, context_length: int) -> list[int]:
     """A clean copy of ``prompt`` as a list of ints, or an EngineError saying what is wrong."""
-    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
-        raise EngineError(f"prompt must be a sequence of token ids, got {type(prompt).__name__}.")
-    if len(prompt) == 0:
-        raise EngineError("prompt must hold at least one token, got an empty prompt.")
-    tokens: list[int] = []
-    for i, token in enumerate(prompt):
-        if isinstance(token, bool) or not isinstance(token, int):
-            if hasattr(token, "__index__") and not isinstance(token, bool):
-                token = int(token.__index__())  # numpy integers
-            else:
-                raise EngineError(f"prompt token {i} must be an integer id, got {token!r}.")
-        if not 0 <= token < vocab_size:
-            raise EngineError(f"prompt token {i} must be in [0, {vocab_size - 1}], got {token}.")
-        tokens.append(token)
+    tokens = check_tokens(prompt, "prompt", vocab_size)
     if len(tokens) >= context_length:
         raise EngineError(
             f"prompt must be shorter than the model's context ({context_length} tokens), got {len(tokens)} tokens."
@@ -134,7 +157,9 @@ def new_request(
     earlier_text: str = "",
 ) -> Request:
     decoder = StreamDecoder.resume(decode, earlier_output) if earlier_output else StreamDecoder(decode)
-    stop_text = StopText(params.stop, text=earlier_text, released=len(earlier_text))
+    # The earlier output's text up to its last complete character, released already.
+    earlier_text = decoder.released if earlier_output else earlier_text
+    stop_text = StopText(params.stop, text=earlier_text, released=len(earlier_text), boundary=len(earlier_text))
     return Request(request_id, prompt, params, decoder, stop_text)
 
 
@@ -159,7 +184,10 @@ def accept_token(
     request.generated.append(token)
     reason, stop = None, None
     if token in eos_ids:
-        reason, stop, delta = FINISH_STOP, piece(token), ""
+        # EOS writes nothing, but text held back before it (a possible start of a stop
+        # string, an incomplete character) is the reply's end: release it.
+        reason, stop = FINISH_STOP, piece(token)
+        delta = request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
     else:
         delta, stop = request.stop_text.add(request.decoder.add(token))
         if stop is not None:

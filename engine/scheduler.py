@@ -36,6 +36,7 @@ from engine.requests import (
     accept_token,
     check_params,
     check_prompt,
+    check_request_id,
     finished_event,
     new_request,
     record_of,
@@ -207,12 +208,14 @@ class Scheduler(ContinuationsMixin):
         return [r for w in self._waiting for r in (w, *w.followers)] + self._active
 
     def _find(self, request_id: int) -> Request:
+        request_id = check_request_id(request_id)
         for request in self._live():
             if request.id == request_id:
                 return request
         raise EngineError(f"no running request with id {request_id!r}.")
 
     def _record_for(self, request_id: int) -> RequestRecord:
+        request_id = check_request_id(request_id)
         for request in self._live():
             if request.id == request_id:
                 if not request.generated:

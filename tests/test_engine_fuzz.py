@@ -18,7 +18,7 @@ output indices; a cancelled request's replay is cut at its length).
 
 CI runs a few examples (``FUZZ_EXAMPLES``, ``FUZZ_STEPS`` raise the bounds); ``make fuzz``
 runs the long campaign (tests/fuzz_campaign.py) and prints its counts. Inputs that hit the
-bugs pinned in tests/test_fuzz_regressions.py are drawn only with ``FUZZ_KNOWN_BUGS=1``.
+bugs pinned (and fixed) in tests/test_fuzz_regressions.py are drawn too.
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ WHY: Counter[str] = Counter()
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 STEPS = int(os.environ.get("FUZZ_STEPS", "30"))
-KNOWN_BUGS = os.environ.get("FUZZ_KNOWN_BUGS", "") == "1"
+KNOWN_BUGS = os.environ.get("FUZZ_KNOWN_BUGS", "1") == "1"
+"""The bugs pinned in tests/test_fuzz_regressions.py are fixed: their inputs are drawn (and
+checked strictly) unless ``FUZZ_KNOWN_BUGS=0``."""
 REPLAY_FRACTION = float(os.environ.get("FUZZ_REPLAY", "1"))
 """The share of requests replayed solo at the end of an example (chosen by a hash of the
 request, so a failing example replays the same ones when Hypothesis shrinks it)."""

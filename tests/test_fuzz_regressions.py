@@ -1,7 +1,6 @@
 """Failures the engine fuzzer (tests/test_engine_fuzz.py) found, each shrunk to a minimal
-reproducer on the tiny model. ``xfail(strict=True)`` until the engine is fixed: then the
-mark comes off, and the fuzzer draws the same inputs by default again (``KNOWN_BUGS`` in
-tests/test_engine_fuzz.py)."""
+reproducer on the tiny model; each was fixed in the engine and stays here as a regular
+test (the fuzzer draws these inputs too)."""
 
 import numpy as np
 import pytest
@@ -46,10 +45,6 @@ def running(tiny):
 # Request ids -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Scheduler._record_for looks the id up in a dict: an unhashable id raises TypeError",
-)
 @pytest.mark.parametrize(
     "call",
     [lambda s: s.branch([0], 0, 1), lambda s: s.fork_from({}, 0, [PARAMS])],
@@ -61,10 +56,6 @@ def test_an_unhashable_request_id_is_an_engine_error(running, call):
     assert running.request_ids() == [0, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Scheduler._find / _record_for compare ids with ==, so True, False, 1.0 and 0.0 name requests 1 and 0",
-)
 @pytest.mark.parametrize(
     "call",
     [
@@ -93,11 +84,6 @@ def test_a_numpy_request_id_is_an_id(running):
 # continue_output / fork_output input --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="continue_output / fork_output call list() on prompt and output without checking them: "
-    "TypeError for None or an int, and a set or dict is taken as its keys",
-)
 @pytest.mark.parametrize(
     "call",
     [
@@ -117,10 +103,6 @@ def test_continuations_check_prompt_and_output_like_insert(tiny, call):
     assert not scheduler.has_work() and scheduler._next_id == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check_prompt calls __index__ on anything that has it: a one-element array raises TypeError",
-)
 @pytest.mark.parametrize(
     "call",
     [
@@ -140,11 +122,6 @@ def test_a_token_that_is_an_array_is_an_engine_error(tiny, call):
 # Text of continuations ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StopText scans the last len(stop) characters before the new text, so a stop string inside the "
-    "earlier output ends the continuation at its first token and cuts the earlier output's text",
-)
 @pytest.mark.parametrize("how", ["continue_output", "fork_output", "fork_from"])
 def test_a_stop_string_inside_the_earlier_output_does_not_end_a_continuation(tiny, how):
     """A compare variant (or a continued reply) that adds a stop string which the text before
@@ -168,11 +145,6 @@ def test_a_stop_string_inside_the_earlier_output_does_not_end_a_continuation(tin
     assert done.text == " the" + "".join(s.text for s in steps(events, rid))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StreamDecoder.resume counts the earlier output's incomplete last character as released text, "
-    "so the character the new tokens complete is never emitted",
-)
 @pytest.mark.parametrize("how", ["continue_output", "fork_output"])
 def test_a_continuation_that_completes_a_split_character_keeps_it(tiny, how):
     """Token 140 is the first byte of a two-byte character (U+042A) and token 103 its second:
@@ -194,11 +166,6 @@ def test_a_continuation_that_completes_a_split_character_keeps_it(tiny, how):
 # Text held back when EOS ends a reply --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="accept_token flushes the held-back text only when no stop string matched, and EOS sets one: "
-    "text held as a possible start of a stop string, or an incomplete character, is never streamed",
-)
 @pytest.mark.parametrize(
     ("first", "stop", "text"),
     [("z", ("zz",), "z"), (140, (), "\ufffd")],
@@ -221,12 +188,6 @@ def test_eos_releases_the_text_held_back(tiny, first, stop, text):
 # Parameters too small for float32 -------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the temperature and repetition penalty reach the stages as float32 divisors: below ~1e-38 the "
-    "logits overflow to inf (NaN inspection, tokens drawn from NaN), and below ~1e-45 they become 0 "
-    "(a temperature of 1e-300 samples at T = 1)",
-)
 @pytest.mark.parametrize(
     "params",
     [

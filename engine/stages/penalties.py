@@ -32,9 +32,14 @@ def _active(p: SamplingParams) -> bool:
     return p.has_penalties
 
 
+# A repetition penalty below float32's range would divide positive logits by 0 (inf):
+# held at this floor it is already the limit, seen tokens pushed to the extremes.
+MIN_REPETITION_PENALTY = 1e-6
+
+
 def _columns(p: SamplingParams) -> dict[str, float]:
     return {
-        "repetition_penalty": p.repetition_penalty,
+        "repetition_penalty": max(p.repetition_penalty, MIN_REPETITION_PENALTY),
         "presence_penalty": p.presence_penalty,
         "frequency_penalty": p.frequency_penalty,
     }

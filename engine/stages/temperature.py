@@ -49,9 +49,14 @@ def _active(p: SamplingParams) -> bool:
     return p.temperature != 1.0 or p.dynatemp_range > 0.0
 
 
+# A positive temperature below float32's range would divide by a denormal or by 0 (which
+# the stage reads as greedy): held at this floor, it is the limit T -> 0, the argmax.
+MIN_TEMPERATURE = 1e-6
+
+
 def _columns(p: SamplingParams) -> dict[str, float]:
     return {
-        "temperature": p.temperature,
+        "temperature": max(p.temperature, MIN_TEMPERATURE) if p.temperature > 0 else 0.0,
         "dynatemp_range": p.dynatemp_range,
         "dynatemp_exponent": p.dynatemp_exponent,
     }
