@@ -76,6 +76,9 @@ STEPS = int(os.environ.get("FUZZ_STEPS", "30"))
 KNOWN_BUGS = os.environ.get("FUZZ_KNOWN_BUGS", "1") == "1"
 """The bugs pinned in tests/test_fuzz_regressions.py are fixed: their inputs are drawn (and
 checked strictly) unless ``FUZZ_KNOWN_BUGS=0``."""
+OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "") == "1"
+"""Bugs pinned as xfail in tests/test_fuzz_regressions.py (not fixed yet): their checks are
+skipped (and counted) unless ``FUZZ_OPEN_BUGS=1``."""
 REPLAY_FRACTION = float(os.environ.get("FUZZ_REPLAY", "1"))
 """The share of requests replayed solo at the end of an example (chosen by a hash of the
 request, so a failing example replays the same ones when Hypothesis shrinks it)."""
@@ -713,6 +716,9 @@ class EngineMachine(RuleBasedStateMachine):
             return
         if not KNOWN_BUGS and event.finish_reason == "stop" and self.held_at_eos(spec, stops):
             OUTCOMES["text check skipped: text held back when EOS came (known bug)"] += 1
+            return
+        if not OPEN_BUGS and event.stop in stops and any(p.stop for _, p in spec.changes):
+            OUTCOMES["text check skipped: update_params added stop strings (open bug)"] += 1
             return
         head = event.text[: len(event.text) - len(streamed)]
         assert event.text.endswith(streamed) and earlier.startswith(head) and len(head) >= len(whole_chars), (
