@@ -231,3 +231,32 @@ def test_a_tiny_temperature_or_repetition_penalty_is_a_limit_not_a_nan(tiny, par
         greedy = Scheduler(tiny)
         gid = greedy.insert(prompt, SamplingParams(max_tokens=4))
         assert [s.token_id for s in steps(events, rid)] == [s.token_id for s in steps(run(greedy), gid)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="DRY's penalty overflows float32 to inf at its largest settings (as llama.cpp's does); placed after "
+    "a truncation it can take the last token left, so the row is all -inf: NaN logprobs and a token drawn "
+    "from nothing",
+)
+def test_dry_after_a_truncation_never_empties_the_distribution(tiny):
+    """A valid order (DRY last) and valid values: top_k keeps one token, which extends a repeat
+    of 29 tokens, so DRY's penalty is 100 * 100 ** 19 (capped exponent) = 1e40 > float32's max."""
+    prompt = [70, 71] * 15 + [70]  # two byte tokens that hold no sequence breaker
+    params = SamplingParams(
+        samplers=("top_k", "dry"),
+        top_k=1,
+        logit_bias={71: 100.0},  # token 71 is the one top_k keeps, and the one that extends the repeat
+        dry_multiplier=100.0,
+        dry_base=100.0,
+        dry_allowed_length=1,
+        max_tokens=1,
+        seed=1,
+    )
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, params)
+    with np.errstate(over="ignore"):
+        (step,) = steps(run(scheduler), rid)
+    numbers = [*step.logprobs, *step.entropies, *(x for c in step.top for x in c.logprobs)]
+    assert not any(np.isnan(numbers)), (step.chain, step.logprobs, step.entropies)
+    assert step.token_id == 71  # drawn: token 0, from a row with no token left
