@@ -41,21 +41,15 @@ class StreamDecoder:
 
     @classmethod
     def resume(cls, decode: Decode, tokens: Sequence[int]) -> StreamDecoder:
-        """A decoder that has already released the text of ``tokens`` up to their last
-        complete character: an incomplete one at the end (a multi-byte character split
-        across tokens) is released when a later token completes it."""
-        tokens = list(tokens)
-        read = len(tokens)
-        while read > max(0, len(tokens) - 4) and decode(tokens[:read]).endswith(_REPLACEMENT):
-            read -= 1
-        if decode(tokens[:read]).endswith(_REPLACEMENT):
-            read = len(tokens)  # not a split character: undecodable bytes, released as they are
-        return cls(decode, tokens, prefix_offset=max(0, read - 4), read_offset=read)
+        """A decoder in the state it would have after streaming ``tokens``: their text is
+        released exactly as it was then (an incomplete character at the end stays held
+        until a later token completes it). ``released`` is that text."""
+        decoder = cls(decode)
+        decoder.released = "".join(decoder.add(token) for token in tokens)
+        return decoder
 
-    @property
-    def released(self) -> str:
-        """The text released so far (for a resumed decoder, that of its earlier tokens)."""
-        return self.decode(self.tokens[: self.read_offset])
+    released: str = ""
+    """For a resumed decoder: the text its earlier tokens released (what the reply showed)."""
 
 
 @dataclass

@@ -146,6 +146,8 @@ class Scheduler(ContinuationsMixin):
             self.breakers(checked.dry_sequence_breakers)  # resolve before any state changes
         request.params = checked
         request.stop_text.stops = checked.stop
+        # From the next token: text already generated stands, whatever the new stops are.
+        request.stop_text.boundary = len(request.stop_text.text)
         if request in self._active:
             self._sampling.set_params(self._active.index(request), checked, request.history)
 

@@ -76,7 +76,7 @@ STEPS = int(os.environ.get("FUZZ_STEPS", "30"))
 KNOWN_BUGS = os.environ.get("FUZZ_KNOWN_BUGS", "1") == "1"
 """The bugs pinned in tests/test_fuzz_regressions.py are fixed: their inputs are drawn (and
 checked strictly) unless ``FUZZ_KNOWN_BUGS=0``."""
-OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "") == "1"
+OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "1") == "1"  # both fixed: checked by default
 """Bugs pinned as xfail in tests/test_fuzz_regressions.py (not fixed yet): their checks are
 skipped (and counted) unless ``FUZZ_OPEN_BUGS=1``."""
 REPLAY_FRACTION = float(os.environ.get("FUZZ_REPLAY", "1"))

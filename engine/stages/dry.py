@@ -11,10 +11,16 @@ import mlx.core as mx
 from engine.params import SamplingParams
 from engine.stages.base import Inputs, Stage
 
+# The penalty can overflow float32 (llama.cpp caps only the exponent): a token still in the
+# distribution is pushed to this floor, never to -inf, so DRY after a truncation cannot
+# leave a row with no token at all.
+LOWEST_LOGIT = -1e30
+
 
 def apply_dry(logits: mx.array, penalty: mx.array) -> mx.array:
     """logits, penalty: [B, V] float32 (0 where a token extends no repeat)."""
-    return logits - penalty
+    penalized = mx.maximum(logits - penalty, LOWEST_LOGIT)
+    return mx.where(logits > float("-inf"), penalized, logits)
 
 
 def _active(p: SamplingParams) -> bool:
