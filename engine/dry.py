@@ -165,4 +165,5 @@ class DryRow:
         if params.dry_base > 1.000001:
             exponent = np.minimum(exponent, int(FLOAT_MAX_LOG / np.log(params.dry_base)))
         values = params.dry_multiplier * np.power(params.dry_base, exponent)
-        return tokens, values.astype(np.float32)
+        with np.errstate(over="ignore"):  # inf past float32, as llama.cpp's penalty (see stages/dry.py)
+            return tokens, values.astype(np.float32)

@@ -164,6 +164,11 @@ class Scheduler(ContinuationsMixin):
                 events.extend(self._prefill_chunk())
             except Exception as exc:  # noqa: BLE001
                 events.extend(self._fail_waiting(exc))
+        if self._first_difference:  # a pair with a member that left will not diverge again
+            active = {r.id for r in self._active}
+            self._first_difference = {
+                pair: first for pair, first in self._first_difference.items() if active.issuperset(pair)
+            }
         return events
 
     def _fail_active(self, exc: Exception) -> list[Event]:

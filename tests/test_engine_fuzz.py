@@ -79,9 +79,9 @@ checked strictly) unless ``FUZZ_KNOWN_BUGS=0``."""
 OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "1") == "1"  # both fixed: checked by default
 """Bugs pinned as xfail in tests/test_fuzz_regressions.py (not fixed yet): their checks are
 skipped (and counted) unless ``FUZZ_OPEN_BUGS=1``."""
-FIRST_DIFFERENCE_PRUNED = False
-"""Open (tests/test_fuzz_regressions.py, xfail): Scheduler._first_difference is never pruned.
-Set True with the fix, and teardown checks that it is empty after the drain."""
+FIRST_DIFFERENCE_PRUNED = True
+"""Fixed (tests/test_fuzz_regressions.py): Scheduler._first_difference drops a pair once a member
+leaves, so teardown checks that it is empty after the drain."""
 REPLAY_FRACTION = float(os.environ.get("FUZZ_REPLAY", "1"))
 """The share of requests replayed solo at the end of an example (chosen by a hash of the
 request, so a failing example replays the same ones when Hypothesis shrinks it)."""

@@ -251,11 +251,6 @@ def test_dry_after_a_truncation_never_empties_the_distribution(tiny):
     assert step.token_id == 71  # drawn: token 0, from a row with no token left
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Scheduler._first_difference keeps an entry for every pair of fork variants that ever diverged "
-    "and never drops it: it grows with each compare run of a long session",
-)
 def test_a_finished_fork_leaves_no_divergence_state(tiny):
     x, y = tiny.tokenizer.encode("x")[0], tiny.tokenizer.encode("y")[0]
     variants = [
