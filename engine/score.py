@@ -49,7 +49,7 @@ def score(
     loaded: LoadedModel,
     context: Sequence[int],
     targets: Sequence[int],
-    params: SamplingParams,
+    params: SamplingParams | Sequence[SamplingParams],
     breakers: Callable[[tuple[str, ...]], Breakers],
     text: TokenText,
     chunk: int = 128,
@@ -57,14 +57,17 @@ def score(
     request_id: int = 0,
 ) -> Iterator[ScoreEvent]:
     """Yield, chunk by chunk, a PrefillProgress and the TokenSteps of the scored tokens
-    (``index`` from ``index_offset``), then one ScoreDone. Stop iterating to cancel."""
+    (``index`` from ``index_offset``), then one ScoreDone. Stop iterating to cancel.
+
+    ``params``: one set for every token, or one per target token (a reply whose settings
+    changed while it was written, replayed under its own settings: each change applies as
+    a live change does in generation, recounting a new penalty window and rebuilding DRY's
+    state for new breakers)."""
     full = check_score_input(context, targets, loaded)
-    params.verify(loaded.vocab_size)
-    if params.seed is None:
-        params = params.with_changes(seed=0)  # only XTC's coin reads it; scoring draws nothing
+    per_token = _per_token(params, len(targets), loaded.vocab_size)
     began = time.perf_counter()
     start = len(context)
-    state = _PositionState(full, start, params, breakers, loaded.vocab_size)
+    state = _PositionState(full, start, per_token[0], breakers, loaded.vocab_size)
     decoder = StreamDecoder(text.decode)
     caches = kv.new_request_cache(loaded.model)
     nll: list[float] = []
@@ -77,11 +80,13 @@ def score(
         if not rows:
             kv.eval_caches(caches)
             continue
-        indices = [index_offset + p - start for p in rows]
-        steps = _score_rows(logits[rows[0] - 1 - a :], rows, indices, full, state, params, text, decoder)
-        for p, step in zip(rows, steps, strict=True):
-            nll.append(-step.raw_logprob)
-            yield _with_index(step, request_id, index_offset + p - start, p)
+        for run in _runs(rows, [per_token[p - start] for p in rows]):
+            indices = [index_offset + p - start for p in run]
+            state.set_params(per_token[run[0] - start])
+            steps = _score_rows(logits[run[0] - 1 - a :], run, indices, full, state, text, decoder)
+            for p, step in zip(run, steps, strict=True):
+                nll.append(-step.raw_logprob)
+                yield _with_index(step, request_id, index_offset + p - start, p)
     elapsed = time.perf_counter() - began
     mean = sum(nll) / len(nll)
     yield ScoreDone(
@@ -93,14 +98,47 @@ def score(
     )
 
 
+def _per_token(params: SamplingParams | Sequence[SamplingParams], n: int, vocab: int) -> list[SamplingParams]:
+    """One checked set per target token (a seed of None reads as 0: only XTC's coin reads
+    it, and scoring draws nothing)."""
+    listed = [params] * n if isinstance(params, SamplingParams) else list(params)
+    if len(listed) != n:
+        raise EngineError(f"got {len(listed)} sets of settings for {n} tokens to score.")
+    for p in {id(p): p for p in listed}.values():
+        p.verify(vocab)
+    return [p.with_changes(seed=0) if p.seed is None else p for p in listed]
+
+
+def _runs(rows: list[int], params: list[SamplingParams]) -> Iterator[list[int]]:
+    """Consecutive rows that share their settings (each run is one pass through the chain)."""
+    run = [rows[0]]
+    for i in range(1, len(rows)):
+        if params[i] != params[i - 1]:
+            yield run
+            run = []
+        run.append(rows[i])
+    yield run
+
+
 class _PositionState:
     """Penalty counts and DRY state at each scored position, built from the text as it goes."""
 
     def __init__(self, full: list[int], start: int, params: SamplingParams, breakers, vocab: int) -> None:
-        self.full, self.params, self.vocab = full, params, vocab
+        self.full, self.params, self.vocab, self.breakers = full, params, vocab, breakers
         self.position = start
         self.counts = count_tokens(full[:start], params.penalty_window, vocab)
         self.dry = DryRow(full[:start], breakers(params.dry_sequence_breakers)) if params.has_dry else None
+
+    def set_params(self, params: SamplingParams) -> None:
+        """A change from this position on, as ``SamplingBatch.set_params`` makes it live."""
+        old, self.params = self.params, params
+        history = self.full[: self.position]
+        if params.penalty_window != old.penalty_window:
+            self.counts = count_tokens(history, params.penalty_window, self.vocab)
+        if not params.has_dry:
+            self.dry = None
+        elif self.dry is None or params.dry_sequence_breakers != old.dry_sequence_breakers:
+            self.dry = DryRow(history, self.breakers(params.dry_sequence_breakers))
 
     def rows(self, positions: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
         """[L, V] counts and [L, V] DRY penalties for consecutive positions."""
@@ -127,7 +165,8 @@ class _PositionState:
             self.dry.accept(token)
 
 
-def _score_rows(logits, rows, indices, full, state, params, text, decoder) -> list[TokenStep]:
+def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[TokenStep]:
+    params = state.params
     n = len(rows)
     logits = logits[:n]
     chain = group_chain([params])

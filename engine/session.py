@@ -179,13 +179,15 @@ class EngineSession:
         self,
         messages: Messages,
         output: Sequence[int],
-        params: SamplingParams,
+        params: SamplingParams | Sequence[SamplingParams],
         chunk: int | None = None,
         request_id: int = 0,
     ):
         """A stored reply (its prompt ``messages`` and its tokens ``output``) through the chain
         under ``params``, from one teacher-forced pass: every stage's distribution at every
-        position, with indices matching the reply's (a generator, like :meth:`score_text`)."""
+        position, with indices matching the reply's (a generator, like :meth:`score_text`).
+        ``params`` may be one set per token: each token's own recorded settings replay a
+        reply whose settings changed while it was written."""
         from engine.score import score
 
         scheduler = self.scheduler

@@ -83,6 +83,35 @@ def test_replay_of_a_reply_under_its_own_settings_reproduces_every_stage(tiny, p
     assert all(s.forced and s.rank >= 1 for s in replay)
 
 
+def test_replay_of_a_reply_whose_settings_changed_midway_uses_each_tokens_own(tiny, prompt):
+    """Live changes at outputs 7 and 15 (a new penalty window, DRY switched on then given
+    other breakers, XTC, another order): one set per token reproduces every stage."""
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, EVERY_STAGE.with_changes(dry_multiplier=0.0, xtc_probability=0.0))
+    changes = {
+        7: EVERY_STAGE.with_changes(penalty_window=3, temperature=1.3, seed=None),
+        15: EVERY_STAGE.with_changes(
+            dry_sequence_breakers=("&", "\ufffd", "e"),
+            top_k=0,
+            samplers=("top_p", "dry", "penalties", "xtc", "temperature"),
+        ),
+    }
+    steps = []
+    while scheduler.has_work():
+        steps += [e for e in scheduler.step() if isinstance(e, TokenStep)]
+        if len(steps) in changes:
+            scheduler.update_params(rid, changes.pop(len(steps)))
+    assert not changes and len(steps) > 20
+    per_token = [s.params for s in steps]
+    assert len({(p.penalty_window, p.dry_sequence_breakers, p.samplers) for p in per_token}) == 3
+    replay, _ = scored(tiny, scheduler, prompt, [s.token_id for s in steps], per_token, chunk=5)
+    assert_same_steps(replay, steps, atol=1e-5)
+    whole, _ = scored(tiny, scheduler, prompt, [s.token_id for s in steps], per_token[0], chunk=5)
+    assert any(not np.allclose(a.logprobs[-1], b.logprobs[-1], atol=1e-3) for a, b in zip(whole, steps, strict=True))
+    with pytest.raises(EngineError, match="sets of settings"):
+        scored(tiny, scheduler, prompt, [s.token_id for s in steps], per_token[:-1])
+
+
 def test_chunk_size_changes_nothing_and_ranks_match_numpy(tiny, prompt):
     text = tiny.tokenizer.encode(" the theme of the thin thing is the theatre")
     _, scheduler = generated(tiny, prompt, SamplingParams(max_tokens=1))
