@@ -69,6 +69,8 @@ class ExportBranch:
     finish_reason: str | None
     text: str
     steps: list[TokenStep]
+    source: str | None = None
+    """Where the model was loaded from (a path, "default", a repo id, a server); None if unknown."""
 
 
 @dataclass
@@ -260,6 +262,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
                     "request": request,
                     **where,
                     "model": b.model,
+                    "model_source": b.source,
                     "params": b.params.to_dict(),
                     "finish_reason": b.finish_reason,
                     "text": b.text,
@@ -378,14 +381,20 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
         else:
             m.after = (message_at.get(after_message, -1), -1)
             brows = db.execute(
-                "SELECT id, text, finish_reason, model, params, steps FROM branches WHERE message_id = ? ORDER BY id",
+                "SELECT id, text, finish_reason, model, params, steps, model_source FROM branches"
+                " WHERE message_id = ? ORDER BY id",
                 (mid,),
             ).fetchall()
-            for j, (bid, text, reason, model, params, steps) in enumerate(brows):
+            for j, (bid, text, reason, model, params, steps, source) in enumerate(brows):
                 branch_at[bid] = (i, j)
                 m.branches.append(
                     ExportBranch(
-                        model, SamplingParams.from_dict(json.loads(params)), reason, text, steps_from_json(steps)
+                        model,
+                        SamplingParams.from_dict(json.loads(params)),
+                        reason,
+                        text,
+                        steps_from_json(steps),
+                        source,
                     )
                 )
                 if bid == active:
@@ -403,8 +412,10 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
             for c in json.loads(columns)
         ]
         data.runs.append(ExportRun(message_at[message_id], prefix, cols, json.loads(divergence), kept))
-    name = next((b.model for m in data.messages for b in m.branches), "")
-    data.model = {"name": name, "source": model_source}
+    first = next((b for m in data.messages for b in m.branches), None)
+    # The replies' own record first: the model loaded now may not be the one that wrote them.
+    source = first.source if first is not None and first.source else model_source
+    data.model = {"name": first.model if first is not None else "", "source": source}
     return data
 
 
@@ -510,7 +521,9 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
             data.messages.append(m)
         elif kind == "branch":
             params = SamplingParams.from_dict(r["params"])
-            current = ExportBranch(r.get("model", ""), params, r.get("finish_reason"), r.get("text", ""), [])
+            current = ExportBranch(
+                r.get("model", ""), params, r.get("finish_reason"), r.get("text", ""), [], r.get("model_source")
+            )
             data.messages[r["message"]].branches.append(current)
         elif kind == "score":
             params = SamplingParams.from_dict(r["params"])
@@ -539,7 +552,8 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         s = data.score
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
-        store.add_branch(reply.id, s.steps, s.text, "scored", data.model.get("name", ""), s.params)
+        name, source = data.model.get("name", ""), data.model.get("source")
+        store.add_branch(reply.id, s.steps, s.text, "scored", name, s.params, model_source=source)
         return conv.id
     ids: list[int] = []
     branch_ids: list[list[int]] = []
@@ -554,7 +568,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
             for b in m.branches:
                 made.append(
                     store.add_branch(
-                        msg.id, b.steps, b.text, b.finish_reason, b.model, b.params, steps_to_json(b.steps)
+                        msg.id, b.steps, b.text, b.finish_reason, b.model, b.params, steps_to_json(b.steps), b.source
                     ).id
                 )
             if made:

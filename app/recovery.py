@@ -58,7 +58,12 @@ class JournalRelay(QObject):
 def attach_journal(window: MainWindow) -> StreamJournal:
     relay = JournalRelay(window)
     window.save_error = ""
-    journal = StreamJournal(window.store.path, on_error=relay.failed.emit, on_recovered=relay.recovered.emit)
+    journal = StreamJournal(
+        window.store.path,
+        on_error=relay.failed.emit,
+        on_recovered=relay.recovered.emit,
+        sources=window.store.model_sources,
+    )
     window.model.journal = journal
     window.journal = journal
     return journal

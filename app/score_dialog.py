@@ -259,7 +259,11 @@ class ScoreController(QObject):
             message = model.message_of(model.selection[0]) if model.selection else None
             if not steps or message is None:
                 return None
-            source = {"name": model.model_name, "source": window.model_source}
+            branch = message.branch
+            if branch is not None:
+                source = {"name": branch.model, "source": branch.model_source or window.model_source}
+            else:
+                source = {"name": model.model_name, "source": window.model_source}
             params = steps[0].params
             data = scored(message.branch.text if message.branch else "", None, params, steps, self.last_done, source)
             return data

@@ -15,124 +15,24 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
-from app.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
+from app.serialize import steps_from_json, steps_to_json
+from app.store_schema import (
+    COMPARE_SCHEMA,
+    INTERRUPTED,
+    JOURNAL_SCHEMA,
+    MIGRATIONS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    NewerSchemaError,
+    backup_path,
+    has_tables,
+)
 from engine.events import TokenStep
 from engine.params import SamplingParams
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id INTEGER PRIMARY KEY,
-    title TEXT NOT NULL,
-    system_prompt TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
-    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
-    content TEXT NOT NULL DEFAULT '',
-    after_message INTEGER REFERENCES messages(id) ON DELETE CASCADE,
-    after_branch INTEGER REFERENCES branches(id) ON DELETE CASCADE,
-    active_branch INTEGER,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS branches (
-    id INTEGER PRIMARY KEY,
-    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-    text TEXT NOT NULL,
-    finish_reason TEXT,
-    model TEXT NOT NULL,
-    params TEXT NOT NULL,
-    steps TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
-CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
-"""
-COMPARE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS compare_runs (
-    id INTEGER PRIMARY KEY,
-    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-    prefix_tokens INTEGER NOT NULL,
-    columns TEXT NOT NULL,
-    divergence TEXT NOT NULL,
-    kept INTEGER,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS compare_runs_by_message ON compare_runs(message_id);
-"""
-JOURNAL_SCHEMA = """
-CREATE TABLE IF NOT EXISTS live_replies (
-    id INTEGER PRIMARY KEY,
-    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-    model TEXT NOT NULL,
-    params TEXT NOT NULL,
-    branch INTEGER,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS live_steps (
-    reply INTEGER NOT NULL REFERENCES live_replies(id) ON DELETE CASCADE,
-    idx INTEGER NOT NULL,
-    step TEXT NOT NULL,
-    PRIMARY KEY (reply, idx)
-);
-"""
-SCHEMA_VERSION = 4
-"""1: the first release (it left ``user_version`` at 0), token steps in format 1.
-2: token steps keyed by stage name (``app.serialize`` format 2).
-3: compare runs (``compare_runs``: columns as ``[{"label", "params", "branch"}]``, the
-divergence series as JSON, the kept column or NULL).
-4: the stream journal (``live_replies``, ``live_steps``): the steps of replies being
-written, one row per token, written while they stream (``app.store_stream``); a reply's
-rows go once it is saved as a branch, and rows left by a crash become an "interrupted"
-branch at the next start (:meth:`Store.recover_interrupted`)."""
-INTERRUPTED = "interrupted"
-
-
-class NewerSchemaError(RuntimeError):
-    """The file was written by a newer Logitscope."""
-
-
-def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
-    """Rewrite every branch's token steps from format 1 to format 2."""
-    rows = db.execute("SELECT id, steps FROM branches").fetchall()
-    for branch_id, text in rows:
-        steps = [step_to_dict(step_from_dict(d)) for d in json.loads(text)]
-        db.execute("UPDATE branches SET steps = ? WHERE id = ?", (json.dumps(steps), branch_id))
-
-
-def _add_compare_runs(db: sqlite3.Connection) -> None:
-    for statement in COMPARE_SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-def _add_journal(db: sqlite3.Connection) -> None:
-    for statement in JOURNAL_SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-# MIGRATIONS[v] turns a version-v database into version v + 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: _steps_v1_to_v2,
-    2: _add_compare_runs,
-    3: _add_journal,
-}
-
-
-def _has_tables(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'branches'").fetchone() is not None
-
-
-def backup_path(path: Path, version: int) -> Path:
-    return path.with_name(f"{path.name}.v{version}.bak")
 
 
 @dataclass
@@ -143,6 +43,7 @@ class Branch:
     model: str
     params: SamplingParams
     steps: list[TokenStep]
+    model_source: str | None = None
 
 
 @dataclass
@@ -170,6 +71,7 @@ class Store:
         self.path = Path(path)
         self.moved_aside: Path | None = None  # set by app.db_open when the old file was moved
         self.opened_instead = False
+        self.model_sources: dict[str, str] = {}  # model name -> where it was loaded from (note_model)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=timeout)
         try:
@@ -185,7 +87,7 @@ class Store:
     def _open_schema(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
-            if not _has_tables(self.db):
+            if not has_tables(self.db):
                 self.db.executescript(SCHEMA + COMPARE_SCHEMA + JOURNAL_SCHEMA)
                 self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self.db.commit()
@@ -225,6 +127,11 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def note_model(self, name: str, source: str) -> None:
+        """Model ``name`` was loaded from ``source``: replies of ``name`` saved from now on
+        record it (``model_source``), and so does the stream journal, which reads this map."""
+        self.model_sources[name] = source
+
     def integrity(self) -> str:
         """``PRAGMA integrity_check``: "ok", or what is wrong."""
         return "; ".join(row[0] for row in self.db.execute("PRAGMA integrity_check"))
@@ -239,12 +146,12 @@ class Store:
         gets them from the journal. Returns the ids of the interrupted branches."""
         recovered: list[int] = []
         live = self.db.execute(
-            "SELECT id, message_id, model, params, branch, created_at FROM live_replies ORDER BY id"
+            "SELECT id, message_id, model, params, branch, created_at, model_source FROM live_replies ORDER BY id"
         ).fetchall()
         if not live:
             return recovered
         with self.db:
-            for live_id, message_id, model, params, branch, created in live:
+            for live_id, message_id, model, params, branch, created, source in live:
                 steps = [
                     row[0]
                     for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
@@ -261,9 +168,9 @@ class Store:
                 elif steps:
                     text = "".join(json.loads(step)["text"] for step in steps)
                     cur = self.db.execute(
-                        "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (message_id, text, INTERRUPTED, model, params, steps_json, created),
+                        "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
+                        " model_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source),
                     )
                     self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
                     recovered.append(cur.lastrowid)
@@ -351,12 +258,15 @@ class Store:
         model: str,
         params: SamplingParams,
         steps_json: str | None = None,
+        model_source: str | None = None,
     ) -> Branch:
         """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
-        with :meth:`set_branch_steps` later writes them once serialized elsewhere."""
+        with :meth:`set_branch_steps` later writes them once serialized elsewhere.
+        ``model_source``: default, where ``model`` was last loaded from (:meth:`note_model`)."""
+        source = model_source if model_source is not None else self.model_sources.get(model)
         cur = self.db.execute(
-            "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 message_id,
                 text,
@@ -365,10 +275,11 @@ class Store:
                 json.dumps(params.to_dict()),
                 steps_to_json(steps) if steps_json is None else steps_json,
                 time.time(),
+                source,
             ),
         )
         self.set_active_branch(message_id, cur.lastrowid)
-        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps))
+        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source)
 
     def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
         self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
@@ -380,19 +291,13 @@ class Store:
 
     def branches(self, message_id: int) -> list[Branch]:
         rows = self.db.execute(
-            "SELECT id, text, finish_reason, model, params, steps FROM branches WHERE message_id = ? ORDER BY id",
+            "SELECT id, text, finish_reason, model, params, steps, model_source FROM branches"
+            " WHERE message_id = ? ORDER BY id",
             (message_id,),
         )
         return [
-            Branch(
-                bid,
-                text,
-                reason,
-                model,
-                SamplingParams.from_dict(json.loads(p)),
-                steps_from_json(s),
-            )
-            for bid, text, reason, model, p, s in rows
+            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source)
+            for bid, text, reason, model, p, s, source in rows
         ]
 
     def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:
@@ -438,14 +343,15 @@ class Store:
         Returns the run's id and the branches, in column order. ``steps_later``: the steps
         are written by :meth:`set_branch_steps` once serialized elsewhere."""
         now = time.time()
+        source = self.model_sources.get(model)
         branches: list[Branch] = []
         saved: list[dict] = []
         with self.db:
             for column, steps, text, finish_reason in columns:
                 params = json.dumps(column.params.to_dict())
                 cur = self.db.execute(
-                    "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
+                    " model_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         message_id,
                         text,
@@ -454,9 +360,10 @@ class Store:
                         params,
                         "[]" if steps_later else steps_to_json(steps),
                         now,
+                        source,
                     ),
                 )
-                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps)))
+                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source))
                 saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
             cur = self.db.execute(
                 "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"

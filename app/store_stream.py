@@ -43,6 +43,7 @@ class _Live:
     message_id: int
     model: str
     params: str
+    source: str | None = None
     row: int | None = None
     written: int = 0  # steps in live_steps
     pending: list[tuple[int, str]] = field(default_factory=list)  # (index, JSON), not yet written
@@ -60,8 +61,10 @@ class StreamJournal:
         retry: float = 1.0,
         on_error: Callable[[BaseException], None] | None = None,
         on_recovered: Callable[[], None] | None = None,
+        sources: dict[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.sources = sources if sources is not None else {}  # model name -> source (Store.model_sources)
         self.interval, self.batch, self.retry = interval, batch, retry
         self.on_error, self.on_recovered = on_error, on_recovered
         self._queue: queue.Queue = queue.Queue()
@@ -82,7 +85,7 @@ class StreamJournal:
         the ones not queued yet are queued."""
         seen = self._seen.get(reply_id)
         if seen is None:
-            self._put(("begin", reply_id, message_id, model, params))
+            self._put(("begin", reply_id, message_id, model, params, self.sources.get(model)))
             seen = 0
         if len(steps) > seen:
             self._put(("steps", reply_id, seen, steps[seen:]))
@@ -171,8 +174,8 @@ class StreamJournal:
     def _take(self, item: tuple) -> None:
         kind, reply_id = item[0], item[1]
         if kind == "begin":
-            _, _, message_id, model, params = item
-            self._live[reply_id] = _Live(message_id, model, json.dumps(params.to_dict()))
+            _, _, message_id, model, params, source = item
+            self._live[reply_id] = _Live(message_id, model, json.dumps(params.to_dict()), source)
             return
         live = self._live.get(reply_id)
         if live is None:
@@ -243,8 +246,9 @@ class StreamJournal:
                 if live.dropped:
                     continue
                 cur = db.execute(
-                    "INSERT INTO live_replies(message_id, model, params, branch, created_at) VALUES (?, ?, ?, NULL, ?)",
-                    (live.message_id, live.model, live.params, time.time()),
+                    "INSERT INTO live_replies(message_id, model, params, branch, created_at, model_source)"
+                    " VALUES (?, ?, ?, NULL, ?, ?)",
+                    (live.message_id, live.model, live.params, time.time(), live.source),
                 )
                 row = rows[reply_id] = cur.lastrowid
             if live.dropped:

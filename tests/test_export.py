@@ -63,6 +63,7 @@ def db(session, tmp_path_factory):
     answering the first branch, and a compare run."""
     path = tmp_path_factory.mktemp("db") / "db.sqlite3"
     store = Store(path)
+    store.note_model("tiny", "/models/tiny")  # as the app does when the model loads
     conv = store.new_conversation("You are terse.", "the test")
     user = store.add_user_message(conv.id, "the hat", None)
     reply = store.add_assistant_message(conv.id, user.id)
@@ -79,6 +80,7 @@ def db(session, tmp_path_factory):
         s, d = generate(session, messages, params)
         columns.append((CompareColumn(label, params, ("reply", 0)), s, d.text, d.finish_reason))
     series = DivergenceSeries(2)
+    store.note_model("tiny", "/models/tiny-q8")  # another file with the same name, loaded later
     store.add_compare_run(reply2.id, columns, "tiny", 0, series)
     store.close()
     return path, conv.id
@@ -89,7 +91,10 @@ def test_round_trip(db, tmp_path):
     store = Store(path)
     data = from_store(store, cid, "tiny-source")
     first = records(data, created="T")
-    assert first[0]["type"] == "header" and first[0]["model"] == {"name": "tiny", "source": "tiny-source"}
+    # the source the replies recorded, not the model loaded now
+    assert first[0]["type"] == "header" and first[0]["model"] == {"name": "tiny", "source": "/models/tiny"}
+    sources = [r["model_source"] for r in first if r["type"] == "branch"]
+    assert sources == ["/models/tiny", "/models/tiny", "/models/tiny-q8", "/models/tiny-q8"]
     assert first[0]["chain"][0] == "raw" and first[0]["params"]["dry_multiplier"] == 1.0
     kinds = [r["type"] for r in first]
     assert kinds.count("branch") == 4 and kinds.count("compare_run") == 1 and kinds.count("message") == 4
@@ -167,6 +172,7 @@ def test_app_export_command(db, tmp_path):
     expected = records(from_store(store, cid))
     store.close()
     assert recs[1:] == expected[1:] and recs[0]["kind"] == "conversation"
+    assert recs[0]["model"] == {"name": "tiny", "source": "/models/tiny"}
     csv_out = tmp_path / "cli.csv"
     run = subprocess.run(
         [sys.executable, "-m", "app", "export", "--out", str(csv_out), "--db", str(path), "--all"],

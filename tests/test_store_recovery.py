@@ -22,6 +22,7 @@ from engine.events import TokenStep
 from engine.params import SamplingParams
 
 FIXTURE_V3 = Path(__file__).parent / "data" / "store_v3.sqlite3"
+FIXTURE_V4 = Path(__file__).parent / "data" / "store_v4.sqlite3"
 
 
 def user_version(path: Path) -> int:
@@ -91,7 +92,7 @@ def test_the_current_release_database_migrates_with_a_copy_first(tmp_path):
     shutil.copy(FIXTURE_V3, path)
     assert user_version(path) == 3 and "live_replies" not in tables(path)
     store = Store(path)
-    assert store.migrated_from == 3 and user_version(path) == SCHEMA_VERSION == 4
+    assert store.migrated_from == 3 and user_version(path) == SCHEMA_VERSION == 5
     assert {"live_replies", "live_steps", "compare_runs"} <= tables(path)
     copy = backup_path(path, 3)
     assert copy.exists() and user_version(copy) == 3 and "live_replies" not in tables(copy)
@@ -103,6 +104,29 @@ def test_the_current_release_database_migrates_with_a_copy_first(tmp_path):
     again = Store(path)
     assert again.migrated_from is None
     again.close()
+
+
+def test_the_last_release_database_migrates_and_its_journal_is_recovered(tmp_path):
+    """Schema 4 (written by the last release, tests/data/make_store_v4.py) with a reply left
+    in the stream journal: model_source is added (NULL for what was saved before), the copy
+    keeps version 4, the interrupted reply is recovered, and replies saved now record it."""
+    path = tmp_path / "logitscope.sqlite3"
+    shutil.copy(FIXTURE_V4, path)
+    assert user_version(path) == 4 and journal_rows(path) == (1, 2)
+    store = Store(path)
+    assert store.migrated_from == 4 and user_version(path) == 5 and user_version(backup_path(path, 4)) == 4
+    (recovered,) = store.recover_interrupted()
+    (conversation,) = store.conversations()
+    thread = store.thread(conversation.id)
+    assert thread[-1].branch.id == recovered and thread[-1].branch.finish_reason == INTERRUPTED
+    assert len(thread[-1].branch.steps) == 2 and thread[-1].branch.model_source is None
+    assert all(b.model_source is None for m in thread if m.role == "assistant" for b in m.branches)
+    store.note_model("tiny", "/models/tiny")
+    saved = store.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
+    assert saved.model_source == "/models/tiny"
+    assert store.branches(thread[-1].id)[-1].model_source == "/models/tiny"
+    assert store.integrity() == "ok"
+    store.close()
 
 
 # The stream journal -------------------------------------------------------------------------------
@@ -134,7 +158,8 @@ def test_steps_are_committed_while_streaming_at_most_half_a_second_apart(store):
 def test_an_interrupted_reply_is_recovered_as_a_branch(store):
     conversation, message = new_turn(store)
     params = SamplingParams(temperature=0.7, max_tokens=99)
-    journal = StreamJournal(store.path)
+    store.note_model("tiny", "/models/tiny.gguf")
+    journal = StreamJournal(store.path, sources=store.model_sources)
     steps = [make_step(i, params) for i in range(12)]
     journal.token(1, message.id, "tiny", params, steps)
     assert journal.flush()
@@ -147,6 +172,7 @@ def test_an_interrupted_reply_is_recovered_as_a_branch(store):
     assert branch.id == branch_id and branch.finish_reason == INTERRUPTED
     assert [s.token_id for s in branch.steps] == [s.token_id for s in steps]
     assert branch.text == "".join(s.text for s in steps) and branch.params == params and branch.model == "tiny"
+    assert branch.model_source == "/models/tiny.gguf"
     assert reopened.recover_interrupted() == []
     assert reopened.integrity() == "ok"
     reopened.close()
