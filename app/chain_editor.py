@@ -11,11 +11,11 @@ last) are not reorderable and not listed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFocusEvent, QPainter
+from PySide6.QtCore import QModelIndex, QRect, Qt, Signal
+from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPlainTextEdit,
     QPushButton,
     QStackedWidget,
     QStyle,
@@ -33,15 +32,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.lines_edit import LinesEdit
 from app.param_fields import ERROR_STYLE, STAGE_FIELDS, SliderField, make_field
-from app.param_text import format_breakers, parse_breakers
 from engine.params import SAMPLER_STAGES, SamplingParams
 
 STAGE_ROLE = Qt.ItemDataRole.UserRole
 SUMMARY_ROLE = Qt.ItemDataRole.UserRole + 1
 NEUTRAL_ROLE = Qt.ItemDataRole.UserRole + 2
 ERROR_COLOR = "#d93025"
-BREAKERS_IDLE_MS = 700
 
 STAGE_HELP = {
     "penalties": "Repetition, presence and frequency penalties over the last window tokens.",
@@ -116,37 +114,17 @@ class StageDelegate(QStyledItemDelegate):
         painter.restore()
 
 
-class BreakersEdit(QPlainTextEdit):
-    """One breaker per line. ``edited`` fires on leaving the box or after a pause in typing,
-    not per keystroke, so a live reply is not re-parameterized at every letter."""
-
-    edited = Signal()
+class BreakersEdit(LinesEdit):
+    """The DRY sequence breakers, one per line."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.setToolTip(BREAKERS_TIP)
-        self.setTabChangesFocus(True)
-        self.setFixedHeight(self.fontMetrics().lineSpacing() * 5 + 12)
-        self._idle = QTimer(self)
-        self._idle.setSingleShot(True)
-        self._idle.setInterval(BREAKERS_IDLE_MS)
-        self._idle.timeout.connect(self.edited)
-        self.textChanged.connect(self._idle.start)
+        super().__init__(BREAKERS_TIP)
 
     def breakers(self) -> tuple[str, ...]:
-        return parse_breakers(self.toPlainText())
+        return self.lines()
 
     def set_breakers(self, breakers: tuple[str, ...]) -> None:
-        self.blockSignals(True)
-        self.setPlainText(format_breakers(breakers))
-        self.blockSignals(False)
-        self._idle.stop()
-
-    def focusOutEvent(self, event: QFocusEvent) -> None:
-        if self._idle.isActive():
-            self._idle.stop()
-            self.edited.emit()
-        super().focusOutEvent(event)
+        self.set_lines(breakers)
 
 
 class ChainEditor(QWidget):
@@ -307,19 +285,24 @@ class ChainEditor(QWidget):
 
     def show_error(self, field: str | None) -> None:
         """Outline the field at fault (and bring its stage into view); None clears."""
+        self.show_errors(() if field is None else (field,))
+
+    def show_errors(self, fields: Sequence[str]) -> None:
+        """Outline every field at fault, colour their stages' rows, and bring the first
+        one's stage into view; an empty list clears."""
         for name in [*self.fields, "dry_sequence_breakers", "samplers"]:
             self.widget_for(name).setStyleSheet("")
-        stage = self.stage_of(field) if field is not None and self.widget_for(field) is not None else None
+        ours = [f for f in fields if self.widget_for(f) is not None]
+        stages = [stage for stage in map(self.stage_of, ours) if stage is not None]
         self.list.blockSignals(True)  # a colour is not a change of the chain
         for item in self._items():
-            red = item.data(STAGE_ROLE) == stage
+            red = item.data(STAGE_ROLE) in stages
             item.setData(Qt.ItemDataRole.ForegroundRole, QColor(ERROR_COLOR) if red else None)
         self.list.blockSignals(False)
-        if field is None or self.widget_for(field) is None:
-            return
-        self.widget_for(field).setStyleSheet(ERROR_STYLE)
-        if stage is not None:
-            self.select_stage(stage)
+        for name in ours:
+            self.widget_for(name).setStyleSheet(ERROR_STYLE)
+        if stages:
+            self.select_stage(stages[0])
 
     def update_summaries(self) -> None:
         values = self.values()

@@ -1,16 +1,18 @@
 """Sampling controls: presets, the chain editor (every stage, its order, switch and
 parameters), the reply's own settings (length, candidates, seed, logit bias, stop).
 
-Each change builds a new SamplingParams (which validates itself); a value it
-rejects is outlined in red, found by the error's ``field``, with the engine's
-message, and nothing is sent. Errors the engine raises later (a logit-bias id
-outside the vocabulary) come back through :meth:`SamplingControls.show_error`.
+Each change builds a new SamplingParams (which validates itself) and checks the
+logit-bias ids against the loaded model's vocabulary (:meth:`SamplingControls.set_vocab_size`);
+every value refused is outlined in red, found by its error's ``field``, and the message lists
+each one. Invalid values are never sent: :meth:`SamplingControls.send_problem` says why Send
+is refused. Errors the engine raises later come back through :meth:`SamplingControls.show_error`.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QSettings, Signal
@@ -30,10 +32,17 @@ from PySide6.QtWidgets import (
 )
 
 from app.chain_editor import ChainEditor
+from app.lines_edit import LinesEdit
+from app.param_check import check_values, error_message
 from app.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field
-from app.param_text import format_bias, format_stop, parse_bias, parse_stop
-from app.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, preset_data, preset_matches
+from app.param_text import format_bias, parse_bias, parse_seed, parse_stop
+from app.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, is_reserved, preset_data, preset_matches
 from engine.params import SamplingParams, SamplingParamsError
+
+STOP_TIP = (
+    "stop: strings that end the reply (not shown), one per line; a line is taken whole, "
+    "so <|im_end|> is one stop string. Escapes: \\n newline, \\t tab, \\\\ backslash."
+)
 
 
 class SamplingControls(QWidget):
@@ -43,6 +52,10 @@ class SamplingControls(QWidget):
         super().__init__()
         self.settings = settings
         self._loading = False
+        self.vocab_size = 0
+        """The loaded model's vocabulary size, for logit-bias ids; 0 = not known."""
+        self.errors: list[SamplingParamsError] = []
+        """Every value the panel refuses now (empty when it can be sent)."""
         self.chain = ChainEditor()
         self.chain.changed.connect(self._changed)
         # Every numeric field by name, the chain's and the reply's, for presets and errors.
@@ -68,24 +81,28 @@ class SamplingControls(QWidget):
         self.bias.setToolTip("logit_bias: added to the logits first (stage bias). Empty = off.")
         self.bias.editingFinished.connect(self._changed)
         reply_form.addRow("Logit bias", self.bias)
-        self.stop = QLineEdit()
-        self.stop.setPlaceholderText("stop strings, separated by |  (\\n = newline)")
-        self.stop.editingFinished.connect(self._changed)
+        self.stop = LinesEdit(STOP_TIP, rows=3, placeholder="one stop string per line  (\\n = newline)")
+        self.stop.edited.connect(self._changed)
         reply_form.addRow("Stop", self.stop)
         self._text_fields: dict[str, QWidget] = {"seed": self.seed, "logit_bias": self.bias, "stop": self.stop}
 
         self.presets = QComboBox()
         self.presets.activated.connect(lambda _: self.apply_preset(self.presets.currentText()))
         self.presets.setMinimumContentsLength(10)
-        save = QPushButton("Save…")
-        save.clicked.connect(self._save_preset)
-        delete = QPushButton("Delete")
-        delete.clicked.connect(self._delete_preset)
+        self.presets.currentTextChanged.connect(self._update_delete)
+        self.save_button = QPushButton("Save…")
+        self.save_button.setToolTip("Save these settings as a preset of your own")
+        self.save_button.clicked.connect(self._save_preset)
+        self.delete_button = QPushButton("Delete")
+        self.delete_button.clicked.connect(lambda: self.delete_preset(self.presets.currentText()))
         preset_row = QHBoxLayout()
         preset_row.addWidget(QLabel("Preset"))
         preset_row.addWidget(self.presets, 1)
-        preset_row.addWidget(save)
-        preset_row.addWidget(delete)
+        preset_row.addWidget(self.save_button)
+        preset_row.addWidget(self.delete_button)
+        self.preset_note = QLabel()
+        self.preset_note.setWordWrap(True)
+        self.preset_note.hide()
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #d93025")
@@ -100,6 +117,7 @@ class SamplingControls(QWidget):
         inner = QWidget()
         layout = QVBoxLayout(inner)
         layout.addLayout(preset_row)
+        layout.addWidget(self.preset_note)
         layout.addWidget(self.error)
         layout.addWidget(chain_box)
         layout.addWidget(reply_box)
@@ -119,18 +137,33 @@ class SamplingControls(QWidget):
 
     # Values --------------------------------------------------------------------------
 
-    def read(self) -> SamplingParams:
+    def read_all(self) -> tuple[SamplingParams | None, list[SamplingParamsError]]:
+        """The parameters shown, or None and every error, in the panel's order."""
         values: dict[str, Any] = self.chain.values()
         values.update({spec.name: self.fields[spec.name].value() for spec in REPLY_FIELDS})
-        seed = self.seed.text().strip()
-        if seed:
+        errors: list[SamplingParamsError] = []
+        texts = (
+            ("seed", parse_seed, self.seed.text()),
+            ("logit_bias", parse_bias, self.bias.text()),
+            ("stop", parse_stop, self.stop.toPlainText()),
+        )
+        for name, parse, text in texts:
             try:
-                values["seed"] = int(seed)
-            except ValueError:
-                raise SamplingParamsError("seed", seed, f"seed must be an integer, got {seed!r}.") from None
-        values["logit_bias"] = parse_bias(self.bias.text())
-        values["stop"] = parse_stop(self.stop.text())
-        return SamplingParams(**values)
+                values[name] = parse(text)
+            except SamplingParamsError as exc:
+                errors.append(exc)
+        params, more = check_values(values, self.vocab_size)
+        order = [*self.chain.fields, "dry_sequence_breakers", "samplers", *self._reply_names(), *self._text_fields]
+        errors += more
+        errors.sort(key=lambda e: order.index(e.field) if e.field in order else len(order))
+        return (None if errors else params), errors
+
+    def read(self) -> SamplingParams:
+        """The parameters shown; raises the first error."""
+        params, errors = self.read_all()
+        if params is None:
+            raise errors[0]
+        return params
 
     def set_params(self, params: SamplingParams) -> None:
         self._loading = True
@@ -140,7 +173,7 @@ class SamplingControls(QWidget):
                 self.fields[spec.name].set_value(getattr(params, spec.name))
             self.seed.setText("" if params.seed is None else str(params.seed))
             self.bias.setText(format_bias(dict(params.logit_bias)))
-            self.stop.setText(format_stop(params.stop))
+            self.stop.set_lines(params.stop)
         finally:
             self._loading = False
         self._changed()
@@ -148,29 +181,41 @@ class SamplingControls(QWidget):
     def _changed(self) -> None:
         if self._loading:
             return
-        try:
-            params = self.read()
-        except SamplingParamsError as exc:
-            self.show_error(exc)
+        params, errors = self.read_all()
+        self.show_errors(errors)
+        if params is None:
             return
-        self.show_error(None)
         self._show_matching_preset(params)
         if params != self.current:
             self.current = params
             self.params_changed.emit(params)
 
+    def set_vocab_size(self, vocab_size: int) -> None:
+        """The loaded model's vocabulary size (0 = not known): logit-bias ids must be below it."""
+        self.vocab_size = max(0, int(vocab_size))
+        self._changed()
+
+    def send_problem(self) -> str:
+        """Why the values shown cannot be sent (every one outlined), or "" when they can."""
+        self._changed()  # the fields as they read now, even mid-edit
+        return error_message(self.errors)
+
     def show_error(self, exc: SamplingParamsError | None) -> None:
         """Outline the widget of ``exc.field`` and show the message; None clears both."""
-        for widget in self._text_fields.values():
+        self.show_errors([] if exc is None else [exc])
+
+    def show_errors(self, errors: Sequence[SamplingParamsError]) -> None:
+        """Outline the widget of every error's ``field`` and list the messages; [] clears."""
+        self.errors = list(errors)
+        for widget in [*self._text_fields.values(), *(self.fields[name] for name in self._reply_names())]:
             widget.setStyleSheet("")
-        for spec in REPLY_FIELDS:
-            self.fields[spec.name].setStyleSheet("")
-        field = getattr(exc, "field", None)
-        self.chain.show_error(field)
-        widget = self._text_fields.get(field) or (self.fields.get(field) if field in self._reply_names() else None)
-        if widget is not None:
-            widget.setStyleSheet(ERROR_STYLE)
-        self.error.setText("" if exc is None else str(exc))
+        fields = [getattr(exc, "field", None) for exc in errors]
+        self.chain.show_errors([f for f in fields if f is not None])
+        for field in fields:
+            widget = self._text_fields.get(field) or (self.fields.get(field) if field in self._reply_names() else None)
+            if widget is not None:
+                widget.setStyleSheet(ERROR_STYLE)
+        self.error.setText(error_message(errors))
 
     def error_widget(self) -> QWidget | None:
         """The widget outlined as being at fault, if any (for tests and accessibility)."""
@@ -196,9 +241,14 @@ class SamplingControls(QWidget):
         self._changed()
 
     def ban_token(self, token_id: int) -> None:
-        bias = parse_bias(self.bias.text())
-        bias[token_id] = -100.0
-        self.bias.setText(format_bias(bias))
+        try:
+            bias = parse_bias(self.bias.text())
+        except SamplingParamsError:  # keep what was typed (it stays outlined): add the ban to it
+            typed = self.bias.text().strip().rstrip(",")
+            self.bias.setText(f"{typed}, {token_id}:-100" if typed else f"{token_id}:-100")
+        else:
+            bias[token_id] = -100.0
+            self.bias.setText(format_bias(bias))
         self._changed()
 
     # Presets ---------------------------------------------------------------------------
@@ -213,11 +263,30 @@ class SamplingControls(QWidget):
             return {}
 
     def _all_presets(self) -> dict[str, dict]:
-        return {**BUILTIN_PRESETS, **self._user_presets()}
+        # A built-in name always means the built-in preset (a saved one cannot shadow it).
+        user = {name: data for name, data in self._user_presets().items() if not is_reserved(name)}
+        return {**BUILTIN_PRESETS, **user}
 
     def _refresh_presets(self) -> None:
         self.presets.clear()
         self.presets.addItems(list(self._all_presets()))
+
+    def _write_presets(self, presets: dict[str, dict]) -> None:
+        if self.settings is not None:
+            self.settings.setValue("presets", json.dumps(presets))
+        self._refresh_presets()
+
+    def _note(self, text: str) -> None:
+        """A word about the last preset command (why it did nothing, or what it did)."""
+        self.preset_note.setText(text)
+        self.preset_note.setVisible(bool(text))
+
+    def _update_delete(self, name: str) -> None:
+        built_in = is_reserved(name)
+        self.delete_button.setEnabled(not built_in and name in self._user_presets())
+        self.delete_button.setToolTip(
+            "Built-in presets cannot be deleted" if built_in else f"Delete the saved preset “{name}”"
+        )
 
     def apply_preset(self, name: str) -> None:
         preset = self._all_presets().get(name)
@@ -226,28 +295,43 @@ class SamplingControls(QWidget):
         try:
             params = apply_preset(self.current, preset)
         except (TypeError, ValueError) as exc:  # a saved preset this version cannot read
-            self.error.setText(f"Preset {name!r} cannot be applied: {exc}")
+            self._note(f"Preset “{name}” cannot be applied: {exc}")
             return
+        self._note("")
         self.set_params(params)
         self.presets.setCurrentText(name)
 
-    def save_preset(self, name: str) -> None:
-        presets = self._user_presets()
-        presets[name] = preset_data(self.read())
-        if self.settings is not None:
-            self.settings.setValue("presets", json.dumps(presets))
-        self._refresh_presets()
+    def save_preset(self, name: str) -> bool:
+        """Save the values shown as preset ``name``; False (and a note saying why) when the
+        name is a built-in preset's or a value is invalid."""
+        name = name.strip()
+        if is_reserved(name):
+            self._note(f"“{name}” is a built-in preset and cannot be replaced: choose another name.")
+            return False
+        params, errors = self.read_all()
+        if params is None:
+            self.show_errors(errors)
+            self._note("Not saved: first fix the settings outlined in red.")
+            return False
+        self._write_presets({**self._user_presets(), name: preset_data(params)})
         self.presets.setCurrentText(name)
+        self._note(f"Saved preset “{name}”.")
+        return True
 
     def _save_preset(self) -> None:
         name, ok = QInputDialog.getText(self, "Save preset", "Preset name:")
-        if ok and name.strip() and name.strip() not in BUILTIN_PRESETS:
-            self.save_preset(name.strip())
+        if ok and name.strip():
+            self.save_preset(name)
 
-    def _delete_preset(self) -> None:
+    def delete_preset(self, name: str) -> bool:
+        """Delete the saved preset ``name``; built-in presets cannot be (a note says so)."""
+        if is_reserved(name):
+            self._note(f"“{name}” is a built-in preset: only presets you saved can be deleted.")
+            return False
         presets = self._user_presets()
-        name = self.presets.currentText()
-        if name in presets and self.settings is not None:
-            del presets[name]
-            self.settings.setValue("presets", json.dumps(presets))
-            self._refresh_presets()
+        if presets.pop(name, None) is None:
+            return False
+        self._write_presets(presets)
+        self._show_matching_preset(self.current)
+        self._note(f"Preset “{name}” deleted.")
+        return True

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
 
 from engine.params import (
@@ -223,6 +224,40 @@ REPLY_FIELDS: tuple[FieldSpec, ...] = (
 ERROR_STYLE = "border: 2px solid #d93025;"
 
 
+class _Clamping:
+    """A spin box that takes a typed number beyond its range and clamps it when the edit
+    ends (Enter, leaving the box). Qt's own boxes refuse the keystroke instead, so typing 5
+    into a box whose maximum is 2 did nothing."""
+
+    def _typed_number(self: QAbstractSpinBox, text: str) -> float | None:
+        core = text.removeprefix(self.prefix()).removesuffix(self.suffix()).strip()
+        try:
+            return float(core.replace(self.locale().decimalPoint(), "."))
+        except ValueError:
+            return None
+
+    def validate(self, text: str, pos: int) -> object:
+        state = super().validate(text, pos)  # type: ignore[misc]
+        if state[0] == QValidator.State.Invalid and self._typed_number(text) is not None:
+            return QValidator.State.Intermediate, text, pos
+        return state
+
+    def fixup(self, text: str) -> str:
+        number = self._typed_number(text)
+        if number is None:
+            return super().fixup(text)  # type: ignore[misc]
+        clamped = min(max(number, self.minimum()), self.maximum())
+        return self.textFromValue(clamped if isinstance(self, QDoubleSpinBox) else round(clamped))
+
+
+class ClampingSpinBox(_Clamping, QSpinBox):
+    pass
+
+
+class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
+    pass
+
+
 class SliderField(QWidget):
     """A slider (over a convenient range) and a spin box (over the whole valid range)."""
 
@@ -272,7 +307,7 @@ class SliderField(QWidget):
 
 class FloatField(SliderField):
     def __init__(self, slider_range, spin_range, decimals: int, on_change: Callable[[], None]):
-        spin = QDoubleSpinBox()
+        spin = ClampingDoubleSpinBox()
         spin.setRange(*spin_range)
         spin.setDecimals(decimals)
         spin.setSingleStep(10 ** -min(decimals, 2))
@@ -281,7 +316,7 @@ class FloatField(SliderField):
 
 class IntField(SliderField):
     def __init__(self, slider_range, spin_range, on_change: Callable[[], None]):
-        spin = QSpinBox()
+        spin = ClampingSpinBox()
         spin.setRange(int(spin_range[0]), min(int(spin_range[1]), 2**31 - 1))  # QSpinBox holds int32
         super().__init__(spin, slider_range, on_change)
 

@@ -1,4 +1,7 @@
-"""The text forms of the non-numeric parameters: logit bias, stop strings, DRY breakers."""
+"""The text forms of the non-numeric parameters: seed, logit bias, stop strings, DRY breakers.
+
+Stop strings and DRY breakers are lists of any text (``<|im_end|>`` included), so they are
+written one per line with ``\\n``, ``\\t`` and ``\\\\`` escapes, never split on a separator."""
 
 from __future__ import annotations
 
@@ -8,17 +11,37 @@ _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 _ESCAPED = {value: "\\" + key for key, value in _ESCAPES.items()}
 
 
+def parse_seed(text: str) -> int | None:
+    """``""`` -> None (a new seed each reply), else the integer."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise SamplingParamsError("seed", text, f"seed must be an integer, got {text!r}.") from None
+
+
 def parse_bias(text: str) -> dict[int, float]:
-    """``"42:-100, 7:2.5"`` -> {42: -100.0, 7: 2.5}."""
+    """``"42:-100, 7:2.5"`` -> {42: -100.0, 7: 2.5}. An id given twice is an error: which of
+    its values was meant cannot be guessed."""
     bias: dict[int, float] = {}
+    given: dict[int, str] = {}
     for part in filter(None, (p.strip() for p in text.replace(";", ",").split(","))):
         token, _, value = part.partition(":")
         try:
-            bias[int(token)] = float(value)
+            token_id, number = int(token), float(value)
         except ValueError:
             raise SamplingParamsError(
                 "logit_bias", part, f"logit_bias entries are token_id:bias, got {part!r}."
             ) from None
+        if token_id in given:
+            raise SamplingParamsError(
+                "logit_bias",
+                token_id,
+                f"logit_bias gives token {token_id} twice ({given[token_id]} and {part}): keep one.",
+            )
+        bias[token_id], given[token_id] = number, part
     return bias
 
 
@@ -27,13 +50,8 @@ def format_bias(bias: dict[int, float]) -> str:
 
 
 def parse_stop(text: str) -> tuple[str, ...]:
-    """Stop strings separated by ``|``; ``\\n`` and ``\\t`` are escapes."""
-    parts = [p.replace("\\n", "\n").replace("\\t", "\t") for p in text.split("|")]
-    return tuple(p for p in parts if p)
-
-
-def format_stop(stop: tuple[str, ...]) -> str:
-    return "|".join(s.replace("\n", "\\n").replace("\t", "\\t") for s in stop)
+    """Stop strings, one per line, with escapes; empty lines are skipped."""
+    return parse_breakers(text)
 
 
 def unescape(text: str) -> str:

@@ -63,6 +63,11 @@ BUILTIN_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def is_reserved(name: str) -> bool:
+    """A built-in preset's name (or "Custom"): not a name to save or delete a preset under."""
+    return name in BUILTIN_PRESETS or name == CUSTOM
+
+
 def apply_preset(current: SamplingParams, preset: Mapping[str, Any]) -> SamplingParams:
     """``current`` with the preset's values; stage fields the preset lacks take their defaults."""
     values = {**current.to_dict(), **STAGE_DEFAULTS, **preset}

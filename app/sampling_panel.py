@@ -14,11 +14,12 @@ import json
 
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QTabBar, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
 
 from app.controls import SamplingControls
 from app.model.generation import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.model.streams import COLUMN_NAMES
+from app.param_fields import ClampingSpinBox
 from app.presets import CUSTOM, short_label
 from app.theme import LIGHT, Colors, variant_color
 from engine.params import SamplingParams
@@ -36,7 +37,7 @@ class SamplingPanel(QWidget):
         self.colors: Colors = LIGHT
         self.compare = QCheckBox("Compare")
         self.compare.setToolTip("Send one prompt with 2–4 settings: the replies stream side by side (one prefill).")
-        self.count = QSpinBox()
+        self.count = ClampingSpinBox()
         self.count.setRange(MIN_VARIANTS, MAX_VARIANTS)
         self.count.setValue(3)
         self.count.setSuffix(" settings")
@@ -102,6 +103,25 @@ class SamplingPanel(QWidget):
             controls.set_params(params)
         self.count.setValue(max(MIN_VARIANTS, min(MAX_VARIANTS, len(variants))))
         self._refresh_tabs()
+
+    def set_vocab_size(self, vocab_size: int) -> None:
+        """The loaded model's vocabulary size (0 = not known), for every tab's logit-bias ids."""
+        for controls in self.variant_controls:
+            controls.set_vocab_size(vocab_size)
+
+    def send_problem(self) -> str:
+        """Why Send must be refused ("" when it need not): the shown tabs' invalid values,
+        each outlined; the first tab at fault is brought forward."""
+        shown = range(self.count.value()) if self.compare_on() else range(1)
+        faults = [(i, problem) for i in shown if (problem := self.variant_controls[i].send_problem())]
+        if not faults:
+            return ""
+        if self.compare_on():
+            self.tabs.setCurrentIndex(faults[0][0])
+            named = " ".join(f"Setting {COLUMN_NAMES[i]}: {problem}" for i, problem in faults)
+        else:
+            named = faults[0][1]
+        return "Not sent — fix the settings outlined in red. " + named.replace("\n", " ")
 
     def set_colors(self, colors: Colors) -> None:
         self.colors = colors

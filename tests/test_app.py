@@ -211,12 +211,18 @@ def test_invalid_control_values_are_flagged(qtbot, profile, tiny_folder):
     window.controls.bias.editingFinished.emit()
     assert window.controls.current.logit_bias == {12: -100.0}
     assert window.controls.error.text() == ""
-    # A value only the engine can refuse (an id outside this model's vocabulary) comes back
-    # across the thread as the exception, and its field is outlined.
+    # An id outside this model's vocabulary is flagged in the panel and never sent.
     vocab = window.model_info.vocab_size
-    send(qtbot, window, "hi", SamplingParams(max_tokens=2, logit_bias={vocab + 5: 1.0}))
-    qtbot.waitUntil(lambda: bool(window.last_error), timeout=TIMEOUT)
-    assert "logit_bias" in window.last_error
+    out_of_vocab = SamplingParams(max_tokens=2, logit_bias={vocab + 5: 1.0})
+    send(qtbot, window, "hi", out_of_vocab)
+    assert window.controls.error_widget() is window.controls.bias
+    assert str(vocab + 5) in window.controls.error.text()
+    assert window.model.thread == [] and window.controls.current.logit_bias == {12: -100.0}
+    # The model checks too (settings that reach it by another path): the error carries its
+    # field, which the panel outlines.
+    window.controls.show_error(None)
+    assert not window.model.send("hi", out_of_vocab)
+    assert "logit_bias" in window.last_error and window.model.thread == []
     assert window.controls.error_widget() is window.controls.bias
     assert "logit_bias" in window.controls.error.text()
     window.error_box.close()
