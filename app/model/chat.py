@@ -8,13 +8,16 @@ The window wires it to the worker: ``events.job_submitted`` / ``cancel_requested
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from app.model.background import Background, RunNow
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
 from app.model.events import EmitterGroup
 from app.model.generation import GenerationMixin
-from app.model.streams import CompareRun, Reply, StreamKey, TokenRef, branch_key
+from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store import Branch, Conversation, Message, Store
 from engine.events import TokenStep
+from engine.params import SamplingParams, SamplingParamsError
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 EVENTS = (
@@ -49,6 +52,8 @@ class ChatModel(GenerationMixin):
         self.selection: TokenRef | None = None
         self.follow_latest = True
         self.model_name = "?"
+        self.vocab_size = 0
+        """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
         self.welcome_state = ""
         self._followed: StreamKey | None = None
         self._branches: dict[int, tuple[Message, Branch]] = {}
@@ -107,6 +112,23 @@ class ChatModel(GenerationMixin):
 
     def context_for(self, message: Message) -> tuple[dict[str, str], ...]:
         return context_before(self.thread, self.thread.index(message), self.system_prompt.strip())
+
+    def params_ok(self, variants: Sequence[tuple[str, SamplingParams]]) -> bool:
+        """Whether the loaded model takes every setting (``(label, params)``; "" for a single
+        reply). Else ``errored`` carries the first refusal, its ``field`` for the panel to
+        outline, and nothing may be started or added to the conversation."""
+        if self.vocab_size <= 0:
+            return True
+        for column, (label, params) in enumerate(variants):
+            try:
+                params.verify(self.vocab_size)
+            except SamplingParamsError as exc:
+                if len(variants) > 1:
+                    where = f"Setting {COLUMN_NAMES[column]} ({label})" if label else f"Setting {COLUMN_NAMES[column]}"
+                    exc = SamplingParamsError(exc.field, exc.value, f"{where}: {exc}")
+                self.events.errored(exc)
+                return False
+        return True
 
     def _message(self, message_id: int) -> Message | None:
         return next((m for m in self.thread if m.id == message_id), None)
