@@ -124,7 +124,7 @@ class SamplingControls(QWidget):
         layout.addWidget(self.live_note)
         layout.addStretch(1)
         # The panel is taller than a small screen: it scrolls rather than squeezing the fields.
-        scroll = QScrollArea()
+        self.scroll = scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(inner)
@@ -196,9 +196,21 @@ class SamplingControls(QWidget):
         self._changed()
 
     def send_problem(self) -> str:
-        """Why the values shown cannot be sent (every one outlined), or "" when they can."""
+        """Why the values shown cannot be sent, or "" when they can. Every bad value is
+        outlined and the first one scrolled into view and focused, ready to be fixed."""
         self._changed()  # the fields as they read now, even mid-edit
+        widgets = [w for w in map(self._widget_for, (e.field for e in self.errors)) if w is not None]
+        if widgets:
+            self.scroll.ensureWidgetVisible(widgets[0])
+            widgets[0].setFocus()
         return error_message(self.errors)
+
+    def _widget_for(self, field: str | None) -> QWidget | None:
+        if field in self._text_fields:
+            return self._text_fields[field]
+        if field in self._reply_names():
+            return self.fields[field]
+        return self.chain.widget_for(field) if field is not None else None
 
     def show_error(self, exc: SamplingParamsError | None) -> None:
         """Outline the widget of ``exc.field`` and show the message; None clears both."""
@@ -212,9 +224,8 @@ class SamplingControls(QWidget):
         fields = [getattr(exc, "field", None) for exc in errors]
         self.chain.show_errors([f for f in fields if f is not None])
         for field in fields:
-            widget = self._text_fields.get(field) or (self.fields.get(field) if field in self._reply_names() else None)
-            if widget is not None:
-                widget.setStyleSheet(ERROR_STYLE)
+            if field in self._text_fields or field in self._reply_names():
+                self._widget_for(field).setStyleSheet(ERROR_STYLE)
         self.error.setText(error_message(errors))
 
     def error_widget(self) -> QWidget | None:

@@ -91,6 +91,7 @@ def test_send_with_invalid_settings_adds_nothing_and_says_why(qtbot, profile, ti
         assert controls.error_widget() is controls.bias
         assert expected in controls.error.text()
         assert expected in window.statusBar().currentMessage()
+        assert window.focusWidget() is controls.bias  # ready to be fixed (scrolled into view)
     enter_text(controls.bias, "")
     # Compare mode: a bad value on tab B refuses the send and brings tab B forward.
     window.panel.set_compare(True, 2)
