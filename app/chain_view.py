@@ -55,8 +55,13 @@ def format_p(p: float) -> str:
     return "0"
 
 
+def format_nats(h: float, digits: int = 2) -> str:
+    """An entropy: never negative, so a float rounding's -1e-9 reads 0.00, not -0.00."""
+    return "?" if math.isnan(h) else f"{max(0.0, h):.{digits}f}"
+
+
 def format_entropy(h: float) -> str:
-    return "H ?" if math.isnan(h) else f"H {h:.2f}"
+    return f"H {format_nats(h)}"
 
 
 def format_survivors(n: int) -> str:
@@ -177,7 +182,7 @@ class ChainModel(QAbstractTableModel):
                     f"and the other stages are {NOT_REPORTED}."
                 )
             if role == Qt.ItemDataRole.ToolTipRole:
-                entropy = "unknown" if math.isnan(h) else f"{h:.3f} nats"
+                entropy = "unknown" if math.isnan(h) else f"{format_nats(h, 3)} nats"
                 left = "unknown" if n < 0 else f"{n:,}"
                 return f"after {stage}: entropy {entropy}, tokens left {left}"
             return None
