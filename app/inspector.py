@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.bars_view import BarsView
-from app.chain_view import ChainView, raw_rank
+from app.chain_view import ChainView, format_nats, raw_rank
+from app.inspector_settings import settings_line, settings_tooltip, title_tooltip
 from app.remote_labels import NOT_REPORTED, is_remote_step, stage_label, step_stage_label
 from app.textfmt import escape, percent, visible
 from app.theme import LIGHT, Colors, variant_color
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from app.model.chat import ChatModel
 
 CHAIN_TAB, BARS_TAB = 0, 1
+PLACEHOLDER = "Send a message: the latest token's candidates show here."
 INSPECTOR_MS = 100
 """Following the newest token of a streaming reply, at most 10 redraws a second (the chat
 streams at 30): repainting the table is a large part of the GUI's cost per token, and no
@@ -54,9 +56,14 @@ class InspectorWidget(QWidget):
         self.where = ""
         self.model: ChatModel | None = None
         self.candidates: list[Candidate] = []
-        self.title = QLabel("Send a message: the latest token's candidates show here.")
+        self.title = QLabel(PLACEHOLDER)
         self.title.setTextFormat(Qt.TextFormat.RichText)
         self.title.setWordWrap(True)
+        # The settings in force for this token (every field off its default, the seed first).
+        self.settings = QLabel()
+        self.settings.setTextFormat(Qt.TextFormat.PlainText)
+        self.settings.setWordWrap(True)
+        self.settings.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.log_scale = QCheckBox("log scale")
         self.log_scale.toggled.connect(self._redraw)
         header = QHBoxLayout()
@@ -78,6 +85,7 @@ class InspectorWidget(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addLayout(header)
+        layout.addWidget(self.settings)
         layout.addWidget(self.tabs, 1)
 
     def set_colors(self, colors: Colors) -> None:
@@ -117,16 +125,20 @@ class InspectorWidget(QWidget):
         self._redraw()
 
     def _redraw(self) -> None:
+        """Header, settings and the tab in view, all from ``self.step`` in one go."""
         step = self.step
         self.candidates = raw_rank(step) if step is not None else []
         log = self.log_scale.isChecked()
         # Only the tab in view is drawn: the other is brought up to date when it is shown.
-        if self.tabs.currentIndex() == CHAIN_TAB:
+        # With no selection (New chat, Delete) both are emptied: nothing outlives it.
+        if step is None or self.tabs.currentIndex() == CHAIN_TAB:
             self.chain_view.show_step(step, self.colors, log)
-        else:
+        if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
-        if step is not None:
-            self.title.setText(self._title_html(step))
+        self.title.setText(self._title_html(step) if step is not None else PLACEHOLDER)
+        self.title.setToolTip(title_tooltip(step.params, step.forced) if step is not None else "")
+        self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
+        self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
 
     def _title_html(self, step: TokenStep) -> str:
         picked = " · picked by hand" if step.forced else ""
@@ -143,7 +155,7 @@ class InspectorWidget(QWidget):
         return (
             f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
             f" &nbsp; p after {last} {percent(step.logprob)} · raw {percent(step.raw_logprob)}"
-            f" · entropy raw {_nats(step.entropy_raw)} → {last} {_nats(step.entropy)}{picked}"
+            f" · entropy raw {format_nats(step.entropy_raw)} → {last} {format_nats(step.entropy)}{picked}"
         )
 
     def _remote_label(self, step: TokenStep) -> str:
@@ -185,8 +197,8 @@ class InspectorWidget(QWidget):
         ban.triggered.connect(lambda: self.token_banned.emit(cand.token_id))
         menu.addAction(pick)
         menu.addAction(ban)
+        if view is self.table:
+            copy = QAction("Copy selected rows (Ctrl+C)", menu)
+            copy.triggered.connect(self.table.copy_rows)
+            menu.addAction(copy)
         menu.exec(view.viewport().mapToGlobal(pos))
-
-
-def _nats(h: float) -> str:
-    return "?" if math.isnan(h) else f"{h:.2f}"
