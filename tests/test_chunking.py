@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.chunking import BUSY_SECONDS, LARGEST, SMALLEST, ChunkSizer, first_size
+from engine.chunking import ALONE_SECONDS, BUSY_SECONDS, LARGEST, SMALLEST, ChunkSizer, first_size
 from engine.errors import EngineError
 from engine.events import PrefillProgress, TokenStep
 from engine.params import SamplingParams
@@ -20,8 +20,23 @@ def test_sizes_follow_the_rate_and_stay_in_bounds():
     assert fast.size(busy=True) == 2048 and fast.size(busy=True) * 1 / 10_000 <= BUSY_SECONDS
     mid = ChunkSizer()
     mid.record(300, 1.0)
-    assert mid.size(busy=False) == 128 and mid.size(busy=True) == 64
+    assert mid.size(busy=False) == 64 and mid.size(busy=True) == 64
     assert ChunkSizer(fixed=7).size(busy=True) == 7
+
+
+def test_sizes_follow_a_falling_rate_at_once_and_grow_slowly():
+    """A long prompt gets slower per token as its context grows: a slower chunk is believed
+    at once, and a chunk is at most twice the last one, so none runs far past its target
+    (a 2,048-token chunk after a quick 16-token one took a second and held up Esc)."""
+    sizer = ChunkSizer()
+    sizer.record(16, 0.004)  # 4,000 tokens/s on an empty context
+    assert sizer.size(busy=False) == 32
+    sizer.record(512, 0.05)
+    assert sizer.size(busy=False) == 1024
+    sizer.record(1024, 1.0)  # the context has grown: 1,024 tokens/s
+    assert sizer.size(busy=False) == 256 and ALONE_SECONDS >= 256 / 1024
+    sizer.record(256, 0.1)  # faster again: believed halfway
+    assert sizer.rate == pytest.approx((1024 + 2560) / 2)
 
 
 def test_adaptive_prefill_gives_the_same_tokens(tiny):
