@@ -6,18 +6,24 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
     QCheckBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
 
 from app.chat_view import ChatView, color_legend
 from app.theme import LIGHT, Colors
+
+MIN_WIDTH = 360  # the chat stays readable: the docks give way before it goes below this
+MIN_HEIGHT = 260
 
 
 class Composer(QPlainTextEdit):
@@ -50,6 +56,10 @@ class ChatPanel(QWidget):
         self.send_button = QPushButton("Send")
         self.stop_button = QPushButton("Stop")
         self.regen_button = QPushButton("Regenerate")
+        for button in (self.send_button, self.stop_button, self.regen_button):
+            # A click leaves the focus in the composer (as on macOS): Enter still sends.
+            button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+        self.setMinimumSize(MIN_WIDTH, MIN_HEIGHT)
 
         top = QHBoxLayout()
         top.addWidget(QLabel("System"))
@@ -77,6 +87,18 @@ class ChatPanel(QWidget):
     def set_busy(self, busy: bool, can_regenerate: bool) -> None:
         self.stop_button.setEnabled(busy)
         self.regen_button.setEnabled(not busy and can_regenerate)
+
+    def reclaim_focus(self) -> None:
+        """After a reply: the composer takes the focus back, unless the user is typing in
+        another field of the window (a sampling value, the system prompt) or in a dialog."""
+        current = QApplication.focusWidget()
+        if current is not None and current is not self.composer:
+            if current.window() is not self.window():
+                return
+            editable = (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)
+            if isinstance(current, editable) and not current.isReadOnly():
+                return
+        self.composer.setFocus()
 
     def set_compare(self, count: int | None) -> None:
         """Name what Send does: one reply, or ``count`` settings side by side."""

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
 
+from app.layout import reset_layout
 from app.logging_setup import show_log
 from app.recovery import continue_interrupted
 from app.score_dialog import add_chat_actions, add_file_actions
@@ -32,7 +33,8 @@ def build_menus(window: MainWindow) -> None:
     _action(window, file_menu, "New chat", window.new_chat, QKeySequence.StandardKey.New)
     window.conversations_menu = file_menu.addMenu("Open conversation")
     window.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window))
-    _action(window, file_menu, "Delete this conversation", window.model.delete_conversation)
+    delete = _action(window, file_menu, "Delete this conversation…", lambda: confirm_delete(window))
+    file_menu.aboutToShow.connect(lambda: delete.setEnabled(window.model.conversation is not None))
     add_file_actions(window, file_menu)  # Score text, Open export, Export (app/score_dialog.py)
     file_menu.addSeparator()
     _action(window, file_menu, "Quit", window.close, QKeySequence.StandardKey.Quit)
@@ -74,6 +76,7 @@ def build_menus(window: MainWindow) -> None:
     view_menu.addAction(color)
     for dock in (window.inspector_dock, window.timeline_dock, window.controls_dock):
         view_menu.addAction(dock.toggleViewAction())
+    _action(window, view_menu, "Reset layout", lambda: reset_layout(window))
 
     help_menu = bar.addMenu("&Help")
     _action(window, help_menu, "About Logitscope", window.show_about)
@@ -82,9 +85,39 @@ def build_menus(window: MainWindow) -> None:
 
 def fill_conversations(window: MainWindow) -> None:
     window.conversations_menu.clear()
-    for conversation in window.store.conversations()[:30]:
+    conversations = window.store.conversations()[:30]
+    if not conversations:  # an empty submenu looks broken: say why it is empty
+        window.conversations_menu.addAction("No conversations").setEnabled(False)
+    for conversation in conversations:
         action = window.conversations_menu.addAction(conversation.title)
         action.triggered.connect(lambda _=False, c=conversation.id: window.open_conversation(c))
+
+
+def confirm_delete(window: MainWindow) -> None:
+    """File → Delete this conversation…: asks first (a sheet on macOS, as Finder and Mail do
+    for what cannot be undone); Delete is destructive, Cancel the default."""
+    conversation = window.model.conversation
+    if conversation is None:
+        window.status.show_message("No conversation is open: there is nothing to delete.")
+        return
+    box = QMessageBox(
+        QMessageBox.Icon.Warning, "Logitscope", f"Delete the conversation “{conversation.title}”?", parent=window
+    )
+    box.setInformativeText("Its messages, every branch and compare run are removed. This cannot be undone.")
+    delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+    box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
+    box.setWindowModality(Qt.WindowModality.WindowModal)
+
+    def answered(button) -> None:
+        current = window.model.conversation
+        if button is delete and current is not None and current.id == conversation.id:
+            window.model.delete_conversation()
+            window.status.show_message(f"Deleted “{conversation.title}”.")
+            window.composer.setFocus()
+
+    box.buttonClicked.connect(answered)
+    window.delete_box = box
+    box.open()
 
 
 def recent_models(window: MainWindow) -> list[str]:

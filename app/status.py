@@ -6,6 +6,8 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from engine.events import Finished
 
+STOPPING = "Stopping…"
+
 
 class StatusWidgets:
     def __init__(self, bar: QStatusBar) -> None:
@@ -26,25 +28,54 @@ class StatusWidgets:
 
     def loading(self, source: str) -> None:
         self.model_label.setText(f"Loading {source}…")
-        self.progress.setFormat("loading %p%")
-        self.progress.setValue(0)
+        self._set_fraction(0.0)
         self.progress.show()
 
     def model_progressed(self, stage: str, fraction: float) -> None:
-        self.progress.setValue(int(fraction * 100))
+        """``fraction`` < 0: a stage of unknown length (a busy bar, no number)."""
+        self._set_fraction(fraction)
         self.bar.showMessage(f"Model: {stage}…")
+
+    def _set_fraction(self, fraction: float) -> None:
+        if fraction < 0:
+            self.progress.setRange(0, 0)  # Qt draws an indeterminate (busy) bar
+            self.progress.setFormat("loading")
+            return
+        self.progress.setRange(0, 100)
+        self.progress.setFormat("loading %p%")
+        self.progress.setValue(int(fraction * 100))
 
     def model_ready(self, name: str, message: str = "") -> None:
         self.model_label.setText(name)
         self.progress.hide()
         if message:
             self.bar.showMessage(message, 4000)
+        else:
+            self.bar.clearMessage()
+
+    def model_failed(self, label: str, message: str) -> None:
+        """A load failed: the label of the model still in use, and no stale "Model: <stage>…"."""
+        self.model_ready(label, message)
+
+    def stopping(self) -> None:
+        """Esc or Stop: said at once; the reply ends between two prefill chunks or tokens."""
+        self.bar.showMessage(STOPPING)
+        self.progress.setFormat(STOPPING)
+
+    def stopped(self) -> None:
+        """No reply is running any more: the "Stopping…" has done its work."""
+        if self.bar.currentMessage() == STOPPING:
+            self.bar.clearMessage()
+        if self.progress.format() == STOPPING:
+            self.progress.setFormat("")
 
     def prefill_progressed(self, _tag: int, done: int, total: int) -> None:
         if done >= total:
             self.progress.hide()
             return
-        self.progress.setFormat(f"prefill {done}/{total}")
+        if self.progress.format() != STOPPING:
+            self.progress.setFormat(f"prefill {done}/{total}")
+        self.progress.setRange(0, 100)
         self.progress.setValue(int(100 * done / max(total, 1)))
         self.progress.show()
 

@@ -7,8 +7,7 @@ import contextlib
 import json
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
-
+from app.layout import default_sizes
 from engine.params import SamplingParams
 
 if TYPE_CHECKING:
@@ -26,8 +25,7 @@ def restore_settings(window: MainWindow) -> None:
     if state is not None:
         window.restoreState(state)
     else:
-        window.resizeDocks([window.inspector_dock], [600], Qt.Orientation.Horizontal)
-        window.resizeDocks([window.timeline_dock], [200], Qt.Orientation.Vertical)
+        default_sizes(window)
     params = settings.value("params")
     if isinstance(params, str):
         with contextlib.suppress(ValueError, TypeError):
