@@ -21,6 +21,9 @@ class Colors:
     bias: str
     marker: str
     dark: bool
+    muted: str
+    """Hints and other secondary text on the window's background: quieter than the text,
+    still readable (the palette's disabled labels use it too)."""
 
 
 LIGHT = Colors(
@@ -34,6 +37,7 @@ LIGHT = Colors(
     "#188038",
     "#c5221f",
     False,
+    "#5f6368",
 )
 DARK = Colors(
     "#1e1f22",
@@ -46,6 +50,7 @@ DARK = Colors(
     "#81c995",
     "#f28b82",
     True,
+    "#9aa0a6",
 )
 
 
@@ -73,18 +78,22 @@ def dark_palette() -> QPalette:
     return p
 
 
+def mute_disabled_labels(palette: QPalette, colors: Colors) -> QPalette:
+    """A disabled label is how the panels show a hint; its text (``WindowText``) would
+    otherwise be the palette's default, near white on the dark theme's grey."""
+    palette.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText, QColor(colors.muted))
+    return palette
+
+
 def apply_theme(app: QApplication, name: str) -> Colors:
     """``name``: "light", "dark" or "system". Returns the colours in force."""
     app.setStyle("Fusion")
-    if name == "dark":
-        app.setPalette(dark_palette())
-    else:
-        app.setPalette(app.style().standardPalette())
+    palette = dark_palette() if name == "dark" else app.style().standardPalette()
     if name == "system":
-        window = app.palette().color(QPalette.ColorRole.Window)
-        colors = DARK if window.lightness() < 128 else LIGHT
+        colors = DARK if palette.color(QPalette.ColorRole.Window).lightness() < 128 else LIGHT
     else:
         colors = DARK if name == "dark" else LIGHT
+    app.setPalette(mute_disabled_labels(palette, colors))
     pg.setConfigOptions(background=colors.background, foreground=colors.foreground, antialias=True)
     return colors
 

@@ -4,8 +4,9 @@ Top: the chosen token's probability after the last stage, per position. Bottom:
 the entropy after the stage picked above the plots (by default the last stage of
 each token's chain; a token whose chain did not run that stage leaves a gap). Red
 rings mark tokens that were not the raw argmax; dashed lines mark where the
-sampling parameters changed (any value, or the order of the stages), labelled with
-what changed. Clicking a point selects that token.
+sampling parameters changed (any value or the order of the stages; not the seed alone),
+labelled with what changed, their tooltip giving the values (``app.timeline_marks``).
+Clicking a point selects that token. Before the first token, a hint instead of empty axes.
 
 A compare run shows a curve per column on top, and below the Jensen–Shannon divergence
 of the columns' final distributions per token (the mean over pairs), the first token
@@ -19,13 +20,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.textfmt import prob
 from app.theme import LIGHT, Colors, variant_color
 from app.throttle import RedrawClock, own_clock
-from app.timeline_series import LAST_STAGE, StreamSeries, change_label, nearest
+from app.timeline_marks import TokenAxis, change_marker
+from app.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from engine.events import TokenStep
 from engine.params import STAGE_NAMES
 
@@ -35,12 +38,14 @@ if TYPE_CHECKING:
 TIMELINE_MS = 100
 """While a reply streams the plots are redrawn at most 10 times a second (the chat, 30):
 repainting them is most of the GUI's cost per token, and a curve needs no more."""
-X_ROOM = 4
-"""Tokens of room right of the last one (plus a fifth of the reply's length)."""
 MAX_DOTS = 1000
 """A reply longer than this is drawn as curves without a dot per token."""
 MAX_RUN_DOTS = 300
 """Likewise for the columns of a compare run (redrawn whole: each has its own curve)."""
+EMPTY_HINT = (
+    "Send a message: each token's probability (top) and the model's uncertainty, its entropy"
+    " (below), appear here as the reply is written. Click a point to inspect that token."
+)
 
 
 class TimelineWidget(QWidget):
@@ -67,8 +72,8 @@ class TimelineWidget(QWidget):
         self._antialias = True
         self.model: ChatModel | None = None
         self.view = pg.GraphicsLayoutWidget()
-        self.prob_plot = self.view.addPlot(row=0, col=0)
-        self.entropy_plot = self.view.addPlot(row=1, col=0)
+        self.prob_plot = self.view.addPlot(row=0, col=0, axisItems={"bottom": TokenAxis()})
+        self.entropy_plot = self.view.addPlot(row=1, col=0, axisItems={"bottom": TokenAxis()})
         self.entropy_plot.setXLink(self.prob_plot)
         self.prob_plot.setLabel("left", "p final")
         self.entropy_plot.setLabel("left", "H last stage")
@@ -105,7 +110,12 @@ class TimelineWidget(QWidget):
         self.stage.currentTextChanged.connect(lambda _: self.set_steps(self.steps, self.selected))
         self.stage_label = QLabel("Entropy after")
         self.legend = QLabel()
-        bar = QHBoxLayout()
+        self.hint = QLabel(EMPTY_HINT)  # before the first token: words, not empty 0–1 axes
+        self.hint.setWordWrap(True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setContentsMargins(24, 12, 24, 12)
+        self.toolbar = QWidget()
+        bar = QHBoxLayout(self.toolbar)
         bar.setContentsMargins(6, 0, 0, 0)
         bar.addWidget(self.stage_label)
         bar.addWidget(self.stage)
@@ -114,14 +124,19 @@ class TimelineWidget(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
-        layout.addLayout(bar)
+        layout.addWidget(self.toolbar)
         layout.addWidget(self.view)
+        layout.addWidget(self.hint, 1)
         self.set_colors(LIGHT)
         self._show_mode(False)
+        self._show_empty(True)
 
     def set_colors(self, colors: Colors) -> None:
         self.colors = colors
         self.view.setBackground(colors.background)
+        palette = self.hint.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, QColor(colors.muted))
+        self.hint.setPalette(palette)
         self.prob_curve.setPen(pg.mkPen(colors.final, width=1.5))
         self.entropy_curve.setPen(pg.mkPen(colors.raw, width=1.5))
         self.divergence_curve.setPen(pg.mkPen(colors.foreground, width=2))
@@ -136,6 +151,9 @@ class TimelineWidget(QWidget):
         else:
             self.series.reset(None)
             self._drawn_stage = ""
+            for line in self.change_lines:  # drawn again in the new colour
+                self.prob_plot.removeItem(line)
+            self.change_lines = []
             self.set_steps(self.steps, self.selected)
 
     def _show_mode(self, run: bool) -> None:
@@ -152,6 +170,13 @@ class TimelineWidget(QWidget):
         self.stage.setVisible(not run)
         self.legend.setVisible(run)
         self.entropy_plot.setLabel("left", "JS (nats)" if run else f"H {self.stage.currentText()}")
+
+    def _show_empty(self, empty: bool) -> None:
+        """Nothing to plot: the hint instead of the plots and their stage selector."""
+        if self.hint.isVisibleTo(self) != empty or self.view.isVisibleTo(self) == empty:
+            self.hint.setVisible(empty)
+            self.view.setVisible(not empty)
+            self.toolbar.setVisible(not empty)
 
     def _update_stage_choices(self, stages: set[str]) -> None:
         choices = [LAST_STAGE, *(stage for stage in STAGE_NAMES if stage in stages)]
@@ -219,6 +244,7 @@ class TimelineWidget(QWidget):
     def set_steps(self, steps: list[TokenStep], selected: int | None) -> None:
         if self.run_mode:
             self._show_mode(False)
+        self._show_empty(not steps)
         self.steps, self.selected = steps, selected
         series = self.series
         changed = steps is not series.steps or len(steps) != series.n
@@ -265,32 +291,18 @@ class TimelineWidget(QWidget):
             self.prob_plot.removeItem(line)
         self.change_lines = []
         for i in series.changes:
-            line = pg.InfiniteLine(
-                pos=steps[i].index - 0.5,
-                angle=90,
-                pen=pg.mkPen(self.colors.bias, style=pg.QtCore.Qt.PenStyle.DashLine),
-                label=change_label(steps[i - 1].params, steps[i].params),
-                labelOpts={"position": 0.95, "color": self.colors.bias},
-            )
+            line = change_marker(steps[i - 1].params, steps[i].params, steps[i].index, self.colors)
             self.prob_plot.addItem(line)
             self.change_lines.append(line)
 
     def _set_x_range(self, x: np.ndarray) -> None:
-        """Show every token with some room to the right, the range growing only when a token
-        passes its end: an axis whose range changes is drawn again, which at every token
-        would cost more than the curves."""
+        """Show every token (``token_range``); the axis is set only when its range changes."""
         if len(x) == 0:
             self.prob_plot.enableAutoRange(x=True)
             return
-        low, high = float(np.nanmin(x)), float(np.nanmax(x))
-        current = self._x_range
-        if not self._antialias:  # streaming: room to grow into
-            if current is None or current[0] != low or not high <= current[1] <= high + 2 * X_ROOM + (high - low) / 2:
-                self._x_range = (low, high + X_ROOM + (high - low) // 5)
-        else:  # done: fit
-            self._x_range = (low, high)
+        current, self._x_range = self._x_range, token_range(x, self._x_range, streaming=not self._antialias)
         if self._x_range != current:
-            self.prob_plot.setXRange(low - 0.5, self._x_range[1] + 0.5, padding=0)
+            self.prob_plot.setXRange(self._x_range[0] - 0.5, self._x_range[1] + 0.5, padding=0)
 
     def _place_selection(self, steps: list[TokenStep], selected: int | None) -> None:
         if selected is not None and 0 <= selected < len(steps):
@@ -313,6 +325,7 @@ class TimelineWidget(QWidget):
         """Columns of a compare run from token ``start`` on; ``divergence``: (index, JS nats);
         ``selected``: (column, index)."""
         self.columns, self._run = columns, (labels, start, divergence, first_difference, selected)
+        self._show_empty(False)
         if not self.run_mode:
             self._show_mode(True)
         self._redraw_run()

@@ -20,6 +20,17 @@ from engine.params import SamplingParams
 
 LAST_STAGE = "last stage"
 """The stage selector's default: each token's own last stage."""
+UNMARKED = frozenset({"seed"})
+"""Fields whose change alone is not marked: with "random each reply" every continuation
+draws a new seed, so such a marker would stand at every picked token and say nothing about
+the settings a person chose. A seed that changed with other fields is listed with them."""
+MAX_LABEL_FIELDS = 2
+"""Fields named on a marker's label; its tooltip lists them all."""
+X_ROOM = 4
+"""Tokens of room right of the last one while streaming (plus a fifth of the reply's length)."""
+MIN_TOKENS = 10
+"""A finished reply is shown at least this many tokens wide: a one-token reply is a dot at
+the start of a short axis, not alone in the middle of an axis zoomed to fractions."""
 
 
 class StreamSeries:
@@ -36,7 +47,7 @@ class StreamSeries:
         self._entropy: dict[str, tuple[np.ndarray, int]] = {}
         self.stages: set[str] = set()
         self.changes: list[int] = []
-        """Positions where the parameters differ from the token before."""
+        """Positions where the parameters differ from the token before (not the seed alone)."""
 
     @property
     def x(self) -> np.ndarray:
@@ -64,7 +75,7 @@ class StreamSeries:
             self._p[i] = prob(step.logprob)
             self._argmax[i] = step.raw_argmax
             self.stages.update(step.chain)
-            if i and step.params != steps[i - 1].params:
+            if i and is_marked(steps[i - 1].params, step.params):
                 self.changes.append(i)
         self.n, self._last = end, steps[-1]
 
@@ -94,9 +105,30 @@ def params_diff(before: SamplingParams, after: SamplingParams) -> list[str]:
     return [f.name for f in fields(SamplingParams) if getattr(before, f.name) != getattr(after, f.name)]
 
 
+def is_marked(before: SamplingParams, after: SamplingParams) -> bool:
+    """Whether a change from ``before`` to ``after`` is marked (not the seed alone)."""
+    return before != after and not set(params_diff(before, after)) <= UNMARKED
+
+
 def change_label(before: SamplingParams, after: SamplingParams) -> str:
-    names = params_diff(before, after)
-    return ", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "")
+    """A marker's short label: the first fields that changed, then how many more (a seed
+    that changed with them is left to the tooltip)."""
+    names = [name for name in params_diff(before, after) if name not in UNMARKED] or params_diff(before, after)
+    extra = len(names) - MAX_LABEL_FIELDS
+    return ", ".join(names[:MAX_LABEL_FIELDS]) + (f" +{extra}" if extra > 0 else "")
+
+
+def token_range(x: np.ndarray, current: tuple[float, float] | None, streaming: bool) -> tuple[float, float]:
+    """The first and last token index to show for tokens at ``x`` (not empty). Streaming: with
+    room to grow into, moved only when a token passes its end (an axis whose range changes
+    is drawn again, which at every token would cost more than the curves). Done: fitted,
+    but at least ``MIN_TOKENS`` wide."""
+    low, high = float(np.nanmin(x)), float(np.nanmax(x))
+    if not streaming:
+        return (low, max(high, low + MIN_TOKENS - 1))
+    if current is not None and current[0] == low and high <= current[1] <= high + 2 * X_ROOM + (high - low) / 2:
+        return current
+    return (low, high + X_ROOM + (high - low) // 5)
 
 
 def nearest(steps: list[TokenStep], x: float) -> int | None:
