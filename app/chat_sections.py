@@ -5,7 +5,11 @@ writes them; it rewrites an assistant entry's header line, a compare run's colum
 headings and its trailer in place when they change (a branch count, a finish reason,
 "writing…", the Keep links), without touching the tokens. Links are anchors:
 ``br:<message>:<±1>`` steps branches, ``keep:<message>:<column>`` keeps a column,
-``cmp:<message>`` shows a kept compare run's columns again.
+``cmp:<message>`` shows a kept compare run's columns again, ``seed:<seed>`` puts a reply's
+seed into the sampling panel.
+
+What is drawn only for the eye (a whitespace token's glyph, ``⟨<|im_end|>⟩`` for a token
+without text, the links) is marked :data:`DISPLAY_ONLY`, so a copy leaves it out.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from PySide6.QtGui import (
     QFont,
     QTextBlockFormat,
     QTextCharFormat,
+    QTextFormat,
     QTextLength,
     QTextTableFormat,
 )
@@ -26,12 +31,27 @@ from app.theme import Colors, probability_color, variant_color
 from engine.events import TokenStep
 
 NO_BRUSH = QBrush(QColor(0, 0, 0, 0))
+DISPLAY_ONLY = int(QTextFormat.Property.UserProperty) + 1
+"""A character format property: drawn text that is not the conversation's (left out of copies)."""
+SEED_TIP = "Put this seed in the sampling panel: the same seed and settings write this reply again."
 Span = tuple[str, QTextCharFormat]
 Block = tuple[QTextBlockFormat, list[Span]]
 
 
-def char(colors: Colors, *, bold=False, italic=False, color: str | None = None, px: int | None = None, href=None):
+def char(
+    colors: Colors,
+    *,
+    bold=False,
+    italic=False,
+    color: str | None = None,
+    px: int | None = None,
+    href=None,
+    display_only=False,
+):
+    """A span's format; ``display_only``: drawn for the eye, not part of a copy."""
     fmt = QTextCharFormat()
+    if display_only:
+        fmt.setProperty(DISPLAY_ONLY, True)
     fmt.setForeground(QColor(color or colors.foreground))
     if bold:
         fmt.setFontWeight(QFont.Weight.Bold)
@@ -85,18 +105,36 @@ def header_block(entry: ChatEntry, colors: Colors) -> Block:
         return block(top=12), spans
     if entry.branches > 1:
         spans += [
-            ("   ", char(colors)),
-            ("‹", char(colors, href=f"br:{mid}:-1")),
-            (f" {entry.branch + 1}/{entry.branches} ", char(colors)),
-            ("›", char(colors, href=f"br:{mid}:1")),
+            ("   ", char(colors, display_only=True)),
+            ("‹", char(colors, href=f"br:{mid}:-1", display_only=True)),
+            (f" {entry.branch + 1}/{entry.branches} ", char(colors, display_only=True)),
+            ("›", char(colors, href=f"br:{mid}:1", display_only=True)),
         ]
     if entry.kept:
-        spans += [(f"  ·  {entry.kept}  ", muted), ("show all", char(colors, href=f"cmp:{mid}", px=12))]
+        spans += [
+            (f"  ·  {entry.kept}  ", muted),
+            ("show all", char(colors, href=f"cmp:{mid}", px=12, display_only=True)),
+        ]
+    spans += seed_spans(entry.seed, colors)
     if entry.streaming:
         spans.append(("  ·  writing…", muted))
     if entry.note:
         spans.append((f"  {entry.note}", muted))
     return block(top=12), spans
+
+
+def seed_spans(seed: int | None, colors: Colors) -> list[Span]:
+    """``seed 1234567 · reuse``: the seed a reply was written with, and a link that puts it
+    into the sampling panel."""
+    if seed is None:
+        return []
+    link = char(colors, href=f"seed:{seed}", px=12, display_only=True)
+    link.setToolTip(SEED_TIP)
+    return [
+        (f"  ·  seed {seed}", char(colors, color=colors.raw, px=12)),
+        (" · ", char(colors, color=colors.raw, px=12, display_only=True)),
+        ("reuse", link),
+    ]
 
 
 def column_block(entry: ChatEntry, column: int, col: ColumnEntry, colors: Colors) -> Block:
@@ -110,8 +148,10 @@ def column_block(entry: ChatEntry, column: int, col: ColumnEntry, colors: Colors
         spans.append(("  writing…", muted))
     if col.note:
         spans.append((f"  {col.note}", muted))
+    spans += seed_spans(col.seed, colors)
     if entry.finished:
-        spans += [("   ", muted), ("Keep", char(colors, href=f"keep:{entry.message_id}:{column}", px=12))]
+        keep = char(colors, href=f"keep:{entry.message_id}:{column}", px=12, display_only=True)
+        spans += [("   ", char(colors, display_only=True)), ("Keep", keep)]
     return block(), spans
 
 
@@ -178,6 +218,7 @@ def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) 
     glyph_format = QTextCharFormat(fmt)
     glyph_format.setForeground(QColor(colors.raw))
     glyph_format.setFontPointSize(7.5)
+    glyph_format.setProperty(DISPLAY_ONLY, True)
     if not text:
         glyph = "⟨" + (step.piece.strip() or "·") + "⟩"
     elif "\n" in text:
@@ -187,4 +228,4 @@ def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) 
         cursor.insertText(text, fmt)
     cursor.insertText(glyph, glyph_format)
     if "\n" in text:
-        cursor.insertText("\n" * text.count("\n"), fmt)
+        cursor.insertText(text.replace("\r\n", "\n"), fmt)  # all of it: spaces by a newline are text too

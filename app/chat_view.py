@@ -4,7 +4,9 @@ A ``QTextBrowser`` over :class:`app.chat_doc.ChatDocument`, bound to the model's
 the entries are synced when they change; new tokens are appended and the selection
 re-styled at most ~30 times a second (:mod:`app.throttle`), never by
 re-rendering the conversation. Links: a token selects it; ‹ › steps branches; *Keep*
-makes a compare column the reply; right-click a token to compare settings from it.
+makes a compare column the reply; *reuse* puts a reply's seed into the sampling panel;
+right-click a token to compare settings from it. A copy is the plain text of the
+selection, without what is drawn only for the eye (:data:`app.chat_sections.DISPLAY_ONLY`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from PySide6.QtCore import QPoint, QUrl, Signal
-from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent
+from PySide6.QtCore import QMimeData, QPoint, QUrl, Signal
+from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.chat_doc import ChatDocument
+from app.chat_sections import DISPLAY_ONLY, SEED_TIP
 from app.model.chat import ChatModel
 from app.model.streams import StreamKey, TokenRef
 from app.textfmt import escape, percent, visible
@@ -31,6 +34,7 @@ class ChatView(QTextBrowser):
     keep_requested = Signal(int, int)  # message id, column
     compare_shown = Signal(int)  # message id
     compare_requested = Signal(object)  # TokenRef: compare settings from this token
+    seed_reused = Signal(int)  # a reply's seed, for the sampling panel's Seed field
 
     def __init__(self) -> None:
         super().__init__()
@@ -120,7 +124,9 @@ class ChatView(QTextBrowser):
                 self.token_clicked.emit(ref)
             return
         values = [int(v) for v in rest.split(":")]
-        if kind == "br":
+        if kind == "seed":
+            self.seed_reused.emit(*values)
+        elif kind == "br":
             self.branch_stepped.emit(*values)
         elif kind == "keep":
             self.keep_requested.emit(*values)
@@ -154,9 +160,18 @@ class ChatView(QTextBrowser):
         step = self.step_at(event.position().toPoint())
         if step is not None:
             QToolTip.showText(event.globalPosition().toPoint(), tooltip_for(step), self)
+        elif self.anchorAt(event.position().toPoint()).startswith("seed:"):
+            QToolTip.showText(event.globalPosition().toPoint(), SEED_TIP, self)
         else:
             QToolTip.hideText()
         super().mouseMoveEvent(event)
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 - Qt's name
+        """Ctrl+C, Copy and drags: the selection's plain text only. Rich text would carry
+        the tokens' ``tok:`` links and shading into the document it is pasted in."""
+        mime = QMimeData()
+        mime.setText(plain_text(self.textCursor()))
+        return mime
 
     def token_menu(self, ref: TokenRef) -> QMenu:
         """The context menu of a token: inspect it, or compare settings from it."""
@@ -182,6 +197,30 @@ class ChatView(QTextBrowser):
             menu.addAction(action)
         menu.exec(event.globalPos())
         standard.deleteLater()
+
+
+def plain_text(cursor: QTextCursor) -> str:
+    """The text selected by ``cursor`` as the conversation has it: glyphs and links drawn
+    only for the eye left out. A token without text (``⟨<|im_end|>⟩``) is left out too: the
+    reply's text, saved and sent back to the model, does not hold it either."""
+    doc = QTextDocument()
+    QTextCursor(doc).insertFragment(cursor.selection())
+    drawn = []
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().boolProperty(DISPLAY_ONLY):
+                drawn.append((fragment.position(), fragment.length()))
+            it += 1
+        block = block.next()
+    edit = QTextCursor(doc)
+    for position, length in reversed(drawn):  # from the end: earlier positions stay put
+        edit.setPosition(position)
+        edit.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+        edit.removeSelectedText()
+    return doc.toPlainText()
 
 
 def tooltip_for(step: TokenStep) -> str:

@@ -61,7 +61,7 @@ def stream_a_reply(qtbot, tmp_path, history: int, monkeypatch) -> tuple[dict, di
     opened = counts(view)
     jobs = []
     model.events.job_submitted.connect(jobs.append)
-    model.send("and then?", GREEDY)
+    model.send("and then?", GREEDY.with_changes(seed=7))  # its header ("seed 7") as long in both runs
     tag = jobs[-1].tag
     for i in range(300):
         model.on_token(tag, step(i, 9))

@@ -174,7 +174,11 @@ def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     assert model.send_compare("which is best?", VARIANTS)
     (job,) = seen.of("job_submitted")[-1]
     assert isinstance(job, ForkJob) and len(job.tags) == 3 and job.output == ()
-    assert [p for p in job.variants] == [p for _, p in VARIANTS]
+    # The settings as given; a column sent with "random each reply" gets a seed of its own.
+    assert [p.with_changes(seed=v.seed) for p, (_, v) in zip(job.variants, VARIANTS, strict=True)] == [
+        v for _, v in VARIANTS
+    ]
+    assert [p.seed for p in job.variants][1:] == [1, 2] and job.variants[0].seed is not None
     (entry,) = [e for e in model.entries if e.role == "compare"]
     assert [c.label for c in entry.columns] == ["A · Greedy", "B · Hot", "C · Top-k"]
     a, b, c = job.tags
@@ -221,7 +225,7 @@ def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     assert reply.stream == branch_key(message.branches[1].id)
     saved = other.run_of(reply.stream)
     assert saved.kept == 1 and [col.label for col in saved.columns] == ["Greedy", "Hot", "Top-k"]
-    assert [col.params for col in saved.columns] == [p for _, p in VARIANTS]
+    assert [col.params for col in saved.columns] == list(job.variants)
     assert saved.divergence.to_dict() == run.divergence.to_dict()
     other.show_compare(reply.message_id)
     (entry,) = [e for e in other.entries if e.role == "compare"]

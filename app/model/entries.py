@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from app.model.seeds import reply_seed
 from app.model.streams import CompareRun, Reply, StreamKey, branch_key
 from app.store import Message
 from engine.events import TokenStep
@@ -38,9 +39,10 @@ class ColumnEntry:
     label: str
     streaming: bool = False
     note: str = ""
+    seed: int | None = None
 
     def header(self) -> tuple:
-        return (self.label, self.streaming, self.note)
+        return (self.label, self.streaming, self.note, self.seed)
 
 
 @dataclass(eq=False)
@@ -62,6 +64,8 @@ class ChatEntry:
     """For a reply kept from a compare run: which column of how many."""
     finished: bool = False
     """For a compare run: every column is done (it can be kept)."""
+    seed: int | None = None
+    """The seed the reply was written with (shown, with "reuse")."""
 
     def header(self) -> tuple:
         """Everything drawn besides the token bodies."""
@@ -77,6 +81,7 @@ class ChatEntry:
             self.prefix_text,
             self.kept,
             self.finished,
+            self.seed,
         )
 
     def bodies(self) -> list[tuple[StreamKey, list[TokenStep], int]]:
@@ -104,7 +109,8 @@ def _live_run_entry(message: Message, run: CompareRun, replies: dict[StreamKey, 
         steps = reply.steps if reply is not None else []
         note = _note(reply.finished.finish_reason) if reply is not None and reply.finished else ""
         streaming = reply is not None and reply.finished is None
-        columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), streaming, note))
+        seed = reply_seed(reply.params, steps) if reply is not None else None
+        columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), streaming, note, seed))
     first = columns[0].steps if columns else []
     return ChatEntry(
         "compare",
@@ -123,7 +129,8 @@ def _saved_run_entry(message: Message, run: CompareRun) -> ChatEntry:
         branch = branches.get(column.stream)
         steps = branch.steps if branch is not None else []
         note = _note(branch.finish_reason) if branch is not None else "[missing]"
-        columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), False, note))
+        seed = reply_seed(branch.params, steps) if branch is not None else None
+        columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), False, note, seed))
     first = columns[0].steps if columns else []
     return ChatEntry(
         "compare",
@@ -174,6 +181,7 @@ def build_entries(
                     key=key,
                     stream=reply.key,
                     message_id=message.id,
+                    seed=reply_seed(reply.params, reply.steps),
                 )
             )
             continue
@@ -199,6 +207,7 @@ def build_entries(
                 stream=branch_key(branch.id),
                 message_id=message.id,
                 kept=kept,
+                seed=reply_seed(branch.params, branch.steps),
             )
         )
     return entries
