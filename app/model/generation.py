@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.model.jobs import ChatJob, ForkJob
+from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.serialize import steps_to_json
 from app.store import Message
@@ -39,7 +40,7 @@ class GenerationMixin:
 
     def send(self: ChatModel, text: str, params: SamplingParams) -> bool:
         """Add a turn and start its reply; False (and a status message) when it cannot."""
-        message = self._add_turn(text)
+        message = self._add_turn(text, [("", params)])
         if message is None:
             return False
         self._start_reply(message, params)
@@ -49,7 +50,7 @@ class GenerationMixin:
         """Add a turn and answer it with every variant side by side (one prefill)."""
         if not self._check_variants(variants):
             return False
-        message = self._add_turn(text)
+        message = self._add_turn(text, variants)
         if message is None:
             return False
         self._start_run(message, variants)
@@ -58,6 +59,8 @@ class GenerationMixin:
     def regenerate(self: ChatModel, params: SamplingParams, variants: Sequence[Variant] | None = None) -> bool:
         message = self.last_assistant()
         if message is None or self.busy() or (variants is not None and not self._check_variants(variants)):
+            return False
+        if not self.params_ok(variants if variants is not None else [("", params)]):
             return False
         if variants is None:
             self._start_reply(message, params)
@@ -68,7 +71,7 @@ class GenerationMixin:
     def pick_token(self: ChatModel, token_id: int, params: SamplingParams, forced_text: str | None = None) -> bool:
         """Continue the selected token's reply from that token, with ``token_id`` instead."""
         message = self._message_for_continuation(self.selection)
-        if message is None:
+        if message is None or not self.params_ok([("", params)]):
             return False
         stream, index = self.selection
         for reply in list(self.replies.values()):
@@ -90,7 +93,7 @@ class GenerationMixin:
             self.events.status("Wait for the replies being written, or stop them (Esc), to compare from a token.")
             return False
         message = self._message_for_continuation(ref)
-        if message is None or not self._check_variants(variants):
+        if message is None or not self._check_variants(variants) or not self.params_ok(variants):
             return False
         self._start_run(message, variants, self.steps_of(ref[0])[: ref[1]])
         return True
@@ -191,12 +194,16 @@ class GenerationMixin:
         self._next_id += 1
         return self._next_id - 1
 
-    def _add_turn(self: ChatModel, text: str) -> Message | None:
+    def _add_turn(self: ChatModel, text: str, variants: Sequence[Variant]) -> Message | None:
+        """The new user message's reply, or None when nothing may be added (no text, a reply
+        still being written, settings the model would refuse)."""
         text = text.strip()
         if not text:
             return None
         if self.busy():
             self.events.status("A reply is still being written: stop it first (Esc).")
+            return None
+        if not self.params_ok(variants):
             return None
         self._settle_last_run()
         if self.conversation is None:
@@ -226,6 +233,7 @@ class GenerationMixin:
         forced: int | None = None,
         forced_text: str | None = None,
     ) -> Reply:
+        params = with_seed(params)  # "random each reply": drawn now, so the reply can be written again
         reply = Reply(self._new_id(), message.id, params, list(prefix), len(prefix))
         self.replies[reply.id] = reply
         output = tuple(s.token_id for s in prefix)
@@ -240,6 +248,7 @@ class GenerationMixin:
     def _start_run(self: ChatModel, message: Message, variants: Sequence[Variant], prefix=()) -> CompareRun:
         run = CompareRun(message.id, [], len(prefix), group=self._new_id())
         for column, (label, params) in enumerate(variants):
+            params = with_seed(params)  # each column its own, unless the settings name one
             reply = Reply(self._new_id(), message.id, params, list(prefix), len(prefix), run=run, column=column)
             self.replies[reply.id] = reply
             run.columns.append(CompareColumn(label, params, reply.key))

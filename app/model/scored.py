@@ -63,7 +63,7 @@ def start_score(model, text: str, params: SamplingParams, prompt: str | None = N
     model.new_chat()
     first_line = text.strip().splitlines()[0][:50]
     label = prompt if prompt else f"Scored text: {first_line}"
-    message = model._add_turn(label)
+    message = model._add_turn(label, [("", params)])
     if message is None:
         return None
     reply = Reply(model._new_id(), message.id, params)
