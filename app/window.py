@@ -23,10 +23,11 @@ from app.background import QtBackground
 from app.chat_panel import ChatPanel
 from app.engine_link import EngineLink
 from app.inspector import InspectorWidget
-from app.logging_setup import note_model
-from app.menus import build_menus, recent_models
+from app.layout import DockMemory, set_minimum_sizes
+from app.menus import build_menus
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.streams import TokenRef
+from app.model_loading import NOT_REPORTED_REMOTE, ModelLoader
 from app.recovery import announce_recovered, attach_journal, open_window_store
 from app.sampling_panel import SamplingPanel
 from app.status import StatusWidgets
@@ -38,8 +39,6 @@ from app.worker import describe
 from engine.params import SamplingParams, SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
-MAX_RECENT = 8
-NOT_REPORTED_REMOTE = "not reported (remote)"
 
 
 class MainWindow(QMainWindow):
@@ -82,6 +81,7 @@ class MainWindow(QMainWindow):
         announce_recovered(self)
         if self.model.conversation is None:
             self.composer.setPlainText(FIRST_PROMPT)
+        self.composer.setFocus()  # the welcome says "press Enter to send the question below"
         self.load_model(model or self.settings.value("model", "default"))
 
     # Construction ---------------------------------------------------------------------------
@@ -100,6 +100,8 @@ class MainWindow(QMainWindow):
         )
         self.timeline_dock = self._dock("Timeline", "timeline", self.timeline, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.controls_dock = self._dock("Sampling", "sampling", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
+        set_minimum_sizes(self)
+        self.dock_memory = DockMemory(self)  # docks squeezed by a small window grow back
 
     def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -115,7 +117,7 @@ class MainWindow(QMainWindow):
         events.status.connect(self.status.show_message)
         events.errored.connect(self.show_exception)
         events.reply_finished.connect(self.status.reply_finished)
-        events.busy_changed.connect(lambda _: self._update_buttons())
+        events.busy_changed.connect(self._on_busy_changed)
         events.entries_changed.connect(self._update_buttons)
         events.conversation_changed.connect(self._on_conversation_changed)
         self.chat.token_clicked.connect(model.select)
@@ -123,6 +125,8 @@ class MainWindow(QMainWindow):
         self.chat.keep_requested.connect(model.keep_column)
         self.chat.compare_shown.connect(model.show_compare)
         self.chat.compare_requested.connect(self.compare_from_here)
+        seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
+        self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
         self.inspector.token_picked.connect(self.pick_token)
         self.inspector.token_banned.connect(self.controls.ban_token)
         self.panel.params_changed.connect(self._on_params_changed)
@@ -137,14 +141,11 @@ class MainWindow(QMainWindow):
     def _connect_worker(self, session_factory) -> None:
         self.link = EngineLink(self.model, session_factory, self)
         self.engine = self.link.engine
+        self.loader = ModelLoader(self)
         worker = self.engine.worker
-        worker.model_progressed.connect(self._on_model_progress)
-        worker.model_loaded.connect(self._on_model_loaded)
-        worker.model_failed.connect(self._on_model_failed)
-        worker.prefill_progressed.connect(self._on_prefill)
+        worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
         worker.errored.connect(self.show_exception)
-        worker.job_finished.connect(self._on_job_finished)
 
     # Settings --------------------------------------------------------------------------------
 
@@ -158,17 +159,11 @@ class MainWindow(QMainWindow):
         self.timeline.set_colors(colors)
         self.panel.set_colors(colors)
 
-    # Models ------------------------------------------------------------------------------------
+    # Models (app/model_loading.py) ----------------------------------------------------------------
 
     def load_model(self, source: str) -> None:
-        self.model_source = source
-        self.status.loading(source)
-        self.link.request_load.emit(source)
-
-    def _on_model_progress(self, stage: str, fraction: float) -> None:
-        self.status.model_progressed(stage, fraction)
-        if self.model_info is None:
-            self.model.set_welcome_state(f"Loading the model ({int(fraction * 100)}%)…")
+        """Load ``source``; during a reply, ask first (stop it and load, load after it, cancel)."""
+        self.loader.load(source)
 
     def open_connect_dialog(self):
         """Models → Connect to a server… (``app/connect_dialog.py``)."""
@@ -181,47 +176,7 @@ class MainWindow(QMainWindow):
 
     def connect_remote(self, spec) -> None:
         """Use the server of ``spec`` (an ``app.remote_jobs.RemoteSpec``) from now on."""
-        self.model_source = spec.url
-        self.status.loading(spec.url)
-        self.link.request_connect.emit(spec)
-
-    def _on_job_finished(self, _tag: int, finished) -> None:
-        from app.remote_labels import NOT_REPORTED
-
-        if finished.finish_reason == "error" and self.model_info is not None and self.model_info.backend == "remote":
-            kept = ""
-            if finished.text:
-                kept = f"\n\nThe partial reply ({len(finished.text)} characters) was kept and saved."
-            box = getattr(self, "error_box", None)
-            if box is not None and box.isVisible():
-                box.close()  # the model's own "the reply stopped" box: this one says more
-            self.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")
-
-    def _on_model_loaded(self, info) -> None:
-        from app.remote_labels import is_remote, status_text
-
-        self.model_info = info
-        self.model.model_name = info.name
-        note_model(info.name, info.source)
-        self.status.model_ready(info.name, f"Loaded {info.name}")
-        remote = is_remote(info)
-        self.inspector.remote_info = info if remote else None
-        self.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
-        self.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
-        if remote:
-            # A server is not remembered as "the model" (a restart loads the local one).
-            self.status.model_label.setText(status_text(info))
-            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            self.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
-            return
-        self.settings.setValue("model", info.source)
-        recent = [info.source] + [r for r in recent_models(self) if r != info.source]
-        self.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
-        self.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
-
-    def _on_model_failed(self, source: str, exc: BaseException) -> None:
-        self.status.model_ready(self.model_info.name if self.model_info else "No model")
-        self.show_error(f"Could not load {source}.\n\n{describe(exc)}")
+        self.loader.connect_remote(spec)
 
     # Commands ------------------------------------------------------------------------------------
 
@@ -231,6 +186,9 @@ class MainWindow(QMainWindow):
     def send(self) -> None:
         if self.model_info is None:
             self.status.show_message("The model is still loading.")
+            return
+        if problem := self.panel.send_problem():  # invalid settings are never sent
+            self.status.show_message(problem, 10_000)
             return
         text = self.composer.toPlainText()
         self.model.set_system_prompt(self.system_prompt.text())
@@ -247,6 +205,8 @@ class MainWindow(QMainWindow):
             self.model.regenerate(self.controls.current, variants)
 
     def stop(self) -> None:
+        if self.model.busy():
+            self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
 
     def pick_token(self, token_id: int) -> None:
@@ -275,6 +235,7 @@ class MainWindow(QMainWindow):
             # Reading a long conversation makes many objects at once; collect now, while the
             # user waits for it, rather than in a full collection in the middle of a reply.
             gc.collect()
+            self.composer.setFocus()
 
     def select_token(self, ref: TokenRef) -> None:
         self.model.select(ref)
@@ -310,6 +271,12 @@ class MainWindow(QMainWindow):
     def _on_system_prompt(self) -> None:
         if not self._closed:
             self.model.set_system_prompt(self.system_prompt.text())
+
+    def _on_busy_changed(self, busy: bool) -> None:
+        self._update_buttons()
+        if not busy:
+            self.status.stopped()
+            self.central.reclaim_focus()  # Enter sends the next message
 
     def _update_buttons(self) -> None:
         self.central.set_busy(self.model.busy(), self.model.last_assistant() is not None)
