@@ -10,13 +10,17 @@ picks the column whose token is selected).
 
 from __future__ import annotations
 
-import argparse
-import math
-import os
-import sys
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING
+import time
+
+STARTED = time.time()  # before anything heavy: the start-up report counts from here
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
     from engine.events import TokenStep
@@ -64,6 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--selftest", action="store_true", help="load the default model, generate, report, exit")
     parser.add_argument("--timeout", type=float, default=600.0, help=argparse.SUPPRESS)
+    parser.add_argument("--startup-report", metavar="PATH", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -98,14 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     from app.logging_setup import install
 
     install(args.model or str(QSettings("Logitscope", "Logitscope").value("model", "default")))
+    marks = {"python_ready": STARTED, "qt_imported": time.time()}
     try:
         window = MainWindow(model=args.model)
     except StoreUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    marks["window_built"] = time.time()
     if args.theme:
         window.set_theme(args.theme)
     window.show()
+    marks["window_shown"] = time.time()
+    if args.startup_report:
+        from app.startup_report import StartupReport, launched_at
+
+        window.startup_report = StartupReport(window, args.startup_report, launched_at(STARTED), marks)
     if args.send:
         send_when_loaded(window, args.send)
     settle_memory()

@@ -30,6 +30,7 @@ FIGURES = [
     "prefill",
     "vocab_cost",
     "gui_scaling",
+    "startup",
 ]
 
 
@@ -76,6 +77,7 @@ def run_figures(only: list[str]) -> dict:
         "prefill": lambda: prefill.prefill(default, synth()),
         "vocab_cost": lambda: vocab_cost.vocab_cost(),
         "gui_scaling": lambda: __import__("bench.gui_scaling", fromlist=["gui_scaling"]).gui_scaling(),
+        "startup": lambda: __import__("bench.startup", fromlist=["startup"]).startup(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -172,6 +174,19 @@ def table(r: dict) -> str:
                 f"14 GUI, {length}-token conversation, 200 tok/s | {row['ms_per_token']} ms GUI thread per token, "
                 f"timer gap max {row['max_gap_ms']} ms ({row['max_gap_cpu_ms']} ms of it GUI work; idle "
                 f"{row['idle_max_gap_ms']} ms) | | flat; gap <= 50 ms at 20,000"
+            )
+    if "startup" in r:
+        st = r["startup"]
+        for run in ("first_run", "later_runs"):
+            row = st[run]
+            lines.append(
+                f"15 start-up, {run.replace('_', ' ')} | window answers input {row['answers_input']} s, model "
+                f"ready {row['model_ready']} s (GUI gap while loading {row['max_gap_ms_while_loading']} ms) | "
+                + (
+                    f"mlx_lm.load ready {st['mlx_lm_load_ready_s']} s | {st['ratio_ready_later']}"
+                    if run == "later_runs"
+                    else "GGUF converted | "
+                )
             )
     return "\n".join(lines)
 
