@@ -169,7 +169,14 @@ class ChatView(QTextBrowser):
     def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 - Qt's name
         """Ctrl+C, Copy and drags: the selection's plain text only. Rich text would carry
         the tokens' ``tok:`` links and shading into the document it is pasted in."""
-        mime = QMimeData()
+        # Qt's own object, not a QMimeData made in Python: the clipboard keeps the last one
+        # in a static that is deleted at process exit, after Python, and a Python-made one
+        # calls back into Python from its destructor (a segfault at exit). Qt's fills its
+        # formats from the selection once, on the first read (``text()`` here); cleared
+        # after that, it holds only what is set.
+        mime = super().createMimeDataFromSelection()
+        mime.text()
+        mime.clear()
         mime.setText(plain_text(self.textCursor()))
         return mime
 
