@@ -98,8 +98,12 @@ class SamplingControls(QWidget):
         preset_row = QHBoxLayout()
         preset_row.addWidget(QLabel("Preset"))
         preset_row.addWidget(self.presets, 1)
-        preset_row.addWidget(self.save_button)
-        preset_row.addWidget(self.delete_button)
+        # The buttons on a row of their own: beside the combo they set the panel's
+        # minimum width, and a narrow window cut them off.
+        preset_buttons = QHBoxLayout()
+        preset_buttons.addStretch(1)
+        preset_buttons.addWidget(self.save_button)
+        preset_buttons.addWidget(self.delete_button)
         self.preset_note = QLabel()
         self.preset_note.setWordWrap(True)
         self.preset_note.hide()
@@ -117,6 +121,7 @@ class SamplingControls(QWidget):
         inner = QWidget()
         layout = QVBoxLayout(inner)
         layout.addLayout(preset_row)
+        layout.addLayout(preset_buttons)
         layout.addWidget(self.preset_note)
         layout.addWidget(self.error)
         layout.addWidget(chain_box)

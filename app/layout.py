@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QEvent, QObject, QSize, Qt
 from PySide6.QtWidgets import QApplication, QDockWidget
 
+from app.chat_panel import MIN_WIDTH as MIN_CHAT_WIDTH
+
 if TYPE_CHECKING:
     from app.window import MainWindow
 
@@ -21,6 +23,26 @@ INSPECTOR_MIN_WIDTH = 260  # its table's token and two probability columns
 SAMPLING_MIN_WIDTH = 170
 TIMELINE_MIN_HEIGHT = 140  # both plots with their axes
 WINDOW_MIN = (800, 560)  # the three minimum widths above and the chat's, side by side
+
+
+def comfortable_sampling_width(window: MainWindow) -> int:
+    """The sampling panel's width with nothing cut off: its content's minimum, the vertical
+    scroll bar and the frame (below it the panel scrolls sideways)."""
+    scroll = window.controls.scroll
+    content = scroll.widget().minimumSizeHint().width()
+    return content + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth() + 4
+
+
+def fit_sampling_minimum(window: MainWindow, window_width: int) -> bool:
+    """Where the window has room (1000 px is plenty), the sampling panel is not squeezed
+    below its content (the inspector, whose table scrolls, gives way first); on a smaller
+    window it may go down to ``SAMPLING_MIN_WIDTH`` and scroll sideways."""
+    room = window_width - MIN_CHAT_WIDTH - INSPECTOR_MIN_WIDTH - 24  # separators and margins
+    width = max(SAMPLING_MIN_WIDTH, min(comfortable_sampling_width(window), room))
+    if width == window.panel.minimumWidth():
+        return False
+    window.panel.setMinimumWidth(width)
+    return True
 
 
 def set_minimum_sizes(window: MainWindow) -> None:
@@ -93,6 +115,7 @@ class DockMemory(QObject):
         if watched is self.window:
             old, new = event.oldSize(), event.size()
             self.window_size = new
+            fit_sampling_minimum(self.window, new.width())
             if not self.wanted:  # shown: the sizes it opens with are the wanted ones
                 self.remember()
             elif old.isValid() and (old.width() < new.width() or old.height() < new.height()):
@@ -100,7 +123,12 @@ class DockMemory(QObject):
         elif self.window.size() == self.window_size and not self._adjusting:
             dock = watched
             if isinstance(dock, QDockWidget) and not dock.isFloating() and not dock.isHidden():
-                self.wanted[dock] = self.extent(dock)[0]
+                size, along = self.extent(dock)
+                hint = dock.minimumSizeHint()
+                # At its minimum a dock was squeezed (a layout after a new minimum width),
+                # not sized by the user.
+                if size > (hint.width() if along == Qt.Orientation.Horizontal else hint.height()):
+                    self.wanted[dock] = size
         return False
 
     def remember(self) -> None:

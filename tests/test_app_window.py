@@ -210,6 +210,8 @@ def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):  # noqa: F
         assert window.timeline_dock.height() >= TIMELINE_MIN_HEIGHT, window.timeline_dock.height()
         assert window.inspector_dock.width() >= INSPECTOR_MIN_WIDTH
         assert window.controls_dock.width() >= SAMPLING_MIN_WIDTH
+        if width >= 1000:  # room enough: the sampling panel shows whole, not cut and scrolled sideways
+            assert not window.controls.scroll.horizontalScrollBar().isVisible(), window.controls_dock.width()
     # Enlarging again gives the docks back the room they gave up.
     window.resize(1500, 900)
     qtbot.wait(100)
