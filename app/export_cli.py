@@ -33,7 +33,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    from app.export import CSV_COLUMNS, csv_rows, from_store, records
+    from app.export import records
+    from app.export_csv import CSV_COLUMNS, csv_rows
+    from app.export_store import from_store
     from app.store import Store
 
     db = Path(args.db) if args.db else default_db()

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.model.scored import ReplayRun, replay_job, start_score
+from app.plot_export import save_plot
 from app.replay import compare
 from engine.events import ScoreDone, TokenStep
 
@@ -251,7 +252,7 @@ class ScoreController(QObject):
     # Exports -------------------------------------------------------------------------------
 
     def export_data(self, what: str):
-        from app.export import compare_only, from_store, reply_only, scored
+        from app.export_store import compare_only, from_store, reply_only, scored
 
         window, model = self.window, self.window.model
         if what == "scored" or (what == "reply" and self._selected_is_scored()):
@@ -327,7 +328,8 @@ class ScoreController(QObject):
     # Import --------------------------------------------------------------------------------
 
     def open_export(self, path: str | None = None) -> int | None:
-        from app.export import ExportFormatError, from_records, read_jsonl, to_store
+        from app.export import ExportFormatError, from_records, read_jsonl
+        from app.export_store import to_store
 
         window = self.window
         if path is None:
@@ -346,42 +348,6 @@ class ScoreController(QObject):
             window.load_model(source)  # to continue its replies with the model that wrote them
         window.status.show_message(f"Opened {Path(path).name} (a copy; the file is not written).")
         return conversation
-
-
-def save_plot(widget, path: str | Path) -> None:
-    """PNG or SVG (by the suffix) of a pyqtgraph view (its scene, with pyqtgraph's exporters)
-    or of any other widget (grabbed; SVG through QSvgGenerator)."""
-    path = str(path)
-    svg = path.lower().endswith(".svg")
-    if isinstance(widget, pg.GraphicsView):
-        from pyqtgraph.exporters import ImageExporter, SVGExporter
-
-        item = widget.scene()
-        try:
-            (SVGExporter(item) if svg else ImageExporter(item)).export(path)
-            return
-        except ValueError:  # pyqtgraph's SVG exporter cannot read some paths Qt 6 writes: draw it
-            if not svg:
-                raise
-    if not svg:
-        widget.grab().save(path)
-        return
-    from PySide6.QtCore import QPoint, QRect, QSize
-    from PySide6.QtGui import QPainter
-    from PySide6.QtSvg import QSvgGenerator
-
-    generator = QSvgGenerator()
-    generator.setFileName(path)
-    generator.setSize(QSize(widget.width(), widget.height()))
-    generator.setViewBox(QRect(0, 0, widget.width(), widget.height()))
-    painter = QPainter(generator)
-    try:
-        if isinstance(widget, pg.GraphicsView):  # QGraphicsView.render draws the scene as vectors
-            widget.render(painter)
-        else:
-            widget.render(painter, QPoint(0, 0))
-    finally:
-        painter.end()
 
 
 def controller(window: MainWindow) -> ScoreController:

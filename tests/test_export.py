@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from app.export import CSV_COLUMNS, from_records, from_store, read_jsonl, records, reply_only, to_store, write
+from app.export import from_records, read_jsonl, records, write
+from app.export_csv import CSV_COLUMNS
+from app.export_store import from_store, reply_only, to_store
 from app.model.streams import CompareColumn, DivergenceSeries
 from app.store import Store
 from engine.events import Finished, TokenStep
