@@ -24,15 +24,17 @@ from tests.test_app import (  # noqa: E402
 )
 
 
-def link_point(chat, href: str) -> QPoint:
-    """Where the chat draws the link ``href`` (a Keep or branch link), in viewport coordinates."""
+def link_point(chat, href: str, prefix: bool = False) -> QPoint:
+    """Where the chat draws the link ``href`` (a Keep or branch link; with ``prefix``, the
+    first link that starts with it), in viewport coordinates."""
     chat.document().documentLayout()
     block = chat.document().begin()
     while block.isValid():
         it = block.begin()
         while not it.atEnd():
             fragment = it.fragment()
-            if fragment.charFormat().anchorHref() == href:
+            found = fragment.charFormat().anchorHref()
+            if found == href or (prefix and found.startswith(href)):
                 cursor = QTextCursor(chat.document())
                 cursor.setPosition(fragment.position() + fragment.length() // 2)
                 return chat.cursorRect(cursor).center()

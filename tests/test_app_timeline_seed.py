@@ -8,13 +8,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QGuiApplication, QImage, QPalette, QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.timeline_series import MIN_TOKENS  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.test_app_compare import link_point  # noqa: E402
 from tests.tiny_model import build_tokenizer  # noqa: E402
 
 GLYPHS = "⟨⟩⏎␣⇥␍∅‹›"
@@ -37,22 +38,6 @@ def reply_steps(window):
     window._redraw_if_dirty()
     entry = [e for e in window.entries if e.role == "assistant"][-1]
     return entry, entry.steps
-
-
-def anchor_point(view, prefix: str) -> QPoint:
-    """Where the chat draws the link whose href starts with ``prefix`` (viewport coordinates)."""
-    block = view.document().begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.charFormat().anchorHref().startswith(prefix):
-                cursor = QTextCursor(view.document())
-                cursor.setPosition(fragment.position() + fragment.length() // 2)
-                return view.cursorRect(cursor).center()
-            it += 1
-        block = block.next()
-    raise AssertionError(f"no link {prefix!r} in the chat")
 
 
 def pick(qtbot, window, ref, token_id: int, params: SamplingParams) -> None:
@@ -79,7 +64,8 @@ def test_random_seed_is_drawn_shown_reused_and_reproduces(qtbot, window):
     # ... and shown on the reply with a one-click "reuse".
     assert f"seed {seed}" in window.chat.toPlainText()
     window.controls.seed.setText("")
-    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=anchor_point(window.chat, "seed:"))
+    reuse = link_point(window.chat, "seed:", prefix=True)
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=reuse)
     assert window.controls.seed.text() == str(seed)
     assert window.controls.current.seed == seed
     # The same seed and settings write the same reply again.
