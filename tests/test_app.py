@@ -85,6 +85,8 @@ def test_full_flow(qtbot, profile, tiny_folder):
     assert changed and changed == list(range(changed[0], 300)) and changed[0] >= 3
     assert all(s.params.top_k == 20 and s.params.seed == 7 for s in steps[changed[0] :])
     assert window.timeline.change_lines and len(window.timeline.change_lines) == 1
+    # The saved reply names where its model came from (exports carry it).
+    assert window.model.thread[-1].branch.model_source == str(tiny_folder)
 
     # Clicking a token selects it in the inspector and the timeline.
     stream = window.entries[entry].stream
