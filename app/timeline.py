@@ -46,6 +46,7 @@ EMPTY_HINT = (
     "Send a message: each token's probability (top) and the model's uncertainty, its entropy"
     " (below), appear here as the reply is written. Click a point to inspect that token."
 )
+PROB_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], []]  # major, minor
 
 
 class TimelineWidget(QWidget):
@@ -79,6 +80,7 @@ class TimelineWidget(QWidget):
         self.entropy_plot.setLabel("left", "H last stage")
         self.entropy_plot.setLabel("bottom", "token")
         self.prob_plot.setYRange(0, 1.05, padding=0)
+        self.prob_plot.getAxis("left").setTicks(PROB_TICKS)  # automatic ones (0.2 apart) overprint
         for plot in (self.prob_plot, self.entropy_plot):
             plot.getAxis("left").enableAutoSIPrefix(False)  # "(x0.001)" reads as a unit
             plot.setMenuEnabled(False)
