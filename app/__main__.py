@@ -18,8 +18,6 @@ import argparse  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
@@ -157,18 +155,14 @@ def settle_memory() -> None:
 def screenshot(app, args: argparse.Namespace) -> int:
     """Run one exchange in a throwaway profile and save the window."""
     import json
-    import time
 
-    from PySide6.QtCore import QSettings, Qt
+    from PySide6.QtCore import Qt
 
     from app.presets import apply_preset
-    from app.window import MainWindow
+    from app.shot_window import scratch_window, show_at, waiter
     from engine.params import SamplingParams
 
-    scratch = Path(tempfile.mkdtemp(prefix="logitscope-shot-"))
-    settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.model or "default")
-    window.set_theme(args.theme or "light")
+    window = scratch_window(args.model or "default", "logitscope-shot-", args.theme or "light")
     window.color_toggle.setChecked(args.color_tokens)
     base = SamplingParams.from_dict(json.loads(args.params)) if args.params else window.controls.current
     window.controls.set_params(base)
@@ -183,23 +177,12 @@ def screenshot(app, args: argparse.Namespace) -> int:
         window.panel.set_compare(args.compare_from is None, len(names))
     if args.show_stage:
         window.controls.chain.select_stage(args.show_stage)
-    width, height = (int(v) for v in args.size.lower().split("x"))
-    window.resize(width, height)
-    window.show()
+    show_at(window, args.size)
     if args.inspector_width:
         window.resizeDocks([window.inspector_dock], [args.inspector_width], Qt.Orientation.Horizontal)
     if args.sampling_width:
         window.resizeDocks([window.controls_dock], [args.sampling_width], Qt.Orientation.Horizontal)
-    deadline = time.monotonic() + args.timeout
-
-    def wait(condition) -> bool:
-        while not condition():
-            if time.monotonic() > deadline:
-                return False
-            app.processEvents()
-            time.sleep(0.01)
-        return True
-
+    wait = waiter(app, args.timeout)
     if not wait(lambda: window.model_info is not None or window.last_error):
         print("error: the model did not load in time", file=sys.stderr)
         return 1

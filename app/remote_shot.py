@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,29 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.window import MainWindow
+    from app.shot_window import scratch_window, show_at, waiter
     from engine.params import SamplingParams
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    scratch = Path(tempfile.mkdtemp(prefix="logitscope-remote-shot-"))
-    settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.local_model)
-    window.set_theme("light")
-    width, height = (int(v) for v in args.size.lower().split("x"))
-    window.resize(width, height)
-    window.show()
-    deadline = time.monotonic() + args.timeout
-
-    def wait(condition) -> bool:
-        while not condition():
-            if time.monotonic() > deadline:
-                return False
-            app.processEvents()
-            time.sleep(0.01)
-        return True
+    window = scratch_window(args.local_model, "logitscope-remote-shot-")
+    show_at(window, args.size)
+    wait = waiter(app, args.timeout)
 
     if not wait(lambda: window.model_info is not None or window.last_error):
         print("error: the local model did not load", file=sys.stderr)

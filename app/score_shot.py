@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 PARAGRAPH = (
     "The Eiffel Tower was built for the 1889 World's Fair in Paris. At first many artists "
@@ -32,30 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QSettings, Qt
+    from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
     from app.score_dialog import controller
-    from app.window import MainWindow
+    from app.shot_window import scratch_window, show_at, waiter
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    scratch = Path(tempfile.mkdtemp(prefix="logitscope-score-shot-"))
-    settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.model)
-    window.set_theme("light")
-    width, height = (int(v) for v in args.size.lower().split("x"))
-    window.resize(width, height)
-    window.show()
+    window = scratch_window(args.model, "logitscope-score-shot-")
+    show_at(window, args.size)
     window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
-    deadline = time.monotonic() + args.timeout
-
-    def wait(condition) -> bool:
-        while not condition():
-            if time.monotonic() > deadline:
-                return False
-            app.processEvents()
-            time.sleep(0.01)
-        return True
+    wait = waiter(app, args.timeout)
 
     if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
         print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
