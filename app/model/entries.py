@@ -111,15 +111,7 @@ def _live_run_entry(message: Message, run: CompareRun, replies: dict[StreamKey, 
         streaming = reply is not None and reply.finished is None
         seed = reply_seed(reply.params, steps) if reply is not None else None
         columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), streaming, note, seed))
-    first = columns[0].steps if columns else []
-    return ChatEntry(
-        "compare",
-        key=("assistant", message.id),
-        message_id=message.id,
-        columns=columns,
-        streaming=True,
-        prefix_text=_prefix_text(first, run.prefix_tokens),
-    )
+    return _compare_entry(message, run, columns, live=True)
 
 
 def _saved_run_entry(message: Message, run: CompareRun) -> ChatEntry:
@@ -131,14 +123,20 @@ def _saved_run_entry(message: Message, run: CompareRun) -> ChatEntry:
         note = _note(branch.finish_reason) if branch is not None else "[missing]"
         seed = reply_seed(branch.params, steps) if branch is not None else None
         columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), False, note, seed))
+    return _compare_entry(message, run, columns, live=False)
+
+
+def _compare_entry(message: Message, run: CompareRun, columns: list[ColumnEntry], live: bool) -> ChatEntry:
+    """A compare run's entry: streaming while its replies are written, finished once saved."""
     first = columns[0].steps if columns else []
     return ChatEntry(
         "compare",
         key=("assistant", message.id),
         message_id=message.id,
         columns=columns,
+        streaming=live,
         prefix_text=_prefix_text(first, run.prefix_tokens),
-        finished=True,
+        finished=not live,
     )
 
 
