@@ -94,7 +94,8 @@ def startup(later_runs: int = 3) -> dict:
     cache = scratch / "cache"
     first = launch_app(scratch / "run0", cache)
     later = [launch_app(scratch / f"run{i + 1}", cache) for i in range(later_runs)]
-    peer = [launch_peer(converted_folder(cache)) for _ in range(later_runs)]
+    folder = converted_folder(cache)
+    peer = [launch_peer(folder) for _ in range(later_runs)]
     peer_ready = round(statistics.median(r for _, r in peer), 2)
     ours_ready = _median(later, "model_ready")
     return {

@@ -20,17 +20,10 @@ from app.store import INTERRUPTED, SCHEMA_VERSION, NewerSchemaError, Store, back
 from app.store_stream import StreamJournal
 from engine.events import TokenStep
 from engine.params import SamplingParams
+from tests.test_store_migration import user_version
 
 FIXTURE_V3 = Path(__file__).parent / "data" / "store_v3.sqlite3"
 FIXTURE_V4 = Path(__file__).parent / "data" / "store_v4.sqlite3"
-
-
-def user_version(path: Path) -> int:
-    db = sqlite3.connect(str(path))
-    try:
-        return db.execute("PRAGMA user_version").fetchone()[0]
-    finally:
-        db.close()
 
 
 def tables(path: Path) -> set[str]:
