@@ -7,10 +7,8 @@ partial reply is kept and saved, the app stays usable)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from app.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
+from tests.local_server import free_port, stop, wait_ready  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
     close_window,
@@ -34,40 +33,10 @@ from tests.test_app_compare import compare_entry, set_variants  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(proc, url: str, log: Path, limit: float = 120) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited ({proc.returncode}): {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).json().get("data"):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"server not ready in {limit} s: {log.read_text()[-2000:]}")
-        time.sleep(0.25)
-
-
-def _stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def tiny_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
     """mlx_lm.server serving the tiny model folder (its model id is the folder's path)."""
-    port = _free_port()
+    port = free_port()
     hub = tmp_path_factory.mktemp("hf-hub")
     log_path = tmp_path_factory.mktemp("mlx-server") / "server.log"
     env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
@@ -77,10 +46,10 @@ def tiny_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, url, log_path)
+        wait_ready(proc, url, log_path)
         yield url
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 STANDIN = """
@@ -98,7 +67,7 @@ server.serve_forever()
 def standin_process(tmp_path):
     """The faults tests' stand-in server (a vLLM look-alike) in a process of its own, so
     that it can be killed mid-reply."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "standin.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -106,11 +75,11 @@ def standin_process(tmp_path):
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, url, log_path, limit=30)
+        wait_ready(proc, url, log_path, limit=30)
         yield url, proc
     finally:
         if proc.poll() is None:
-            _stop(proc)
+            stop(proc)
 
 
 def connect(qtbot, window, url: str, model: str | None = None):
@@ -211,7 +180,7 @@ def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_f
     window = open_window(qtbot, profile, str(tiny_folder))
     # Refused: the dialog says so, the local model stays.
     dialog = window.open_connect_dialog()
-    dialog.url.setText(f"http://127.0.0.1:{_free_port()}")
+    dialog.url.setText(f"http://127.0.0.1:{free_port()}")
     dialog.probe()
     qtbot.waitUntil(lambda: not dialog.probing, timeout=TIMEOUT)
     assert "Could not list the server's models" in dialog.error.text()

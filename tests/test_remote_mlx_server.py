@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,12 @@ pytestmark = pytest.mark.slow
 
 httpx = pytest.importorskip("httpx")
 
+from tests.local_server import free_port, stop, wait_ready  # noqa: E402
+
 TOL = 1e-3
 PROMPT = "The capital of France is"
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 N = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +36,7 @@ def mlx_server(tmp_path_factory: pytest.TempPathFactory):
     from engine.models import resolve
 
     folder = str(Path(resolve("default")[1]).resolve())
-    port = _free_port()
+    port = free_port()
     hub = tmp_path_factory.mktemp("hf-hub")  # /v1/models scans it; it must exist
     log_path = tmp_path_factory.mktemp("mlx-server") / "server.log"
     env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
@@ -50,26 +45,10 @@ def mlx_server(tmp_path_factory: pytest.TempPathFactory):
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"mlx_lm.server exited ({proc.returncode}): {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(url + "/v1/models", timeout=2).json().get("data"):
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlx_lm.server not ready in 120 s: {log_path.read_text()[-2000:]}")
-            time.sleep(0.25)
+        wait_ready(proc, url, log_path)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @pytest.fixture(scope="session")
