@@ -56,6 +56,13 @@ class ModelInfo:
     """How the weights are stored, e.g. ``4-bit affine (group 32)`` or ``bfloat16``."""
     backend: str = LOCAL
     """``local`` (MLX here) or ``remote`` (an OpenAI-compatible server)."""
+    precision: str = ""
+    """What the model computes in (``float32``, ``float16``, ``bfloat16``); empty for a
+    remote server (it does not say)."""
+    precision_choice: str = ""
+    """What was asked for: ``auto`` or a dtype (``engine.precision.PRECISIONS``)."""
+    precision_reason: str = ""
+    """Why ``precision`` was chosen, in one sentence."""
     server: str = ""
     """Remote only: the server kind (``vllm``, ``sglang``, ``llama.cpp``, ``mlx_lm``,
     ``lmstudio``, ``ollama``, ``openai``)."""
@@ -82,9 +89,10 @@ class Backend(Protocol):
 
     info: ModelInfo | None
 
-    def load(self, source: str, progress: ProgressFn | None = None) -> ModelInfo:
-        """Local: load a model (``default``, a path, a repo id). Remote: choose the
-        server's model ``source`` (an id from its ``/v1/models``)."""
+    def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
+        """Local: load a model (``default``, a path, a repo id) to compute in ``precision``
+        (``engine.precision``). Remote: choose the server's model ``source`` (an id from its
+        ``/v1/models``); ``precision`` is the server's business and ignored."""
         ...
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:

@@ -1,6 +1,6 @@
 """``python -m engine generate``: JSON Lines of every token and every finished request.
 
-The contract is in DESIGN.md and docs/CLI.md; tests, benchmarks and scripts depend on it.
+The contract is in docs/ENGINE.md ("Command line"); tests, benchmarks and scripts depend on it.
 Errors print one line on stderr and exit non-zero, never a traceback.
 """
 
@@ -13,9 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from engine.cli_fidelity import add_fidelity_command, add_precision_flag
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
 from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
+from engine.precision import check_choice
 from engine.remote_cli import add_remote_flags, generate_remote
 
 EXIT_USAGE = 2
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         "into several settings sharing one prefill",
     )
     gen.add_argument("--prefill-chunk", type=int, default=None, help=argparse.SUPPRESS)
+    add_precision_flag(gen)
     add_remote_flags(gen)
     sc = commands.add_parser("score", help="score a given text token by token (teacher-forced) as JSON Lines")
     sc.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
@@ -59,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--prompt", help="with --chat: the user message the text answers")
     add_sampling_flags(sc)
     sc.add_argument("--prefill-chunk", type=int, default=128, help=argparse.SUPPRESS)
+    add_precision_flag(sc)
+    add_fidelity_command(commands)
     return parser
 
 
@@ -238,11 +243,12 @@ def generate(args: argparse.Namespace) -> int:
         return generate_remote(args, params, variants, token_json, done_json)
     if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    check_choice(args.precision)
     from engine.models import load
     from engine.prompts import encode_chat, encode_text
     from engine.scheduler import Scheduler
 
-    loaded = load(args.model)
+    loaded = load(args.model, precision=args.precision)
     rows = len(variants) if variants else len(args.prompt)
     scheduler = Scheduler(loaded, max_batch_size=max(1, rows), prefill_chunk=args.prefill_chunk)
     if args.chat:
@@ -273,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.cli_score import score_command
 
             return score_command(args)
+        if args.command == "fidelity":
+            from engine.cli_fidelity import fidelity_command
+
+            return fidelity_command(args)
         return generate(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from pathlib import Path
 from engine.cli import _num, _UsageError, params_from, token_json
 from engine.errors import EngineError
 from engine.events import ScoreDone, TokenStep
+from engine.precision import check_choice
 
 
 def read_text(args: argparse.Namespace) -> str:
@@ -32,13 +33,14 @@ def score_command(args: argparse.Namespace) -> int:
     if args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     text = read_text(args)
+    check_choice(args.precision)
     from engine.dry import BreakerCache
     from engine.models import load
     from engine.prompts import encode_chat, encode_text
     from engine.score import score
     from engine.text import TokenText
 
-    loaded = load(args.model)
+    loaded = load(args.model, precision=args.precision)
     tokenizer = loaded.tokenizer
     if args.chat:
         context = encode_chat(tokenizer, [{"role": "user", "content": args.prompt}])

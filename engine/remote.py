@@ -127,8 +127,8 @@ class RemoteBackend:
         self.models = model_ids(models)
         return self.models
 
-    def load(self, source: str, progress: ProgressFn | None = None) -> ModelInfo:
-        """Use the server's model ``source`` (``""``: its first)."""
+    def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
+        """Use the server's model ``source`` (``""``: its first); the server chooses its own precision."""
         models = self.connect()
         if not source and models:
             source = models[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -77,9 +78,9 @@ class EngineSession:
         self._scheduler: Scheduler | None = None
         self.info: ModelInfo | None = None
 
-    def load(self, source: str, progress: ProgressFn | None = None) -> ModelInfo:
-        """Load ``source``; on failure the previous model stays in use."""
-        loaded = load(source, progress)
+    def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
+        """Load ``source`` to compute in ``precision``; on failure the previous model stays in use."""
+        loaded = load(source, progress, precision)
         scheduler = Scheduler(loaded, max_batch_size=self._max_batch_size, prefill_chunk=self._prefill_chunk)
         self._loaded, self._scheduler = loaded, scheduler
         self.info = ModelInfo(
@@ -93,6 +94,9 @@ class EngineSession:
             architecture=str(loaded.config.get("model_type", "")),
             cache_kinds=tuple(scheduler.cache_kinds),
             quantization=describe_quantization(loaded),
+            precision=loaded.precision.dtype,
+            precision_choice=loaded.precision.choice,
+            precision_reason=loaded.precision.reason,
         )
         return self.info
 
@@ -174,6 +178,18 @@ class EngineSession:
         return score(
             scheduler.loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, 0, request_id
         )
+
+    def check_fidelity(self, messages: Messages, output: Sequence[int], chunk: int = 64):
+        """A reply (its prompt ``messages`` and tokens ``output``) teacher-forced in the running
+        precision and in float32 (:func:`engine.fidelity.check`): a generator of one
+        ``TokenFidelity`` per reply token, ``index`` 0 for its first; stop iterating to cancel.
+        Summarize with :func:`engine.fidelity.summarize`."""
+        from engine.fidelity import check
+
+        context = self.prompt_for(messages)
+        first = len(context) - 1
+        rows = check(self.scheduler.loaded, context + list(output), chunk)
+        return (replace(row, index=row.index - first) for row in rows if row.index >= first)
 
     def replay(
         self,

@@ -1,0 +1,104 @@
+"""``python -m engine fidelity``: the running precision against float32 on a given text.
+
+One ``token`` record per scored token (``index``, ``token_id``, ``text``, ``kld`` =
+KL(float32 ‖ running) over the whole vocabulary in nats, ``top5_max_diff``,
+``top_agrees``, ``logprob``, ``logprob_float32``), then one ``summary``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.precision import PRECISIONS, check_choice
+
+
+def add_fidelity_command(commands) -> None:
+    fid = commands.add_parser("fidelity", help="compare the running precision with float32 on a text")
+    fid.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
+    source = fid.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to score")
+    source.add_argument("--file", help="a UTF-8 text file to score")
+    fid.add_argument("--chat", action="store_true", help="the text is the assistant's reply to --prompt")
+    fid.add_argument("--prompt", help="with --chat: the user message the text answers")
+    add_precision_flag(fid)
+    fid.add_argument("--prefill-chunk", type=int, default=64, help=argparse.SUPPRESS)
+
+
+def add_precision_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=PRECISIONS,
+        help=f"{' | '.join(PRECISIONS)}: what the model computes in (default auto)",
+    )
+
+
+def fidelity_command(args: argparse.Namespace) -> int:
+    from engine.cli import _num, _UsageError
+    from engine.errors import EngineError
+
+    check_choice(args.precision)
+    if args.chat and not args.prompt:
+        raise _UsageError("--chat needs --prompt: the user message the text answers.")
+    if args.prefill_chunk <= 0:
+        raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    from engine.cli_score import read_text
+
+    text = read_text(args)
+    from engine.fidelity import check, summarize
+    from engine.models import load
+    from engine.prompts import encode_chat, encode_text
+    from engine.text import TokenText
+
+    loaded = load(args.model, precision=args.precision)
+    tokenizer = loaded.tokenizer
+    if args.chat:
+        context = encode_chat(tokenizer, [{"role": "user", "content": args.prompt}])
+        inner = getattr(tokenizer, "_tokenizer", tokenizer)
+        tokens = context + list(inner.encode(text, add_special_tokens=False))
+        first = len(context) - 1
+    else:
+        tokens, first = encode_text(tokenizer, text), 0
+    pieces = TokenText(tokenizer)
+    rows = []
+    out = sys.stdout
+    for row in check(loaded, tokens, chunk=args.prefill_chunk):
+        if row.index < first:
+            continue
+        rows.append(row)
+        record = {
+            "type": "token",
+            "index": row.index - first,
+            "token_id": row.token_id,
+            "text": pieces.piece(row.token_id),
+            "kld": _num(row.kld),
+            "top5_max_diff": _num(row.top5_max_diff),
+            "top_agrees": row.top_agrees,
+            "logprob": _num(row.logprob),
+            "logprob_float32": _num(row.logprob_float32),
+        }
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+    summary = summarize(loaded.precision.dtype, rows)
+    out.write(json.dumps(summary_json(summary, loaded.precision.reason)) + "\n")
+    return 0
+
+
+def summary_json(summary, reason: str) -> dict:
+    from engine.cli import _num
+
+    return {
+        "type": "summary",
+        "precision": summary.precision,
+        "reference": "float32",
+        "reason": reason,
+        "tokens": summary.tokens,
+        "kld_mean": _num(summary.kld_mean),
+        "kld_max": _num(summary.kld_max),
+        "top5_max_diff": _num(summary.top5_max_diff),
+        "top_agreement": round(summary.top_agreement, 5),
+        "tolerance": summary.tolerance,
+        "within_tolerance": summary.within_tolerance,
+    }
