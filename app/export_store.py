@@ -10,7 +10,7 @@ import json
 import time
 
 from app.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore, finite_or_none
-from engine.events import ScoreDone, TokenStep
+from engine.events import FinishReason, ScoreDone, TokenStep
 from engine.params import SamplingParams
 
 # Store -> ExportData -------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
         name, source = data.model.get("name", ""), data.model.get("source")
-        store.add_branch(reply.id, s.steps, s.text, "scored", name, s.params, model_source=source)
+        store.add_branch(reply.id, s.steps, s.text, FinishReason.SCORED, name, s.params, model_source=source)
         return conv.id
     ids: list[int] = []
     branch_ids: list[list[int]] = []

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.serialize import step_from_dict, step_to_dict
+from engine.events import FinishReason
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -87,7 +88,7 @@ branch at the next start (:meth:`Store.recover_interrupted`).
 5: where each reply's model was loaded from (``model_source`` on ``branches`` and
 ``live_replies``: a path, "default", a repo id or a server's address; NULL for replies
 saved before)."""
-INTERRUPTED = "interrupted"
+INTERRUPTED = FinishReason.INTERRUPTED
 
 
 class NewerSchemaError(RuntimeError):
