@@ -3,7 +3,8 @@
 A JSON Lines export is a ``header`` record then the records of ``python -m engine generate``
 / ``score`` (``token``, ``done``, ``score_done``), each token record extended with what the
 app needs to show it again (``message``, ``branch``, ``position``, ``piece``, the chosen
-token's per-stage ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``) and
+token's per-stage ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``: the
+token codec's ``EXPORT`` style, :mod:`engine.codec`) and
 with ``conversation`` / ``message`` / ``branch`` / ``compare_run`` / ``score`` records that
 place the tokens. Messages and branches are numbered from 0 within the export (not the
 database's ids), so export → import → export gives the same records. docs/EXPORT.md has
@@ -13,7 +14,6 @@ every field.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from app.export_csv import write_csv
-from engine.events import Candidate, TokenStep
+from engine.codec import EXPORT, RecordType, decode_step, encode_step
+from engine.events import TokenStep
 from engine.params import SamplingParams
 
 FORMAT = "logitscope-export"
@@ -91,91 +92,17 @@ class ExportData:
     header: dict[str, Any] | None = None  # as read, on import
 
 
-# Numbers ---------------------------------------------------------------------------------------
-
-
-def finite_or_none(value: float) -> float | None:
-    """Rounded to 5 decimals, as the CLI writes numbers; None for NaN and infinities."""
-    return round(value, 5) if math.isfinite(value) else None
-
-
-def _lp(value: float | None) -> float:
-    return -math.inf if value is None else float(value)
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
-# Steps <-> token records -------------------------------------------------------------------------
-
-
-def token_record(step: TokenStep, request: int, extra: dict[str, Any], params: SamplingParams | None) -> dict:
-    """``python -m engine generate``'s token record, plus what the app needs to rebuild the step."""
-    from engine.cli import token_json
-
-    record = token_json(step, request)
-    record.update(extra)
-    record["position"] = step.position
-    record["piece"] = step.piece
-    record["logprobs"] = {s: finite_or_none(v) for s, v in zip(step.chain, step.logprobs, strict=True)}
-    if step.rank is not None:
-        record["rank"] = step.rank
-    if params is not None:  # the parameters changed at this token (or it is the first)
-        record["params"] = params.to_dict()
-    for out, c in zip(record["top"], step.top, strict=True):
-        out["bias"] = finite_or_none(c.bias)
-        out["penalty"] = finite_or_none(c.penalty)
-        out["count"] = c.count
-    return record
-
-
-def step_from_record(record: dict[str, Any], params: SamplingParams) -> TokenStep:
-    chain = tuple(record["chain"])
-    top = tuple(
-        Candidate(
-            token_id=int(t["token_id"]),
-            text=t["text"],
-            raw_logit=_nan(t["raw_logit"]),
-            logprobs=tuple(_lp(t["logprobs"].get(s)) for s in chain),
-            removed_by=t["removed_by"],
-            bias=_nan(t.get("bias", 0.0)),
-            penalty=_nan(t.get("penalty", 0.0)),
-            count=int(t.get("count", 0)),
-        )
-        for t in record["top"]
-    )
-    logprobs = record.get("logprobs")
-    if logprobs is None:  # a plain CLI record: the chosen token is one of the candidates
-        chosen = next(c for c in top if c.token_id == record["token_id"])
-        values = chosen.logprobs
-    else:
-        values = tuple(_lp(logprobs.get(s)) for s in chain)
-    survivors = record.get("survivors") or {}
-    return TokenStep(
-        request_id=-1,
-        index=int(record["index"]),
-        position=int(record.get("position", record["index"])),
-        token_id=int(record["token_id"]),
-        text=record["text"],
-        piece=record.get("piece", record["text"]),
-        chain=chain,
-        logprobs=values,
-        entropies=tuple(_nan(record["entropies"].get(s)) for s in chain),
-        survivors=tuple(-1 if survivors.get(s) is None else int(survivors[s]) for s in chain),
-        top=top,
-        params=params,
-        forced=bool(record.get("forced", False)),
-        rank=record.get("rank"),
-    )
+# Steps -> token records ---------------------------------------------------------------------------
 
 
 def _steps_records(steps: list[TokenStep], request: int, extra: dict, start: SamplingParams) -> Iterator[dict]:
+    """``python -m engine generate``'s token records, with what the app needs to rebuild
+    each step (style ``EXPORT``), its place (``extra``), and the parameters where they changed."""
     last = start
     for step in steps:
-        changed = step.params if step.params != last else None
+        changed = step.params.to_dict() if step.params != last else None
         last = step.params
-        yield token_record(step, request, extra, changed)
+        yield {"type": RecordType.TOKEN.value, "request": request, **extra, **encode_step(step, EXPORT, changed)}
 
 
 # ExportData -> records ------------------------------------------------------------------------------
@@ -344,7 +271,7 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
                 raise ExportFormatError("a token record before its branch or score record.")
             if "params" in r:
                 params = SamplingParams.from_dict(r["params"])
-            current.steps.append(step_from_record(r, params))
+            current.steps.append(decode_step(r, params))
         elif kind == "score_done" and data.score is not None:
             data.score.done = {k: v for k, v in r.items() if k != "type"}
         elif kind == "compare_run":

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import time
 
-from app.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore, finite_or_none
+from app.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore
+from engine.codec import score_done_fields
 from engine.events import FinishReason, ScoreDone, TokenStep
 from engine.params import SamplingParams
 
@@ -128,14 +129,7 @@ def compare_only(data: ExportData, run_index: int) -> ExportData:
 def scored(
     text: str, prompt: str | None, params: SamplingParams, steps: list[TokenStep], done: ScoreDone | None, model: dict
 ) -> ExportData:
-    done_dict = None
-    if done is not None:
-        done_dict = {
-            "tokens": done.tokens,
-            "perplexity": finite_or_none(done.perplexity),
-            "mean_surprisal_bits": finite_or_none(done.mean_surprisal_bits),
-            "tokens_per_second": done.tokens_per_second,
-        }
+    done_dict = score_done_fields(done) if done is not None else None
     return ExportData("score", model, score=ExportScore(text, prompt, params, list(steps), done_dict))
 
 

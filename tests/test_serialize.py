@@ -8,7 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from app.serialize import chain_from_v1, step_from_dict, step_to_dict, steps_from_json, steps_to_json
+from app.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
+from engine.codec import CODEC_VERSION
+from engine.codec_v1 import chain_from_v1
 from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
 from tests.chain_steps import chain_step
 
@@ -37,7 +39,7 @@ def test_multi_stage_step_round_trips():
 def test_format_2_is_keyed_by_stage_name():
     step = chain_step()
     data = json.loads(json.dumps(step_to_dict(step)))
-    assert data["v"] == 2
+    assert data["v"] == CODEC_VERSION
     assert data["chain"] == list(step.chain)
     assert set(data["entropies"]) == set(step.chain) == set(data["survivors"]) == set(data["logprobs"])
     lyon = next(t for t in data["top"] if t["token_id"] == 1)
@@ -51,8 +53,8 @@ def test_format_2_is_keyed_by_stage_name():
 
 def test_a_newer_format_is_refused():
     data = step_to_dict(chain_step())
-    data["v"] = 3
-    with pytest.raises(ValueError, match="format 3"):
+    data["v"] = CODEC_VERSION + 1
+    with pytest.raises(ValueError, match=f"format {CODEC_VERSION + 1}"):
         step_from_dict(data)
 
 
