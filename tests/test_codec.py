@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -254,3 +256,13 @@ def test_finish_reasons_are_their_strings_everywhere(tmp_path):
     assert db.execute("SELECT r, typeof(r) FROM t").fetchone() == ("error", "text")
     db.close()
     assert FinishReason("interrupted") is FinishReason.INTERRUPTED
+
+
+def test_the_codec_loads_no_mlx():
+    """The app reads and writes records with it, and the app must not load MLX."""
+    code = (
+        "import sys, engine.codec, app.serialize, app.export;"
+        "print([m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm', 'PySide6')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
