@@ -54,3 +54,11 @@ def test_the_architecture_page_names_real_files():
     assert len(named) > 30
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, missing
+
+
+def test_the_engine_module_table_lists_every_module():
+    text = (ROOT / "docs" / "ENGINE.md").read_text(encoding="utf-8")
+    table = text[text.index("## Modules") : text.index("## The sampling chain")]
+    modules = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "engine").glob("*.py"))
+    missing = [m for m in modules if f"`{m}`" not in table]
+    assert not missing, missing
