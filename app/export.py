@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,18 @@ from engine.params import SamplingParams
 FORMAT = "logitscope-export"
 VERSION = 1
 APP_VERSION = "0.1.0"
+
+
+class ExportRecord(str, Enum):
+    """The ``type`` of the records an export adds to the CLI's (``token``, ``done``,
+    ``score_done``: :class:`engine.codec.RecordType`) to place the tokens."""
+
+    HEADER = "header"
+    CONVERSATION = "conversation"
+    MESSAGE = "message"
+    BRANCH = "branch"
+    SCORE = "score"
+    COMPARE_RUN = "compare_run"
 
 
 def app_version() -> str:
@@ -119,7 +132,7 @@ def header_record(data: ExportData, created: str | None = None) -> dict[str, Any
                 if b.steps and chain is None:
                     chain = list(b.steps[0].chain)
     return {
-        "type": "header",
+        "type": ExportRecord.HEADER.value,
         "format": FORMAT,
         "version": VERSION,
         "kind": data.kind,
@@ -145,15 +158,15 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
     out = [header_record(data, created)]
     if data.score is not None:
         s = data.score
-        out.append({"type": "score", "text": s.text, "prompt": s.prompt, "params": s.params.to_dict()})
+        out.append({"type": ExportRecord.SCORE.value, "text": s.text, "prompt": s.prompt, "params": s.params.to_dict()})
         out.extend(_steps_records(s.steps, 0, {}, s.params))
         if s.done is not None:
-            out.append({"type": "score_done", **s.done})
+            out.append({"type": RecordType.SCORE_DONE.value, **s.done})
         return out
-    out.append({"type": "conversation", "title": data.title, "system_prompt": data.system_prompt})
+    out.append({"type": ExportRecord.CONVERSATION.value, "title": data.title, "system_prompt": data.system_prompt})
     request = 0
     for i, m in enumerate(data.messages):
-        rec: dict[str, Any] = {"type": "message", "message": i, "role": m.role}
+        rec: dict[str, Any] = {"type": ExportRecord.MESSAGE.value, "message": i, "role": m.role}
         if m.role == "user":
             rec["content"] = m.content
             rec["after_branch"] = list(m.after) if m.after is not None else None
@@ -165,7 +178,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
             where = {"message": i, "branch": j}
             out.append(
                 {
-                    "type": "branch",
+                    "type": ExportRecord.BRANCH.value,
                     "request": request,
                     **where,
                     "model": b.model,
@@ -178,7 +191,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
             out.extend(_steps_records(b.steps, request, where, b.params))
             out.append(
                 {
-                    "type": "done",
+                    "type": RecordType.DONE.value,
                     "request": request,
                     **where,
                     "finish_reason": b.finish_reason,
@@ -190,7 +203,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
     for run in data.runs:
         out.append(
             {
-                "type": "compare_run",
+                "type": ExportRecord.COMPARE_RUN.value,
                 "message": run.message,
                 "prefix_tokens": run.prefix_tokens,
                 "columns": run.columns,
@@ -236,7 +249,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def from_records(recs: list[dict[str, Any]]) -> ExportData:
-    if not recs or recs[0].get("type") != "header" or recs[0].get("format") != FORMAT:
+    if not recs or recs[0].get("type") != ExportRecord.HEADER or recs[0].get("format") != FORMAT:
         raise ExportFormatError("not a Logitscope export: the first line is not its header record.")
     header = recs[0]
     if int(header.get("version", 0)) > VERSION:
@@ -246,9 +259,9 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
     params: SamplingParams | None = None
     for r in recs[1:]:
         kind = r.get("type")
-        if kind == "conversation":
+        if kind == ExportRecord.CONVERSATION:
             data.title, data.system_prompt = r.get("title", ""), r.get("system_prompt", "")
-        elif kind == "message":
+        elif kind == ExportRecord.MESSAGE:
             m = ExportMessage(r["role"], r.get("content", ""))
             if r["role"] == "user":
                 m.after = tuple(r["after_branch"]) if r.get("after_branch") is not None else None
@@ -256,24 +269,24 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
                 m.after = (r["after_message"], -1) if r.get("after_message") is not None else None
                 m.active = int(r.get("active_branch", 0))
             data.messages.append(m)
-        elif kind == "branch":
+        elif kind == ExportRecord.BRANCH:
             params = SamplingParams.from_dict(r["params"])
             current = ExportBranch(
                 r.get("model", ""), params, r.get("finish_reason"), r.get("text", ""), [], r.get("model_source")
             )
             data.messages[r["message"]].branches.append(current)
-        elif kind == "score":
+        elif kind == ExportRecord.SCORE:
             params = SamplingParams.from_dict(r["params"])
             current = ExportScore(r.get("text", ""), r.get("prompt"), params, [], None)
             data.score = current
-        elif kind == "token":
+        elif kind == RecordType.TOKEN:
             if current is None or params is None:
                 raise ExportFormatError("a token record before its branch or score record.")
             if "params" in r:
                 params = SamplingParams.from_dict(r["params"])
             current.steps.append(decode_step(r, params))
-        elif kind == "score_done" and data.score is not None:
+        elif kind == RecordType.SCORE_DONE and data.score is not None:
             data.score.done = {k: v for k, v in r.items() if k != "type"}
-        elif kind == "compare_run":
+        elif kind == ExportRecord.COMPARE_RUN:
             data.runs.append(ExportRun(r["message"], r["prefix_tokens"], r["columns"], r["divergence"], r.get("kept")))
     return data
