@@ -163,7 +163,7 @@ def generate(args: argparse.Namespace) -> int:
     params = params_from(args)  # validate before the slow model load
     variants = variants_from(args, params) if args.variant else None
     if args.server:
-        return generate_remote(args, params, variants, token_record, done_record)
+        return generate_remote(args, params, variants)
     if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     from engine.models import load
