@@ -3,7 +3,8 @@
 A JSON Lines export is a ``header`` record then the records of ``python -m engine generate``
 / ``score`` (``token``, ``done``, ``score_done``), each token record extended with what the
 app needs to show it again (``message``, ``branch``, ``position``, ``piece``, the chosen
-token's per-stage ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``) and
+token's per-stage ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``: the
+token codec's ``EXPORT`` style, :mod:`engine.codec`) and
 with ``conversation`` / ``message`` / ``branch`` / ``compare_run`` / ``score`` records that
 place the tokens. Messages and branches are numbered from 0 within the export (not the
 database's ids), so export → import → export gives the same records. docs/EXPORT.md has
@@ -13,20 +14,33 @@ every field.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from app.export_csv import write_csv
-from engine.events import Candidate, TokenStep
+from engine.codec import EXPORT, RecordType, decode_step, encode_step
+from engine.events import TokenStep
 from engine.params import SamplingParams
 
 FORMAT = "logitscope-export"
 VERSION = 1
 APP_VERSION = "0.1.0"
+
+
+class ExportRecord(str, Enum):
+    """The ``type`` of the records an export adds to the CLI's (``token``, ``done``,
+    ``score_done``: :class:`engine.codec.RecordType`) to place the tokens."""
+
+    HEADER = "header"
+    CONVERSATION = "conversation"
+    MESSAGE = "message"
+    BRANCH = "branch"
+    SCORE = "score"
+    COMPARE_RUN = "compare_run"
 
 
 def app_version() -> str:
@@ -91,91 +105,17 @@ class ExportData:
     header: dict[str, Any] | None = None  # as read, on import
 
 
-# Numbers ---------------------------------------------------------------------------------------
-
-
-def finite_or_none(value: float) -> float | None:
-    """Rounded to 5 decimals, as the CLI writes numbers; None for NaN and infinities."""
-    return round(value, 5) if math.isfinite(value) else None
-
-
-def _lp(value: float | None) -> float:
-    return -math.inf if value is None else float(value)
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
-# Steps <-> token records -------------------------------------------------------------------------
-
-
-def token_record(step: TokenStep, request: int, extra: dict[str, Any], params: SamplingParams | None) -> dict:
-    """``python -m engine generate``'s token record, plus what the app needs to rebuild the step."""
-    from engine.cli import token_json
-
-    record = token_json(step, request)
-    record.update(extra)
-    record["position"] = step.position
-    record["piece"] = step.piece
-    record["logprobs"] = {s: finite_or_none(v) for s, v in zip(step.chain, step.logprobs, strict=True)}
-    if step.rank is not None:
-        record["rank"] = step.rank
-    if params is not None:  # the parameters changed at this token (or it is the first)
-        record["params"] = params.to_dict()
-    for out, c in zip(record["top"], step.top, strict=True):
-        out["bias"] = finite_or_none(c.bias)
-        out["penalty"] = finite_or_none(c.penalty)
-        out["count"] = c.count
-    return record
-
-
-def step_from_record(record: dict[str, Any], params: SamplingParams) -> TokenStep:
-    chain = tuple(record["chain"])
-    top = tuple(
-        Candidate(
-            token_id=int(t["token_id"]),
-            text=t["text"],
-            raw_logit=_nan(t["raw_logit"]),
-            logprobs=tuple(_lp(t["logprobs"].get(s)) for s in chain),
-            removed_by=t["removed_by"],
-            bias=_nan(t.get("bias", 0.0)),
-            penalty=_nan(t.get("penalty", 0.0)),
-            count=int(t.get("count", 0)),
-        )
-        for t in record["top"]
-    )
-    logprobs = record.get("logprobs")
-    if logprobs is None:  # a plain CLI record: the chosen token is one of the candidates
-        chosen = next(c for c in top if c.token_id == record["token_id"])
-        values = chosen.logprobs
-    else:
-        values = tuple(_lp(logprobs.get(s)) for s in chain)
-    survivors = record.get("survivors") or {}
-    return TokenStep(
-        request_id=-1,
-        index=int(record["index"]),
-        position=int(record.get("position", record["index"])),
-        token_id=int(record["token_id"]),
-        text=record["text"],
-        piece=record.get("piece", record["text"]),
-        chain=chain,
-        logprobs=values,
-        entropies=tuple(_nan(record["entropies"].get(s)) for s in chain),
-        survivors=tuple(-1 if survivors.get(s) is None else int(survivors[s]) for s in chain),
-        top=top,
-        params=params,
-        forced=bool(record.get("forced", False)),
-        rank=record.get("rank"),
-    )
+# Steps -> token records ---------------------------------------------------------------------------
 
 
 def _steps_records(steps: list[TokenStep], request: int, extra: dict, start: SamplingParams) -> Iterator[dict]:
+    """``python -m engine generate``'s token records, with what the app needs to rebuild
+    each step (style ``EXPORT``), its place (``extra``), and the parameters where they changed."""
     last = start
     for step in steps:
-        changed = step.params if step.params != last else None
+        changed = step.params.to_dict() if step.params != last else None
         last = step.params
-        yield token_record(step, request, extra, changed)
+        yield {"type": RecordType.TOKEN.value, "request": request, **extra, **encode_step(step, EXPORT, changed)}
 
 
 # ExportData -> records ------------------------------------------------------------------------------
@@ -192,7 +132,7 @@ def header_record(data: ExportData, created: str | None = None) -> dict[str, Any
                 if b.steps and chain is None:
                     chain = list(b.steps[0].chain)
     return {
-        "type": "header",
+        "type": ExportRecord.HEADER.value,
         "format": FORMAT,
         "version": VERSION,
         "kind": data.kind,
@@ -218,15 +158,15 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
     out = [header_record(data, created)]
     if data.score is not None:
         s = data.score
-        out.append({"type": "score", "text": s.text, "prompt": s.prompt, "params": s.params.to_dict()})
+        out.append({"type": ExportRecord.SCORE.value, "text": s.text, "prompt": s.prompt, "params": s.params.to_dict()})
         out.extend(_steps_records(s.steps, 0, {}, s.params))
         if s.done is not None:
-            out.append({"type": "score_done", **s.done})
+            out.append({"type": RecordType.SCORE_DONE.value, **s.done})
         return out
-    out.append({"type": "conversation", "title": data.title, "system_prompt": data.system_prompt})
+    out.append({"type": ExportRecord.CONVERSATION.value, "title": data.title, "system_prompt": data.system_prompt})
     request = 0
     for i, m in enumerate(data.messages):
-        rec: dict[str, Any] = {"type": "message", "message": i, "role": m.role}
+        rec: dict[str, Any] = {"type": ExportRecord.MESSAGE.value, "message": i, "role": m.role}
         if m.role == "user":
             rec["content"] = m.content
             rec["after_branch"] = list(m.after) if m.after is not None else None
@@ -238,7 +178,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
             where = {"message": i, "branch": j}
             out.append(
                 {
-                    "type": "branch",
+                    "type": ExportRecord.BRANCH.value,
                     "request": request,
                     **where,
                     "model": b.model,
@@ -251,7 +191,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
             out.extend(_steps_records(b.steps, request, where, b.params))
             out.append(
                 {
-                    "type": "done",
+                    "type": RecordType.DONE.value,
                     "request": request,
                     **where,
                     "finish_reason": b.finish_reason,
@@ -263,7 +203,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
     for run in data.runs:
         out.append(
             {
-                "type": "compare_run",
+                "type": ExportRecord.COMPARE_RUN.value,
                 "message": run.message,
                 "prefix_tokens": run.prefix_tokens,
                 "columns": run.columns,
@@ -309,7 +249,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def from_records(recs: list[dict[str, Any]]) -> ExportData:
-    if not recs or recs[0].get("type") != "header" or recs[0].get("format") != FORMAT:
+    if not recs or recs[0].get("type") != ExportRecord.HEADER or recs[0].get("format") != FORMAT:
         raise ExportFormatError("not a Logitscope export: the first line is not its header record.")
     header = recs[0]
     if int(header.get("version", 0)) > VERSION:
@@ -319,9 +259,9 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
     params: SamplingParams | None = None
     for r in recs[1:]:
         kind = r.get("type")
-        if kind == "conversation":
+        if kind == ExportRecord.CONVERSATION:
             data.title, data.system_prompt = r.get("title", ""), r.get("system_prompt", "")
-        elif kind == "message":
+        elif kind == ExportRecord.MESSAGE:
             m = ExportMessage(r["role"], r.get("content", ""))
             if r["role"] == "user":
                 m.after = tuple(r["after_branch"]) if r.get("after_branch") is not None else None
@@ -329,24 +269,24 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
                 m.after = (r["after_message"], -1) if r.get("after_message") is not None else None
                 m.active = int(r.get("active_branch", 0))
             data.messages.append(m)
-        elif kind == "branch":
+        elif kind == ExportRecord.BRANCH:
             params = SamplingParams.from_dict(r["params"])
             current = ExportBranch(
                 r.get("model", ""), params, r.get("finish_reason"), r.get("text", ""), [], r.get("model_source")
             )
             data.messages[r["message"]].branches.append(current)
-        elif kind == "score":
+        elif kind == ExportRecord.SCORE:
             params = SamplingParams.from_dict(r["params"])
             current = ExportScore(r.get("text", ""), r.get("prompt"), params, [], None)
             data.score = current
-        elif kind == "token":
+        elif kind == RecordType.TOKEN:
             if current is None or params is None:
                 raise ExportFormatError("a token record before its branch or score record.")
             if "params" in r:
                 params = SamplingParams.from_dict(r["params"])
-            current.steps.append(step_from_record(r, params))
-        elif kind == "score_done" and data.score is not None:
+            current.steps.append(decode_step(r, params))
+        elif kind == RecordType.SCORE_DONE and data.score is not None:
             data.score.done = {k: v for k, v in r.items() if k != "type"}
-        elif kind == "compare_run":
+        elif kind == ExportRecord.COMPARE_RUN:
             data.runs.append(ExportRun(r["message"], r["prefix_tokens"], r["columns"], r["divergence"], r.get("kept")))
     return data

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.codec import RecordType
+
 CSV_COLUMNS = (
     "message",
     "branch",
@@ -33,7 +35,7 @@ CSV_COLUMNS = (
 def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """One row per token × candidate × stage (``logprob`` empty once removed)."""
     for r in recs:
-        if r.get("type") != "token":
+        if r.get("type") != RecordType.TOKEN:
             continue
         chain = r["chain"]
         for k, c in enumerate(r["top"]):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import time
 
-from app.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore, finite_or_none
-from engine.events import ScoreDone, TokenStep
+from app.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore
+from engine.codec import score_done_fields
+from engine.events import FinishReason, ScoreDone, TokenStep
 from engine.params import SamplingParams
 
 # Store -> ExportData -------------------------------------------------------------------------------------
@@ -128,14 +129,7 @@ def compare_only(data: ExportData, run_index: int) -> ExportData:
 def scored(
     text: str, prompt: str | None, params: SamplingParams, steps: list[TokenStep], done: ScoreDone | None, model: dict
 ) -> ExportData:
-    done_dict = None
-    if done is not None:
-        done_dict = {
-            "tokens": done.tokens,
-            "perplexity": finite_or_none(done.perplexity),
-            "mean_surprisal_bits": finite_or_none(done.mean_surprisal_bits),
-            "tokens_per_second": done.tokens_per_second,
-        }
+    done_dict = score_done_fields(done) if done is not None else None
     return ExportData("score", model, score=ExportScore(text, prompt, params, list(steps), done_dict))
 
 
@@ -153,7 +147,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
         name, source = data.model.get("name", ""), data.model.get("source")
-        store.add_branch(reply.id, s.steps, s.text, "scored", name, s.params, model_source=source)
+        store.add_branch(reply.id, s.steps, s.text, FinishReason.SCORED, name, s.params, model_source=source)
         return conv.id
     ids: list[int] = []
     branch_ids: list[list[int]] = []

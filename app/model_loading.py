@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QAbstractButton, QMessageBox
 from app.logging_setup import note_model
 from app.menus import recent_models
 from app.worker import describe
+from engine.events import FinishReason
 
 if TYPE_CHECKING:
     from app.window import MainWindow
@@ -142,7 +143,7 @@ class ModelLoader(QObject):
         from app.remote_labels import NOT_REPORTED
 
         info = self.window.model_info
-        if finished.finish_reason != "error" or info is None or info.backend != "remote":
+        if finished.finish_reason != FinishReason.ERROR or info is None or info.backend != "remote":
             return
         kept = ""
         if finished.text:

@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 from app.model.scored import ReplayRun, replay_job, start_score
 from app.plot_export import save_plot
 from app.replay import compare
-from engine.events import ScoreDone, TokenStep
+from engine.events import FinishReason, ScoreDone, TokenStep
 
 if TYPE_CHECKING:
     from app.window import MainWindow
@@ -145,7 +145,7 @@ class ScoreController(QObject):
         found = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
         if found is None or not found.steps or not all(s.forced for s in found.steps):
             return None
-        return found.steps if found.finish_reason == "scored" or found.steps[0].rank is not None else None
+        return found.steps if found.finish_reason == FinishReason.SCORED or found.steps[0].rank is not None else None
 
     def draw_surprisal(self) -> None:
         steps = self.scored_steps()
@@ -296,7 +296,9 @@ class ScoreController(QObject):
     def _selected_is_scored(self) -> bool:
         model = self.window.model
         message = model.message_of(model.selection[0]) if model.selection else None
-        return message is not None and message.branch is not None and message.branch.finish_reason == "scored"
+        return (
+            message is not None and message.branch is not None and message.branch.finish_reason == FinishReason.SCORED
+        )
 
     def export(self, what: str, path: str | None = None) -> Path | None:
         from app.export import write

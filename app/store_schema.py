@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.serialize import step_from_dict, step_to_dict
+from engine.events import FinishReason
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -77,7 +78,8 @@ CREATE TABLE IF NOT EXISTS live_steps (
 """
 SCHEMA_VERSION = 5
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
-2: token steps keyed by stage name (``app.serialize`` format 2).
+2: token steps keyed by stage name (token records of version 2; each record names its
+version, :mod:`engine.codec` reads every one, so later record versions need no migration).
 3: compare runs (``compare_runs``: columns as ``[{"label", "params", "branch"}]``, the
 divergence series as JSON, the kept column or NULL).
 4: the stream journal (``live_replies``, ``live_steps``): the steps of replies being
@@ -87,7 +89,7 @@ branch at the next start (:meth:`Store.recover_interrupted`).
 5: where each reply's model was loaded from (``model_source`` on ``branches`` and
 ``live_replies``: a path, "default", a repo id or a server's address; NULL for replies
 saved before)."""
-INTERRUPTED = "interrupted"
+INTERRUPTED = FinishReason.INTERRUPTED
 
 
 class NewerSchemaError(RuntimeError):
@@ -95,7 +97,7 @@ class NewerSchemaError(RuntimeError):
 
 
 def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
-    """Rewrite every branch's token steps from format 1 to format 2."""
+    """Rewrite every branch's token steps from version 1 to the codec's current version."""
     rows = db.execute("SELECT id, steps FROM branches").fetchall()
     for branch_id, text in rows:
         steps = [step_to_dict(step_from_dict(d)) for d in json.loads(text)]

@@ -28,7 +28,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from app.model.jobs import ChatJob, ForkJob
 from app.model.scored import ReplayJob, ScoreJob
 from engine.errors import EngineError, ModelLoadError
-from engine.events import Divergence, Finished, PrefillProgress, ScoreDone, TokenStep
+from engine.events import Divergence, Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
 from engine.params import SamplingParams, SamplingParamsError
 
 __all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
@@ -187,7 +187,7 @@ class EngineWorker(QObject):
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
         if tag in self._scores:
-            self._end_score(tag, "cancelled")
+            self._end_score(tag, FinishReason.CANCELLED)
             return
         for request_id, t in list(self._tags.items()):
             if t == tag:
@@ -319,19 +319,21 @@ class EngineWorker(QObject):
                         break
                     elif isinstance(event, ScoreDone):
                         self.score_finished.emit(tag, event)
-                        self._end_score(tag, "scored", event)
+                        self._end_score(tag, FinishReason.SCORED, event)
                         break
                 else:
-                    self._end_score(tag, "scored")
+                    self._end_score(tag, FinishReason.SCORED)
             except Exception as exc:
                 failure = GenerationFailed(f"scoring failed: {type(exc).__name__}: {exc}")
                 failure.__cause__ = exc
                 self.errored.emit(failure)
-                self._end_score(tag, "error", error=str(exc))
+                self._end_score(tag, FinishReason.ERROR, error=str(exc))
         if self._scores and self._score_timer is not None:
             self._score_timer.start()
 
-    def _end_score(self, tag: int, reason: str, done: ScoreDone | None = None, error: str | None = None) -> None:
+    def _end_score(
+        self, tag: int, reason: FinishReason, done: ScoreDone | None = None, error: str | None = None
+    ) -> None:
         events = self._scores.pop(tag, None)
         if events is None:
             return

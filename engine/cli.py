@@ -1,6 +1,7 @@
 """``python -m engine generate``: JSON Lines of every token and every finished request.
 
-The contract is in docs/ENGINE.md ("Command line"); tests, benchmarks and scripts depend on it.
+The contract is in docs/ENGINE.md; tests, benchmarks and scripts depend on it. The records
+are :mod:`engine.codec`'s.
 Errors print one line on stderr and exit non-zero, never a traceback.
 """
 
@@ -8,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from engine.cli_fidelity import add_fidelity_command, add_precision_flag
+from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
 from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
@@ -148,55 +148,6 @@ def unescape(text: str) -> str:
     return "".join(out)
 
 
-def _num(value: float) -> float | None:
-    """JSON has no -inf: a truncated-away logprob is written as null (and so is NaN, a
-    value a remote server did not report)."""
-    return round(value, 5) if math.isfinite(value) else None
-
-
-def _opt(value: float | None) -> float | None:
-    return None if value is None else _num(value)
-
-
-def _count(value: int) -> int | None:
-    """-1 (not reported by a remote server) is written as null."""
-    return value if value >= 0 else None
-
-
-def _rate(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def token_json(step: TokenStep, request: int) -> dict[str, Any]:
-    return {
-        "type": "token",
-        "request": request,
-        "index": step.index,
-        "token_id": step.token_id,
-        "text": step.text,
-        "logprob": _num(step.logprob),
-        "raw_logprob": _opt(step.logprob_at("raw")),
-        "entropy_raw": _num(step.entropy_raw),
-        "entropy": _num(step.entropy),
-        "chain": list(step.chain),
-        "entropies": {name: _num(e) for name, e in zip(step.chain, step.entropies, strict=True)},
-        "survivors": {name: _count(n) for name, n in zip(step.chain, step.survivors, strict=True)},
-        "forced": step.forced,
-        "top": [
-            {
-                "token_id": c.token_id,
-                "text": c.text,
-                "raw_logit": _num(c.raw_logit),
-                "raw_logprob": _opt(step.logprob_at("raw", c)),
-                "logprob": _num(c.logprob),
-                "logprobs": {name: _num(lp) for name, lp in zip(step.chain, c.logprobs, strict=True)},
-                "removed_by": c.removed_by,
-            }
-            for c in step.top
-        ],
-    }
-
-
 def variants_from(args: argparse.Namespace, params: SamplingParams) -> list[SamplingParams]:
     """Each ``--variant`` JSON object over the common flags, validated like the flags."""
     if len(args.prompt) != 1:
@@ -213,34 +164,11 @@ def variants_from(args: argparse.Namespace, params: SamplingParams) -> list[Samp
     return variants
 
 
-def divergence_json(event: Divergence, order: dict[int, int]) -> dict[str, Any]:
-    return {
-        "type": "divergence",
-        "index": event.index,
-        "pairs": [[order[a], order[b]] for a, b in event.pairs],
-        "js": [_num(v) for v in event.js],
-        "first_difference": list(event.first_difference),
-    }
-
-
-def done_json(done: Finished, request: int) -> dict[str, Any]:
-    return {
-        "type": "done",
-        "request": request,
-        "finish_reason": done.finish_reason,
-        "prompt_tokens": done.prompt_tokens,
-        "generated_tokens": done.generated_tokens,
-        "prefilled_tokens": _count(done.prefilled_tokens),
-        "prompt_tps": _rate(done.prompt_tps),
-        "generation_tps": _rate(done.generation_tps),
-    }
-
-
 def generate(args: argparse.Namespace) -> int:
     params = params_from(args)  # validate before the slow model load
     variants = variants_from(args, params) if args.variant else None
     if args.server:
-        return generate_remote(args, params, variants, token_json, done_json)
+        return generate_remote(args, params, variants)
     if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     check_choice(args.precision)
@@ -263,11 +191,11 @@ def generate(args: argparse.Namespace) -> int:
     while scheduler.has_work():
         for event in scheduler.step():
             if isinstance(event, TokenStep):
-                out.write(json.dumps(token_json(event, order[event.request_id])) + "\n")
+                out.write(json.dumps(token_record(event, order[event.request_id])) + "\n")
             elif isinstance(event, Finished):
-                out.write(json.dumps(done_json(event, order[event.request_id])) + "\n")
+                out.write(json.dumps(done_record(event, order[event.request_id])) + "\n")
             elif isinstance(event, Divergence):
-                out.write(json.dumps(divergence_json(event, order)) + "\n")
+                out.write(json.dumps(divergence_record(event, order)) + "\n")
         out.flush()
     return 0
 

@@ -36,7 +36,8 @@ def add_precision_flag(p: argparse.ArgumentParser) -> None:
 
 
 def fidelity_command(args: argparse.Namespace) -> int:
-    from engine.cli import _num, _UsageError
+    from engine.cli import _UsageError
+    from engine.codec import CLI
     from engine.errors import EngineError
 
     check_choice(args.precision)
@@ -73,11 +74,11 @@ def fidelity_command(args: argparse.Namespace) -> int:
             "index": row.index - first,
             "token_id": row.token_id,
             "text": pieces.piece(row.token_id),
-            "kld": _num(row.kld),
-            "top5_max_diff": _num(row.top5_max_diff),
+            "kld": CLI.number(row.kld),
+            "top5_max_diff": CLI.number(row.top5_max_diff),
             "top_agrees": row.top_agrees,
-            "logprob": _num(row.logprob),
-            "logprob_float32": _num(row.logprob_float32),
+            "logprob": CLI.number(row.logprob),
+            "logprob_float32": CLI.number(row.logprob_float32),
         }
         out.write(json.dumps(record) + "\n")
         out.flush()
@@ -87,7 +88,7 @@ def fidelity_command(args: argparse.Namespace) -> int:
 
 
 def summary_json(summary, reason: str) -> dict:
-    from engine.cli import _num
+    from engine.codec import CLI
 
     return {
         "type": "summary",
@@ -95,9 +96,9 @@ def summary_json(summary, reason: str) -> dict:
         "reference": "float32",
         "reason": reason,
         "tokens": summary.tokens,
-        "kld_mean": _num(summary.kld_mean),
-        "kld_max": _num(summary.kld_max),
-        "top5_max_diff": _num(summary.top5_max_diff),
+        "kld_mean": CLI.number(summary.kld_mean),
+        "kld_max": CLI.number(summary.kld_max),
+        "top5_max_diff": CLI.number(summary.top5_max_diff),
         "top_agreement": round(summary.top_agreement, 5),
         "tolerance": summary.tolerance,
         "within_tolerance": summary.within_tolerance,

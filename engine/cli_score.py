@@ -1,7 +1,8 @@
 """``python -m engine score``: a given text, token by token, as the model and a chain see it.
 
-Token records are ``generate``'s (``chain``, ``entropies``, per-candidate ``logprobs`` and
-``removed_by``) plus ``rank``, the token's rank under ``raw``; one ``score_done`` ends.
+Token records are ``generate``'s (:mod:`engine.codec`: ``chain``, ``entropies``, per-candidate
+``logprobs`` and ``removed_by``) plus ``rank``, the token's rank under ``raw``; one
+``score_done`` ends.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli import _num, _UsageError, params_from, token_json
+from engine.cli import _UsageError, params_from
+from engine.codec import score_done_record, token_record
 from engine.errors import EngineError
 from engine.events import ScoreDone, TokenStep
 from engine.precision import check_choice
@@ -55,15 +57,8 @@ def score_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     for event in score(loaded, context, targets, params, breakers, pieces, chunk=args.prefill_chunk):
         if isinstance(event, TokenStep):
-            out.write(json.dumps({**token_json(event, 0), "rank": event.rank}) + "\n")
+            out.write(json.dumps(token_record(event, 0)) + "\n")  # with its rank
         elif isinstance(event, ScoreDone):
-            done = {
-                "type": "score_done",
-                "tokens": event.tokens,
-                "perplexity": _num(event.perplexity),
-                "mean_surprisal_bits": _num(event.mean_surprisal_bits),
-                "tokens_per_second": event.tokens_per_second,
-            }
-            out.write(json.dumps(done) + "\n")
+            out.write(json.dumps(score_done_record(event)) + "\n")
         out.flush()
     return 0

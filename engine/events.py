@@ -3,8 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from engine.params import SamplingParams
+
+UNKNOWN_COUNT = -1
+"""A survivor or penalty-window count that is not known (a remote server does not report
+it; the store's oldest records never kept survivors)."""
+
+
+class FinishReason(str, Enum):
+    """Why a reply ended. A ``str`` so that JSON, SQLite and comparisons with the plain
+    strings (``"stop"``, ...) see the value itself, as they did before the enum."""
+
+    STOP = "stop"
+    """An EOS token of the model or a stop string (named in ``Finished.stop``)."""
+    LENGTH = "length"
+    """``max_tokens`` reached, or the end of the model's context."""
+    CANCELLED = "cancelled"
+    ERROR = "error"
+    """A decode step failed; ``Finished.error`` says why, the tokens before it stand."""
+    SCORED = "scored"
+    """The app's saved branch of a scored text (the engine never ends a reply so)."""
+    INTERRUPTED = "interrupted"
+    """The app's saved branch of a reply the app stopped in the middle of (a crash)."""
+
+    def __str__(self) -> str:
+        # Python 3.11 formats a (str, Enum) member as "FinishReason.STOP"; labels want the value.
+        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +146,8 @@ class PrefillProgress:
 @dataclass(frozen=True, slots=True)
 class Finished:
     request_id: int
-    finish_reason: str
-    """"stop" (EOS or stop string), "length" (max_tokens or context end) or "cancelled"."""
+    finish_reason: FinishReason
+    """``STOP``, ``LENGTH``, ``CANCELLED`` or ``ERROR``."""
     prompt_tokens: int
     generated_tokens: int
     prefilled_tokens: int

@@ -27,9 +27,9 @@ import httpx
 
 from engine.backend import REMOTE, Messages, ModelInfo, ProgressFn, StartedRequest
 from engine.errors import EngineError
-from engine.events import Event, PrefillProgress, TokenStep
+from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
-from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, token_step
+from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
 from engine.remote_servers import (
     KINDS,
     STAGE_CHOICES,
@@ -194,7 +194,7 @@ class RemoteBackend:
             self._pending.append(self._forced_step(req, token_id, text))
             req.index += 1
         if req.index >= params.max_tokens:
-            self._finish(req, "length")
+            self._finish(req, FinishReason.LENGTH)
         else:
             self._launch(req)
         return StartedRequest(req.id, ())
@@ -291,9 +291,9 @@ class RemoteBackend:
         elif what == DONE:
             finish, usage = payload
             self._usage(req, usage)
-            self._finish(req, "stop" if finish in ("stop", "eos", "tool_calls") else str(finish))
+            self._finish(req, server_reason(finish))
         elif what == ERROR:
-            self._finish(req, "error", payload)
+            self._finish(req, FinishReason.ERROR, payload)
 
     @staticmethod
     def _usage(req: RemoteRequest, usage) -> None:
@@ -312,7 +312,7 @@ class RemoteBackend:
     def _forced_step(self, req: RemoteRequest, token_id: int, text: str) -> TokenStep:
         return forced_step(req, token_id, text, stage_for(self._require_kind(), self._stage, req.params))
 
-    def _finish(self, req: RemoteRequest, reason: str, error: RemoteError | None = None) -> None:
+    def _finish(self, req: RemoteRequest, reason: FinishReason, error: RemoteError | None = None) -> None:
         self._stop(req)
         del self._requests[req.id]
         self._pending.append(finished(req, reason, error))
@@ -326,7 +326,7 @@ class RemoteBackend:
             raise EngineError(f"no running request {request_id}.")
         self._drain(wait=0.0)  # keep what already arrived
         if request_id in self._requests:
-            self._finish(req, "cancelled")
+            self._finish(req, FinishReason.CANCELLED)
 
     def cancel_all(self) -> None:
         for request_id in list(self._requests):
@@ -351,7 +351,7 @@ class RemoteBackend:
             raise
         self._stop(req)
         if req.index >= params.max_tokens:
-            self._finish(req, "length")
+            self._finish(req, FinishReason.LENGTH)
         else:
             self._launch(req)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from engine.codec import done_record, token_record
 from engine.params import SamplingParams
 
 
@@ -45,8 +45,6 @@ def generate_remote(
     args: argparse.Namespace,
     params: SamplingParams,
     variants: Sequence[SamplingParams] | None,
-    token_json: Callable[[Any, int], dict[str, Any]],
-    done_json: Callable[[Any, int], dict[str, Any]],
 ) -> int:
     from engine.remote import RemoteBackend, RemoteFinished
 
@@ -73,9 +71,9 @@ def generate_remote(
                 if request is None:
                     continue
                 if hasattr(event, "token_id"):
-                    out.write(json.dumps(token_json(event, request)) + "\n")
+                    out.write(json.dumps(token_record(event, request)) + "\n")
                 elif isinstance(event, RemoteFinished):
-                    out.write(json.dumps(done_json(event, request)) + "\n")
+                    out.write(json.dumps(done_record(event, request)) + "\n")
                     if event.error is not None:
                         errors.append(str(event.error))
             out.flush()

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Candidate, Finished, TokenStep
+from engine.events import Candidate, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
 from engine.remote_wire import RemoteError, TextDecoder, WireToken
 
@@ -82,7 +82,13 @@ def forced_step(req: RemoteRequest, token_id: int, text: str, stage: str) -> Tok
     return TokenStep(req.id, req.index, -1, token_id, text, text, (stage,), (NAN,), (NAN,), (-1,), (), req.params, True)
 
 
-def finished(req: RemoteRequest, reason: str, error: RemoteError | None = None) -> RemoteFinished:
+def server_reason(finish: str | None) -> FinishReason:
+    """A server's ``finish_reason`` as ours: ``length`` is ``LENGTH``; every other end the
+    server chose (``stop``, ``eos``, ``tool_calls``, ``content_filter``, none given) is ``STOP``."""
+    return FinishReason.LENGTH if finish == "length" else FinishReason.STOP
+
+
+def finished(req: RemoteRequest, reason: FinishReason, error: RemoteError | None = None) -> RemoteFinished:
     elapsed = max(time.perf_counter() - req.started, 1e-9)
     return RemoteFinished(
         request_id=req.id,

@@ -10,15 +10,10 @@ from dataclasses import dataclass, field
 
 from engine.detokenize import StopText, StreamDecoder
 from engine.errors import EngineError
-from engine.events import Finished, TokenStep
+from engine.events import Finished, FinishReason, TokenStep
 from engine.inspection import RowInspection
 from engine.params import SamplingParams
 from engine.penalties import leaving_token
-
-FINISH_STOP = "stop"
-FINISH_LENGTH = "length"
-FINISH_CANCELLED = "cancelled"
-FINISH_ERROR = "error"
 
 
 def check_tokens(value: object, name: str, vocab_size: int, allow_empty: bool = False) -> list[int]:
@@ -174,7 +169,7 @@ def accept_token(
     eos_ids: Collection[int],
     context_length: int,
     piece: Callable[[int], str],
-) -> tuple[TokenStep, str | None, str | None]:
+) -> tuple[TokenStep, FinishReason | None, str | None]:
     """Append the drawn token: (its TokenStep, the finish reason or None, the stop string)."""
     token = inspection.token_id
     if request.first_token_at is None:
@@ -186,14 +181,14 @@ def accept_token(
     if token in eos_ids:
         # EOS writes nothing, but text held back before it (a possible start of a stop
         # string, an incomplete character) is the reply's end: release it.
-        reason, stop = FINISH_STOP, piece(token)
+        reason, stop = FinishReason.STOP, piece(token)
         delta = request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
     else:
         delta, stop = request.stop_text.add(request.decoder.add(token))
         if stop is not None:
-            reason = FINISH_STOP
+            reason = FinishReason.STOP
     if reason is None and (index + 1 >= request.params.max_tokens or position + 1 >= context_length):
-        reason = FINISH_LENGTH
+        reason = FinishReason.LENGTH
     if reason is not None and stop is None:
         delta += request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
     step = TokenStep(
@@ -214,7 +209,9 @@ def accept_token(
     return step, reason, stop
 
 
-def finished_event(request: Request, reason: str, stop: str | None = None, error: str | None = None) -> Finished:
+def finished_event(
+    request: Request, reason: FinishReason, stop: str | None = None, error: str | None = None
+) -> Finished:
     decode_seconds = time.perf_counter() - request.first_token_at if request.first_token_at else 0.0
     prefilled = max(0, request.prefilled - request.reused)
     return Finished(

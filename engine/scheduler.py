@@ -24,13 +24,11 @@ from engine.continuations import ContinuationsMixin
 from engine.divergence import group_pairs, pair_divergences
 from engine.dry import BreakerCache
 from engine.errors import EngineError
-from engine.events import Event, Finished, PrefillProgress
+from engine.events import Event, Finished, FinishReason, PrefillProgress
 from engine.inspection import RowInspection, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.requests import (
-    FINISH_CANCELLED,
-    FINISH_ERROR,
     Request,
     RequestRecord,
     accept_token,
@@ -121,7 +119,7 @@ class Scheduler(ContinuationsMixin):
             row = self._active.index(request)
             self._store_row(row, request)
             self._remove_rows([row])
-        self._pending.append(self._finished(request, FINISH_CANCELLED))
+        self._pending.append(self._finished(request, FinishReason.CANCELLED))
 
     def _cancel_waiting(self, request: Request) -> None:
         """A waiting request leaves; its first follower (if any) takes over its prefill."""
@@ -178,7 +176,7 @@ class Scheduler(ContinuationsMixin):
         self._batch, self._prefetched = None, None
         self._sampling = SamplingBatch(self.vocab_size, self.breakers)
         message = f"{type(exc).__name__}: {exc}"
-        return [self._finished(r, FINISH_ERROR, error=message) for r in failed]
+        return [self._finished(r, FinishReason.ERROR, error=message) for r in failed]
 
     def _fail_waiting(self, exc: Exception) -> list[Event]:
         """A prefill chunk (or the first token after it) failed: that request and its fork
@@ -193,7 +191,7 @@ class Scheduler(ContinuationsMixin):
         for member in group:
             member.caches, member.followers = None, []
         message = f"{type(exc).__name__}: {exc}"
-        return [self._finished(r, FINISH_ERROR, error=message) for r in group if not r.finished]
+        return [self._finished(r, FinishReason.ERROR, error=message) for r in group if not r.finished]
 
     def has_work(self) -> bool:
         return bool(self._active or self._waiting or self._pending)
@@ -366,7 +364,9 @@ class Scheduler(ContinuationsMixin):
     def _finished_ids(events: list[Event]) -> set[int]:
         return {e.request_id for e in events if isinstance(e, Finished)}
 
-    def _finished(self, request: Request, reason: str, stop: str | None = None, error: str | None = None) -> Finished:
+    def _finished(
+        self, request: Request, reason: FinishReason, stop: str | None = None, error: str | None = None
+    ) -> Finished:
         self._records[request.id] = record_of(request)
         while len(self._records) > self._history_records:
             self._records.popitem(last=False)

@@ -125,7 +125,7 @@ def test_round_trip(db, tmp_path):
 
 
 def test_token_records_are_the_cli_shape(db):
-    from engine.cli import token_json
+    from engine.codec import token_record as token_json
 
     path, cid = db
     store = Store(path)

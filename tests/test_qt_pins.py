@@ -1,5 +1,6 @@
 """Guards against the PySide6 6.12.0 / Python 3.11 bug that drops a reference to None
-on every void Qt call (pyqtgraph then aborts with 'none_dealloc'). DESIGN.md pitfalls."""
+on every void Qt call (pyqtgraph then aborts with 'none_dealloc'); docs/ARCHITECTURE.md,
+Known pitfalls."""
 
 import sys
 

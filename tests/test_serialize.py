@@ -1,4 +1,5 @@
-"""TokenStep <-> JSON: format 2 keyed by stage name, and format 1 mapped onto a chain."""
+"""TokenStep <-> JSON in the store: the codec's current version keyed by stage name, and version 1
+mapped onto a chain."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from app.serialize import chain_from_v1, step_from_dict, step_to_dict, steps_from_json, steps_to_json
+from app.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
+from engine.codec import CODEC_VERSION
+from engine.codec_v1 import chain_from_v1
 from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
 from tests.chain_steps import chain_step
 
@@ -34,10 +37,10 @@ def test_multi_stage_step_round_trips():
     assert back.params.dry_sequence_breakers == ("\n", "::")
 
 
-def test_format_2_is_keyed_by_stage_name():
+def test_the_store_record_is_keyed_by_stage_name():
     step = chain_step()
     data = json.loads(json.dumps(step_to_dict(step)))
-    assert data["v"] == 2
+    assert data["v"] == CODEC_VERSION
     assert data["chain"] == list(step.chain)
     assert set(data["entropies"]) == set(step.chain) == set(data["survivors"]) == set(data["logprobs"])
     lyon = next(t for t in data["top"] if t["token_id"] == 1)
@@ -51,8 +54,8 @@ def test_format_2_is_keyed_by_stage_name():
 
 def test_a_newer_format_is_refused():
     data = step_to_dict(chain_step())
-    data["v"] = 3
-    with pytest.raises(ValueError, match="format 3"):
+    data["v"] = CODEC_VERSION + 1
+    with pytest.raises(ValueError, match=f"format {CODEC_VERSION + 1}"):
         step_from_dict(data)
 
 
@@ -101,7 +104,7 @@ def test_format_1_step_maps_its_three_distributions():
     assert kept.logprobs == (-1.5, -1.2, -0.4) and kept.removed_by is None
     assert removed.logprobs == (-2.5, -2.6, -math.inf) and removed.removed_by == "top_p"
     assert removed.penalty == -0.3 and removed.count == 2
-    # Saved again, it is format 2 and reads back the same (NaN included).
+    # Saved again, it is the current version and reads back the same (NaN included).
     again = step_from_dict(json.loads(json.dumps(step_to_dict(step))))
     assert again.chain == step.chain and again.top == step.top
     assert math.isnan(again.entropies[1])

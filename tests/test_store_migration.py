@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.store import SCHEMA_VERSION, Store, backup_path
+from engine.codec import CODEC_VERSION
 from engine.params import DEFAULT_SAMPLERS, SamplingParams
 
 FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite3"
@@ -90,9 +91,10 @@ def test_v1_database_opens_migrated(old_db):
     assert {c.removed_by for c in removed} == {"min_p", "top_p"}
     store.close()
 
-    # The rows are rewritten in format 2, the version is recorded, and the old file is kept.
+    # The rows are rewritten in the codec's current format, the version is recorded, and the
+    # old file is kept.
     assert user_version(old_db) == SCHEMA_VERSION
-    assert all(s["v"] == 2 for branch in raw_steps(old_db).values() for s in branch)
+    assert all(s["v"] == CODEC_VERSION for branch in raw_steps(old_db).values() for s in branch)
     backup = backup_path(old_db, 1)
     assert backup.name == "logitscope.sqlite3.v1.bak"
     assert raw_steps(backup) == before and user_version(backup) == 0

@@ -18,6 +18,7 @@ import pytest
 from app.db_open import StoreUnavailable, diagnose, open_store
 from app.store import INTERRUPTED, SCHEMA_VERSION, NewerSchemaError, Store, backup_path
 from app.store_stream import StreamJournal
+from engine.codec import CODEC_VERSION
 from engine.events import TokenStep
 from engine.params import SamplingParams
 from tests.test_store_migration import user_version
@@ -471,7 +472,7 @@ def test_the_journal_json_is_the_branch_format(store):
     db = sqlite3.connect(str(store.path))
     (text,) = db.execute("SELECT step FROM live_steps").fetchone()
     db.close()
-    assert json.loads(text)["v"] == 2
+    assert json.loads(text)["v"] == CODEC_VERSION
     journal.close()
 
 

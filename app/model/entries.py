@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from app.model.seeds import reply_seed
 from app.model.streams import CompareRun, Reply, StreamKey, branch_key
 from app.store import Message
-from engine.events import TokenStep
+from engine.events import FinishReason, TokenStep
 
 WELCOME = "\n".join(
     [
@@ -94,7 +94,7 @@ class ChatEntry:
 
 
 def _note(finish_reason: str | None) -> str:
-    return "" if finish_reason in ("stop", None) else f"[{finish_reason}]"
+    return "" if finish_reason in (FinishReason.STOP, None) else f"[{finish_reason}]"
 
 
 def _prefix_text(steps: list[TokenStep], count: int) -> str:

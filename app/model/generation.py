@@ -17,7 +17,7 @@ from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.serialize import steps_to_json
 from app.store import Message
-from engine.events import Divergence, Finished, TokenStep
+from engine.events import Divergence, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
 
 if TYPE_CHECKING:
@@ -167,13 +167,13 @@ class GenerationMixin:
             return
         reply.finished = finished
         self.events.reply_finished(finished)
-        if finished.finish_reason == "error":
+        if finished.finish_reason == FinishReason.ERROR:
             kept = f" The {len(reply.steps)} tokens before it are kept." if reply.steps else ""
             self.events.status(f"The reply stopped: {finished.error}")
             self.events.errored(ReplyFailed(f"The reply stopped because of an error: {finished.error}.{kept}"))
         if reply.run is None:
             del self.replies[tag]
-            if reply.new_steps or finished.finish_reason != "cancelled":
+            if reply.new_steps or finished.finish_reason != FinishReason.CANCELLED:
                 self._save_reply(reply, finished)
             elif self.journal is not None:
                 self.journal.dropped(reply.id)
@@ -285,7 +285,7 @@ class GenerationMixin:
         replies = [self.replies.pop(c.stream[1]) for c in run.columns]
         self.live_runs.pop(run.group, None)
         run.group = None
-        if all(not r.new_steps and r.finished.finish_reason == "cancelled" for r in replies):
+        if all(not r.new_steps and r.finished.finish_reason == FinishReason.CANCELLED for r in replies):
             if self.journal is not None:
                 for reply in replies:
                     self.journal.dropped(reply.id)

@@ -4,7 +4,7 @@ File → Score text… adds a turn to a new conversation whose "reply" is the gi
 teacher-forced: the worker runs a :class:`ScoreJob` and reports its TokenSteps (``forced``,
 with ``rank``) under the reply's tag exactly as it reports a generated reply, so the chat
 view colours it, the inspector and the timeline show every token, and it is saved as a
-branch (finish reason ``"scored"``) that exports like any other. A :class:`ReplayJob`
+branch (``FinishReason.SCORED``) that exports like any other. A :class:`ReplayJob`
 re-scores a saved reply under other settings; its steps go to a :class:`ReplayRun`, not
 to the conversation.
 """
@@ -17,9 +17,6 @@ from app.model.jobs import Messages
 from app.model.streams import Reply
 from engine.events import ScoreDone, TokenStep
 from engine.params import SamplingParams
-
-SCORED = "scored"
-"""The finish reason of a scored text's branch."""
 
 
 @dataclass(frozen=True)
