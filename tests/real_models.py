@@ -35,12 +35,6 @@ def transformers_float32(gguf: Path):
     return model.eval()
 
 
-def transformers_config(gguf: Path):
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-
-
 def reference_logprobs(model, ids: list[int]) -> np.ndarray:
     """``[len(ids), V]`` float32 log-softmax of transformers' logits; row t predicts ids[t + 1]."""
     import torch

@@ -37,6 +37,12 @@ def gemma_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def gemma_meta(gemma_file):
+    keys = ("gemma3.attention.sliding_window", "tokenizer.ggml.tokens", "tokenizer.ggml.bos_token_id")
+    return real_models.gguf_metadata(gemma_file, (*keys, "tokenizer.ggml.add_bos_token"))
+
+
+@pytest.fixture(scope="module")
 def gemma(gemma_file):
     return load(str(gemma_file))
 
@@ -117,12 +123,11 @@ def test_gemma3_half_precision_is_caught_by_the_fidelity_check(gemma_file):
     assert summary.top5_max_diff > 0.1
 
 
-def test_gemma3_sliding_window_layers_past_the_window(gemma, gemma_reference, gemma_file):
+def test_gemma3_sliding_window_layers_past_the_window(gemma, gemma_reference, gemma_meta):
     """Positions beyond the 512-token window: every sliding layer must forget what the
     reference forgets (a wrong window or layer pattern moves these logprobs)."""
-    config = real_models.transformers_config(gemma_file)
-    meta = real_models.gguf_metadata(gemma_file, ("gemma3.attention.sliding_window",))
-    assert gemma.config["sliding_window"] == meta["gemma3.attention.sliding_window"] == config.sliding_window
+    config = gemma_reference.config  # transformers' own reading of the file's metadata
+    assert gemma.config["sliding_window"] == gemma_meta["gemma3.attention.sliding_window"] == config.sliding_window
     caches = gemma.model.make_cache()
     kinds = ["sliding_attention" if type(c).__name__ == "RotatingKVCache" else "full_attention" for c in caches]
     assert kinds == list(config.layer_types)
@@ -138,11 +143,10 @@ def test_gemma3_sliding_window_layers_past_the_window(gemma, gemma_reference, ge
     assert worst <= FIDELITY_TOLERANCE
 
 
-def test_gemma3_conventions_follow_the_file(gemma, gemma_file):
-    tokens = real_models.gguf_metadata(gemma_file, ("tokenizer.ggml.tokens",))["tokenizer.ggml.tokens"]
-    meta = real_models.gguf_metadata(gemma_file, ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token"))
-    bos = meta["tokenizer.ggml.bos_token_id"]
-    assert meta["tokenizer.ggml.add_bos_token"] is True
+def test_gemma3_conventions_follow_the_file(gemma, gemma_meta):
+    tokens = gemma_meta["tokenizer.ggml.tokens"]
+    bos = gemma_meta["tokenizer.ggml.bos_token_id"]
+    assert gemma_meta["tokenizer.ggml.add_bos_token"] is True
     ids = encode_text(gemma.tokenizer, "Hello there")
     assert ids[0] == bos and bos not in ids[1:]
     # The file has no chat template: Gemma's turns, as llama.cpp formats them for the family.
