@@ -20,6 +20,7 @@ from engine.params import SAMPLER_STAGES, SamplingParams
 from engine.sampler import columns, draw, gumbel_noise, step_key, xtc_coin
 from engine.stages import STAGES, row_chain
 from engine.stages.base import log_softmax
+from tests.chain_util import fresh_state_inputs
 
 NEG_INF = float("-inf")
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -81,6 +82,8 @@ def chain_inputs(params, chain, vocab: int, rng: np.random.Generator) -> dict[st
     coins = rng.uniform(0, 1, (b, 1))
     inputs.update(counts=mx.array(counts), dry=mx.array(dry.astype(np.float32)), bias=mx.array(bias))
     inputs.update(xtc_coin=mx.array(coins.astype(np.float32)))
+    for key, value in fresh_state_inputs(params, chain, vocab).items():  # any other stage's own state
+        inputs.setdefault(key, value)
     return inputs
 
 
