@@ -106,8 +106,8 @@ class Stage:
     reported: tuple[str, ...] = field(default=())
     """State inputs the inspection reads for every row, in the chain or not (``counts``)."""
     identity: Callable[[SamplingParams], bool] | None = None
-    """Whether the stage leaves a row's logits exactly as they are (default: not active).
-    A stage that is the identity for every row of a group is not computed at all."""
+    """Whether the stage leaves a row's logits exactly as they are (default: its values are
+    neutral). A stage that is the identity for every row of a group is not computed at all."""
 
     @property
     def name(self) -> str:
@@ -118,7 +118,7 @@ class Stage:
         return self.spec.active(params)
 
     def is_identity(self, params: SamplingParams) -> bool:
-        return self.identity(params) if self.identity is not None else not self.active(params)
+        return self.identity(params) if self.identity is not None else self.spec.neutral(params)
 
 
 def log_softmax(logits: mx.array) -> mx.array:
