@@ -122,6 +122,13 @@ class SamplingBatch:
             state.filter(keep)
         self._groups = None
 
+    def prepare(self, params: SamplingParams) -> None:
+        """Raise now what a live change to ``params`` would raise inside a stage's state
+        (DRY resolves its breakers), so that a refused change changes nothing."""
+        for stage in STAGES.values():
+            if stage.prepare is not None:
+                stage.prepare(self.ctx, params)
+
     def set_params(self, row: int, params: SamplingParams, history: Sequence[int]) -> None:
         """A live change from the next token: each stage's state decides what to rebuild."""
         old = self.params[row]

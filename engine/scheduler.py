@@ -142,8 +142,7 @@ class Scheduler(ContinuationsMixin):
         checked = check_params(params, self.vocab_size)
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
-        if checked.has_dry:
-            self.breakers(checked.dry_sequence_breakers)  # resolve before any state changes
+        self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
         request.params = checked
         request.stop_text.stops = checked.stop
         # From the next token: text already generated stands, whatever the new stops are.

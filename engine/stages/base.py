@@ -103,6 +103,8 @@ class Stage:
     needs_result: bool = False
     """Its state's ``accept`` reads the step's result (the chosen token's logprobs), so
     scoring runs one position at a time through a chain holding it."""
+    prepare: Callable[[StateContext, SamplingParams], None] | None = None
+    """Work a live change needs that may fail, done before any row's state changes."""
     reported: tuple[str, ...] = field(default=())
     """State inputs the inspection reads for every row, in the chain or not (``counts``)."""
     identity: Callable[[SamplingParams], bool] | None = None

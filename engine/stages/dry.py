@@ -79,4 +79,9 @@ def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carri
     return DryRows(ctx, [_row(ctx, p, h) for p, h in zip(params, histories, strict=True)])
 
 
-STAGE = Stage(SPEC, _apply, state=_state)
+def _prepare(ctx: StateContext, params: SamplingParams) -> None:
+    if params.has_dry:
+        ctx.breakers(params.dry_sequence_breakers)  # resolved (and cached) before any state changes
+
+
+STAGE = Stage(SPEC, _apply, state=_state, prepare=_prepare)
