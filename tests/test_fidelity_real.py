@@ -109,7 +109,8 @@ def test_gemma3_half_precision_is_caught_by_the_fidelity_check(gemma_file):
     """float16 is what the engine used to compute in: the check must see that it is off."""
     half = load(str(gemma_file), precision="float16")
     assert half.precision.dtype == "float16"
-    rows = list(check(half, encode_text(half.tokenizer, TEXT), chunk=64))
+    # A short text: MLX has no half-precision matrix kernels on the CPU, so this is slow.
+    rows = list(check(half, encode_text(half.tokenizer, TEXT)[:10], chunk=64))
     summary = summarize("float16", rows)
     print(f"gemma3 float16: top-5 {summary.top5_max_diff:.3f}, KL max {summary.kld_max:.3f}")
     assert not summary.within_tolerance
