@@ -54,6 +54,7 @@ class InspectorWidget(QWidget):
         self.colors: Colors = LIGHT
         self.step: TokenStep | None = None
         self.where = ""
+        self.precision: str | None = None  # what the selected reply was computed in (None: not recorded)
         self.model: ChatModel | None = None
         self.candidates: list[Candidate] = []
         self.title = QLabel(PLACEHOLDER)
@@ -116,7 +117,9 @@ class InspectorWidget(QWidget):
         if run is not None and step is not None:
             column = run.column_of(self.model.selection[0])
             where = f"<span style='color:{variant_color(column, self.colors)}'>●</span> {run.label(column)} · "
-        if step is not self.step or where != self.where:
+        precision = self.model.precision_of(self.model.selection[0]) if self.model.selection else None
+        if step is not self.step or where != self.where or precision != self.precision:
+            self.precision = precision
             self.show_step(step, where)
 
     def show_step(self, step: TokenStep | None, where: str = "") -> None:
@@ -136,7 +139,7 @@ class InspectorWidget(QWidget):
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
         self.title.setText(self._title_html(step) if step is not None else PLACEHOLDER)
-        self.title.setToolTip(title_tooltip(step.params, step.forced) if step is not None else "")
+        self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision) if step is not None else "")
         self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
         self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
 

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
 
 from app.layout import reset_layout
 from app.logging_setup import show_log
+from app.precision_menu import add_precision_menu
 from app.recovery import continue_interrupted
 from app.score_dialog import add_chat_actions, add_file_actions
 
@@ -61,6 +62,8 @@ def build_menus(window: MainWindow) -> None:
     _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
     window.recent_menu = model_menu.addMenu("Recent models")
     window.recent_menu.aboutToShow.connect(lambda: fill_recent(window))
+    model_menu.addSeparator()
+    add_precision_menu(window, model_menu)  # Precision ▸, Check precision… (app/precision_menu.py)
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

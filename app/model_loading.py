@@ -19,6 +19,8 @@ from PySide6.QtWidgets import QAbstractButton, QMessageBox
 
 from app.logging_setup import note_model
 from app.menus import recent_models
+from app.model.precision import model_label
+from app.precision_menu import update_precision_menu
 from app.worker import describe
 from engine.events import FinishReason
 
@@ -52,7 +54,14 @@ class ModelLoader(QObject):
     # Requests ---------------------------------------------------------------------------------
 
     def load(self, source: str) -> None:
-        self.when_idle(source, lambda: self._start(source, lambda: self.window.link.request_load.emit(source)))
+        """Load ``source`` in the precision chosen for it (read when the load is sent, so a load
+        that waited for a reply uses the latest choice)."""
+        from app.precision_menu import saved_choice
+
+        def send() -> None:
+            self.window.link.request_load.emit(source, saved_choice(self.window.settings, source))
+
+        self.when_idle(source, lambda: self._start(source, send))
 
     def connect_remote(self, spec) -> None:
         """Use the server of ``spec`` (an ``app.remote_jobs.RemoteSpec``) from now on."""
@@ -114,9 +123,11 @@ class ModelLoader(QObject):
         window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
         note_model(info.name, info.source)
-        window.store.note_model(info.name, info.source)  # replies saved from now on record the source
+        # Replies saved from now on record where the model came from and what it computes in.
+        window.store.note_model(info.name, info.source, info.precision)
         remote = is_remote(info)
-        self.label = status_text(info) if remote else info.name
+        self.label = status_text(info) if remote else model_label(info)
+        update_precision_menu(window)
         window.status.model_ready(self.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
         window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)

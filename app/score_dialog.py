@@ -263,8 +263,11 @@ class ScoreController(QObject):
             branch = message.branch
             if branch is not None:
                 source = {"name": branch.model, "source": branch.model_source or window.model_source}
+                source["precision"] = branch.precision
             else:
+                info = window.model_info
                 source = {"name": model.model_name, "source": window.model_source}
+                source["precision"] = (info.precision or None) if info is not None else None
             params = steps[0].params
             data = scored(message.branch.text if message.branch else "", None, params, steps, self.last_done, source)
             return data

@@ -28,6 +28,7 @@ from app.menus import build_menus
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.streams import TokenRef
 from app.model_loading import NOT_REPORTED_REMOTE, ModelLoader
+from app.precision_check import PrecisionCheck
 from app.recovery import announce_recovered, attach_journal, open_window_store
 from app.sampling_panel import SamplingPanel
 from app.status import StatusWidgets
@@ -142,6 +143,7 @@ class MainWindow(QMainWindow):
         self.link = EngineLink(self.model, session_factory, self)
         self.engine = self.link.engine
         self.loader = ModelLoader(self)
+        self.precision_check = PrecisionCheck(self)  # Models → Check precision…
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
@@ -205,6 +207,7 @@ class MainWindow(QMainWindow):
             self.model.regenerate(self.controls.current, variants)
 
     def stop(self) -> None:
+        self.precision_check.cancel()
         if self.model.busy():
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()

@@ -13,7 +13,11 @@ Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes
 with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
 worker calls only ``start``, ``continue_reply``, ``fork``, ``fork_reply``, ``cancel``,
 ``cancel_all``, ``update_params``, ``step``, ``has_work``, ``load``, ``memory_bytes``
-and ``release_thread`` on its session, so another backend can stand in for it.
+and ``release_thread`` on its session, so another backend can stand in for it (the
+precision check, ``app.precision_check``, calls ``check_fidelity`` on a local one).
+
+A load names the precision to compute in (``engine.precision``: the Models → Precision
+choice saved for that model); a server ignores it.
 """
 
 from __future__ import annotations
@@ -75,6 +79,14 @@ class EngineWorker(QObject):
         self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
         self._score_timer: QTimer | None = None
 
+    def local_session(self):
+        """The session if it is the local engine (a model loaded here), else None; call on
+        the worker's thread (``app.precision_check`` does)."""
+        from app.remote_jobs import is_remote_session
+
+        session = self._session
+        return session if session is not None and not is_remote_session(session) else None
+
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
         if self._session is None:
@@ -90,8 +102,8 @@ class EngineWorker(QObject):
             self._timer.timeout.connect(self._step)
         return self._session
 
-    @Slot(str)
-    def load_model(self, source: str) -> None:
+    @Slot(str, str)
+    def load_model(self, source: str, precision: str = "auto") -> None:
         from app.remote_jobs import is_remote_session
 
         if is_remote_session(self._session):  # back to the local engine (kept aside)
@@ -102,7 +114,7 @@ class EngineWorker(QObject):
             if session.has_work():
                 session.cancel_all()
                 self._flush_events(session.step())
-            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
+            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f), precision)
         except Exception as exc:  # the worker is the one place that catches broadly
             self.model_failed.emit(source, exc)
             return
