@@ -106,7 +106,7 @@ class ModelLoader(QObject):
             self.window.model.set_welcome_state(loading_words(fraction))
 
     def _on_loaded(self, info) -> None:
-        from app.remote_labels import is_remote, status_text
+        from app.remote_labels import reports_one_stage, status_text
 
         window = self.window
         window.model_info = info
@@ -115,7 +115,7 @@ class ModelLoader(QObject):
         window.panel.set_vocab_size(info.vocab_size)
         note_model(info.name, info.source)
         window.store.note_model(info.name, info.source)  # replies saved from now on record the source
-        remote = is_remote(info)
+        remote = reports_one_stage(info)
         self.label = status_text(info) if remote else info.name
         window.status.model_ready(self.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
@@ -143,7 +143,7 @@ class ModelLoader(QObject):
         from app.remote_labels import NOT_REPORTED
 
         info = self.window.model_info
-        if finished.finish_reason != FinishReason.ERROR or info is None or info.backend != "remote":
+        if finished.finish_reason != FinishReason.ERROR or info is None or not info.capabilities.network:
             return
         kept = ""
         if finished.text:

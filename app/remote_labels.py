@@ -41,13 +41,15 @@ def is_remote_step(step: TokenStep | None) -> bool:
     return all(math.isnan(h) for h in step.entropies)
 
 
-def is_remote(info) -> bool:
-    return info is not None and getattr(info, "backend", "local") == "remote"
+def reports_one_stage(info) -> bool:
+    """Whether the backend of ``info`` (an ``engine.backend.ModelInfo``) reports one stage
+    of the chain, not all of it: its capabilities say so (a server), not its type."""
+    return info is not None and not info.capabilities.full_chain
 
 
 def stage_label(info) -> str:
     """``server reports: penalties (detected for mlx_lm.server)`` for a remote model."""
-    if not is_remote(info):
+    if not reports_one_stage(info):
         return ""
     how = f"detected for {server_title(info.server)}" if info.stage_detected else "assumed — set it in Connect…"
     return f"server reports: {info.reported_stage} ({how})"

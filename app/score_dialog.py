@@ -352,6 +352,9 @@ class ScoreController(QObject):
         return conversation
 
 
+REPLAY_TEXT = "Replay this reply under the current settings"
+
+
 def controller(window: MainWindow) -> ScoreController:
     found = getattr(window, "scoring", None)
     if found is None:
@@ -374,7 +377,7 @@ def _act(window, menu: QMenu, text: str, slot) -> QAction:
 
 def add_file_actions(window: MainWindow, menu: QMenu) -> None:
     menu.addSeparator()
-    _act(window, menu, "Score text…", lambda: score_text_dialog(window))
+    window.capability_gate.bind(_act(window, menu, "Score text…", lambda: score_text_dialog(window)), "score")
     _act(window, menu, "Open export…", lambda: controller(window).open_export())
     export = menu.addMenu("Export")
     for what, label in (
@@ -391,8 +394,12 @@ def add_file_actions(window: MainWindow, menu: QMenu) -> None:
 
 def add_chat_actions(window: MainWindow, menu: QMenu) -> None:
     menu.addSeparator()
-    _act(window, menu, "Replay this reply under the current settings", lambda: controller(window).replay_selected())
-    _act(window, menu, "Branch at the replay's first change", lambda: controller(window).branch_at_first_change())
+    gate = window.capability_gate
+    gate.bind(_act(window, menu, REPLAY_TEXT, lambda: controller(window).replay_selected()), "replay")
+    branch = _act(
+        window, menu, "Branch at the replay's first change", lambda: controller(window).branch_at_first_change()
+    )
+    gate.bind(branch, "replay")
 
 
 def finite(value: float) -> float:

@@ -117,6 +117,11 @@ class TokenStep(ChainValues):
     """True when the token was chosen by ``branch`` (or given by a scored text) rather than drawn."""
     rank: int | None = None
     """The token's rank under ``raw`` (1 = most likely); set for scored texts."""
+    reported_stage: str | None = None
+    """None when the step holds the whole chain (the local engine). Else the numbers are
+    what a server reported, and this names the one stage they describe (``raw``,
+    ``penalties``, ``top_p``, ...; also ``chain[0]``): views label them by this name,
+    never as ``raw``."""
 
     def stage_index(self, stage: str) -> int | None:
         """Where ``stage`` sits in this step's chain, or None if it did not run."""

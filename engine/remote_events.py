@@ -70,6 +70,7 @@ def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
         survivors=(-1,),
         top=tuple(top[: max(req.params.top_logprobs, 1) + 1]),
         params=req.params,
+        reported_stage=stage,
     )
     req.index += 1
     req.generated += 1
@@ -79,7 +80,22 @@ def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
 
 def forced_step(req: RemoteRequest, token_id: int, text: str, stage: str) -> TokenStep:
     """A branch's forced token: no distribution (the original step at this index has it)."""
-    return TokenStep(req.id, req.index, -1, token_id, text, text, (stage,), (NAN,), (NAN,), (-1,), (), req.params, True)
+    return TokenStep(
+        req.id,
+        req.index,
+        -1,
+        token_id,
+        text,
+        text,
+        (stage,),
+        (NAN,),
+        (NAN,),
+        (-1,),
+        (),
+        req.params,
+        True,
+        reported_stage=stage,
+    )
 
 
 def server_reason(finish: str | None) -> FinishReason:
