@@ -9,15 +9,19 @@ work on either. What differs is how much a step carries:
 - **local**: every stage of the chain (``TokenStep.chain`` starts with ``raw``), the
   entropy and survivors after each, the raw logit, bias and penalty of each candidate;
   fork groups also yield :class:`engine.events.Divergence`.
-- **remote**: only what the server returned. ``TokenStep.chain`` names the *one* stage
-  the server's numbers describe (``raw``, ``penalties``, the last stage, ... see
-  ``docs/REMOTE.md``); ``logprobs`` holds the chosen token's logprob there (NaN if the
-  server did not report it); ``entropies`` are NaN and ``survivors`` -1 (not reported);
-  each candidate has one logprob, ``raw_logit``/``bias``/``penalty`` NaN and ``count``
-  -1; ``token_id`` is -1 and ``position`` -1 where the server does not say. No
-  ``Divergence`` events. Read stage values with ``TokenStep.logprob_at(stage)``, which
-  is None for a stage the server did not report, never with ``raw_logprob`` (that is
-  simply the first stage of the chain).
+- **remote**: only what the server returned. ``TokenStep.reported_stage`` (and the
+  one-stage ``chain``) names the stage the server's numbers describe (``raw``,
+  ``penalties``, the last stage, ... see ``docs/REMOTE.md``); ``logprobs`` holds the
+  chosen token's logprob there (None if the server did not report it); ``entropies``
+  and ``survivors`` are None (not reported); each candidate has one logprob,
+  ``raw_logit``/``bias``/``penalty``/``count`` None; ``position`` None; ``token_id`` -1
+  where the server sends text only (matched by text). No ``Divergence`` events. Read
+  stage values with ``TokenStep.logprob_at(stage)``, which is None for a stage the
+  server did not report, never with ``raw_logprob`` (that is simply the first stage of
+  the chain); label them by ``reported_stage``.
+
+What each backend can do is its ``capabilities`` (:mod:`engine.capabilities`), which
+the app asks instead of the backend's type.
 """
 
 from __future__ import annotations
