@@ -121,8 +121,8 @@ class ModelLoader(QObject):
         window.inspector.remote_info = info if remote else None
         window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
         window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
-        if remote:
-            # A server is not remembered as "the model" (a restart loads the local one).
+        if not info.capabilities.load_files:
+            # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             window.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
             return
