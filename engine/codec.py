@@ -258,8 +258,8 @@ def decode_step(data: Mapping[str, Any], params: SamplingParams | None = None, r
 # The records that end a request or a step --------------------------------------------------
 
 
-def _rate(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _rate(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def done_record(done: Finished, request: int) -> dict[str, Any]:

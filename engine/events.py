@@ -162,9 +162,11 @@ class Finished:
     """``STOP``, ``LENGTH``, ``CANCELLED`` or ``ERROR``."""
     prompt_tokens: int
     generated_tokens: int
-    prefilled_tokens: int
-    """Prompt tokens actually run through the model (the rest came from a reused cache)."""
-    prompt_tps: float
+    prefilled_tokens: int | None
+    """Prompt tokens actually run through the model (the rest came from a reused cache);
+    None: not reported (a server that does not say what it cached)."""
+    prompt_tps: float | None
+    """None: not reported (a server)."""
     generation_tps: float
     text: str
     stop: str | None = None

@@ -17,8 +17,6 @@ from engine.events import Candidate, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
 from engine.remote_wire import RemoteError, TextDecoder, WireToken
 
-NAN = math.nan
-
 
 @dataclass(frozen=True, slots=True)
 class RemoteFinished(Finished):
@@ -105,8 +103,8 @@ def finished(req: RemoteRequest, reason: FinishReason, error: RemoteError | None
         finish_reason=reason,
         prompt_tokens=req.prompt_tokens,
         generated_tokens=req.generated,
-        prefilled_tokens=req.prompt_tokens - req.cached_tokens if req.cached_tokens is not None else -1,
-        prompt_tps=NAN,
+        prefilled_tokens=req.prompt_tokens - req.cached_tokens if req.cached_tokens is not None else None,
+        prompt_tps=None,
         generation_tps=req.generated / elapsed,
         text=req.prefix,
         error=None if error is None else str(error),

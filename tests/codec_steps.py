@@ -33,7 +33,7 @@ def cli_lines() -> list[tuple[str, object]]:
     """(kind, value) in the order of the golden file."""
     step = chain_step(index=2)
     finished = Finished(3, FinishReason.LENGTH, 7, 4, 5, 120.5, NAN, "text")
-    remote_done = Finished(3, FinishReason.ERROR, 7, 2, -1, NAN, 9.5, "te", error="boom")
+    remote_done = Finished(3, FinishReason.ERROR, 7, 2, None, None, 9.5, "te", error="boom")
     return [
         ("token", (step, 1)),
         ("scored", (replace(step, forced=True, rank=3), 0)),
