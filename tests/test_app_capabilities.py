@@ -46,6 +46,13 @@ def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tin
             if not action.isEnabled():
                 assert caps.reason(name) in action.toolTip() and caps.reason(name) in action.statusTip()
         assert window.panel.compare.isEnabled()  # a server's fork is emulated
+        # Past the disabled menu, the worker refuses the job with the same reason.
+        from app.score_dialog import controller
+
+        controller(window).score_text("a text to score")
+        qtbot.waitUntil(lambda: caps.reason("score") in window.last_error, timeout=TIMEOUT)
+        qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+        window.last_error = ""
 
         # Back to the local model: everything is enabled again, the reasons gone.
         window.load_model(str(tiny_folder))
