@@ -9,7 +9,6 @@ either (or use its context menu) to continue the reply from it.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal
@@ -28,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.bars_view import BarsView
 from app.chain_view import ChainView, format_nats, raw_rank
 from app.inspector_settings import settings_line, settings_tooltip, title_tooltip
-from app.remote_labels import NOT_REPORTED, is_remote_step, stage_label, step_stage_label
+from app.remote_labels import p_label, stage_label, step_stage_label
 from app.textfmt import escape, percent, visible
 from app.theme import LIGHT, Colors, variant_color
 from app.throttle import RedrawClock, own_clock
@@ -149,10 +148,10 @@ class InspectorWidget(QWidget):
             # The stages after temperature were computed at T = 1 for inspection only.
             picked = " · greedy: the most likely token entering temperature"
         last = step.chain[-1]
-        if is_remote_step(step):
+        if step.reported_stage is not None:  # a server's numbers: named by their stage, never raw
             return (
                 f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
-                f" &nbsp; p at {last} {percent(step.logprob) if not math.isnan(step.logprob) else NOT_REPORTED}"
+                f" &nbsp; {p_label(step)} {percent(step.logprob)}"
                 f"{picked}<br>{self._remote_label(step)}"
             )
         return (

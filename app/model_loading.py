@@ -115,7 +115,7 @@ class ModelLoader(QObject):
             self.window.model.set_welcome_state(loading_words(fraction))
 
     def _on_loaded(self, info) -> None:
-        from app.remote_labels import is_remote, status_text
+        from app.remote_labels import reports_one_stage, status_text
 
         window = self.window
         window.model_info = info
@@ -125,15 +125,15 @@ class ModelLoader(QObject):
         note_model(info.name, info.source)
         # Replies saved from now on record where the model came from and what it computes in.
         window.store.note_model(info.name, info.source, info.precision)
-        remote = is_remote(info)
+        remote = reports_one_stage(info)
         self.label = status_text(info) if remote else model_label(info)
         update_precision_menu(window)
         window.status.model_ready(self.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
         window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
         window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
-        if remote:
-            # A server is not remembered as "the model" (a restart loads the local one).
+        if not info.capabilities.load_files:
+            # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             window.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
             return
@@ -154,7 +154,7 @@ class ModelLoader(QObject):
         from app.remote_labels import NOT_REPORTED
 
         info = self.window.model_info
-        if finished.finish_reason != FinishReason.ERROR or info is None or info.backend != "remote":
+        if finished.finish_reason != FinishReason.ERROR or info is None or not info.capabilities.network:
             return
         kept = ""
         if finished.text:

@@ -51,7 +51,7 @@ class FidelityRunner(QObject):
     @Slot(object)
     def start(self, job: PrecisionJob) -> None:
         self.cancel(self._job.tag if self._job is not None else -1)
-        session = self._worker.local_session()
+        session = self._worker.fidelity_session()
         try:
             if session is None or session.info is None:
                 raise RuntimeError("the precision check needs a model loaded here (a server does not say).")
@@ -135,8 +135,8 @@ class PrecisionCheck(QObject):
         info = window.model_info
         if info is None:
             return "No model is loaded."
-        if info.backend == "remote":
-            return "A server does not say what it computes in: the check needs a model loaded here."
+        if not info.capabilities.fidelity:
+            return info.capabilities.reason("fidelity")
         if self.running is not None:
             return "A precision check is running (Esc stops it)."
         stream = model.selection[0] if model.selection else None

@@ -72,8 +72,9 @@ def current_source(window: MainWindow) -> str | None:
 
 
 def is_server(window: MainWindow) -> bool:
+    """The loaded backend does not compute here, so the choice means nothing to it."""
     info = window.model_info
-    return info is not None and info.backend == "remote"
+    return info is not None and not info.capabilities.precision
 
 
 def update_precision_menu(window: MainWindow) -> None:

@@ -147,6 +147,7 @@ class MainWindow(QMainWindow):
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
+        worker.model_loaded.connect(self._on_model_loaded)
         worker.errored.connect(self.show_exception)
 
     # Settings --------------------------------------------------------------------------------
@@ -248,8 +249,12 @@ class MainWindow(QMainWindow):
     def _on_prefill(self, tag: int, done: int, total: int) -> None:
         self.status.prefill_progressed(tag, done, total)
 
+    def _on_model_loaded(self, info) -> None:
+        # Menu items the new backend cannot do are disabled, with its reason (app/capability_gate.py).
+        self.capability_gate.apply_info(info)
+
     def _on_memory(self, nbytes: int) -> None:
-        if self.model_info is not None and self.model_info.backend == "remote":
+        if self.model_info is not None and not self.model_info.capabilities.memory:
             self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             return
         self.status.memory_measured(nbytes)

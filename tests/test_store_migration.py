@@ -79,8 +79,8 @@ def test_v1_database_opens_migrated(old_db):
             expect = [old["raw_logprob"], *([old["penalized_logprob"]] if three else []), old["logprob"]]
             assert step.logprobs == tuple(lp(v) for v in expect)
             assert step.entropy_raw == old["entropy_raw"] and step.entropy == old["entropy"]
-            assert all(math.isnan(h) for h in step.entropies[1:-1])
-            assert set(step.survivors) == {-1}
+            assert all(h is None for h in step.entropies[1:-1])  # not known: None, never NaN
+            assert set(step.survivors) == {None}
             assert step.params.samplers == DEFAULT_SAMPLERS and step.params.seed == old["params"]["seed"]
             for cand, row in zip(step.top, old["top"], strict=True):
                 assert (cand.token_id, cand.text, cand.raw_logit) == tuple(row[:3])
