@@ -27,10 +27,14 @@ def model_details(model_info) -> str:
 
 
 def about_text(model_info) -> str:
+    from app.model.precision import about_precision
+
     model = model_info.name if model_info is not None else "none loaded"
     details = model_details(model_info) if model_info is not None else ""
     if details:
         model = f"{model}<br>{details}"
+    if model_info is not None:
+        model = f"{model}<br>{about_precision(model_info)}"
     licence = (
         DEFAULT_MODEL_LICENCE
         if model_info is not None and model_info.source == "default"

@@ -24,7 +24,7 @@ from app.chain_view import LOG_FLOOR
 from app.inspector_labels import LabelPool, elide, fit_text, row_stride, thinned_rows
 from app.inspector_settings import COUNT_NOTE, GREEDY_NOTE
 from app.inspector_table import COLUMNS, CandidateTable  # noqa: F401 (COLUMNS: re-exported)
-from app.remote_labels import NOT_REPORTED, is_chosen, is_remote_step
+from app.remote_labels import NOT_REPORTED, is_chosen, p_label
 from app.textfmt import prob, visible
 from app.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
@@ -104,9 +104,10 @@ class BarsView(QWidget):
 
     # Drawing ---------------------------------------------------------------------
 
-    def _value(self, logprob: float) -> float:
+    def _value(self, logprob: float | None) -> float:
         if self.log_scale:
-            return (max(LOG_FLOOR, logprob / math.log(10)) - LOG_FLOOR) if math.isfinite(logprob) else 0.0
+            finite = logprob is not None and math.isfinite(logprob)
+            return (max(LOG_FLOOR, logprob / math.log(10)) - LOG_FLOOR) if finite else 0.0
         return prob(logprob)
 
     def _raw_values(self) -> list[float]:
@@ -142,8 +143,9 @@ class BarsView(QWidget):
     def _draw_effects(self) -> None:
         c, cands = self.colors, self.candidates
         y = np.arange(len(cands), dtype=float)
-        bias = [cand.bias if self._effects_reported() else 0.0 for cand in cands]
-        penalty = [cand.penalty if self._effects_reported() else 0.0 for cand in cands]
+        reported = self._effects_reported()
+        bias = [cand.bias or 0.0 if reported else 0.0 for cand in cands]
+        penalty = [cand.penalty or 0.0 if reported else 0.0 for cand in cands]
         self.bias_bars.setOpts(y=y - 0.18, width=bias, brush=pg.mkBrush(c.bias))
         self.penalty_bars.setOpts(y=y + 0.18, width=penalty, brush=pg.mkBrush(c.penalty))
         self.zero_line.setPen(pg.mkPen(c.raw))
@@ -152,7 +154,7 @@ class BarsView(QWidget):
         self.effect_plot.setXRange(-extent * 1.1, extent * 1.1, padding=0)
 
     def _effects_reported(self) -> bool:
-        return not any(math.isnan(cand.bias) or math.isnan(cand.penalty) for cand in self.candidates)
+        return not any(cand.bias is None or cand.penalty is None for cand in self.candidates)
 
     # Layout: what depends on the plots' size ------------------------------------------
 
@@ -193,7 +195,7 @@ class BarsView(QWidget):
         names = []
         for r in rows:
             cand = self.candidates[r]
-            names.append((r, elide(visible(cand.text)) + ("  ✕" if not math.isfinite(cand.logprob) else "")))
+            names.append((r, elide(visible(cand.text)) + ("  ✕" if cand.logprob == -math.inf else "")))
         axis = self.bars_plot.getAxis("left")
         axis.setTicks([names])
         # A fixed width from the names themselves: the axis otherwise drops a name wider than
@@ -211,7 +213,7 @@ class BarsView(QWidget):
         if stride == 1 and width > 0:
             metrics = QFontMetrics(self.font())
             for r, cand in enumerate(self.candidates):
-                if math.isfinite(cand.logprob):
+                if cand.logprob != -math.inf:  # a note for removed tokens only (None: not reported)
                     continue
                 text = f"removed by {cand.removed_by}" if cand.removed_by else "removed"
                 room = width - metrics.horizontalAdvance(text) - 12
@@ -229,7 +231,7 @@ class BarsView(QWidget):
             self.counts.place(f"bias, penalty, count: {NOT_REPORTED}", self.colors.raw, -0.5, 0)
             return
         for r in rows:
-            if self.candidates[r].count > 0:
+            if (self.candidates[r].count or 0) > 0:
                 self.counts.place(f"×{self.candidates[r].count}", self.colors.foreground, 0, r)
 
     def _fit_titles(self) -> None:
@@ -239,10 +241,12 @@ class BarsView(QWidget):
             choices = [f"log10 p (from {LOG_FLOOR:g})", "log10 p"]
         else:
             raw_words = "raw (grey)" if step is None or step.stage_index("raw") is not None else f"raw: {NOT_REPORTED}"
-            if step is not None and is_remote_step(step):
-                raw_words += f" · server reports {last} only"
+            shown = f"final, after {last}"
+            if step is not None and step.reported_stage is not None:  # a server's one stage, by its name
+                raw_words += f" · server reports {step.reported_stage} only"
+                shown = p_label(step)
             choices = [
-                f"p: {raw_words} · final, after {last} (colour)",
+                f"p: {raw_words} · {shown} (colour)",
                 "p: raw (grey) · final (colour)",
                 "p: raw · final",
                 "p",

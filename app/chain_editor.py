@@ -6,12 +6,14 @@ one-line summary of its values (greyed "no effect" when they are neutral, so the
 stage will not show in the inspector). Rows are dragged to reorder (Qt's own
 InternalMove, which moves the model row) or moved with the arrow buttons. Below the
 list, the selected stage's parameters; ``bias`` (always first) and the draw (always
-last) are not reorderable and not listed.
+last) are not reorderable and not listed. Rows, pages, help and summaries are made from
+the stage specs (``engine/stages/<name>_spec.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QRect, Qt, Signal
@@ -33,56 +35,23 @@ from PySide6.QtWidgets import (
 )
 
 from app.lines_edit import LinesEdit
-from app.param_fields import ERROR_STYLE, STAGE_FIELDS, SliderField, make_field
+from app.param_fields import ERROR_STYLE, LIST_FIELDS, STAGE_FIELDS, SliderField, make_field
 from engine.params import SAMPLER_STAGES, SamplingParams
+from engine.stages.registry import SPECS
 
 STAGE_ROLE = Qt.ItemDataRole.UserRole
 SUMMARY_ROLE = Qt.ItemDataRole.UserRole + 1
 NEUTRAL_ROLE = Qt.ItemDataRole.UserRole + 2
 ERROR_COLOR = "#d93025"
 
-STAGE_HELP = {
-    "penalties": "Repetition, presence and frequency penalties over the last window tokens.",
-    "dry": "DRY (llama.cpp / KoboldCpp): penalizes a token that would extend a repeat of earlier text.",
-    "temperature": "Divides the logits; dynamic temperature scales T with the entropy. T = 0 is greedy.",
-    "top_k": "Keeps the k most likely tokens.",
-    "top_p": "Nucleus sampling: keeps the most likely tokens until their mass reaches p.",
-    "min_p": "Drops tokens less likely than min_p × the most likely one.",
-    "typical_p": "Locally typical sampling (Meister et al. 2022).",
-    "top_n_sigma": "Keeps logits within n standard deviations of the maximum (Tang et al. 2024).",
-    "xtc": "Exclude top choices: sometimes removes every likely token but the least likely of them.",
-}
-BREAKERS_TIP = (
-    "dry_sequence_breakers: one string per line; a repeat never extends across one. "
-    'Escapes: \\n newline, \\t tab, \\\\ backslash. Default: \\n : " *. An empty list: no breakers.'
-)
+STAGE_HELP = {name: spec.summary for name, spec in SPECS.items() if spec.reorderable}
+"""Each stage's one-line help, from its spec."""
 
 
 def stage_summary(stage: str, v: Mapping[str, Any]) -> tuple[str, bool]:
     """A short account of a stage's values, and whether they leave it neutral (no effect)."""
-    if stage == "penalties":
-        neutral = v["repetition_penalty"] == 1 and v["presence_penalty"] == 0 and v["frequency_penalty"] == 0
-        text = (
-            f"rep {v['repetition_penalty']:g} · pres {v['presence_penalty']:g} · freq {v['frequency_penalty']:g}"
-            f" · last {v['penalty_window'] or 'all'}"
-        )
-        return text, neutral
-    if stage == "dry":
-        last = {-1: "all", 0: "0"}.get(v["dry_penalty_last_n"], str(v["dry_penalty_last_n"]))
-        text = f"×{v['dry_multiplier']:g} · base {v['dry_base']:g} · allowed {v['dry_allowed_length']} · last {last}"
-        return text, v["dry_multiplier"] == 0 or v["dry_penalty_last_n"] == 0
-    if stage == "temperature":
-        t = v["temperature"]
-        text = "greedy" if t == 0 else f"T {t:g}"
-        if v["dynatemp_range"] > 0:
-            text += f" ± {v['dynatemp_range']:g} (exp {v['dynatemp_exponent']:g})"
-        return text, t == 1 and v["dynatemp_range"] == 0
-    if stage == "xtc":
-        text = f"prob {v['xtc_probability']:g} · threshold {v['xtc_threshold']:g}"
-        return text, v["xtc_probability"] == 0 or v["xtc_threshold"] > 0.5
-    value = v[stage]
-    off = {"top_k": 0, "top_p": 1, "min_p": 0, "typical_p": 1, "top_n_sigma": 0}[stage]
-    return f"{value:g}", value == off
+    spec, values = SPECS[stage], SimpleNamespace(**v)
+    return spec.summary_text(values), spec.neutral(values)
 
 
 class StageDelegate(QStyledItemDelegate):
@@ -114,19 +83,6 @@ class StageDelegate(QStyledItemDelegate):
         painter.restore()
 
 
-class BreakersEdit(LinesEdit):
-    """The DRY sequence breakers, one per line."""
-
-    def __init__(self) -> None:
-        super().__init__(BREAKERS_TIP)
-
-    def breakers(self) -> tuple[str, ...]:
-        return self.lines()
-
-    def set_breakers(self, breakers: tuple[str, ...]) -> None:
-        self.set_lines(breakers)
-
-
 class ChainEditor(QWidget):
     changed = Signal()
 
@@ -140,6 +96,8 @@ class ChainEditor(QWidget):
         self.list.setItemDelegate(StageDelegate(self.list))
         self.list.setToolTip("Drag to reorder; the switch puts a stage in the chain or leaves it out.")
         self.fields: dict[str, SliderField] = {}
+        self.lists: dict[str, LinesEdit] = {}
+        """The list fields (one string per line), by field name."""
         self.pages = QStackedWidget()
         self._page_of: dict[str, int] = {}
         self._stage_of_field: dict[str, str] = {}
@@ -192,11 +150,12 @@ class ChainEditor(QWidget):
             self.fields[spec.name] = make_field(spec, self._on_value)
             self._stage_of_field[spec.name] = stage
             form.addRow(spec.label, self.fields[spec.name])
-        if stage == "dry":
-            self.breakers = BreakersEdit()
-            self.breakers.edited.connect(self._on_value)
-            self._stage_of_field["dry_sequence_breakers"] = stage
-            form.addRow("Sequence breakers", self.breakers)
+        for field in LIST_FIELDS[stage]:
+            edit = LinesEdit(f"{field.name}: {field.help}")
+            edit.edited.connect(self._on_value)
+            self.lists[field.name] = edit
+            self._stage_of_field[field.name] = stage
+            form.addRow(field.label, edit)
         return page
 
     # The chain -------------------------------------------------------------------------
@@ -215,7 +174,7 @@ class ChainEditor(QWidget):
     def values(self) -> dict[str, Any]:
         """Every value the editor holds, as SamplingParams fields."""
         values: dict[str, Any] = {name: field.value() for name, field in self.fields.items()}
-        values["dry_sequence_breakers"] = self.breakers.breakers()
+        values.update({name: edit.lines() for name, edit in self.lists.items()})
         values["samplers"] = self.samplers()
         return values
 
@@ -226,7 +185,8 @@ class ChainEditor(QWidget):
         try:
             for name, field in self.fields.items():
                 field.set_value(getattr(params, name))
-            self.breakers.set_breakers(params.dry_sequence_breakers)
+            for name, edit in self.lists.items():
+                edit.set_lines(getattr(params, name))
             rest = [s for s in self.order() if s not in params.samplers]
             self._arrange([*params.samplers, *rest], set(params.samplers))
             self.update_summaries()
@@ -277,8 +237,8 @@ class ChainEditor(QWidget):
         return self._stage_of_field.get(field)
 
     def widget_for(self, field: str) -> QWidget | None:
-        if field == "dry_sequence_breakers":
-            return self.breakers
+        if field in self.lists:
+            return self.lists[field]
         if field == "samplers":
             return self.list
         return self.fields.get(field)
@@ -290,7 +250,7 @@ class ChainEditor(QWidget):
     def show_errors(self, fields: Sequence[str]) -> None:
         """Outline every field at fault, colour their stages' rows, and bring the first
         one's stage into view; an empty list clears."""
-        for name in [*self.fields, "dry_sequence_breakers", "samplers"]:
+        for name in [*self.fields, *self.lists, "samplers"]:
             self.widget_for(name).setStyleSheet("")
         ours = [f for f in fields if self.widget_for(f) is not None]
         stages = [stage for stage in map(self.stage_of, ours) if stage is not None]

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
-from app.remote_labels import NOT_REPORTED, is_chosen, is_remote_step, sort_key
-from app.textfmt import visible
+from app.remote_labels import NOT_REPORTED, is_chosen, sort_key
+from app.textfmt import prob, visible
 from app.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
 
@@ -55,17 +55,17 @@ def format_p(p: float) -> str:
     return "0"
 
 
-def format_nats(h: float, digits: int = 2) -> str:
+def format_nats(h: float | None, digits: int = 2) -> str:
     """An entropy: never negative, so a float rounding's -1e-9 reads 0.00, not -0.00."""
-    return "?" if math.isnan(h) else f"{max(0.0, h):.{digits}f}"
+    return "?" if h is None or math.isnan(h) else f"{max(0.0, h):.{digits}f}"
 
 
-def format_entropy(h: float) -> str:
+def format_entropy(h: float | None) -> str:
     return f"H {format_nats(h)}"
 
 
-def format_survivors(n: int) -> str:
-    return "n ?" if n < 0 else f"n {n:,}"
+def format_survivors(n: int | None) -> str:
+    return "n ?" if n is None else f"n {n:,}"
 
 
 def _mix(a: QColor, b: QColor, t: float) -> QColor:
@@ -123,7 +123,7 @@ class ChainModel(QAbstractTableModel):
         col = index.column()
         stage = self.stages[col]
         logprob = cand.logprobs[col]
-        p = math.exp(logprob) if math.isfinite(logprob) else 0.0
+        p = prob(logprob)
         removed = self.removed_at(cand)
         gone = removed is not None and col >= removed
         chosen = is_chosen(self.step, cand)
@@ -156,8 +156,11 @@ class ChainModel(QAbstractTableModel):
             if gone:
                 return f"“{text}” was removed by {self.stages[removed]}."
             change = ""
-            if col > 0 and math.isfinite(cand.logprobs[col - 1]):
-                change = f" (was {format_p(math.exp(cand.logprobs[col - 1]))} after {self.stages[col - 1]})"
+            before = cand.logprobs[col - 1] if col > 0 else None
+            if before is not None and math.isfinite(before):
+                change = f" (was {format_p(math.exp(before))} after {self.stages[col - 1]})"
+            if logprob is None:
+                return f"“{text}” after {stage}: {NOT_REPORTED}"
             return f"“{text}” after {stage}: p = {format_p(p)}, logprob {logprob:.3f}{change}"
         return None
 
@@ -169,7 +172,7 @@ class ChainModel(QAbstractTableModel):
                 return None
             stage = self.stages[section]
             h, n = self.step.entropies[section], self.step.survivors[section]
-            remote = is_remote_step(self.step)
+            remote = self.step.reported_stage is not None
             if role == Qt.ItemDataRole.DisplayRole:
                 if remote:  # the server sent this stage's logprobs only
                     return f"{stage} (server)\nH {NOT_REPORTED}\nn {NOT_REPORTED}"
@@ -182,8 +185,8 @@ class ChainModel(QAbstractTableModel):
                     f"and the other stages are {NOT_REPORTED}."
                 )
             if role == Qt.ItemDataRole.ToolTipRole:
-                entropy = "unknown" if math.isnan(h) else f"{format_nats(h, 3)} nats"
-                left = "unknown" if n < 0 else f"{n:,}"
+                entropy = "unknown" if h is None else f"{format_nats(h, 3)} nats"
+                left = "unknown" if n is None else f"{n:,}"
                 return f"after {stage}: entropy {entropy}, tokens left {left}"
             return None
         if section >= len(self.candidates):
@@ -201,7 +204,7 @@ class ChainModel(QAbstractTableModel):
             font.setBold(True)
             return font
         if role == Qt.ItemDataRole.ToolTipRole:
-            if math.isnan(cand.raw_logit):
+            if cand.raw_logit is None:
                 return f"id {cand.token_id} · rank {section + 1} · raw logit {NOT_REPORTED}"
             return f"id {cand.token_id} · raw rank {section + 1} · raw logit {cand.raw_logit:.3f}"
         return None

@@ -22,6 +22,7 @@ from app.chat_doc import ChatDocument
 from app.chat_sections import DISPLAY_ONLY, SEED_TIP
 from app.model.chat import ChatModel
 from app.model.streams import StreamKey, TokenRef
+from app.remote_labels import p_label
 from app.textfmt import escape, percent, visible
 from app.theme import LIGHT, Colors, probability_color
 from app.throttle import RedrawClock, Throttler, own_clock
@@ -231,9 +232,10 @@ def plain_text(cursor: QTextCursor) -> str:
 
 
 def tooltip_for(step: TokenStep) -> str:
-    lines = [
-        f"<b>{escape(visible(step.piece))}</b> — p(final) {percent(step.logprob)}, p(raw) {percent(step.raw_logprob)}"
-    ]
+    head = f"<b>{escape(visible(step.piece))}</b> — {p_label(step)} {percent(step.logprob)}"
+    if step.reported_stage is None:  # a server's one stage is not raw: no second number
+        head += f", {p_label(step, final=False)} {percent(step.raw_logprob)}"
+    lines = [head]
     if step.forced:
         lines.append("<i>picked by hand</i>")
     others = [cand for cand in step.top if cand.token_id != step.token_id][:5]

@@ -158,7 +158,7 @@ class SamplingControls(QWidget):
             except SamplingParamsError as exc:
                 errors.append(exc)
         params, more = check_values(values, self.vocab_size)
-        order = [*self.chain.fields, "dry_sequence_breakers", "samplers", *self._reply_names(), *self._text_fields]
+        order = [*self.chain.fields, *self.chain.lists, "samplers", *self._reply_names(), *self._text_fields]
         errors += more
         errors.sort(key=lambda e: order.index(e.field) if e.field in order else len(order))
         return (None if errors else params), errors
@@ -235,7 +235,7 @@ class SamplingControls(QWidget):
 
     def error_widget(self) -> QWidget | None:
         """The widget outlined as being at fault, if any (for tests and accessibility)."""
-        candidates = [*self._text_fields.values(), *self.fields.values(), self.chain.breakers, self.chain.list]
+        candidates = [*self._text_fields.values(), *self.fields.values(), *self.chain.lists.values(), self.chain.list]
         return next((w for w in candidates if w.styleSheet() == ERROR_STYLE), None)
 
     @staticmethod

@@ -64,6 +64,8 @@ class ExportBranch:
     steps: list[TokenStep]
     source: str | None = None
     """Where the model was loaded from (a path, "default", a repo id, a server); None if unknown."""
+    precision: str | None = None
+    """What the reply was computed in (``float32``, ``float16``, ``bfloat16``); None if not recorded."""
 
 
 @dataclass
@@ -183,6 +185,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
                     **where,
                     "model": b.model,
                     "model_source": b.source,
+                    "precision": b.precision,
                     "params": b.params.to_dict(),
                     "finish_reason": b.finish_reason,
                     "text": b.text,
@@ -272,7 +275,13 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
         elif kind == ExportRecord.BRANCH:
             params = SamplingParams.from_dict(r["params"])
             current = ExportBranch(
-                r.get("model", ""), params, r.get("finish_reason"), r.get("text", ""), [], r.get("model_source")
+                r.get("model", ""),
+                params,
+                r.get("finish_reason"),
+                r.get("text", ""),
+                [],
+                r.get("model_source"),
+                r.get("precision"),  # absent from exports made before issue 19: not recorded
             )
             data.messages[r["message"]].branches.append(current)
         elif kind == ExportRecord.SCORE:

@@ -42,11 +42,11 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
         else:
             m.after = (message_at.get(after_message, -1), -1)
             brows = db.execute(
-                "SELECT id, text, finish_reason, model, params, steps, model_source FROM branches"
+                "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
                 " WHERE message_id = ? ORDER BY id",
                 (mid,),
             ).fetchall()
-            for j, (bid, text, reason, model, params, steps, source) in enumerate(brows):
+            for j, (bid, text, reason, model, params, steps, source, precision) in enumerate(brows):
                 branch_at[bid] = (i, j)
                 m.branches.append(
                     ExportBranch(
@@ -56,6 +56,7 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
                         text,
                         steps_from_json(steps),
                         source,
+                        precision,
                     )
                 )
                 if bid == active:
@@ -76,7 +77,11 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
     first = next((b for m in data.messages for b in m.branches), None)
     # The replies' own record first: the model loaded now may not be the one that wrote them.
     source = first.source if first is not None and first.source else model_source
-    data.model = {"name": first.model if first is not None else "", "source": source}
+    data.model = {
+        "name": first.model if first is not None else "",
+        "source": source,
+        "precision": first.precision if first is not None else None,
+    }
     return data
 
 
@@ -146,8 +151,14 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         s = data.score
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
-        name, source = data.model.get("name", ""), data.model.get("source")
-        store.add_branch(reply.id, s.steps, s.text, FinishReason.SCORED, name, s.params, model_source=source)
+        name, source, precision = (
+            data.model.get("name", ""),
+            data.model.get("source"),
+            data.model.get("precision") or "",
+        )
+        store.add_branch(
+            reply.id, s.steps, s.text, FinishReason.SCORED, name, s.params, model_source=source, precision=precision
+        )
         return conv.id
     ids: list[int] = []
     branch_ids: list[list[int]] = []
@@ -162,7 +173,15 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
             for b in m.branches:
                 made.append(
                     store.add_branch(
-                        msg.id, b.steps, b.text, b.finish_reason, b.model, b.params, steps_to_json(b.steps), b.source
+                        msg.id,
+                        b.steps,
+                        b.text,
+                        b.finish_reason,
+                        b.model,
+                        b.params,
+                        steps_to_json(b.steps),
+                        b.source,
+                        b.precision or "",
                     ).id
                 )
             if made:

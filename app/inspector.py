@@ -9,7 +9,6 @@ either (or use its context menu) to continue the reply from it.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal
@@ -28,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.bars_view import BarsView
 from app.chain_view import ChainView, format_nats, raw_rank
 from app.inspector_settings import settings_line, settings_tooltip, title_tooltip
-from app.remote_labels import NOT_REPORTED, is_remote_step, stage_label, step_stage_label
+from app.remote_labels import p_label, stage_label, step_stage_label
 from app.textfmt import escape, percent, visible
 from app.theme import LIGHT, Colors, variant_color
 from app.throttle import RedrawClock, own_clock
@@ -54,6 +53,7 @@ class InspectorWidget(QWidget):
         self.colors: Colors = LIGHT
         self.step: TokenStep | None = None
         self.where = ""
+        self.precision: str | None = None  # what the selected reply was computed in (None: not recorded)
         self.model: ChatModel | None = None
         self.candidates: list[Candidate] = []
         self.title = QLabel(PLACEHOLDER)
@@ -116,7 +116,9 @@ class InspectorWidget(QWidget):
         if run is not None and step is not None:
             column = run.column_of(self.model.selection[0])
             where = f"<span style='color:{variant_color(column, self.colors)}'>●</span> {run.label(column)} · "
-        if step is not self.step or where != self.where:
+        precision = self.model.precision_of(self.model.selection[0]) if self.model.selection else None
+        if step is not self.step or where != self.where or precision != self.precision:
+            self.precision = precision
             self.show_step(step, where)
 
     def show_step(self, step: TokenStep | None, where: str = "") -> None:
@@ -136,7 +138,7 @@ class InspectorWidget(QWidget):
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
         self.title.setText(self._title_html(step) if step is not None else PLACEHOLDER)
-        self.title.setToolTip(title_tooltip(step.params, step.forced) if step is not None else "")
+        self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision) if step is not None else "")
         self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
         self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
 
@@ -146,10 +148,10 @@ class InspectorWidget(QWidget):
             # The stages after temperature were computed at T = 1 for inspection only.
             picked = " · greedy: the most likely token entering temperature"
         last = step.chain[-1]
-        if is_remote_step(step):
+        if step.reported_stage is not None:  # a server's numbers: named by their stage, never raw
             return (
                 f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
-                f" &nbsp; p at {last} {percent(step.logprob) if not math.isnan(step.logprob) else NOT_REPORTED}"
+                f" &nbsp; {p_label(step)} {percent(step.logprob)}"
                 f"{picked}<br>{self._remote_label(step)}"
             )
         return (

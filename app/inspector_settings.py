@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from app.model.precision import precision_words
 from app.textfmt import escape, visible
 from engine.params import SamplingParams
 
@@ -81,10 +82,13 @@ def settings_tooltip(params: SamplingParams) -> str:
     return "<p>The settings this token was sampled with:</p><table>" + "".join(rows) + "</table>"
 
 
-def title_tooltip(params: SamplingParams, forced: bool) -> str:
-    """What the header's "p after <last stage>" is for this token."""
+def title_tooltip(params: SamplingParams, forced: bool, precision: str | None = None) -> str:
+    """What the header's "p after <last stage>" is for this token, and the precision its
+    reply was computed in (the reply's own record, not the model loaded now)."""
     if forced:
-        return FORCED_NOTE
-    if params.greedy:
-        return GREEDY_NOTE
-    return FINAL_NOTE.split(" Greedy")[0]
+        note = FORCED_NOTE
+    elif params.greedy:
+        note = GREEDY_NOTE
+    else:
+        note = FINAL_NOTE.split(" Greedy")[0]
+    return f"{note}\n\nComputed in: {precision_words(precision)} (this reply's precision)."

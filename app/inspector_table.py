@@ -31,6 +31,7 @@ HEADER_TIPS = {
     "penalty": PENALTY_NOTE,
     "count": COUNT_NOTE,
 }
+FINAL_COLUMN = COLUMNS.index("p final")
 CELL_PAD, HEADER_PAD = 14, 18  # the style's text margins (and the header's frame)
 
 
@@ -40,18 +41,18 @@ def row_values(step: TokenStep, cand: Candidate) -> list[str]:
     return [
         visible(cand.text),
         str(cand.token_id) if cand.token_id >= 0 else NOT_REPORTED,
-        NOT_REPORTED if math.isnan(cand.raw_logit) else f"{cand.raw_logit:.3f}",
-        NOT_REPORTED if raw_lp is None or math.isnan(raw_lp) else percent(raw_lp),
-        NOT_REPORTED if math.isnan(cand.logprob) else percent(cand.logprob),
+        NOT_REPORTED if cand.raw_logit is None else f"{cand.raw_logit:.3f}",
+        NOT_REPORTED if raw_lp is None else percent(raw_lp),
+        NOT_REPORTED if cand.logprob is None else percent(cand.logprob),
         cand.removed_by or "",
         _effect(cand.bias, "{:+.2f}"),
         _effect(cand.penalty, "{:+.3f}"),
-        NOT_REPORTED if cand.count < 0 else (str(cand.count) if cand.count else ""),
+        NOT_REPORTED if cand.count is None else (str(cand.count) if cand.count else ""),
     ]
 
 
-def _effect(value: float, fmt: str) -> str:
-    if math.isnan(value):
+def _effect(value: float | None, fmt: str) -> str:
+    if value is None:
         return NOT_REPORTED
     return fmt.format(value) if value else ""
 
@@ -81,12 +82,13 @@ class CandidateTable(QTableWidget):
             self.ids = []
             self.setRowCount(0)
             return
+        self._name_final_column(step)
         rows = [row_values(step, cand) for cand in candidates]
         self.ids = [cand.token_id for cand in candidates]
         self.setRowCount(len(rows))
         for row, (cand, values) in enumerate(zip(candidates, rows, strict=True)):
             chosen = is_chosen(step, cand)
-            color = QColor(colors.raw if not math.isfinite(cand.logprob) else colors.foreground)
+            color = QColor(colors.raw if cand.logprob == -math.inf else colors.foreground)
             for col, value in enumerate(values):
                 item = self.item(row, col)
                 if item is None:
@@ -100,12 +102,23 @@ class CandidateTable(QTableWidget):
         self._fit_columns(rows)
         self._select_ids(kept)
 
+    def _name_final_column(self, step: TokenStep) -> None:
+        """A server's numbers are one stage: the column says which (``p penalties``), not final."""
+        item = self.horizontalHeaderItem(FINAL_COLUMN)
+        stage = step.reported_stage
+        name = "p final" if stage is None else f"p {stage}"
+        if item.text() != name:
+            item.setText(name)
+            tip = HEADER_TIPS["p final"] if stage is None else f"The probability the server reported: after {stage}."
+            item.setToolTip(tip)
+
     def _fit_columns(self, rows: list[list[str]]) -> None:
         bold = QFont(self.font())
         bold.setBold(True)  # the chosen token's row: the widest the text can be
         cells = QFontMetrics(bold)
         heads = QFontMetrics(self.horizontalHeader().font())
-        for col, name in enumerate(COLUMNS):
+        for col in range(len(COLUMNS)):
+            name = self.horizontalHeaderItem(col).text()
             widest = max((cells.horizontalAdvance(r[col]) for r in rows), default=0)
             self.setColumnWidth(col, max(widest + CELL_PAD, heads.horizontalAdvance(name) + HEADER_PAD))
 

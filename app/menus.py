@@ -9,8 +9,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
 
+from app.capability_gate import CapabilityGate
 from app.layout import reset_layout
 from app.logging_setup import show_log
+from app.precision_menu import add_precision_menu
 from app.recovery import continue_interrupted
 from app.score_dialog import add_chat_actions, add_file_actions
 
@@ -29,7 +31,9 @@ def _action(window: MainWindow, menu: QMenu, text: str, slot, shortcut=None) -> 
 
 def build_menus(window: MainWindow) -> None:
     bar = window.menuBar()
+    window.capability_gate = CapabilityGate()  # what the loaded backend cannot do is disabled
     file_menu = bar.addMenu("&File")
+    file_menu.setToolTipsVisible(True)
     _action(window, file_menu, "New chat", window.new_chat, QKeySequence.StandardKey.New)
     window.conversations_menu = file_menu.addMenu("Open conversation")
     window.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window))
@@ -40,6 +44,7 @@ def build_menus(window: MainWindow) -> None:
     _action(window, file_menu, "Quit", window.close, QKeySequence.StandardKey.Quit)
 
     chat_menu = bar.addMenu("&Chat")
+    chat_menu.setToolTipsVisible(True)
     _action(window, chat_menu, "Send", window.send)
     _action(window, chat_menu, "Stop", window.stop, QKeySequence(Qt.Key.Key_Escape))
     _action(window, chat_menu, "Regenerate", window.regenerate, QKeySequence("Ctrl+R"))
@@ -50,6 +55,8 @@ def build_menus(window: MainWindow) -> None:
     window.panel.compare.toggled.connect(compare.setChecked)
     compare.setChecked(window.panel.compare_on())
     chat_menu.addAction(compare)
+    window.capability_gate.bind(compare, "fork")
+    window.capability_gate.bind(window.panel.compare, "fork")
     add_chat_actions(window, chat_menu)  # Replay under the current settings, branch at its first change
 
     model_menu = bar.addMenu("&Models")
@@ -61,6 +68,8 @@ def build_menus(window: MainWindow) -> None:
     _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
     window.recent_menu = model_menu.addMenu("Recent models")
     window.recent_menu.aboutToShow.connect(lambda: fill_recent(window))
+    model_menu.addSeparator()
+    add_precision_menu(window, model_menu)  # Precision ▸, Check precision… (app/precision_menu.py)
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

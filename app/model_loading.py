@@ -19,6 +19,8 @@ from PySide6.QtWidgets import QAbstractButton, QMessageBox
 
 from app.logging_setup import note_model
 from app.menus import recent_models
+from app.model.precision import model_label
+from app.precision_menu import update_precision_menu
 from app.worker import describe
 from engine.events import FinishReason
 
@@ -52,7 +54,14 @@ class ModelLoader(QObject):
     # Requests ---------------------------------------------------------------------------------
 
     def load(self, source: str) -> None:
-        self.when_idle(source, lambda: self._start(source, lambda: self.window.link.request_load.emit(source)))
+        """Load ``source`` in the precision chosen for it (read when the load is sent, so a load
+        that waited for a reply uses the latest choice)."""
+        from app.precision_menu import saved_choice
+
+        def send() -> None:
+            self.window.link.request_load.emit(source, saved_choice(self.window.settings, source))
+
+        self.when_idle(source, lambda: self._start(source, send))
 
     def connect_remote(self, spec) -> None:
         """Use the server of ``spec`` (an ``app.remote_jobs.RemoteSpec``) from now on."""
@@ -106,7 +115,7 @@ class ModelLoader(QObject):
             self.window.model.set_welcome_state(loading_words(fraction))
 
     def _on_loaded(self, info) -> None:
-        from app.remote_labels import is_remote, status_text
+        from app.remote_labels import reports_one_stage, status_text
 
         window = self.window
         window.model_info = info
@@ -114,15 +123,17 @@ class ModelLoader(QObject):
         window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
         note_model(info.name, info.source)
-        window.store.note_model(info.name, info.source)  # replies saved from now on record the source
-        remote = is_remote(info)
-        self.label = status_text(info) if remote else info.name
+        # Replies saved from now on record where the model came from and what it computes in.
+        window.store.note_model(info.name, info.source, info.precision)
+        remote = reports_one_stage(info)
+        self.label = status_text(info) if remote else model_label(info)
+        update_precision_menu(window)
         window.status.model_ready(self.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
         window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
         window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
-        if remote:
-            # A server is not remembered as "the model" (a restart loads the local one).
+        if not info.capabilities.load_files:
+            # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             window.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
             return
@@ -143,7 +154,7 @@ class ModelLoader(QObject):
         from app.remote_labels import NOT_REPORTED
 
         info = self.window.model_info
-        if finished.finish_reason != FinishReason.ERROR or info is None or info.backend != "remote":
+        if finished.finish_reason != FinishReason.ERROR or info is None or not info.capabilities.network:
             return
         kept = ""
         if finished.text:

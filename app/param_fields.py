@@ -1,5 +1,6 @@
 """Numeric parameter widgets (a slider over a convenient range beside a spin box over
-the whole valid range) and the table of every numeric SamplingParams field by stage."""
+the whole valid range) and the table of every SamplingParams field by stage, made from
+the stage specs (``engine/stages/<name>_spec.py``)."""
 
 from __future__ import annotations
 
@@ -10,28 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
 
-from engine.params import (
-    DRY_ALLOWED_LENGTH_RANGE,
-    DRY_BASE_RANGE,
-    DRY_MULTIPLIER_RANGE,
-    DRY_PENALTY_LAST_N_RANGE,
-    DYNATEMP_EXPONENT_RANGE,
-    DYNATEMP_RANGE_RANGE,
-    FREQUENCY_PENALTY_RANGE,
-    MAX_TOKENS_RANGE,
-    MIN_P_RANGE,
-    PENALTY_WINDOW_RANGE,
-    PRESENCE_PENALTY_RANGE,
-    REPETITION_PENALTY_RANGE,
-    TEMPERATURE_RANGE,
-    TOP_K_RANGE,
-    TOP_LOGPROBS_RANGE,
-    TOP_N_SIGMA_RANGE,
-    TOP_P_RANGE,
-    TYPICAL_P_RANGE,
-    XTC_PROBABILITY_RANGE,
-    XTC_THRESHOLD_RANGE,
-)
+from engine.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
+from engine.stages.registry import SPECS
+from engine.stages.spec import Field
 
 SLIDER_STEPS = 1000
 
@@ -51,164 +33,21 @@ class FieldSpec:
     """What the field does and its off value."""
 
 
-# Spin boxes start just above an exclusive lower bound (top_p, typical_p, repetition
-# penalty must be > 0): the smallest value a person can type is then a valid one.
+def _field_spec(field: Field) -> FieldSpec:
+    decimals = None if field.kind is int else (field.decimals if field.decimals is not None else 2)
+    return FieldSpec(field.name, field.label, field.slider, field.spin_range, decimals, field.help)
+
+
+# Made from the stage specs. Spin boxes start just above an exclusive lower bound (top_p,
+# typical_p, repetition penalty must be > 0: the spec's ``spin``): the smallest value a
+# person can type is then a valid one. List fields (DRY's breakers) have their own editor.
 STAGE_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
-    "penalties": (
-        FieldSpec(
-            "repetition_penalty",
-            "Repetition",
-            (0.5, 2.0),
-            (0.01, REPETITION_PENALTY_RANGE[1]),
-            3,
-            "Divide positive / multiply negative logits of tokens seen in the window. 1 = off.",
-        ),
-        FieldSpec(
-            "presence_penalty",
-            "Presence",
-            (-2.0, 2.0),
-            PRESENCE_PENALTY_RANGE,
-            2,
-            "Subtract from the logit of every token seen in the window. 0 = off.",
-        ),
-        FieldSpec(
-            "frequency_penalty",
-            "Frequency",
-            (-2.0, 2.0),
-            FREQUENCY_PENALTY_RANGE,
-            2,
-            "Subtract frequency × count from the logit of tokens seen in the window. 0 = off.",
-        ),
-        FieldSpec(
-            "penalty_window",
-            "Window",
-            (0, 1024),
-            PENALTY_WINDOW_RANGE,
-            None,
-            "Tokens of prompt + output the penalties count. 0 = all of them.",
-        ),
-    ),
-    "dry": (
-        FieldSpec(
-            "dry_multiplier",
-            "Multiplier",
-            (0.0, 3.0),
-            DRY_MULTIPLIER_RANGE,
-            2,
-            "DRY strength: a token that would extend a repeat loses multiplier · base^(length − allowed). 0 = off.",
-        ),
-        FieldSpec(
-            "dry_base",
-            "Base",
-            (1.0, 4.0),
-            DRY_BASE_RANGE,
-            2,
-            "How fast the DRY penalty grows with the repeat's length (default 1.75).",
-        ),
-        FieldSpec(
-            "dry_allowed_length",
-            "Allowed length",
-            (1, 10),
-            DRY_ALLOWED_LENGTH_RANGE,
-            None,
-            "Repeats up to this many tokens are not penalized (default 2).",
-        ),
-        FieldSpec(
-            "dry_penalty_last_n",
-            "Last n tokens",
-            (-1, 4096),
-            DRY_PENALTY_LAST_N_RANGE,
-            None,
-            "Tokens of prompt + output searched for repeats. −1 = the whole context, 0 = off.",
-        ),
-    ),
-    "temperature": (
-        FieldSpec(
-            "temperature",
-            "Temperature",
-            (0.0, 2.0),
-            TEMPERATURE_RANGE,
-            2,
-            "Divides the logits. 1 = off; 0 = greedy (the most likely token entering this stage).",
-        ),
-        FieldSpec(
-            "dynatemp_range",
-            "Dynamic range",
-            (0.0, 2.0),
-            DYNATEMP_RANGE_RANGE,
-            2,
-            "Dynamic temperature: T moves within T ± range with the entropy (llama.cpp temp_ext). 0 = off.",
-        ),
-        FieldSpec(
-            "dynatemp_exponent",
-            "Dynamic exponent",
-            (0.0, 4.0),
-            DYNATEMP_EXPONENT_RANGE,
-            2,
-            "Dynamic temperature: exponent on the normalized entropy (default 1; no effect when the range is 0).",
-        ),
-    ),
-    "top_k": (FieldSpec("top_k", "k", (0, 200), TOP_K_RANGE, None, "Keep the k most likely tokens. 0 = off."),),
-    "top_p": (
-        FieldSpec(
-            "top_p",
-            "p",
-            (0.01, 1.0),
-            (0.01, TOP_P_RANGE[1]),
-            3,
-            "Keep the smallest set of most likely tokens whose probability reaches p. 1 = off.",
-        ),
-    ),
-    "min_p": (
-        FieldSpec(
-            "min_p",
-            "min p",
-            (0.0, 0.5),
-            MIN_P_RANGE,
-            3,
-            "Drop tokens below min_p × the top probability. 0 = off.",
-        ),
-    ),
-    "typical_p": (
-        FieldSpec(
-            "typical_p",
-            "p",
-            (0.01, 1.0),
-            (0.001, TYPICAL_P_RANGE[1]),
-            3,
-            "Locally typical sampling: keep the tokens closest to the expected surprisal until their mass "
-            "reaches p. 1 = off.",
-        ),
-    ),
-    "top_n_sigma": (
-        FieldSpec(
-            "top_n_sigma",
-            "n",
-            (0.0, 5.0),
-            TOP_N_SIGMA_RANGE,
-            2,
-            "Keep logits ≥ max − n·σ over the tokens still in the distribution. 0 = off.",
-        ),
-    ),
-    "xtc": (
-        FieldSpec(
-            "xtc_probability",
-            "Probability",
-            (0.0, 1.0),
-            XTC_PROBABILITY_RANGE,
-            2,
-            "Exclude top choices: the chance per token that XTC acts (its own seeded coin). 0 = off.",
-        ),
-        FieldSpec(
-            "xtc_threshold",
-            "Threshold",
-            (0.0, 0.5),
-            XTC_THRESHOLD_RANGE,
-            3,
-            "When two or more tokens reach this probability, all but the least likely of them are removed "
-            "(default 0.1). Above 0.5 XTC never acts.",
-        ),
-    ),
+    name: tuple(_field_spec(f) for f in spec.fields if f.kind is not tuple)
+    for name, spec in SPECS.items()
+    if spec.reorderable
+}
+LIST_FIELDS: dict[str, tuple[Field, ...]] = {
+    name: tuple(f for f in spec.fields if f.kind is tuple) for name, spec in SPECS.items() if spec.reorderable
 }
 REPLY_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("max_tokens", "Max tokens", (1, 2048), MAX_TOKENS_RANGE, None, "Most tokens to generate."),

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.param_fields import STAGE_FIELDS
 from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.stages.registry import FIELDS, SPECS
 
-STAGE_PARAMS = ("samplers", *(spec.name for specs in STAGE_FIELDS.values() for spec in specs), "dry_sequence_breakers")
-"""The fields every preset sets: the order and every stage's parameters."""
+STAGE_PARAMS = ("samplers", *FIELDS)
+"""The fields every preset sets: the order and every stage's parameters (from the specs)."""
 _DEFAULTS = SamplingParams().to_dict()
 STAGE_DEFAULTS: dict[str, Any] = {name: _DEFAULTS[name] for name in STAGE_PARAMS}
 
@@ -90,26 +90,10 @@ def preset_data(params: SamplingParams) -> dict[str, Any]:
 
 
 def short_label(params: SamplingParams) -> str:
-    """A few words for settings that match no preset: the stages that do something."""
-    parts = []
-    if params.temperature == 0:
-        parts.append("greedy")
-    elif params.temperature != 1 or params.dynatemp_range > 0:
-        parts.append(f"T {params.temperature:g}" + (f"±{params.dynatemp_range:g}" if params.dynatemp_range else ""))
-    for name, value, off in (
-        ("top-k", params.top_k, 0),
-        ("top-p", params.top_p, 1),
-        ("min-p", params.min_p, 0),
-        ("typical", params.typical_p, 1),
-        ("nσ", params.top_n_sigma, 0),
-        ("rep", params.repetition_penalty, 1),
-    ):
-        if value != off:
-            parts.append(f"{name} {value:g}")
-    if params.dry_multiplier > 0:
-        parts.append(f"DRY {params.dry_multiplier:g}")
-    if params.xtc_probability > 0:
-        parts.append(f"XTC {params.xtc_probability:g}")
+    """A few words for settings that match no preset: the stages that do something, each
+    as its spec words it (whether or not ``samplers`` lists it), then the seed."""
+    specs = sorted((s for s in SPECS.values() if s.reorderable), key=lambda s: not s.marks_greedy)  # "T" first
+    parts = [label for spec in specs if (label := spec.short_label(params))]
     if params.seed is not None:
         parts.append(f"seed {params.seed}")
     return ", ".join(parts) or "T 1"

@@ -63,6 +63,7 @@ def attach_journal(window: MainWindow) -> StreamJournal:
         on_error=relay.failed.emit,
         on_recovered=relay.recovered.emit,
         sources=window.store.model_sources,
+        precisions=window.store.model_precisions,
     )
     window.model.journal = journal
     window.journal = journal

@@ -1,8 +1,10 @@
 """How the views label numbers a remote server reported, and the ones it did not.
 
-A remote ``TokenStep`` (``engine/backend.py``) carries one stage: its ``chain`` names the
-distribution the server's logprobs describe; entropies are NaN, survivors -1, raw logits
-NaN. Those are *not reported*, never zero: the views write :data:`NOT_REPORTED` for them.
+A remote ``TokenStep`` (``engine/backend.py``) carries one stage: ``reported_stage`` (also
+its ``chain``) names the distribution the server's logprobs describe; entropies,
+survivors, raw logits, bias, penalty and counts are ``None``. Those are *not reported*,
+never zero: the views write :data:`NOT_REPORTED` for them, and name the server's numbers
+by their stage (``p(penalties)``), never ``raw`` or ``final`` (:func:`p_label`).
 """
 
 from __future__ import annotations
@@ -32,22 +34,23 @@ SERVER_TITLES = {
 }
 
 
-def is_remote_step(step: TokenStep | None) -> bool:
-    """A step a server reported: no raw logits (the local engine always has them)."""
-    if step is None or len(step.chain) != 1:
-        return False
-    if step.top:
-        return all(math.isnan(c.raw_logit) for c in step.top)
-    return all(math.isnan(h) for h in step.entropies)
+def p_label(step: TokenStep, final: bool = True) -> str:
+    """What the step's chosen-token probability is called: ``p(final)`` for the local
+    engine's (``p(raw)`` with ``final=False``), ``p(<stage>)`` for a server's numbers."""
+    if step.reported_stage is not None:
+        return f"p({step.reported_stage})"
+    return "p(final)" if final else "p(raw)"
 
 
-def is_remote(info) -> bool:
-    return info is not None and getattr(info, "backend", "local") == "remote"
+def reports_one_stage(info) -> bool:
+    """Whether the backend of ``info`` (an ``engine.backend.ModelInfo``) reports one stage
+    of the chain, not all of it: its capabilities say so (a server), not its type."""
+    return info is not None and not info.capabilities.full_chain
 
 
 def stage_label(info) -> str:
     """``server reports: penalties (detected for mlx_lm.server)`` for a remote model."""
-    if not is_remote(info):
+    if not reports_one_stage(info):
         return ""
     how = f"detected for {server_title(info.server)}" if info.stage_detected else "assumed — set it in Connect…"
     return f"server reports: {info.reported_stage} ({how})"
@@ -65,7 +68,7 @@ def status_text(info) -> str:
 def step_stage_label(step: TokenStep) -> str:
     """Under the inspector's title: what the numbers of a remote step are."""
     return (
-        f"remote: the server reports <b>{step.chain[0]}</b> only; "
+        f"remote: the server reports <b>{step.reported_stage or step.chain[0]}</b> only; "
         f"entropies, tokens left, raw logits and other stages: {NOT_REPORTED}"
     )
 
@@ -73,8 +76,8 @@ def step_stage_label(step: TokenStep) -> str:
 def sort_key(step: TokenStep, cand: Candidate) -> tuple[float, int]:
     """Raw rank where raw logits are known, else the first reported stage's rank."""
     value = cand.raw_logit
-    if math.isnan(value):
-        value = cand.logprobs[0] if cand.logprobs and not math.isnan(cand.logprobs[0]) else -math.inf
+    if value is None:
+        value = cand.logprobs[0] if cand.logprobs and cand.logprobs[0] is not None else -math.inf
     return (-value, cand.token_id)
 
 

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         dialog.model.setCurrentText(args.model)
     dialog.accept()
-    if not wait(lambda: (window.model_info is not None and window.model_info.backend == "remote") or window.last_error):
+    served = lambda: window.model_info is not None and window.model_info.capabilities.network  # noqa: E731
+    if not wait(lambda: served() or window.last_error):
         print("error: not connected in time", file=sys.stderr)
         return 1
     if window.last_error:

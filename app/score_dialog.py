@@ -263,8 +263,11 @@ class ScoreController(QObject):
             branch = message.branch
             if branch is not None:
                 source = {"name": branch.model, "source": branch.model_source or window.model_source}
+                source["precision"] = branch.precision
             else:
+                info = window.model_info
                 source = {"name": model.model_name, "source": window.model_source}
+                source["precision"] = (info.precision or None) if info is not None else None
             params = steps[0].params
             data = scored(message.branch.text if message.branch else "", None, params, steps, self.last_done, source)
             return data
@@ -352,6 +355,10 @@ class ScoreController(QObject):
         return conversation
 
 
+REPLAY_TEXT = "Replay this reply under the current settings"
+BRANCH_TEXT = "Branch at the replay's first change"
+
+
 def controller(window: MainWindow) -> ScoreController:
     found = getattr(window, "scoring", None)
     if found is None:
@@ -365,16 +372,18 @@ def score_text_dialog(window: MainWindow) -> None:
         controller(window).score_text(dialog.text.toPlainText(), dialog.prompt.text().strip() or None)
 
 
-def _act(window, menu: QMenu, text: str, slot) -> QAction:
+def _act(window, menu: QMenu, text: str, slot, needs: str | None = None) -> QAction:
     action = QAction(text, window)
     action.triggered.connect(lambda _=False: slot())
     menu.addAction(action)
+    if needs is not None:  # a backend capability: disabled, with the reason, where it is off
+        window.capability_gate.bind(action, needs)
     return action
 
 
 def add_file_actions(window: MainWindow, menu: QMenu) -> None:
     menu.addSeparator()
-    _act(window, menu, "Score text…", lambda: score_text_dialog(window))
+    _act(window, menu, "Score text…", lambda: score_text_dialog(window), "score")
     _act(window, menu, "Open export…", lambda: controller(window).open_export())
     export = menu.addMenu("Export")
     for what, label in (
@@ -391,9 +400,5 @@ def add_file_actions(window: MainWindow, menu: QMenu) -> None:
 
 def add_chat_actions(window: MainWindow, menu: QMenu) -> None:
     menu.addSeparator()
-    _act(window, menu, "Replay this reply under the current settings", lambda: controller(window).replay_selected())
-    _act(window, menu, "Branch at the replay's first change", lambda: controller(window).branch_at_first_change())
-
-
-def finite(value: float) -> float:
-    return value if math.isfinite(value) else float("nan")
+    _act(window, menu, REPLAY_TEXT, lambda: controller(window).replay_selected(), "replay")
+    _act(window, menu, BRANCH_TEXT, lambda: controller(window).branch_at_first_change(), "replay")

@@ -82,7 +82,7 @@ class StatusWidgets:
     def reply_finished(self, finished: Finished) -> None:
         self.progress.hide()
         # A compare column that shared another's prefill has no prompt speed of its own.
-        prompt = f"prompt {finished.prompt_tps:.1f} tok/s · " if finished.prompt_tps > 0 else ""
+        prompt = f"prompt {finished.prompt_tps:.1f} tok/s · " if (finished.prompt_tps or 0) > 0 else ""
         self.speed_label.setText(f"{prompt}generation {finished.generation_tps:.1f} tok/s")
 
     def memory_measured(self, nbytes: int) -> None:

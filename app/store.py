@@ -44,6 +44,8 @@ class Branch:
     params: SamplingParams
     steps: list[TokenStep]
     model_source: str | None = None
+    precision: str | None = None
+    """What it was computed in (``float32``, ``float16``, ``bfloat16``); None: not recorded."""
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Store:
         self.moved_aside: Path | None = None  # set by app.db_open when the old file was moved
         self.opened_instead = False
         self.model_sources: dict[str, str] = {}  # model name -> where it was loaded from (note_model)
+        self.model_precisions: dict[str, str] = {}  # model name -> what it computes in (note_model)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=timeout)
         try:
@@ -127,10 +130,15 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def note_model(self, name: str, source: str) -> None:
-        """Model ``name`` was loaded from ``source``: replies of ``name`` saved from now on
-        record it (``model_source``), and so does the stream journal, which reads this map."""
+    def note_model(self, name: str, source: str, precision: str = "") -> None:
+        """Model ``name`` was loaded from ``source`` and computes in ``precision`` ("" when not
+        known: a server): replies of ``name`` saved from now on record both (``model_source``,
+        ``precision``), and so does the stream journal, which reads these maps."""
         self.model_sources[name] = source
+        if precision:
+            self.model_precisions[name] = precision
+        else:
+            self.model_precisions.pop(name, None)
 
     def integrity(self) -> str:
         """``PRAGMA integrity_check``: "ok", or what is wrong."""
@@ -146,12 +154,13 @@ class Store:
         gets them from the journal. Returns the ids of the interrupted branches."""
         recovered: list[int] = []
         live = self.db.execute(
-            "SELECT id, message_id, model, params, branch, created_at, model_source FROM live_replies ORDER BY id"
+            "SELECT id, message_id, model, params, branch, created_at, model_source, precision FROM live_replies"
+            " ORDER BY id"
         ).fetchall()
         if not live:
             return recovered
         with self.db:
-            for live_id, message_id, model, params, branch, created, source in live:
+            for live_id, message_id, model, params, branch, created, source, precision in live:
                 steps = [
                     row[0]
                     for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
@@ -169,8 +178,8 @@ class Store:
                     text = "".join(json.loads(step)["text"] for step in steps)
                     cur = self.db.execute(
                         "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                        " model_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source),
+                        " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source, precision),
                     )
                     self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
                     recovered.append(cur.lastrowid)
@@ -259,14 +268,18 @@ class Store:
         params: SamplingParams,
         steps_json: str | None = None,
         model_source: str | None = None,
+        precision: str | None = None,
     ) -> Branch:
         """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
         with :meth:`set_branch_steps` later writes them once serialized elsewhere.
-        ``model_source``: default, where ``model`` was last loaded from (:meth:`note_model`)."""
+        ``model_source`` and ``precision``: default, where ``model`` was last loaded from and
+        what it computes in (:meth:`note_model`); an import passes its own."""
         source = model_source if model_source is not None else self.model_sources.get(model)
+        # "" (an import that did not record it) stays not recorded, never today's precision.
+        precision = self.model_precisions.get(model) if precision is None else (precision or None)
         cur = self.db.execute(
-            "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source,"
+            " precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 message_id,
                 text,
@@ -276,10 +289,11 @@ class Store:
                 steps_to_json(steps) if steps_json is None else steps_json,
                 time.time(),
                 source,
+                precision,
             ),
         )
         self.set_active_branch(message_id, cur.lastrowid)
-        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source)
+        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision)
 
     def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
         self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
@@ -291,13 +305,13 @@ class Store:
 
     def branches(self, message_id: int) -> list[Branch]:
         rows = self.db.execute(
-            "SELECT id, text, finish_reason, model, params, steps, model_source FROM branches"
+            "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
             " WHERE message_id = ? ORDER BY id",
             (message_id,),
         )
         return [
-            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source)
-            for bid, text, reason, model, p, s, source in rows
+            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source, prec)
+            for bid, text, reason, model, p, s, source, prec in rows
         ]
 
     def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:
@@ -343,7 +357,7 @@ class Store:
         Returns the run's id and the branches, in column order. ``steps_later``: the steps
         are written by :meth:`set_branch_steps` once serialized elsewhere."""
         now = time.time()
-        source = self.model_sources.get(model)
+        source, precision = self.model_sources.get(model), self.model_precisions.get(model)
         branches: list[Branch] = []
         saved: list[dict] = []
         with self.db:
@@ -351,7 +365,7 @@ class Store:
                 params = json.dumps(column.params.to_dict())
                 cur = self.db.execute(
                     "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                    " model_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         message_id,
                         text,
@@ -361,9 +375,12 @@ class Store:
                         "[]" if steps_later else steps_to_json(steps),
                         now,
                         source,
+                        precision,
                     ),
                 )
-                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source))
+                branches.append(
+                    Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source, precision)
+                )
                 saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
             cur = self.db.execute(
                 "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"

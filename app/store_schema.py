@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS branches (
     params TEXT NOT NULL,
     steps TEXT NOT NULL,
     created_at REAL NOT NULL,
-    model_source TEXT
+    model_source TEXT,
+    precision TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
 CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
@@ -67,7 +68,8 @@ CREATE TABLE IF NOT EXISTS live_replies (
     params TEXT NOT NULL,
     branch INTEGER,
     created_at REAL NOT NULL,
-    model_source TEXT
+    model_source TEXT,
+    precision TEXT
 );
 CREATE TABLE IF NOT EXISTS live_steps (
     reply INTEGER NOT NULL REFERENCES live_replies(id) ON DELETE CASCADE,
@@ -76,7 +78,7 @@ CREATE TABLE IF NOT EXISTS live_steps (
     PRIMARY KEY (reply, idx)
 );
 """
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
 2: token steps keyed by stage name (token records of version 2; each record names its
 version, :mod:`engine.codec` reads every one, so later record versions need no migration).
@@ -88,7 +90,10 @@ rows go once it is saved as a branch, and rows left by a crash become an "interr
 branch at the next start (:meth:`Store.recover_interrupted`).
 5: where each reply's model was loaded from (``model_source`` on ``branches`` and
 ``live_replies``: a path, "default", a repo id or a server's address; NULL for replies
-saved before)."""
+saved before).
+6: the precision each reply was computed in (``precision`` on ``branches`` and
+``live_replies``: ``float32``, ``float16`` or ``bfloat16``, issue 19; NULL when not known:
+replies saved before, and a server's, which does not say)."""
 INTERRUPTED = FinishReason.INTERRUPTED
 
 
@@ -116,10 +121,18 @@ def _add_journal(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
+def _add_column(db: sqlite3.Connection, name: str) -> None:
+    for table in ("branches", "live_replies"):  # an older file got live_replies from today's schema
+        if name not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT")
+
+
 def _add_model_source(db: sqlite3.Connection) -> None:
-    for table in ("branches", "live_replies"):  # a v3 file got live_replies from today's schema
-        if "model_source" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN model_source TEXT")
+    _add_column(db, "model_source")
+
+
+def _add_precision(db: sqlite3.Connection) -> None:
+    _add_column(db, "precision")
 
 
 # MIGRATIONS[v] turns a version-v database into version v + 1.
@@ -128,6 +141,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _add_compare_runs,
     3: _add_journal,
     4: _add_model_source,
+    5: _add_precision,
 }
 
 

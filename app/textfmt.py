@@ -15,11 +15,14 @@ def visible(text: str) -> str:
     return "".join(VISIBLE.get(ch, ch) for ch in text)
 
 
-def prob(logprob: float) -> float:
-    return math.exp(logprob) if math.isfinite(logprob) else 0.0
+def prob(logprob: float | None) -> float:
+    """0 for a removed token (-inf) and for one not reported (None: drawn like the lowest)."""
+    return math.exp(logprob) if logprob is not None and math.isfinite(logprob) else 0.0
 
 
-def percent(logprob: float) -> str:
+def percent(logprob: float | None) -> str:
+    if logprob is None:
+        return "not reported"
     p = prob(logprob)
     if p == 0.0:
         return "0 (removed)"

@@ -1,11 +1,11 @@
 """The timeline: the whole reply at a glance.
 
-Top: the chosen token's probability after the last stage, per position. Bottom:
-the entropy after the stage picked above the plots (by default the last stage of
-each token's chain; a token whose chain did not run that stage leaves a gap). Red
-rings mark tokens that were not the raw argmax; dashed lines mark where the
-sampling parameters changed (any value or the order of the stages; not the seed alone),
-labelled with what changed, their tooltip giving the values (``app.timeline_marks``).
+Top: the chosen token's probability after the last stage (``p(final)``; a server's, by
+its stage: ``p(penalties)``), per position. Bottom: the entropy after the stage picked
+above the plots (by default each token's last; a token whose chain did not run that
+stage leaves a gap). Red rings mark tokens that were not the raw argmax; dashed lines
+mark where the sampling parameters changed (any value or the stage order; not the seed
+alone), labelled with what changed, their tooltip giving the values (``app.timeline_marks``).
 Clicking a point selects that token. Before the first token, a hint instead of empty axes.
 
 A compare run shows a curve per column on top, and below the Jensen–Shannon divergence
@@ -24,6 +24,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from app.remote_labels import p_label
 from app.textfmt import prob
 from app.theme import LIGHT, Colors, variant_color
 from app.throttle import RedrawClock, own_clock
@@ -42,10 +43,7 @@ MAX_DOTS = 1000
 """A reply longer than this is drawn as curves without a dot per token."""
 MAX_RUN_DOTS = 300
 """Likewise for the columns of a compare run (redrawn whole: each has its own curve)."""
-EMPTY_HINT = (
-    "Send a message: each token's probability (top) and the model's uncertainty, its entropy"
-    " (below), appear here as the reply is written. Click a point to inspect that token."
-)
+EMPTY_HINT = "Send a message: each token's probability (top) and the model's uncertainty, its entropy (below), appear here as the reply is written. Click a point to inspect that token."  # noqa: E501
 PROB_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], []]  # major, minor
 
 
@@ -76,7 +74,7 @@ class TimelineWidget(QWidget):
         self.prob_plot = self.view.addPlot(row=0, col=0, axisItems={"bottom": TokenAxis()})
         self.entropy_plot = self.view.addPlot(row=1, col=0, axisItems={"bottom": TokenAxis()})
         self.entropy_plot.setXLink(self.prob_plot)
-        self.prob_plot.setLabel("left", "p final")
+        self.prob_plot.setLabel("left", "p(final)")
         self.entropy_plot.setLabel("left", "H last stage")
         self.entropy_plot.setLabel("bottom", "token")
         self.prob_plot.setYRange(0, 1.05, padding=0)
@@ -251,6 +249,9 @@ class TimelineWidget(QWidget):
         series = self.series
         changed = steps is not series.steps or len(steps) != series.n
         series.update(steps)
+        name = p_label(steps[-1]) if steps else "p(final)"  # a server's numbers: by their stage
+        if self.prob_plot.getAxis("left").labelText != name:  # an axis label costs a relayout
+            self.prob_plot.setLabel("left", name)
         self._update_stage_choices(series.stages)
         stage = self.stage.currentText()
         if changed or stage != self._drawn_stage:

@@ -87,7 +87,8 @@ class StreamSeries:
         for i in range(done, self.n):
             step = self.steps[i]
             k = len(step.chain) - 1 if stage == LAST_STAGE else step.stage_index(stage)
-            values[i] = math.nan if k is None else step.entropies[k]
+            h = None if k is None else step.entropies[k]
+            values[i] = math.nan if h is None else h  # NaN: a gap in the curve
         self._entropy[stage] = (values, self.n)
         return values[: self.n]
 

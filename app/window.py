@@ -28,6 +28,7 @@ from app.menus import build_menus
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.streams import TokenRef
 from app.model_loading import NOT_REPORTED_REMOTE, ModelLoader
+from app.precision_check import PrecisionCheck
 from app.recovery import announce_recovered, attach_journal, open_window_store
 from app.sampling_panel import SamplingPanel
 from app.status import StatusWidgets
@@ -142,9 +143,11 @@ class MainWindow(QMainWindow):
         self.link = EngineLink(self.model, session_factory, self)
         self.engine = self.link.engine
         self.loader = ModelLoader(self)
+        self.precision_check = PrecisionCheck(self)  # Models → Check precision…
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
+        worker.model_loaded.connect(self._on_model_loaded)
         worker.errored.connect(self.show_exception)
 
     # Settings --------------------------------------------------------------------------------
@@ -205,6 +208,7 @@ class MainWindow(QMainWindow):
             self.model.regenerate(self.controls.current, variants)
 
     def stop(self) -> None:
+        self.precision_check.cancel()
         if self.model.busy():
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
@@ -245,8 +249,12 @@ class MainWindow(QMainWindow):
     def _on_prefill(self, tag: int, done: int, total: int) -> None:
         self.status.prefill_progressed(tag, done, total)
 
+    def _on_model_loaded(self, info) -> None:
+        # Menu items the new backend cannot do are disabled, with its reason (app/capability_gate.py).
+        self.capability_gate.apply_info(info)
+
     def _on_memory(self, nbytes: int) -> None:
-        if self.model_info is not None and self.model_info.backend == "remote":
+        if self.model_info is not None and not self.model_info.capabilities.memory:
             self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             return
         self.status.memory_measured(nbytes)

@@ -11,9 +11,12 @@ and outline the widget of the field at fault; :func:`describe` makes the message
 
 Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes back
 with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
-worker calls only ``start``, ``continue_reply``, ``fork``, ``fork_reply``, ``cancel``,
-``cancel_all``, ``update_params``, ``step``, ``has_work``, ``load``, ``memory_bytes``
-and ``release_thread`` on its session, so another backend can stand in for it.
+worker calls only the calls of ``engine.backend.Backend`` on its session and decides by
+the session's ``capabilities``, never by its type, so any backend can stand in for it
+(the precision check, ``app.precision_check``, calls ``check_fidelity``).
+
+A load names the precision to compute in (``engine.precision``: the Models → Precision
+choice saved for that model); a server ignores it.
 """
 
 from __future__ import annotations
@@ -75,6 +78,12 @@ class EngineWorker(QObject):
         self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
         self._score_timer: QTimer | None = None
 
+    def fidelity_session(self):
+        """The session if it can run the precision check (its capabilities say so), else
+        None; call on the worker's thread (``app.precision_check`` does)."""
+        session = self._session
+        return session if session is not None and session.capabilities.fidelity else None
+
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
         if self._session is None:
@@ -90,11 +99,11 @@ class EngineWorker(QObject):
             self._timer.timeout.connect(self._step)
         return self._session
 
-    @Slot(str)
-    def load_model(self, source: str) -> None:
-        from app.remote_jobs import is_remote_session
-
-        if is_remote_session(self._session):  # back to the local engine (kept aside)
+    @Slot(str, str)
+    def load_model(self, source: str, precision: str = "auto") -> None:
+        if self._session is not None and not self._session.capabilities.load_files:
+            # A model file on a backend that serves its own models: back to the local
+            # engine (kept aside while the server was in use).
             self._retire(self._session)
             self._session, self._local = self._local, None
         session = self._ensure_session()
@@ -102,7 +111,7 @@ class EngineWorker(QObject):
             if session.has_work():
                 session.cancel_all()
                 self._flush_events(session.step())
-            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f))
+            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f), precision)
         except Exception as exc:  # the worker is the one place that catches broadly
             self.model_failed.emit(source, exc)
             return
@@ -114,8 +123,6 @@ class EngineWorker(QObject):
         """Use a server (``app.remote_jobs.RemoteSpec``) instead of the current backend. The
         old one is stopped only once the server answered, so a failed connect leaves the
         previous model in place."""
-        from app.remote_jobs import is_remote_session
-
         self._ensure_session()
         try:
             backend = spec.backend()
@@ -124,7 +131,7 @@ class EngineWorker(QObject):
             self.model_failed.emit(spec.url, exc)
             return
         old = self._session
-        if is_remote_session(old):
+        if old is not None and not old.capabilities.load_files:  # another server: done with it
             self._retire(old)
         elif old is not None:
             # The local engine is stopped but kept: MLX cannot be used again on this thread
@@ -170,18 +177,25 @@ class EngineWorker(QObject):
 
     @staticmethod
     def _start(session, job: ChatJob | ForkJob) -> list:
-        from app.remote_jobs import is_remote_session, start_remote
-
-        if is_remote_session(session):
-            return start_remote(session, job)
+        """One ``StartedRequest`` per reply of ``job``, through the backend's own calls (a
+        server emulates fork; the texts are for backends that continue from text)."""
         messages = list(job.messages)
         if isinstance(job, ForkJob):
             if job.output:
-                return session.fork_reply(messages, job.output, list(job.variants))
+                return session.fork_reply(messages, job.output, list(job.variants), output_text=job.output_text)
             return session.fork(messages, list(job.variants))
         if job.forced_token is None:
             return [session.start(messages, job.params)]
-        return [session.continue_reply(messages, job.output, job.forced_token, job.params)]
+        return [
+            session.continue_reply(
+                messages,
+                job.output,
+                job.forced_token,
+                job.params,
+                output_text=job.output_text,
+                forced_text=job.forced_text,
+            )
+        ]
 
     @Slot(int)
     def cancel(self, tag: int) -> None:
@@ -284,8 +298,9 @@ class EngineWorker(QObject):
 
     def _submit_score(self, session, job) -> None:
         try:
-            if not hasattr(session, "score_text"):
-                raise EngineError("scoring and replay need a local model: a server reports only what it sampled.")
+            need = "score" if isinstance(job, ScoreJob) else "replay"
+            if why := session.capabilities.reason(need):  # "" when the backend can
+                raise EngineError(f"{need}: {why}")
             if isinstance(job, ScoreJob):
                 events = session.score_text(job.text, job.params, job.prompt, request_id=job.tag)
             else:

@@ -17,12 +17,14 @@ import numpy as np
 
 from bench.common import PROMPT, median, no_eos
 from bench.sampling_cost import _scheduler_at_history, _steady_step
+from engine.batch import new_states, state_inputs
 from engine.dry import Breakers, DryRow
 from engine.inspection import pack_step
 from engine.models import LoadedModel
 from engine.params import SAMPLER_STAGES, SamplingParams
 from engine.sampler import columns, run_chain
 from engine.scheduler import Scheduler
+from engine.stages.base import Rows, StateContext
 
 CLASSIC = {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1}
 EVERY_STAGE = {
@@ -59,11 +61,9 @@ def _stage_alone(stage: str, size: int, vocab: int, repeats: int = 15) -> float:
 
     def once(chain: tuple[str, ...]) -> float:
         inputs = columns(params, chain)
-        inputs.update(
-            counts=mx.zeros((size, vocab), mx.int32),
-            dry=mx.zeros((size, vocab)),
-            xtc_coin=mx.zeros((size, 1)),
-        )
+        # Every stateful stage's own state for an empty history (its inputs' shapes).
+        states = new_states(StateContext(vocab, lambda b: Breakers(frozenset())), params, [[]] * size, [None] * size)
+        inputs.update(state_inputs(states, chain, params, Rows(list(range(size)), None), [0] * size))
         start = time.perf_counter()
         result = run_chain(logits, chain, inputs)
         mx.eval(pack_step(result, None, 10))

@@ -9,23 +9,28 @@ work on either. What differs is how much a step carries:
 - **local**: every stage of the chain (``TokenStep.chain`` starts with ``raw``), the
   entropy and survivors after each, the raw logit, bias and penalty of each candidate;
   fork groups also yield :class:`engine.events.Divergence`.
-- **remote**: only what the server returned. ``TokenStep.chain`` names the *one* stage
-  the server's numbers describe (``raw``, ``penalties``, the last stage, ... see
-  ``docs/REMOTE.md``); ``logprobs`` holds the chosen token's logprob there (NaN if the
-  server did not report it); ``entropies`` are NaN and ``survivors`` -1 (not reported);
-  each candidate has one logprob, ``raw_logit``/``bias``/``penalty`` NaN and ``count``
-  -1; ``token_id`` is -1 and ``position`` -1 where the server does not say. No
-  ``Divergence`` events. Read stage values with ``TokenStep.logprob_at(stage)``, which
-  is None for a stage the server did not report, never with ``raw_logprob`` (that is
-  simply the first stage of the chain).
+- **remote**: only what the server returned. ``TokenStep.reported_stage`` (and the
+  one-stage ``chain``) names the stage the server's numbers describe (``raw``,
+  ``penalties``, the last stage, ... see ``docs/REMOTE.md``); ``logprobs`` holds the
+  chosen token's logprob there (None if the server did not report it); ``entropies``
+  and ``survivors`` are None (not reported); each candidate has one logprob,
+  ``raw_logit``/``bias``/``penalty``/``count`` None; ``position`` None; ``token_id`` -1
+  where the server sends text only (matched by text). No ``Divergence`` events. Read
+  stage values with ``TokenStep.logprob_at(stage)``, which is None for a stage the
+  server did not report, never with ``raw_logprob`` (that is simply the first stage of
+  the chain); label them by ``reported_stage``.
+
+What each backend can do is its ``capabilities`` (:mod:`engine.capabilities`), which
+the app asks instead of the backend's type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from engine.capabilities import LOCAL_CAPABILITIES, Capabilities
 from engine.events import Event
 from engine.params import SamplingParams
 
@@ -72,6 +77,9 @@ class ModelInfo:
     stage_detected: bool = False
     """Remote only: True when ``reported_stage`` follows from the server kind, False when
     it was set by the user or assumed (an unknown server)."""
+    capabilities: Capabilities = LOCAL_CAPABILITIES
+    """What the backend that loaded this model can do (the backend's own ``capabilities``):
+    the app enables its menus and picks its labels from this, never from ``backend``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,12 @@ class Backend(Protocol):
     ``engine.remote.RemoteError``, an ``EngineError``)."""
 
     info: ModelInfo | None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can do; a call it cannot do raises ``EngineError`` with
+        ``capabilities.reason(name)``."""
+        ...
 
     def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
         """Local: load a model (``default``, a path, a repo id) to compute in ``precision``
@@ -114,6 +128,52 @@ class Backend(Protocol):
         is the forced token (``forced=True``). A remote backend continues from text:
         ``output_text`` (the reply's text before the forced token) and ``forced_text``
         (the forced token's text); the local engine reads the ids and ignores them."""
+        ...
+
+    def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
+        """One prompt, one request per variant (compare mode). Local: one shared prefill and
+        ``Divergence`` events. Remote: one stream per variant (``capabilities.divergence``
+        is off)."""
+        ...
+
+    def fork_reply(
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        variants: Sequence[SamplingParams],
+        *,
+        output_text: str | None = None,
+    ) -> list[StartedRequest]:
+        """Each variant draws its own token after the first ``len(output)`` tokens of a reply
+        ("compare from here"). A remote backend continues from ``output_text``."""
+        ...
+
+    def score_text(
+        self,
+        text: str,
+        params: SamplingParams,
+        prompt: Messages | None = None,
+        chunk: int | None = None,
+        request_id: int = 0,
+    ) -> Iterator[Event]:
+        """``text`` teacher-forced through the chain (``capabilities.score``): a generator of
+        ``PrefillProgress``, ``TokenStep`` and a last ``ScoreDone``; stop iterating to cancel."""
+        ...
+
+    def replay(
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        params: SamplingParams | Sequence[SamplingParams],
+        chunk: int | None = None,
+        request_id: int = 0,
+    ) -> Iterator[Event]:
+        """A stored reply through the chain under ``params`` (``capabilities.replay``)."""
+        ...
+
+    def check_fidelity(self, messages: Messages, output: Sequence[int], chunk: int = 64) -> Iterator[Any]:
+        """A reply in the running precision against float32 (``capabilities.fidelity``): one
+        ``engine.fidelity.TokenFidelity`` per reply token."""
         ...
 
     def step(self) -> list[Event]:

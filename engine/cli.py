@@ -1,7 +1,8 @@
 """``python -m engine generate``: JSON Lines of every token and every finished request.
 
 The contract is in docs/ENGINE.md; tests, benchmarks and scripts depend on it. The records
-are :mod:`engine.codec`'s.
+are :mod:`engine.codec`'s; the sampling flags are made from the stage specs
+(:mod:`engine.stages.registry`).
 Errors print one line on stderr and exit non-zero, never a traceback.
 """
 
@@ -16,9 +17,10 @@ from engine.cli_fidelity import add_fidelity_command, add_precision_flag
 from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
-from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
+from engine.params import DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
 from engine.precision import check_choice
 from engine.remote_cli import add_remote_flags, generate_remote
+from engine.stages.registry import FIELDS
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -68,66 +70,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:
-    """Every SamplingParams field but max_tokens and stop, as flags (one per field)."""
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--presence-penalty", type=float, default=0.0)
-    p.add_argument("--frequency-penalty", type=float, default=0.0)
-    p.add_argument("--penalty-window", type=int, default=64)
+    """Every SamplingParams field but max_tokens and stop, as flags (one per field): the
+    general ones here, each stage's from its spec (``--`` + the field name with dashes)."""
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--top-logprobs", type=int, default=10)
     p.add_argument(
         "--samplers", default=None, help=f"stage order, comma-separated (default: {','.join(DEFAULT_SAMPLERS)})"
     )
-    p.add_argument("--typical-p", type=float, default=1.0)
-    p.add_argument("--top-n-sigma", type=float, default=0.0)
-    p.add_argument("--xtc-probability", type=float, default=0.0)
-    p.add_argument("--xtc-threshold", type=float, default=0.1)
-    p.add_argument("--dry-multiplier", type=float, default=0.0)
-    p.add_argument("--dry-base", type=float, default=1.75)
-    p.add_argument("--dry-allowed-length", type=int, default=2)
-    p.add_argument("--dry-penalty-last-n", type=int, default=-1)
-    p.add_argument(
-        "--dry-sequence-breaker",
-        action="append",
-        default=None,
-        help='repeatable; replaces the default list (\\n : " *); escapes \\n \\t \\\\ are read',
-    )
-    p.add_argument("--dynatemp-range", type=float, default=0.0)
-    p.add_argument("--dynatemp-exponent", type=float, default=1.0)
+    for spec_field in FIELDS.values():
+        text = spec_field.help.replace("%", "%%")
+        if spec_field.kind is tuple:
+            help_text = f"repeatable; replaces the default list. {text}"
+            p.add_argument(spec_field.cli_flag, dest=spec_field.name, action="append", default=None, help=help_text)
+        else:
+            p.add_argument(
+                spec_field.cli_flag, dest=spec_field.name, type=spec_field.kind, default=spec_field.default, help=text
+            )
 
 
 def params_from(args: argparse.Namespace) -> SamplingParams:
+    stage_values = {}
+    for name, spec_field in FIELDS.items():
+        value = getattr(args, name)
+        if spec_field.kind is tuple:
+            value = spec_field.default if value is None else tuple(unescape(v) for v in value)
+        stage_values[name] = value
     return SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty,
-        penalty_window=args.penalty_window,
         seed=args.seed,
         max_tokens=getattr(args, "max_tokens", 256),
         stop=tuple(getattr(args, "stop", ())),
         top_logprobs=args.top_logprobs,
         samplers=DEFAULT_SAMPLERS if args.samplers is None else _split(args.samplers),
-        typical_p=args.typical_p,
-        top_n_sigma=args.top_n_sigma,
-        xtc_probability=args.xtc_probability,
-        xtc_threshold=args.xtc_threshold,
-        dry_multiplier=args.dry_multiplier,
-        dry_base=args.dry_base,
-        dry_allowed_length=args.dry_allowed_length,
-        dry_penalty_last_n=args.dry_penalty_last_n,
-        dry_sequence_breakers=DEFAULT_DRY_SEQUENCE_BREAKERS
-        if args.dry_sequence_breaker is None
-        else tuple(unescape(b) for b in args.dry_sequence_breaker),
-        dynatemp_range=args.dynatemp_range,
-        dynatemp_exponent=args.dynatemp_exponent,
+        **stage_values,
     )
 
 

@@ -8,9 +8,15 @@ a column). What differs between them is a :class:`Style`: how many decimals, whe
 values derivable from others are spelled out for readers, whether the fields only needed
 to rebuild the step are written, whether the record names its own version.
 
-JSON has no infinities or NaN: a number that is not finite is written as ``null`` and
-read back by its field (a logprob as -inf, a removed token's; any other number as NaN,
-"not reported"), and a count of -1 ("not reported") is written as ``null`` too.
+JSON has no infinities or NaN: a number that is not finite, or ``None`` ("not
+reported"), is written as ``null`` and read back by its field: a logprob as -inf (a
+removed token's) except the chosen token's logprob of a step a server reported (None);
+any other number and any count as ``None``. A step a server reported carries
+``"reported_stage"`` in the store and exports (the stage its numbers are; the CLI's record
+keeps its bytes); a record without that key
+existed is recognised as a server's by what it lacks (one stage, no raw logits, no
+entropies) and gets ``chain[0]``. Records that wrote NaN or -1 for "not reported" (the
+store's version 2, older exports) read back as ``None`` too.
 
 Versions (``"v"``, written by the store; a record without ``"v"`` is a CLI or export
 record, the current version, or a version-1 store record when it has
@@ -85,8 +91,8 @@ STORE = Style(digits=None, derived=False, full=True, versioned=True)
 # Encoding ------------------------------------------------------------------------------------
 
 
-def _count(value: int) -> int | None:
-    return value if value >= 0 else None
+def _count(value: int | None) -> int | None:
+    return value if value is not None and value >= 0 else None
 
 
 def _per_stage(chain: tuple[str, ...], values: Iterable[Any], encode: Callable[[Any], Any]) -> dict[str, Any]:
@@ -128,6 +134,10 @@ def encode_step(step: TokenStep, style: Style, params: dict[str, Any] | None = N
     out["top"] = [encode_candidate(step, c, style) for c in step.top]
     if step.rank is not None:
         out["rank"] = step.rank
+    if step.reported_stage is not None and style.full:
+        # The CLI's record keeps its bytes: there one stage in ``chain`` with null raw logits
+        # says it already, and decoding infers it (``_reported_stage``).
+        out["reported_stage"] = step.reported_stage
     if style.full:
         out["position"] = step.position
         out["piece"] = step.piece
@@ -155,21 +165,41 @@ def _logprob(value: float | None) -> float:
     return -math.inf if value is None else float(value)
 
 
-def _value(value: float | None) -> float:
-    return math.nan if value is None else float(value)
+def _value(value: float | None) -> float | None:
+    """A number that may be "not reported": null, or NaN as older records wrote it, is None."""
+    return None if value is None or math.isnan(float(value)) else float(value)
 
 
-def _counted(value: int | None) -> int:
-    return UNKNOWN_COUNT if value is None else int(value)
+def _counted(value: int | None) -> int | None:
+    """A count that may be unknown: null, or -1 (``UNKNOWN_COUNT``) as older records wrote it."""
+    return None if value is None or int(value) <= UNKNOWN_COUNT else int(value)
 
 
-def decode_candidate(data: Mapping[str, Any], chain: tuple[str, ...]) -> Candidate:
+def _reported_stage(data: Mapping[str, Any], chain: tuple[str, ...]) -> str | None:
+    """The stage a server's numbers are: the record's key, or, for a record from before it,
+    one stage whose raw logits and entropies are all unknown (the local engine always has
+    them)."""
+    if "reported_stage" in data:
+        return data["reported_stage"]
+    if len(chain) != 1:
+        return None
+    top = data.get("top") or []
+    if top:
+        unknown = all(_value(t.get("raw_logit")) is None for t in top)
+    else:
+        unknown = all(_value(v) is None for v in (data.get("entropies") or {}).values())
+    return chain[0] if unknown else None
+
+
+def decode_candidate(data: Mapping[str, Any], chain: tuple[str, ...], reported: bool = False) -> Candidate:
+    """``reported``: the step is a server's (a null logprob is "not reported", not removed)."""
     logprobs = data["logprobs"]
+    read = _value if reported else _logprob
     return Candidate(
         token_id=int(data["token_id"]),
         text=data["text"],
         raw_logit=_value(data["raw_logit"]),
-        logprobs=tuple(_logprob(logprobs.get(s)) for s in chain),
+        logprobs=tuple(read(logprobs.get(s)) for s in chain),
         removed_by=data["removed_by"],
         # A plain CLI record has none of these: the neutral values.
         bias=_value(data.get("bias", 0.0)),
@@ -178,10 +208,14 @@ def decode_candidate(data: Mapping[str, Any], chain: tuple[str, ...]) -> Candida
     )
 
 
-def _chosen_logprobs(data: Mapping[str, Any], chain: tuple[str, ...], top: tuple[Candidate, ...]) -> tuple:
+def _chosen_logprobs(
+    data: Mapping[str, Any], chain: tuple[str, ...], top: tuple[Candidate, ...], reported: bool
+) -> tuple:
     logprobs = data.get("logprobs")
     if logprobs is not None:
-        return tuple(_logprob(logprobs.get(s)) for s in chain)
+        # A server's step has no removed chosen token: a null there is "not reported".
+        read = _value if reported else _logprob
+        return tuple(read(logprobs.get(s)) for s in chain)
     # A plain CLI record: the chosen token is one of the candidates.
     chosen = next((c for c in top if c.token_id == data["token_id"]), None)
     if chosen is None:
@@ -198,31 +232,34 @@ def decode_step(data: Mapping[str, Any], params: SamplingParams | None = None, r
     if version > CODEC_VERSION:
         raise CodecError(f"token step format {version} is newer than this app reads ({CODEC_VERSION}).")
     chain = tuple(data["chain"])
-    top = tuple(decode_candidate(t, chain) for t in data["top"])
+    reported = _reported_stage(data, chain)
+    top = tuple(decode_candidate(t, chain, reported is not None) for t in data["top"])
     entropies, survivors = data["entropies"], data.get("survivors") or {}
+    position = data.get("position", data["index"])
     return TokenStep(
         request_id=request_id,
         index=int(data["index"]),
-        position=int(data.get("position", data["index"])),
+        position=None if position is None or int(position) < 0 else int(position),
         token_id=int(data["token_id"]),
         text=data["text"],
         piece=data.get("piece", data["text"]),
         chain=chain,
-        logprobs=_chosen_logprobs(data, chain, top),
+        logprobs=_chosen_logprobs(data, chain, top, reported is not None),
         entropies=tuple(_value(entropies.get(s)) for s in chain),
         survivors=tuple(_counted(survivors.get(s)) for s in chain),
         top=top,
         params=params if params is not None else SamplingParams.from_dict(data["params"]),
         forced=bool(data.get("forced", False)),
         rank=data.get("rank"),
+        reported_stage=reported,
     )
 
 
 # The records that end a request or a step --------------------------------------------------
 
 
-def _rate(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _rate(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def done_record(done: Finished, request: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from engine.events import UNKNOWN_COUNT, Candidate, TokenStep
+from engine.events import Candidate, TokenStep
 from engine.params import SamplingParams
 
 
@@ -84,7 +84,7 @@ def decode_v1(data: Mapping[str, Any], request_id: int = -1) -> TokenStep:
     kept = (data["raw_logprob"], data["penalized_logprob"], data["logprob"])
     logprobs = tuple(_logprob(v) for v in (kept if middle else (kept[0], kept[2])))
     # Version 1 had the entropy of raw and of final only, and no survivor counts.
-    entropies = (float(data["entropy_raw"]), *([math.nan] if middle else []), float(data["entropy"]))
+    entropies = (float(data["entropy_raw"]), *([None] if middle else []), float(data["entropy"]))
     return TokenStep(
         request_id=request_id,
         index=int(data["index"]),
@@ -95,7 +95,7 @@ def decode_v1(data: Mapping[str, Any], request_id: int = -1) -> TokenStep:
         chain=chain,
         logprobs=logprobs,
         entropies=entropies,
-        survivors=(UNKNOWN_COUNT,) * len(chain),
+        survivors=(None,) * len(chain),  # version 1 never kept them
         top=tuple(_candidate(row, chain, middle) for row in data["top"]),
         params=SamplingParams.from_dict(data["params"]),
         forced=bool(data["forced"]),

@@ -31,6 +31,7 @@ class ContinuationsMixin:
         self._check_token("forced_token", forced_token)
         base_prompt, output = record.split(position)
         request = self._continuation(base_prompt, output, forced_token, record.params)
+        request.carry_in = record.carry_at(position)
         if any(r.id == request_id for r in self._live()):
             self.cancel(request_id)
         return self._enqueue(request)
@@ -68,7 +69,10 @@ class ContinuationsMixin:
         record.check_position(position)
         checked = self._check_variants(variants)
         base_prompt, output = record.split(position)
-        return self._enqueue_group([self._continuation(base_prompt, output, None, p) for p in checked])
+        requests = [self._continuation(base_prompt, output, None, p) for p in checked]
+        for request in requests:
+            request.carry_in = record.carry_at(position)
+        return self._enqueue_group(requests)
 
     def fork_output(
         self, prompt: Sequence[int], output: Sequence[int], variants: Sequence[SamplingParams]

@@ -8,8 +8,8 @@ from enum import Enum
 from engine.params import SamplingParams
 
 UNKNOWN_COUNT = -1
-"""A survivor or penalty-window count that is not known (a remote server does not report
-it; the store's oldest records never kept survivors)."""
+"""What the codec's version-2 records (and older app versions) wrote for a count that is
+not known. Events hold ``None`` for it; the codec reads -1 back as ``None``."""
 
 
 class FinishReason(str, Enum):
@@ -39,51 +39,55 @@ class Candidate:
 
     token_id: int
     text: str
-    raw_logit: float
-    logprobs: tuple[float, ...]
-    """Logprob after each stage of the step's ``chain`` (same order); -inf once removed."""
+    raw_logit: float | None
+    """None: not reported (a server sends no logits)."""
+    logprobs: tuple[float | None, ...]
+    """Logprob after each stage of the step's ``chain`` (same order); -inf once removed;
+    None where a server left it out."""
     removed_by: str | None
     """The stage that removed this token, or None if it survived the whole chain."""
-    bias: float
-    """logit_bias added to this token's logit."""
-    penalty: float
-    """Change of the logit made by the ``penalties`` stage."""
-    count: int
-    """Occurrences inside the penalty window."""
+    bias: float | None
+    """logit_bias added to this token's logit; None: not reported."""
+    penalty: float | None
+    """Change of the logit made by the ``penalties`` stage; None: not reported."""
+    count: int | None
+    """Occurrences inside the penalty window; None: not reported."""
 
     @property
-    def raw_logprob(self) -> float:
+    def raw_logprob(self) -> float | None:
         return self.logprobs[0]
 
     @property
-    def logprob(self) -> float:
+    def logprob(self) -> float | None:
         """After the last stage of the chain; -inf when a stage removed the token."""
         return self.logprobs[-1]
 
 
 class ChainValues:
     """The first and last of a step's per-stage values (``logprobs`` and ``entropies``
-    aligned with ``chain``): ``raw`` and the distribution the token was drawn from."""
+    aligned with ``chain``): ``raw`` and the distribution the token was drawn from.
+    ``None`` where a server did not report the value."""
 
     __slots__ = ()
-    logprobs: tuple[float, ...]
-    entropies: tuple[float, ...]
+    logprobs: tuple[float | None, ...]
+    entropies: tuple[float | None, ...]
 
     @property
-    def raw_logprob(self) -> float:
+    def raw_logprob(self) -> float | None:
+        """The first stage's (``raw`` locally; a server's one stage: see ``reported_stage``)."""
         return self.logprobs[0]
 
     @property
-    def logprob(self) -> float:
+    def logprob(self) -> float | None:
         """The chosen token's logprob after the last stage."""
         return self.logprobs[-1]
 
     @property
-    def entropy_raw(self) -> float:
+    def entropy_raw(self) -> float | None:
         return self.entropies[0]
 
     @property
-    def entropy(self) -> float:
+    def entropy(self) -> float | None:
         """Entropy after the last stage."""
         return self.entropies[-1]
 
@@ -95,8 +99,8 @@ class TokenStep(ChainValues):
     request_id: int
     index: int
     """Position in the generated output, from 0."""
-    position: int
-    """Position in the whole context (prompt + output)."""
+    position: int | None
+    """Position in the whole context (prompt + output); None: not reported (a server)."""
     token_id: int
     text: str
     """Streaming-detokenized delta to append to the output (held back while it may
@@ -105,25 +109,32 @@ class TokenStep(ChainValues):
     """This token's own text, for labels."""
     chain: tuple[str, ...]
     """The stages that ran for this row, in order, starting with ``raw``."""
-    logprobs: tuple[float, ...]
-    """The chosen token's logprob after each stage of ``chain``."""
-    entropies: tuple[float, ...]
-    """Entropy in nats of the distribution after each stage of ``chain``."""
-    survivors: tuple[int, ...]
-    """Tokens left with a non-zero probability after each stage of ``chain``."""
+    logprobs: tuple[float | None, ...]
+    """The chosen token's logprob after each stage of ``chain``; None: not reported (a
+    server's forced token)."""
+    entropies: tuple[float | None, ...]
+    """Entropy in nats of the distribution after each stage of ``chain``; None: not reported."""
+    survivors: tuple[int | None, ...]
+    """Tokens left with a non-zero probability after each stage of ``chain``; None: not known."""
     top: tuple[Candidate, ...]
     params: SamplingParams
     forced: bool = False
     """True when the token was chosen by ``branch`` (or given by a scored text) rather than drawn."""
     rank: int | None = None
     """The token's rank under ``raw`` (1 = most likely); set for scored texts."""
+    reported_stage: str | None = None
+    """None when the step holds the whole chain (the local engine). Else the numbers are
+    what a server reported, and this names the one stage they describe (``raw``,
+    ``penalties``, ``top_p``, ...; also ``chain[0]``): views label them by this name,
+    never as ``raw``."""
 
     def stage_index(self, stage: str) -> int | None:
         """Where ``stage`` sits in this step's chain, or None if it did not run."""
         return self.chain.index(stage) if stage in self.chain else None
 
     def logprob_at(self, stage: str, candidate: Candidate | None = None) -> float | None:
-        """The chosen token's (or ``candidate``'s) logprob after ``stage``; None if it did not run."""
+        """The chosen token's (or ``candidate``'s) logprob after ``stage``; None if it did not
+        run or was not reported."""
         i = self.stage_index(stage)
         if i is None:
             return None
@@ -132,7 +143,8 @@ class TokenStep(ChainValues):
     @property
     def raw_argmax(self) -> bool:
         """Whether the chosen token was the most likely one under ``raw``."""
-        best = max(self.top, key=lambda c: c.raw_logit, default=None)
+        known = [c for c in self.top if c.raw_logit is not None]
+        best = max(known, key=lambda c: c.raw_logit or 0.0, default=None)
         return best is None or best.token_id == self.token_id
 
 
@@ -150,9 +162,11 @@ class Finished:
     """``STOP``, ``LENGTH``, ``CANCELLED`` or ``ERROR``."""
     prompt_tokens: int
     generated_tokens: int
-    prefilled_tokens: int
-    """Prompt tokens actually run through the model (the rest came from a reused cache)."""
-    prompt_tps: float
+    prefilled_tokens: int | None
+    """Prompt tokens actually run through the model (the rest came from a reused cache);
+    None: not reported (a server that does not say what it cached)."""
+    prompt_tps: float | None
+    """None: not reported (a server)."""
     generation_tps: float
     text: str
     stop: str | None = None

@@ -26,9 +26,11 @@ from typing import Any
 import httpx
 
 from engine.backend import REMOTE, Messages, ModelInfo, ProgressFn, StartedRequest
+from engine.capabilities import NO_MODEL, Capabilities
 from engine.errors import EngineError
 from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
+from engine.remote_emulation import ServerEmulation
 from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
 from engine.remote_servers import (
     KINDS,
@@ -37,6 +39,7 @@ from engine.remote_servers import (
     build_request,
     detect_kind,
     model_ids,
+    remote_capabilities,
     stage_for,
     unsupported,
 )
@@ -46,7 +49,7 @@ from engine.remote_wire import RemoteError, WireToken, assign_texts
 __all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "probe"]
 
 
-class RemoteBackend:
+class RemoteBackend(ServerEmulation):
     """A server at ``base_url`` (``http://host:port``, with or without ``/v1``).
 
     ``stage``: what the server's logprobs are (``auto``: from the server kind; ``raw``,
@@ -100,6 +103,12 @@ class RemoteBackend:
         self._pieces: dict[int, str] = {}
         self.info: ModelInfo | None = None
         self.models: list[str] = []
+        self._capabilities: Capabilities = NO_MODEL
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Declared once connected (``remote_capabilities``): fork is emulated, no scoring."""
+        return self._capabilities
 
     def __repr__(self) -> str:
         return f"RemoteBackend({self.base_url!r}, kind={self._kind.name if self._kind else None!r})"
@@ -138,6 +147,7 @@ class RemoteBackend:
         assert kind is not None
         self._model = source
         stage = kind.default_stage if self._stage == "auto" else self._stage
+        self._capabilities = remote_capabilities(kind, stage)
         self.info = ModelInfo(
             name=source,
             source=self.base_url,
@@ -150,6 +160,7 @@ class RemoteBackend:
             server=kind.name,
             reported_stage=stage,
             stage_detected=self._stage == "auto" and kind.name != "openai",
+            capabilities=self._capabilities,
         )
         if progress is not None:
             progress("connected", 1.0)

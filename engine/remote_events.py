@@ -1,8 +1,9 @@
 """The events of a remote request, holding only what the server reported.
 
-Everything a server does not report is NaN (logprobs, entropies, raw logits, bias,
-penalty) or -1 (survivors, counts, token ids and positions it does not send); the
-stage the numbers describe is the step's one-element ``chain``.
+Everything a server does not report is ``None`` (the forced token's logprob, entropies,
+survivors, raw logits, bias, penalty, counts, positions; token ids it does not send stay
+-1, matched by text); the stage the numbers describe is ``TokenStep.reported_stage``,
+also the step's one-element ``chain``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from typing import Any
 from engine.events import Candidate, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
 from engine.remote_wire import RemoteError, TextDecoder, WireToken
-
-NAN = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +46,13 @@ class RemoteRequest:
     cached_tokens: int | None = None
 
 
+def _reported(logprob: float) -> float | None:
+    """The wire's NaN (a logprob the server left out) as an event's None."""
+    return None if math.isnan(logprob) else logprob
+
+
 def _candidate(token_id: int, text: str, logprob: float) -> Candidate:
-    return Candidate(token_id, text, NAN, (logprob,), None, NAN, NAN, -1)
+    return Candidate(token_id, text, None, (_reported(logprob),), None, None, None, None)
 
 
 def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
@@ -56,20 +60,21 @@ def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
     top = [_candidate(a.token_id, a.text, a.logprob) for a in token.top]
     if not any(c.token_id == token.token_id and (c.token_id >= 0 or c.text == token.piece) for c in top):
         top.append(_candidate(token.token_id, token.piece, token.logprob))
-    top.sort(key=lambda c: math.inf if math.isnan(c.logprobs[0]) else -c.logprobs[0])
+    top.sort(key=lambda c: math.inf if c.logprobs[0] is None else -c.logprobs[0])
     step = TokenStep(
         request_id=req.id,
         index=req.index,
-        position=-1,
+        position=None,
         token_id=token.token_id,
         text=token.text,
         piece=token.piece,
         chain=(stage,),
-        logprobs=(token.logprob,),
-        entropies=(NAN,),
-        survivors=(-1,),
+        logprobs=(_reported(token.logprob),),
+        entropies=(None,),
+        survivors=(None,),
         top=tuple(top[: max(req.params.top_logprobs, 1) + 1]),
         params=req.params,
+        reported_stage=stage,
     )
     req.index += 1
     req.generated += 1
@@ -79,7 +84,10 @@ def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
 
 def forced_step(req: RemoteRequest, token_id: int, text: str, stage: str) -> TokenStep:
     """A branch's forced token: no distribution (the original step at this index has it)."""
-    return TokenStep(req.id, req.index, -1, token_id, text, text, (stage,), (NAN,), (NAN,), (-1,), (), req.params, True)
+    return TokenStep(
+        req.id, req.index, None, token_id, text, text, (stage,), (None,), (None,), (None,), (), req.params, True,
+        reported_stage=stage,
+    )  # fmt: skip
 
 
 def server_reason(finish: str | None) -> FinishReason:
@@ -95,8 +103,8 @@ def finished(req: RemoteRequest, reason: FinishReason, error: RemoteError | None
         finish_reason=reason,
         prompt_tokens=req.prompt_tokens,
         generated_tokens=req.generated,
-        prefilled_tokens=req.prompt_tokens - req.cached_tokens if req.cached_tokens is not None else -1,
-        prompt_tps=NAN,
+        prefilled_tokens=req.prompt_tokens - req.cached_tokens if req.cached_tokens is not None else None,
+        prompt_tps=None,
         generation_tps=req.generated / elapsed,
         text=req.prefix,
         error=None if error is None else str(error),

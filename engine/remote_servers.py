@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.capabilities import Capabilities
 from engine.errors import EngineError
 from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, SamplingParams
 
@@ -299,3 +300,24 @@ def finite_logprob(value: Any) -> float:
         return math.nan
     x = float(value)
     return -math.inf if x <= -1e30 else x
+
+
+def remote_capabilities(kind: ServerKind, stage: str) -> Capabilities:
+    """What a server of ``kind`` lets the app do, its logprobs being ``stage``."""
+    only = "a server reports only the tokens it sampled: it needs a local model."
+    return Capabilities(
+        fork=True,  # emulated: one stream per variant (engine.remote)
+        network=True,
+        reasons=(
+            ("divergence", "a server sends only its top logprobs, not whole distributions to compare."),
+            ("score", f"scoring a given text: {only}"),
+            ("replay", f"replaying a reply under other settings: {only}"),
+            ("fidelity", "the server chooses its own precision; it cannot be compared with float32 here."),
+            ("precision", "the server chooses its own precision."),
+            ("layers", f"{kind.title} does not say the model's architecture, vocabulary or context."),
+            ("full_chain", f"{kind.title} reports one stage ({stage}): no entropies, survivors or other stages."),
+            ("token_ids", f"{kind.title} may send a token's text without its id."),
+            ("memory", "the server's memory is not reported."),
+            ("load_files", "a server serves its own models: choose one of its model ids."),
+        ),
+    )

@@ -7,6 +7,7 @@ import secrets
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.detokenize import StopText, StreamDecoder
 from engine.errors import EngineError
@@ -92,9 +93,13 @@ class Request:
     group: int | None = None
     """The fork group (the id of the request that prefilled for it), or None."""
     followers: list[Request] = field(default_factory=list)
+    """Requests of a fork group waiting for this request's prefill to share it."""
     finished: bool = False
     """Its Finished event was made (it is never made twice)."""
-    """Requests of a fork group waiting for this request's prefill to share it."""
+    carry_in: dict[str, Any] | None = None
+    """Carried stage state to start from (a branch restores mirostat's μ), by stage name."""
+    carries: list[dict[str, Any]] = field(default_factory=list)
+    """The carried stage state before each generated token (``generated[i]``)."""
 
     @property
     def history(self) -> list[int]:
@@ -124,6 +129,13 @@ class RequestRecord:
     generated: tuple[int, ...]
     index_offset: int
     params: SamplingParams
+    carries: tuple[dict[str, Any], ...] = ()
+    """The carried stage state before each generated token."""
+
+    def carry_at(self, position: int) -> dict[str, Any] | None:
+        """The carried stage state before output ``position`` (None: not known, rebuilt fresh)."""
+        i = position - self.index_offset
+        return self.carries[i] if 0 <= i < len(self.carries) else None
 
     def split(self, position: int) -> tuple[list[int], list[int]]:
         """(the prompt before any output, the output before ``position``)."""
@@ -140,7 +152,9 @@ class RequestRecord:
 
 
 def record_of(request: Request) -> RequestRecord:
-    return RequestRecord(tuple(request.prompt), tuple(request.generated), request.index_offset, request.params)
+    return RequestRecord(
+        tuple(request.prompt), tuple(request.generated), request.index_offset, request.params, tuple(request.carries)
+    )
 
 
 def new_request(

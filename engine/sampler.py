@@ -7,7 +7,8 @@ so a new value never recompiles; a compile is made per distinct chain (a tuple o
 stage names) and kept in a bounded cache.
 
 Greedy rows (temperature 0) take the argmax of the distribution *entering*
-``temperature``; the stage itself divides their logits by 1, so the stages after it
+``temperature`` (the stage whose spec ``marks_greedy``); the stage itself divides
+their logits by 1, so the stages after it
 stay informative. Other rows draw by Gumbel-max from the last stage's logits, with
 noise from their own seeded key.
 """
@@ -22,7 +23,9 @@ import mlx.core as mx
 import numpy as np
 
 from engine.params import SamplingParams
-from engine.stages import STAGES, row_chain
+from engine.rng import splitmix64
+from engine.stages import SPECS, STAGES, row_chain
+from engine.stages.xtc import xtc_coin as xtc_coin  # re-exported: one home for the per-request streams
 
 MAX_COMPILED_CHAINS = 64
 TRACES = {"count": 0}
@@ -76,7 +79,7 @@ def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool):
         outputs = [logits]
         entering = None
         for name in chain:
-            if name == "temperature":
+            if STAGES[name].spec.marks_greedy:
                 entering = logits
             if name not in aliases:
                 logits = STAGES[name].apply(logits, inputs)
@@ -110,7 +113,8 @@ def run_chain(
 def group_chain(params: Sequence[SamplingParams]) -> tuple[str, ...]:
     """The stages any of these rows (which share one ``samplers`` order) needs, in order."""
     needed = {name for p in params for name in row_chain(p)}
-    return tuple(name for name in ("bias", *params[0].samplers) if name in needed)
+    fixed = tuple(name for name, spec in SPECS.items() if not spec.reorderable)
+    return tuple(name for name in (*fixed, *params[0].samplers) if name in needed)
 
 
 def group_aliases(params: Sequence[SamplingParams], chain: Sequence[str]) -> frozenset[str]:
@@ -131,25 +135,10 @@ def columns(params: Sequence[SamplingParams], chain: Sequence[str]) -> dict[str,
     return out
 
 
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return x ^ (x >> 31)
-
-
-_XTC_SALT = 0x58544320434F494E  # "XTC COIN": a stream of its own, apart from the draw's
-
-
 def step_key(seed: int, index: int) -> mx.array:
     """The RNG key of a request's ``index``-th token: a function of seed and index only,
     so draws never depend on the batch, and a branch replays the same keys."""
-    return mx.random.key(_splitmix64(seed ^ _splitmix64(index)))
-
-
-def xtc_coin(seed: int, index: int) -> float:
-    """XTC's coin for a request's ``index``-th token, uniform in [0, 1): seed and index only."""
-    return (_splitmix64(seed ^ _splitmix64(index) ^ _XTC_SALT) >> 11) * 2.0**-53
+    return mx.random.key(splitmix64(seed ^ splitmix64(index)))
 
 
 def gumbel_noise(keys: Sequence[mx.array], vocab: int) -> mx.array:

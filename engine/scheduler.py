@@ -140,8 +140,7 @@ class Scheduler(ContinuationsMixin):
         checked = check_params(params, self.vocab_size)
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
-        if checked.has_dry:
-            self.breakers(checked.dry_sequence_breakers)  # resolve before any state changes
+        self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
         request.params = checked
         request.stop_text.stops = checked.stop
         # From the next token: text already generated stands, whatever the new stops are.
@@ -262,7 +261,9 @@ class Scheduler(ContinuationsMixin):
         sampling = SamplingBatch(self.vocab_size, self.breakers)
         for member in group:
             member.fed = request.fed  # each row's copy of the cache holds the prompt
-            sampling.extend(SamplingBatch.of(self.vocab_size, self.breakers, member.params, member.history))
+            sampling.extend(
+                SamplingBatch.of(self.vocab_size, self.breakers, member.params, member.history, member.carry_in)
+            )
         last = logits[:, -1, :]
         step_events = self._sample(group, mx.repeat(last, len(group), axis=0) if len(group) > 1 else last, sampling)
         request.prefill_seconds += time.perf_counter() - began
@@ -329,6 +330,7 @@ class Scheduler(ContinuationsMixin):
         speculate: bool = False,
     ) -> list[Event]:
         forced = [r.forced_first if not r.generated else None for r in requests]
+        carries = [sampling.carry(row) for row in range(len(requests))]
         sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
         pairs = group_pairs([r.group for r in requests])
         packed_device = sampled.packed
@@ -344,15 +346,19 @@ class Scheduler(ContinuationsMixin):
         host = to_host(packed_device)  # the one transfer
         packed = host[: host.size - len(pairs)].reshape(len(requests), -1) if pairs else host
         events: list[Event] = []
+        inspections = []
         for row, request in enumerate(requests):
             inspection = unpack_row(
                 packed[row], sampled.top_n, request.params.top_logprobs, sampled.chains[row], self.text.piece
             )
+            request.carries.append(carries[row])
+            inspections.append(inspection)
             events.extend(self._accept(request, inspection, forced[row] is not None))
         if pairs:
             events.extend(self._divergences(requests, pairs, host[host.size - len(pairs) :]))
         # Every request now ends with its new token; the state is read at the next step.
-        sampling.accept([r.generated[-1] for r in requests], [r.leaving_token() for r in requests])
+        tokens = [r.generated[-1] for r in requests]
+        sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
         return events
 
     def _accept(self, request: Request, inspection: RowInspection, forced: bool) -> list[Event]:

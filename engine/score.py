@@ -2,8 +2,9 @@
 
 The text's tokens run through the model in chunked prefill (one forward pass per
 chunk); for every scored token the logits that predicted it go through the same stage
-chain as generation, with the per-position state rebuilt from the text itself
-(penalty counts over the window, DRY's repeats, XTC's coin for that index), and the
+chain as generation, with every stage's per-position state rebuilt from the text itself
+by the stages' own state objects (penalty counts over the window, DRY's repeats, XTC's
+coin for that index, mirostat's μ following each scored token in order), and the
 token the text has is taken as the drawn one. The numbers therefore equal what
 ``generate`` reports for the same tokens, and re-scoring a saved reply under other
 settings ("replay") is exact: the raw logits depend only on the tokens.
@@ -17,20 +18,20 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import mlx.core as mx
-import numpy as np
 
 from engine import cache as kv
+from engine.batch import new_states, state_inputs
 from engine.detokenize import StreamDecoder
-from engine.dry import Breakers, DryRow
+from engine.dry import Breakers
 from engine.errors import EngineError
 from engine.events import PrefillProgress, ScoreDone, TokenStep
 from engine.inspection import pack_step, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
-from engine.penalties import count_tokens, leaving_token
 from engine.requests import check_prompt
-from engine.sampler import columns, group_aliases, group_chain, run_chain, xtc_coin
-from engine.stages import row_chain
+from engine.sampler import columns, group_aliases, group_chain, run_chain
+from engine.stages import STAGES, row_chain
+from engine.stages.base import Accepted, Rows, StateContext
 from engine.text import TokenText
 
 ScoreEvent = TokenStep | PrefillProgress | ScoreDone
@@ -110,59 +111,52 @@ def _per_token(params: SamplingParams | Sequence[SamplingParams], n: int, vocab:
 
 
 def _runs(rows: list[int], params: list[SamplingParams]) -> Iterator[list[int]]:
-    """Consecutive rows that share their settings (each run is one pass through the chain)."""
+    """Consecutive rows that share their settings (each run is one pass through the chain);
+    one row at a time through a chain holding a stage whose state reads the step's result
+    (mirostat's μ follows the token just scored)."""
     run = [rows[0]]
     for i in range(1, len(rows)):
-        if params[i] != params[i - 1]:
+        if params[i] != params[i - 1] or _sequential(params[i]):
             yield run
             run = []
         run.append(rows[i])
     yield run
 
 
+def _sequential(params: SamplingParams) -> bool:
+    return any(STAGES[name].needs_result for name in group_chain([params]))
+
+
 class _PositionState:
-    """Penalty counts and DRY state at each scored position, built from the text as it goes."""
+    """Every stage's state at each scored position, built from the text as it goes: the
+    stages' own states (as in generation), for one row, accepting the text's tokens."""
 
     def __init__(self, full: list[int], start: int, params: SamplingParams, breakers, vocab: int) -> None:
-        self.full, self.params, self.vocab, self.breakers = full, params, vocab, breakers
+        self.full, self.params = full, params
         self.position = start
-        self.counts = count_tokens(full[:start], params.penalty_window, vocab)
-        self.dry = DryRow(full[:start], breakers(params.dry_sequence_breakers)) if params.has_dry else None
+        self.states = new_states(StateContext(vocab, breakers), [params], [full[:start]], [None])
 
     def set_params(self, params: SamplingParams) -> None:
         """A change from this position on, as ``SamplingBatch.set_params`` makes it live."""
         old, self.params = self.params, params
         history = self.full[: self.position]
-        if params.penalty_window != old.penalty_window:
-            self.counts = count_tokens(history, params.penalty_window, self.vocab)
-        if not params.has_dry:
-            self.dry = None
-        elif self.dry is None or params.dry_sequence_breakers != old.dry_sequence_breakers:
-            self.dry = DryRow(history, self.breakers(params.dry_sequence_breakers))
+        for state in self.states.values():
+            state.set_params(0, old, params, history)
 
-    def rows(self, positions: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
-        """[L, V] counts and [L, V] DRY penalties for consecutive positions."""
-        counts = np.empty((len(positions), self.vocab), np.int32)
-        dry = np.zeros((len(positions), self.vocab), np.float32) if self.dry is not None else None
-        for i, p in enumerate(positions):
-            assert p == self.position
-            counts[i] = self.counts
-            if self.dry is not None:
-                tokens, values = self.dry.penalties(self.params)
-                dry[i, tokens] = values
-            self._advance()
-        return counts, dry
+    def inputs(self, chain: tuple[str, ...], index: int) -> dict[str, mx.array]:
+        """This position's state inputs ([1, ...] each)."""
+        return state_inputs(self.states, chain, [self.params], Rows([0], None), [index])
 
-    def _advance(self) -> None:
-        """Move to the next position: the token at this one joins the history."""
+    def advance(self, step: TokenStep | None = None) -> None:
+        """Move to the next position: the token at this one joins the history (with the
+        step that scored it, for states that read it)."""
         token = self.full[self.position]
         self.position += 1
-        self.counts[token] += 1
-        leaving = leaving_token(self.params.penalty_window, self.full[: self.position])
-        if leaving is not None:
-            self.counts[leaving] -= 1
-        if self.dry is not None:
-            self.dry.accept(token)
+        window = self.params.penalty_window
+        leaving = self.full[self.position - window - 1] if 0 < window < self.position else None
+        accepted = Accepted(token, leaving) if step is None else Accepted(token, leaving, step.chain, step.logprobs)
+        for state in self.states.values():
+            state.accept([self.params], [accepted])
 
 
 def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[TokenStep]:
@@ -171,19 +165,13 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     logits = logits[:n]
     chain = group_chain([params])
     inputs = columns([params] * n, chain)
-    counts, dry = state.rows(rows)
-    if "penalties" in chain:
-        inputs["counts"] = mx.array(counts)
-    if "dry" in chain:
-        inputs["dry"] = mx.array(dry)
-    if "bias" in chain:
-        bias = np.zeros((1, logits.shape[-1]), np.float32)
-        for token, value in params.logit_bias.items():
-            bias[0, token] = value
-        inputs["bias"] = mx.repeat(mx.array(bias), n, axis=0)
-    if "xtc" in chain:
-        coins = [xtc_coin(params.seed, index) for index in indices]
-        inputs["xtc_coin"] = mx.array(np.asarray(coins, np.float32).reshape(-1, 1))
+    per_position = []
+    for i in range(n):
+        per_position.append(state.inputs(chain, indices[i]))
+        if n > 1:  # a run of several positions holds no stage that reads the result
+            state.advance()
+    for key in per_position[0]:
+        inputs[key] = mx.concatenate([p[key] for p in per_position], axis=0)
     targets = mx.array([full[p] for p in rows], dtype=mx.int32)
     result = run_chain(logits, chain, inputs, aliases=group_aliases([params], chain))
     result.tokens = targets
@@ -216,6 +204,8 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
                 rank=int(host[-n + i]),
             )
         )
+    if n == 1:
+        state.advance(steps[0])
     return steps
 
 

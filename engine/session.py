@@ -15,6 +15,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from engine.backend import Messages, ModelInfo, StartedRequest
+from engine.capabilities import LOCAL_CAPABILITIES, Capabilities
 from engine.errors import EngineError
 from engine.events import Event
 from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
@@ -77,6 +78,11 @@ class EngineSession:
         self._loaded = None
         self._scheduler: Scheduler | None = None
         self.info: ModelInfo | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Everything but the network: the model and the whole chain are here."""
+        return LOCAL_CAPABILITIES
 
     def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
         """Load ``source`` to compute in ``precision``; on failure the previous model stays in use."""
@@ -141,10 +147,16 @@ class EngineSession:
         return [StartedRequest(rid, tuple(prompt)) for rid in self.scheduler.fork(prompt, variants)]
 
     def fork_reply(
-        self, messages: Messages, output: Sequence[int], variants: Sequence[SamplingParams]
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        variants: Sequence[SamplingParams],
+        *,
+        output_text: str | None = None,
     ) -> list[StartedRequest]:
         """Continue a reply after its first ``len(output)`` tokens with each variant
-        ("compare from here"); works for replies the engine no longer holds."""
+        ("compare from here"); works for replies the engine no longer holds.
+        ``output_text`` is for remote backends; the ids suffice here."""
         prompt = self.prompt_for(messages)
         ids = self.scheduler.fork_output(prompt, output, variants)
         return [StartedRequest(rid, tuple(prompt)) for rid in ids]

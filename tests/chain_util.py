@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.batch import new_states, state_inputs
+from engine.dry import Breakers
 from engine.params import SamplingParams
 from engine.sampler import ChainResult, columns, group_chain, run_chain
+from engine.stages.base import Rows, StateContext
+
+
+def fresh_state_inputs(params: list[SamplingParams], chain, vocab: int, index: int = 0) -> dict[str, mx.array]:
+    """Every chain stage's state inputs as the stages' own states make them for an empty
+    history (no breakers): the inputs of a stage no test supplies by hand."""
+    rows = len(params)
+    params = [p.with_changes(seed=0) if p.seed is None else p for p in params]  # XTC's coin reads the seed
+    states = new_states(StateContext(vocab, lambda b: Breakers(frozenset())), params, [[]] * rows, [None] * rows)
+    return state_inputs(
+        states, [n for n in chain if n in states], params, Rows(list(range(rows)), None), [index] * rows
+    )
 
 
 def run(
@@ -16,22 +30,19 @@ def run(
     noise: mx.array | None = None,
     extra: dict | None = None,
 ) -> ChainResult:
-    """One step for rows that share a stage order; state inputs default to neutral."""
+    """One step for rows that share a stage order; state inputs default to neutral
+    (zero counts, bias and DRY penalties, XTC's coin 0, other stages' fresh state)."""
     logits = mx.array(logits) if not isinstance(logits, mx.array) else logits
     chain = group_chain(params)
-    inputs = columns(params, chain)
     shape = logits.shape
-    inputs["counts"] = counts if counts is not None else mx.zeros(shape, mx.int32)
-    inputs["bias"] = bias if bias is not None else mx.zeros(shape, mx.float32)
-    inputs["dry"] = mx.zeros(shape, mx.float32)
-    inputs["xtc_coin"] = mx.zeros((shape[0], 1), mx.float32)
+    inputs = fresh_state_inputs(params, chain, shape[1])
+    neutral = {
+        "counts": counts if counts is not None else mx.zeros(shape, mx.int32),
+        "bias": bias if bias is not None else mx.zeros(shape, mx.float32),
+        "dry": mx.zeros(shape, mx.float32),
+        "xtc_coin": mx.zeros((shape[0], 1), mx.float32),
+    }
+    inputs.update({k: v for k, v in neutral.items() if k in inputs})
+    inputs.update(columns(params, chain))
     inputs.update(extra or {})
-    needed = {"greedy"} | {k for k in inputs if k not in ("counts", "bias", "dry", "xtc_coin")}
-    needed |= {k for name in chain for k in _state(name)}
-    return run_chain(logits, chain, {k: v for k, v in inputs.items() if k in needed}, noise)
-
-
-def _state(name: str) -> tuple[str, ...]:
-    from engine.stages import STAGES
-
-    return STAGES[name].state
+    return run_chain(logits, chain, inputs, noise)

@@ -3,9 +3,13 @@ free port, waiting until it lists its models, stopping it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -40,3 +44,24 @@ def stop(proc) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def mlx_lm_server(folder: Path, workdir: Path) -> Iterator[str]:
+    """``mlx_lm.server`` serving the model ``folder`` (its model id is the folder's path) on
+    127.0.0.1: its base URL while the block runs; the server is stopped afterwards."""
+    port = free_port()
+    hub = workdir / "hf-hub"  # /v1/models scans it; it must exist
+    hub.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / "server.log"
+    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    model = str(Path(folder).resolve())
+    cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", model, "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url, log_path)
+        yield url
+    finally:
+        stop(proc)

@@ -194,7 +194,7 @@ def test_model_that_fails_to_load_keeps_the_app_working(qtbot, profile, tiny_fol
     assert "broken.gguf" in window.last_error and "GGUF" in window.last_error
     assert window.error_box.isVisible()
     assert window.model_info.name == "tiny-llama"
-    assert window.model_label.text() == "tiny-llama"
+    assert window.model_label.text() == "tiny-llama · float32"
     window.error_box.close()
     send(qtbot, window, "still alive?", SamplingParams(max_tokens=4))
     assert len(window.thread_messages[-1].branch.steps) == 4

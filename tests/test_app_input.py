@@ -38,7 +38,7 @@ def enter_text(line_edit, text: str) -> None:
 def outlined(controls) -> set[str]:
     """The names of the panel's widgets outlined as being at fault."""
     widgets = {"seed": controls.seed, "logit_bias": controls.bias, "stop": controls.stop}
-    widgets["dry_sequence_breakers"] = controls.chain.breakers
+    widgets["dry_sequence_breakers"] = controls.chain.lists["dry_sequence_breakers"]
     widgets.update(controls.fields)
     return {name for name, widget in widgets.items() if widget.styleSheet() == ERROR_STYLE}
 
@@ -166,8 +166,8 @@ def test_every_invalid_field_is_outlined_and_named(controls):
     assert outlined(controls) == {"seed", "logit_bias"}
     lines = controls.error.text().splitlines()
     assert len(lines) == 2 and "seed" in lines[0] and "logit_bias" in lines[1]
-    controls.chain.breakers.setPlainText("x" * 41)  # a third, checked by SamplingParams itself
-    controls.chain.breakers.edited.emit()
+    controls.chain.lists["dry_sequence_breakers"].setPlainText("x" * 41)  # a third, checked by SamplingParams itself
+    controls.chain.lists["dry_sequence_breakers"].edited.emit()
     assert outlined(controls) == {"seed", "logit_bias", "dry_sequence_breakers"}
     assert len(controls.error.text().splitlines()) == 3
     enter_text(controls.seed, "")

@@ -154,7 +154,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
     qtbot.waitUntil(lambda: bool(window.last_error), timeout=TIMEOUT)
     assert window.thread_messages[-1].branch.finish_reason == "length"
     assert len(window.thread_messages[-1].branch.steps) == 150
-    assert window.model_info.name == "tiny-llama" and window.model_label.text() == "tiny-llama"
+    assert window.model_info.name == "tiny-llama" and window.model_label.text() == "tiny-llama · float32"
     window.error_box.close()
     # Stop and load: the reply is stopped (kept), then the model loads.
     window.composer.setPlainText("again")
@@ -162,7 +162,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
     qtbot.waitUntil(lambda: any(r.new_steps for r in window.model.replies.values()), timeout=TIMEOUT)
     window.load_model(str(tiny_folder))
     click_button(message_box(qtbot, window, "load_box"), "Stop the reply and load")
-    qtbot.waitUntil(lambda: not window.busy() and window.model_label.text() == "tiny-llama", timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not window.busy() and window.model_label.text() == "tiny-llama · float32", timeout=TIMEOUT)
     assert window.thread_messages[-1].branch.finish_reason == "cancelled"
     close_window(window)
 
@@ -187,7 +187,7 @@ def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):
     bad.write_bytes(b"GGUF" + bytes(64))
     window.load_model(str(bad))
     qtbot.waitUntil(lambda: bool(window.last_error), timeout=TIMEOUT)
-    assert window.model_label.text() == "tiny-llama"
+    assert window.model_label.text() == "tiny-llama · float32"
     assert "reading GGUF" not in window.statusBar().currentMessage()
     assert not window.status.progress.isVisible()
     close_window(window)

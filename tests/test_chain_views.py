@@ -180,7 +180,8 @@ def test_llama_cpp_preset_sets_the_order(controls):
     assert "llama.cpp order" in names
     controls.apply_preset("llama.cpp order")
     assert controls.current.samplers == LLAMA_CPP_SAMPLERS == controls.chain.samplers()
-    assert controls.chain.order() == LLAMA_CPP_SAMPLERS
+    # The stages switched on come first, in their order; any other stage follows, switched off.
+    assert controls.chain.order()[: len(LLAMA_CPP_SAMPLERS)] == LLAMA_CPP_SAMPLERS
     assert (controls.current.temperature, controls.current.top_k, controls.current.top_p) == (0.8, 40, 0.95)
     assert controls.presets.currentText() == "llama.cpp order"
     # The same values in another order are no longer that preset.
@@ -197,8 +198,8 @@ def test_user_presets_keep_the_order_and_every_stage_field(controls):
     controls.chain.move_stage("xtc", 2)
     controls.chain.set_stage_on("top_k", False)
     controls.chain.fields["top_n_sigma"].spin.setValue(1.5)
-    controls.chain.breakers.set_breakers(("\n", "::"))
-    controls.chain.breakers.edited.emit()
+    controls.chain.lists["dry_sequence_breakers"].set_lines(("\n", "::"))
+    controls.chain.lists["dry_sequence_breakers"].edited.emit()
     saved = controls.current
     controls.save_preset("Mine")
     controls.apply_preset("Greedy")
@@ -241,17 +242,17 @@ def test_every_stage_parameter_has_a_field_with_its_off_value(controls):
 
 def test_a_bad_value_outlines_its_field(controls):
     controls.chain.select_stage("temperature")
-    controls.chain.breakers.setPlainText("x" * 41)
-    controls.chain.breakers.edited.emit()
+    controls.chain.lists["dry_sequence_breakers"].setPlainText("x" * 41)
+    controls.chain.lists["dry_sequence_breakers"].edited.emit()
     assert "dry_sequence_breakers" in controls.error.text()
-    assert controls.error_widget() is controls.chain.breakers
+    assert controls.error_widget() is controls.chain.lists["dry_sequence_breakers"]
     assert controls.chain.current_stage() == "dry"  # its stage is brought into view
     dry_row = controls.chain.list.item(controls.chain.order().index("dry"))
     assert dry_row.foreground().color() == QColor("#d93025")
     before = controls.current
     assert before.dry_sequence_breakers != ("x" * 41,)
-    controls.chain.breakers.setPlainText("\\n\n::")
-    controls.chain.breakers.edited.emit()
+    controls.chain.lists["dry_sequence_breakers"].setPlainText("\\n\n::")
+    controls.chain.lists["dry_sequence_breakers"].edited.emit()
     assert controls.error.text() == "" and controls.error_widget() is None
     assert controls.current.dry_sequence_breakers == ("\n", "::")
 

@@ -62,46 +62,74 @@ def through_json(record: dict[str, Any]) -> dict[str, Any]:
 STAGES = ["bias", "penalties", "dry", "temperature", "top_k", "top_p", "min_p", "xtc"]
 PARAMS = [SamplingParams(), SamplingParams(temperature=0.7, top_k=5, seed=2), SamplingParams(min_p=0.1, seed=9)]
 logprob = st.one_of(st.floats(-50, 0), st.just(-math.inf))
-value = st.one_of(st.floats(-1e6, 1e6), st.just(math.nan))
-count = st.one_of(st.integers(0, 10**6), st.just(-1))
+value = st.one_of(st.floats(-1e6, 1e6), st.none())  # None: not reported
+count = st.one_of(st.integers(0, 10**6), st.none())
 
 
 @st.composite
 def token_steps(draw: st.DrawFn) -> TokenStep:
-    chain = ("raw", *draw(st.lists(st.sampled_from(STAGES), unique=True, max_size=4)))
+    """A local step (raw logits and the raw entropy always known, as the engine computes
+    them) or a server's (one stage, ``reported_stage``, the rest None): a record without
+    ``reported_stage`` is told apart by that (``engine.codec._reported_stage``)."""
+    reported = draw(st.booleans())
+    chain = (
+        (draw(st.sampled_from(["raw", *STAGES])),)
+        if reported
+        else ("raw", *draw(st.lists(st.sampled_from(STAGES), unique=True, max_size=4)))
+    )
     n = len(chain)
 
     def per_stage(values: st.SearchStrategy) -> tuple:
         return tuple(draw(st.lists(values, min_size=n, max_size=n)))
 
-    top = tuple(
-        Candidate(
+    def candidate() -> Candidate:
+        if reported:
+            return Candidate(
+                draw(st.integers(0, 1 << 20)),
+                draw(st.text(max_size=4)),
+                None,
+                (draw(st.floats(-50, 0)),),
+                None,
+                None,
+                None,
+                None,
+            )
+        return Candidate(
             draw(st.integers(0, 1 << 20)),
             draw(st.text(max_size=4)),
-            draw(value),
+            draw(st.floats(-1e6, 1e6)),
             per_stage(logprob),
             draw(st.one_of(st.none(), st.sampled_from(chain[1:] or ("raw",)))),
             draw(value),
             draw(value),
             draw(count),
         )
-        for _ in range(draw(st.integers(0, 4)))
-    )
+
+    top = tuple(candidate() for _ in range(draw(st.integers(0, 4))))
+    if reported:
+        logprobs, entropies, survivors = (draw(st.one_of(st.none(), st.floats(-50, 0))),), (None,), (None,)
+    else:
+        logprobs, entropies, survivors = (
+            per_stage(logprob),
+            (draw(st.floats(0, 12)), *per_stage(value)[1:]),
+            per_stage(count),
+        )
     return TokenStep(
         request_id=-1,
         index=draw(st.integers(0, 10**5)),
-        position=draw(st.integers(-1, 10**5)),
+        position=None if reported else draw(st.one_of(st.none(), st.integers(0, 10**5))),
         token_id=draw(st.integers(0, 1 << 20)),
         text=draw(st.text(max_size=6)),
         piece=draw(st.text(max_size=6)),
         chain=chain,
-        logprobs=per_stage(logprob),
-        entropies=per_stage(value),
-        survivors=per_stage(count),
+        logprobs=logprobs,
+        entropies=entropies,
+        survivors=survivors,
         top=top,
         params=draw(st.sampled_from(PARAMS)),
         forced=draw(st.booleans()),
         rank=draw(st.one_of(st.none(), st.integers(1, 10**5))),
+        reported_stage=chain[0] if reported else None,
     )
 
 
@@ -118,17 +146,21 @@ def test_a_step_round_trips_through_the_store_style_exactly(step):
 def test_a_step_round_trips_through_the_export_style_to_five_decimals(step):
     record = through_json(encode_step(step, EXPORT))
     back = decode_step(record, step.params)
+
+    def r5(v):
+        return round(v, 5) if v is not None and math.isfinite(v) else v
+
     rounded = replace(
         step,
-        logprobs=tuple(round(v, 5) if math.isfinite(v) else v for v in step.logprobs),
-        entropies=tuple(round(v, 5) if math.isfinite(v) else v for v in step.entropies),
+        logprobs=tuple(r5(v) for v in step.logprobs),
+        entropies=tuple(r5(v) for v in step.entropies),
         top=tuple(
             replace(
                 c,
-                raw_logit=round(c.raw_logit, 5) if math.isfinite(c.raw_logit) else c.raw_logit,
-                logprobs=tuple(round(v, 5) if math.isfinite(v) else v for v in c.logprobs),
-                bias=round(c.bias, 5) if math.isfinite(c.bias) else c.bias,
-                penalty=round(c.penalty, 5) if math.isfinite(c.penalty) else c.penalty,
+                raw_logit=r5(c.raw_logit),
+                logprobs=tuple(r5(v) for v in c.logprobs),
+                bias=r5(c.bias),
+                penalty=r5(c.penalty),
             )
             for c in step.top
         ),
@@ -168,7 +200,8 @@ def test_the_cli_the_store_and_the_export_carry_the_same_record(step):
     # The export's record is the CLI's (same keys, same values) plus what rebuilds the step.
     assert {k: exported[k] for k in cli if k != "top"} == {k: v for k, v in cli.items() if k != "top"}
     assert [{k: c[k] for k in cli["top"][0]} for c in exported["top"]] == cli["top"]
-    assert set(exported) - set(cli) == FULL | {"message", "branch"}  # params: the branch's, unchanged
+    reported = {"reported_stage"} if step.reported_stage is not None else set()  # not in the CLI's bytes
+    assert set(exported) - set(cli) == FULL | reported | {"message", "branch"}  # params: the branch's, unchanged
     assert all(set(c) - set(cli["top"][0]) == {"bias", "penalty", "count"} for c in exported["top"])
     # The store's is the export's, unrounded, with its version and without what it derives.
     assert set(stored) == set(exported) - DERIVED - {"type", "request", "message", "branch"} | {"v", "params"}
@@ -212,7 +245,8 @@ def test_cli_lines_are_byte_for_byte_those_before_the_codec():
 
 def test_an_old_export_decodes_to_the_same_steps():
     """Export records written before the codec (counts of -1 written as -1) read back as
-    the steps they were written from, to their 5 decimals."""
+    the steps they were written from, to their 5 decimals: -1 and NaN as None, and the
+    remote step (no ``reported_stage`` key then) recognised as a server's."""
     steps = [chain_step(index=2), replace(chain_step(index=3, chosen=2), forced=True, rank=4), remote_step()]
     lines = (DATA / "export_records_7900ff8.jsonl").read_text().splitlines()
     for step, line in zip(steps, lines, strict=True):
@@ -222,12 +256,18 @@ def test_an_old_export_decodes_to_the_same_steps():
 
 
 def test_a_version_2_store_record_decodes_to_the_same_steps():
-    """The store's records before the codec: version 2, NaN written as NaN, counts as -1."""
+    """The store's records before the codec: version 2, NaN written as NaN, counts as -1;
+    both read back as None ("not reported"), the remote step with its reported stage."""
     text = (DATA / "store_steps_v2.json").read_text()
-    assert all(r["v"] == 2 for r in json.loads(text)) and "NaN" in text
+    assert all(r["v"] == 2 for r in json.loads(text)) and "NaN" in text and '"count": -1' in text
     steps = [chain_step(index=2), replace(chain_step(index=3, chosen=2), forced=True), remote_step()]
-    for step, back in zip(steps, steps_from_json(text), strict=True):
+    decoded = steps_from_json(text)
+    for step, back in zip(steps, decoded, strict=True):
         assert comparable(back) == comparable(replace(step, request_id=-1))  # version 2 kept no rank
+    remote = decoded[-1]
+    assert remote.reported_stage == "final" and remote.entropies == (None,) and remote.survivors == (None,)
+    assert all(c.raw_logit is None and c.count is None and c.bias is None for c in remote.top)
+    assert all(s.reported_stage is None for s in decoded[:-1])
 
 
 def test_a_newer_record_is_refused():

@@ -831,8 +831,8 @@ class EngineMachine(RuleBasedStateMachine):
         for scheduler in (self.main, self.shadow):
             assert scheduler._active == [] and not scheduler._waiting and not scheduler._pending
             assert scheduler._batch is None and scheduler._prefetched is None
-            assert len(scheduler._sampling) == 0 and scheduler._sampling.dry == []
-            assert scheduler._sampling.counts.counts.shape[0] == 0
+            assert len(scheduler._sampling) == 0 and scheduler._sampling.states["dry"].rows == []
+            assert scheduler._sampling.states["penalties"].counts.counts.shape[0] == 0
             if FIRST_DIFFERENCE_PRUNED:
                 assert scheduler._first_difference == {}, "divergence state of ended fork groups is kept"
             scheduler.prefix_store.clear()

@@ -65,7 +65,7 @@ def db(session, tmp_path_factory):
     answering the first branch, and a compare run."""
     path = tmp_path_factory.mktemp("db") / "db.sqlite3"
     store = Store(path)
-    store.note_model("tiny", "/models/tiny")  # as the app does when the model loads
+    store.note_model("tiny", "/models/tiny", "float32")  # as the app does when the model loads
     conv = store.new_conversation("You are terse.", "the test")
     user = store.add_user_message(conv.id, "the hat", None)
     reply = store.add_assistant_message(conv.id, user.id)
@@ -82,7 +82,7 @@ def db(session, tmp_path_factory):
         s, d = generate(session, messages, params)
         columns.append((CompareColumn(label, params, ("reply", 0)), s, d.text, d.finish_reason))
     series = DivergenceSeries(2)
-    store.note_model("tiny", "/models/tiny-q8")  # another file with the same name, loaded later
+    store.note_model("tiny", "/models/tiny-q8", "float16")  # another file, the same name, loaded later
     store.add_compare_run(reply2.id, columns, "tiny", 0, series)
     store.close()
     return path, conv.id
@@ -94,9 +94,12 @@ def test_round_trip(db, tmp_path):
     data = from_store(store, cid, "tiny-source")
     first = records(data, created="T")
     # the source the replies recorded, not the model loaded now
-    assert first[0]["type"] == "header" and first[0]["model"] == {"name": "tiny", "source": "/models/tiny"}
+    model = {"name": "tiny", "source": "/models/tiny", "precision": "float32"}
+    assert first[0]["type"] == "header" and first[0]["model"] == model
     sources = [r["model_source"] for r in first if r["type"] == "branch"]
     assert sources == ["/models/tiny", "/models/tiny", "/models/tiny-q8", "/models/tiny-q8"]
+    # each reply names the precision it was computed in, not the one loaded last
+    assert [r["precision"] for r in first if r["type"] == "branch"] == ["float32", "float32", "float16", "float16"]
     assert first[0]["chain"][0] == "raw" and first[0]["params"]["dry_multiplier"] == 1.0
     kinds = [r["type"] for r in first]
     assert kinds.count("branch") == 4 and kinds.count("compare_run") == 1 and kinds.count("message") == 4
@@ -174,7 +177,8 @@ def test_app_export_command(db, tmp_path):
     expected = records(from_store(store, cid))
     store.close()
     assert recs[1:] == expected[1:] and recs[0]["kind"] == "conversation"
-    assert recs[0]["model"] == {"name": "tiny", "source": "/models/tiny"}
+    assert recs[0]["model"] == {"name": "tiny", "source": "/models/tiny", "precision": "float32"}
+    assert [r["precision"] for r in recs if r["type"] == "branch"] == ["float32", "float32", "float16", "float16"]
     csv_out = tmp_path / "cli.csv"
     run = subprocess.run(
         [sys.executable, "-m", "app", "export", "--out", str(csv_out), "--db", str(path), "--all"],
@@ -243,3 +247,24 @@ def test_header_refuses_other_files(tmp_path):
     p.write_text(json.dumps({"type": "token"}) + "\n")
     with pytest.raises(ExportFormatError):
         from_records(read_jsonl(p))
+
+
+def test_an_export_from_before_precision_imports_as_not_recorded(db, tmp_path):
+    """An export written before issue 19 has no ``precision``: it reads and imports as not
+    recorded (null), never as the precision of the model loaded now."""
+    path, cid = db
+    store = Store(path)
+    recs = records(from_store(store, cid), created="T")
+    store.close()
+    for r in recs:
+        r.pop("precision", None)
+        if r["type"] == "header":
+            r["model"].pop("precision")
+    data = from_records(recs)
+    assert all(b.precision is None for m in data.messages for b in m.branches)
+    other = Store(tmp_path / "other.sqlite3")
+    other.note_model("tiny", "/models/tiny", "bfloat16")  # loaded now: must not be stamped on old replies
+    new_id = to_store(data, other)
+    branches = [r for r in records(from_store(other, new_id)) if r["type"] == "branch"]
+    assert branches and all(r["precision"] is None for r in branches)
+    other.close()

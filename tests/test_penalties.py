@@ -117,10 +117,14 @@ def test_scheduler_counts_equal_a_recount_mid_generation(tiny):
     recount = PenaltyCounts.from_histories(
         [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
     )
-    np.testing.assert_array_equal(np.array(scheduler._sampling.counts.counts), np.array(recount.counts))
+    np.testing.assert_array_equal(
+        np.array(scheduler._sampling.states["penalties"].counts.counts), np.array(recount.counts)
+    )
     # A changed window is recounted from the history.
     scheduler.update_params(ids[0], params.with_changes(penalty_window=2))
     recount = PenaltyCounts.from_histories(
         [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
     )
-    np.testing.assert_array_equal(np.array(scheduler._sampling.counts.counts), np.array(recount.counts))
+    np.testing.assert_array_equal(
+        np.array(scheduler._sampling.states["penalties"].counts.counts), np.array(recount.counts)
+    )

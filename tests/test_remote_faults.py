@@ -4,7 +4,6 @@ live changes, cancellation, and what goes into the requests. Fast; no model."""
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
 import time
@@ -146,9 +145,10 @@ def test_a_reply_streams_with_logprobs_and_unreported_fields_stay_empty(standin)
     steps = [e for e in events if isinstance(e, TokenStep)]
     assert [s.text for s in steps] == [" t0", " t1", " t2"] and [s.index for s in steps] == [0, 1, 2]
     s = steps[0]
-    assert s.chain == ("raw",) and s.logprobs == (-0.1,) and math.isnan(s.entropies[0]) and s.survivors == (-1,)
-    assert s.token_id == -1 and s.position == -1  # vLLM sends no ids unless asked
-    assert [c.text for c in s.top] == [" t0", " x"] and math.isnan(s.top[0].raw_logit)
+    assert s.chain == ("raw",) and s.reported_stage == "raw" and s.logprobs == (-0.1,)
+    assert s.entropies == (None,) and s.survivors == (None,)  # not reported: None, never NaN or -1
+    assert s.token_id == -1 and s.position is None  # vLLM sends no ids unless asked
+    assert [c.text for c in s.top] == [" t0", " x"] and s.top[0].raw_logit is None and s.top[0].count is None
     done = _finished(events)
     assert done.finish_reason == "length" and done.text == " t0 t1 t2" and done.prompt_tokens == 7
     _, body = standin.requests[-1]

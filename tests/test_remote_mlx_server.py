@@ -10,7 +10,6 @@ for token, and every reported logprob within 1e-3 of the local engine's.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -108,13 +107,14 @@ def _compare(local_steps, remote_steps):
     assert "".join(s.text for s in remote_steps) == "".join(s.text for s in local_steps)
     chosen = alts = 0.0
     for loc, rem in zip(local_steps, remote_steps, strict=True):
-        assert rem.chain == ("raw",) and math.isnan(rem.entropies[0]) and rem.survivors == (-1,)
+        assert rem.chain == ("raw",) and rem.reported_stage == "raw"
+        assert rem.entropies == (None,) and rem.survivors == (None,)  # not reported
         chosen = max(chosen, abs(rem.logprob_at("raw") - loc.logprob_at("raw")))
         local_raw = {c.token_id: c.logprobs[0] for c in loc.top}
         for c in rem.top:
             assert c.token_id in local_raw, "the server's top-k must be among the local raw top-k"
             alts = max(alts, abs(c.logprobs[0] - local_raw[c.token_id]))
-            assert math.isnan(c.raw_logit) and c.count == -1
+            assert c.raw_logit is None and c.count is None
     return chosen, alts
 
 
@@ -187,7 +187,7 @@ def test_branch_continues_from_text_like_the_local_engine(mlx_server, local):
     finally:
         backend.close()
     got = steps[rid]
-    assert got[0].forced and got[0].index == 2 and got[0].text == forced.text and math.isnan(got[0].logprobs[0])
+    assert got[0].forced and got[0].index == 2 and got[0].text == forced.text and got[0].logprobs == (None,)
     assert [s.index for s in got] == list(range(2, N))
     assert [s.token_id for s in got] == [s.token_id for s in want]
     assert done[rid].text == "".join(s.text for s in first[:2]) + "".join(s.text for s in got)

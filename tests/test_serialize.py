@@ -98,13 +98,13 @@ def test_format_1_step_maps_its_three_distributions():
     step = step_from_dict(old)
     assert step.chain == ("raw", "penalties", "top_p")
     assert step.logprobs == (-1.5, -1.2, -0.4)
-    assert step.entropies[0] == 2.5 and math.isnan(step.entropies[1]) and step.entropies[2] == 1.1
-    assert step.survivors == (-1, -1, -1)
+    assert step.entropies == (2.5, None, 1.1)  # format 1 had no entropy in the middle: not known
+    assert step.survivors == (None, None, None)
     kept, removed = step.top
     assert kept.logprobs == (-1.5, -1.2, -0.4) and kept.removed_by is None
     assert removed.logprobs == (-2.5, -2.6, -math.inf) and removed.removed_by == "top_p"
     assert removed.penalty == -0.3 and removed.count == 2
-    # Saved again, it is the current version and reads back the same (NaN included).
+    # Saved again, it is the current version and reads back the same (None included).
     again = step_from_dict(json.loads(json.dumps(step_to_dict(step))))
     assert again.chain == step.chain and again.top == step.top
-    assert math.isnan(again.entropies[1])
+    assert again.entropies[1] is None

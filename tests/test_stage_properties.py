@@ -20,6 +20,7 @@ from engine.params import SAMPLER_STAGES, SamplingParams
 from engine.sampler import columns, draw, gumbel_noise, step_key, xtc_coin
 from engine.stages import STAGES, row_chain
 from engine.stages.base import log_softmax
+from tests.chain_util import fresh_state_inputs
 
 NEG_INF = float("-inf")
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -81,6 +82,8 @@ def chain_inputs(params, chain, vocab: int, rng: np.random.Generator) -> dict[st
     coins = rng.uniform(0, 1, (b, 1))
     inputs.update(counts=mx.array(counts), dry=mx.array(dry.astype(np.float32)), bias=mx.array(bias))
     inputs.update(xtc_coin=mx.array(coins.astype(np.float32)))
+    for key, value in fresh_state_inputs(params, chain, vocab).items():  # any other stage's own state
+        inputs.setdefault(key, value)
     return inputs
 
 
@@ -97,7 +100,10 @@ def test_a_stage_with_neutral_parameters_is_the_exact_identity(data):
     for name, stage in STAGES.items():
         out = np.asarray(stage.apply(mx.array(x), inputs))
         for r, is_neutral in enumerate(neutral):
-            if is_neutral or not stage.active(params[r]):
+            # The defaults leave every stage of the default order neutral; an opt-in stage
+            # (no neutral value) is off by not being listed in ``samplers`` instead.
+            assert stage.is_identity(params[r]) or not (is_neutral and stage.spec.default_on), (name, r)
+            if stage.is_identity(params[r]):
                 np.testing.assert_array_equal(out[r], x[r], err_msg=f"{name}, row {r}")
 
 

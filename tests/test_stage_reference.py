@@ -23,7 +23,7 @@ from transformers.generation.logits_process import (
 )
 
 from engine.dry import DryRow, resolve_breakers
-from engine.params import LLAMA_CPP_SAMPLERS, SAMPLER_STAGES, SamplingParams
+from engine.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams
 from engine.sampler import columns, group_chain, gumbel_noise, run_chain, step_key, xtc_coin
 from engine.stages.min_p import apply_min_p
 from engine.stages.penalties import apply_penalties
@@ -321,7 +321,7 @@ def reference_stage(name: str, row: np.ndarray, p: SamplingParams, counts, dry, 
 
 
 @pytest.mark.parametrize(
-    "order", [SAMPLER_STAGES, LLAMA_CPP_SAMPLERS, tuple(np.random.default_rng(5).permutation(SAMPLER_STAGES))]
+    "order", [DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, tuple(np.random.default_rng(5).permutation(DEFAULT_SAMPLERS))]
 )
 def test_run_chain_matches_the_references_composed_in_order(order):
     params = [p.with_changes(samplers=order) for p in CHAIN_ROWS]
@@ -350,7 +350,7 @@ def test_run_chain_matches_the_references_composed_in_order(order):
     noise = gumbel_noise([step_key(p.seed, i) for p, i in zip(params, indices, strict=True)], V)
     result = run_chain(mx.array(logits), chain, inputs, noise)
 
-    assert set(chain) == {"bias", *SAMPLER_STAGES}
+    assert set(chain) == {"bias", *DEFAULT_SAMPLERS}
     expected = [logits[r].astype(np.float64) for r in range(len(params))]
     entering = list(expected)
     for i, name in enumerate(chain):
@@ -364,5 +364,5 @@ def test_run_chain_matches_the_references_composed_in_order(order):
         drawn = np.argmax(entering[r]) if p.greedy else np.argmax(expected[r] + np.asarray(noise[r]))
         assert int(result.tokens[r]) == drawn, f"row {r}"
     assert dry[3].any() and dry[6].any() and coins[5] > 0.5  # the data exercise DRY, and XTC's coin both ways
-    if order == SAMPLER_STAGES:
+    if order == DEFAULT_SAMPLERS:
         assert np.argmax(expected[6]) != int(result.tokens[6])

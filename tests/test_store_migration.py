@@ -79,8 +79,8 @@ def test_v1_database_opens_migrated(old_db):
             expect = [old["raw_logprob"], *([old["penalized_logprob"]] if three else []), old["logprob"]]
             assert step.logprobs == tuple(lp(v) for v in expect)
             assert step.entropy_raw == old["entropy_raw"] and step.entropy == old["entropy"]
-            assert all(math.isnan(h) for h in step.entropies[1:-1])
-            assert set(step.survivors) == {-1}
+            assert all(h is None for h in step.entropies[1:-1])  # not known: None, never NaN
+            assert set(step.survivors) == {None}
             assert step.params.samplers == DEFAULT_SAMPLERS and step.params.seed == old["params"]["seed"]
             for cand, row in zip(step.top, old["top"], strict=True):
                 assert (cand.token_id, cand.text, cand.raw_logit) == tuple(row[:3])
@@ -154,4 +154,34 @@ def test_a_version_2_database_gains_compare_runs(old_db):
     assert store.thread(conversation.id)[-1].branch.id == branches[0].id
     store.set_compare_kept(run_id, 1)
     assert store.compare_runs(conversation.id)[0].kept == 1
+    store.close()
+
+
+FIXTURE_V5 = Path(__file__).parent / "data" / "store_v5.sqlite3"
+
+
+def test_a_schema_5_database_gains_precision_and_old_replies_read_as_not_recorded(tmp_path):
+    """Schema 5 (written by the release before issue 19, tests/data/make_store_v5.py), with a
+    reply left in the stream journal: ``precision`` is added to branches and the journal,
+    NULL for everything saved before (the recovered reply too), the copy keeps version 5,
+    and replies saved from now on record the precision their model computes in."""
+    from app.store_schema import INTERRUPTED
+
+    path = tmp_path / "logitscope.sqlite3"
+    shutil.copy(FIXTURE_V5, path)
+    assert user_version(path) == 5
+    store = Store(path)
+    assert store.migrated_from == 5 and user_version(path) == SCHEMA_VERSION == 6
+    assert user_version(backup_path(path, 5)) == 5
+    (recovered,) = store.recover_interrupted()
+    (conversation,) = store.conversations()
+    thread = store.thread(conversation.id)
+    assert thread[-1].branch.id == recovered and thread[-1].branch.finish_reason == INTERRUPTED
+    assert thread[-1].branch.model_source == "default"  # schema 5's own column survives
+    branches = [b for m in thread if m.role == "assistant" for b in m.branches]
+    assert len(branches) >= 3 and all(b.precision is None for b in branches)
+    store.note_model("tiny", "/models/tiny", "float16")
+    saved = store.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
+    assert saved.precision == "float16" and store.branches(thread[-1].id)[-1].precision == "float16"
+    assert store.integrity() == "ok"
     store.close()

@@ -86,7 +86,7 @@ def test_the_current_release_database_migrates_with_a_copy_first(tmp_path):
     shutil.copy(FIXTURE_V3, path)
     assert user_version(path) == 3 and "live_replies" not in tables(path)
     store = Store(path)
-    assert store.migrated_from == 3 and user_version(path) == SCHEMA_VERSION == 5
+    assert store.migrated_from == 3 and user_version(path) == SCHEMA_VERSION == 6
     assert {"live_replies", "live_steps", "compare_runs"} <= tables(path)
     copy = backup_path(path, 3)
     assert copy.exists() and user_version(copy) == 3 and "live_replies" not in tables(copy)
@@ -108,7 +108,7 @@ def test_the_last_release_database_migrates_and_its_journal_is_recovered(tmp_pat
     shutil.copy(FIXTURE_V4, path)
     assert user_version(path) == 4 and journal_rows(path) == (1, 2)
     store = Store(path)
-    assert store.migrated_from == 4 and user_version(path) == 5 and user_version(backup_path(path, 4)) == 4
+    assert store.migrated_from == 4 and user_version(path) == SCHEMA_VERSION and user_version(backup_path(path, 4)) == 4
     (recovered,) = store.recover_interrupted()
     (conversation,) = store.conversations()
     thread = store.thread(conversation.id)
@@ -152,8 +152,8 @@ def test_steps_are_committed_while_streaming_at_most_half_a_second_apart(store):
 def test_an_interrupted_reply_is_recovered_as_a_branch(store):
     conversation, message = new_turn(store)
     params = SamplingParams(temperature=0.7, max_tokens=99)
-    store.note_model("tiny", "/models/tiny.gguf")
-    journal = StreamJournal(store.path, sources=store.model_sources)
+    store.note_model("tiny", "/models/tiny.gguf", "bfloat16")
+    journal = StreamJournal(store.path, sources=store.model_sources, precisions=store.model_precisions)
     steps = [make_step(i, params) for i in range(12)]
     journal.token(1, message.id, "tiny", params, steps)
     assert journal.flush()
@@ -166,7 +166,7 @@ def test_an_interrupted_reply_is_recovered_as_a_branch(store):
     assert branch.id == branch_id and branch.finish_reason == INTERRUPTED
     assert [s.token_id for s in branch.steps] == [s.token_id for s in steps]
     assert branch.text == "".join(s.text for s in steps) and branch.params == params and branch.model == "tiny"
-    assert branch.model_source == "/models/tiny.gguf"
+    assert branch.model_source == "/models/tiny.gguf" and branch.precision == "bfloat16"
     assert reopened.recover_interrupted() == []
     assert reopened.integrity() == "ok"
     reopened.close()

@@ -106,6 +106,16 @@ class ChatModel(GenerationMixin):
         index = self.selection[1]
         return steps[index] if steps is not None and 0 <= index < len(steps) else None
 
+    def precision_of(self, stream: StreamKey | None) -> str | None:
+        """What a reply was computed in: a saved branch's own record (None: not recorded), a
+        reply being written the loaded model's (``Store.note_model``)."""
+        if stream is None:
+            return None
+        if stream[0] == "reply":
+            return self.store.model_precisions.get(self.model_name)
+        found = self._branches.get(stream[1])
+        return found[1].precision if found is not None else None
+
     def last_assistant(self) -> Message | None:
         index = last_assistant_index(self.thread)
         return self.thread[index] if index is not None else None

@@ -1,20 +1,23 @@
-"""What a stage is: a name, a pure ``apply`` over the batch, and its per-row inputs.
+"""What a stage is on the device: its spec, a pure ``apply`` over the batch, its inputs and state.
 
 Like llama.cpp's ``llama_sampler_i``: ``apply(logits, inputs)`` maps ``[B, V] float32``
 logits to logits, reading per-row parameters as ``[B, 1]`` arrays from ``inputs``. A
 neutral value makes a stage the exact identity for its row, so rows with different
-settings share one graph. Stages with state (penalty counts, DRY) read it from
-``inputs`` too; the scheduler's batch keeps that state in step with the rows.
+settings share one graph. A stage with state (penalty counts, DRY, mirostat's μ)
+declares a factory of :class:`RowsState`; the scheduler's batch and scoring keep one
+per stage in step with the rows, and ``accept`` it each token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import mlx.core as mx
 
 from engine.params import SamplingParams
+from engine.stages.spec import StageSpec
 
 NEG_INF = float("-inf")
 
@@ -22,24 +25,102 @@ Inputs = Mapping[str, mx.array]
 
 
 @dataclass(frozen=True)
+class StateContext:
+    """What state factories may need besides the rows: the vocabulary size and DRY's
+    breaker resolver (``breakers(strings) -> engine.dry.Breakers``)."""
+
+    vocab: int
+    breakers: Callable[[tuple[str, ...]], Any]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One row's new token, and (when known) the step that chose it."""
+
+    token: int
+    leaving: int | None
+    """The token that left the penalty window as this one arrived."""
+    chain: tuple[str, ...] = ()
+    """The row's chain from ``raw``; empty when the step's result is not known here."""
+    logprobs: tuple[float, ...] = ()
+    """The token's logprob after each stage of ``chain``."""
+
+    def logprob_at(self, stage: str) -> float | None:
+        return self.logprobs[self.chain.index(stage)] if stage in self.chain else None
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows of a batch one group of the step covers."""
+
+    rows: list[int]
+    index: mx.array | None
+    """None: the whole batch, in order."""
+
+    def take(self, values: mx.array) -> mx.array:
+        return values if self.index is None else values[self.index]
+
+
+class RowsState(Protocol):
+    """One stage's state for the rows of a batch, in batch order (llama.cpp's sampler
+    context, for many rows at once)."""
+
+    def extend(self, other: Any) -> None: ...
+    def filter(self, keep: Sequence[int]) -> None: ...
+    def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
+        """A live change of one row's parameters from its next token."""
+        ...
+
+    def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None: ...
+    def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
+        """This step's inputs for ``rows`` (``indices``: every row's output token index)."""
+        ...
+
+    def carry(self, row: int) -> Any:
+        """What a branch from this row's next token must restore (None: rebuilt from the history)."""
+        ...
+
+
+StateFactory = Callable[[StateContext, Sequence[SamplingParams], Sequence[Sequence[int]], Sequence[Any]], RowsState]
+"""(context, each row's params, history and carried value) -> the rows' state."""
+
+
+def _no_columns(p: SamplingParams) -> dict[str, float]:
+    return {}
+
+
+@dataclass(frozen=True)
 class Stage:
-    name: str
+    spec: StageSpec
     apply: Callable[[mx.array, Inputs], mx.array]
     """logits [B, V] float32, inputs -> logits [B, V] float32; pure."""
-    active: Callable[[SamplingParams], bool]
-    """Whether this stage changes anything for a row with these parameters."""
-    columns: Callable[[SamplingParams], Mapping[str, float]] = lambda p: {}
+    columns: Callable[[SamplingParams], Mapping[str, float]] = _no_columns
     """This row's scalar inputs, by input name (become [B, 1] float32 arrays)."""
     int_columns: tuple[str, ...] = ()
     """Inputs among ``columns`` that are int32, not float32."""
-    state: tuple[str, ...] = field(default=())
-    """Inputs the scheduler supplies from per-row state each step (e.g. ``counts``)."""
+    state: StateFactory | None = None
+    """The per-row state this stage reads (its inputs come from ``RowsState.inputs``)."""
+    needs_result: bool = False
+    """Its state's ``accept`` reads the step's result (the chosen token's logprobs), so
+    scoring runs one position at a time through a chain holding it."""
+    prepare: Callable[[StateContext, SamplingParams], None] | None = None
+    """Work a live change needs that may fail, done before any row's state changes."""
+    reported: tuple[str, ...] = field(default=())
+    """State inputs the inspection reads for every row, in the chain or not (``counts``)."""
     identity: Callable[[SamplingParams], bool] | None = None
-    """Whether the stage leaves a row's logits exactly as they are (default: not active).
-    A stage that is the identity for every row of a group is not computed at all."""
+    """Whether the stage leaves a row's logits exactly as they are (default: its values are
+    neutral). A stage that is the identity for every row of a group is not computed at all."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def active(self, params: SamplingParams) -> bool:
+        """Whether this stage runs for a row with these parameters."""
+        return self.spec.active(params)
 
     def is_identity(self, params: SamplingParams) -> bool:
-        return self.identity(params) if self.identity is not None else not self.active(params)
+        return self.identity(params) if self.identity is not None else self.spec.neutral(params)
 
 
 def log_softmax(logits: mx.array) -> mx.array:
@@ -54,3 +135,34 @@ def sort_descending(logits: mx.array) -> mx.array:
 def finite_mask(logits: mx.array) -> mx.array:
     """Tokens still in the distribution (removed ones are -inf)."""
     return logits > NEG_INF
+
+
+class StepInputs:
+    """A stateless ``RowsState``: inputs computed from each row's parameters and output
+    index alone (XTC's coin). ``make(params, indices)`` covers the group's rows."""
+
+    def __init__(self, make: Callable[[list[SamplingParams], list[int]], dict[str, mx.array]]) -> None:
+        self._make = make
+
+    def extend(self, other: Any) -> None:
+        pass
+
+    def filter(self, keep: Sequence[int]) -> None:
+        pass
+
+    def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
+        pass
+
+    def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:
+        pass
+
+    def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
+        return self._make([params[r] for r in rows.rows], [indices[r] for r in rows.rows])
+
+    def carry(self, row: int) -> Any:
+        return None
+
+
+def step_inputs(make: Callable[[list[SamplingParams], list[int]], dict[str, mx.array]]) -> StateFactory:
+    """The factory of a :class:`StepInputs` state."""
+    return lambda ctx, params, histories, carries: StepInputs(make)

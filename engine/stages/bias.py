@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import mlx.core as mx
+import numpy as np
 
 from engine.params import SamplingParams
-from engine.stages.base import Inputs, Stage
+from engine.stages.base import Accepted, Inputs, Rows, Stage, StateContext
+from engine.stages.bias_spec import SPEC
 
 
 def apply_bias(logits: mx.array, bias: mx.array) -> mx.array:
@@ -13,12 +18,48 @@ def apply_bias(logits: mx.array, bias: mx.array) -> mx.array:
     return logits + bias
 
 
-def _active(p: SamplingParams) -> bool:
-    return bool(p.logit_bias)
-
-
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_bias(logits, inputs["bias"])
 
 
-STAGE = Stage("bias", _apply, _active, state=("bias",))
+class BiasRows:
+    """Each row's logit_bias as a dense [B, V] array, made when first needed after a change."""
+
+    def __init__(self, vocab: int, params: Sequence[SamplingParams]) -> None:
+        self.vocab = vocab
+        self.biases = [p.logit_bias for p in params]
+        self._dense: mx.array | None = None
+
+    def extend(self, other: BiasRows) -> None:
+        self.biases += other.biases
+        self._dense = None
+
+    def filter(self, keep: Sequence[int]) -> None:
+        self.biases = [self.biases[i] for i in keep]
+        self._dense = None
+
+    def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
+        self.biases[row] = new.logit_bias
+        self._dense = None
+
+    def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:
+        pass
+
+    def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
+        if self._dense is None:
+            dense = np.zeros((len(self.biases), self.vocab), dtype=np.float32)
+            for row, bias in enumerate(self.biases):
+                for token, value in bias.items():
+                    dense[row, token] = value
+            self._dense = mx.array(dense)
+        return {"bias": rows.take(self._dense)}
+
+    def carry(self, row: int) -> Any:
+        return None
+
+
+def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carries) -> BiasRows:
+    return BiasRows(ctx.vocab, params)
+
+
+STAGE = Stage(SPEC, _apply, state=_state)

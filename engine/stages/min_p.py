@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
 from engine.stages.base import NEG_INF, Inputs, Stage
+from engine.stages.min_p_spec import SPEC
 
 
 def apply_min_p(logits: mx.array, min_p: mx.array) -> mx.array:
@@ -17,12 +17,8 @@ def apply_min_p(logits: mx.array, min_p: mx.array) -> mx.array:
     return mx.where(logits < top + mx.log(min_p), NEG_INF, logits)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.min_p > 0.0
-
-
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_min_p(logits, inputs["min_p"])
 
 
-STAGE = Stage("min_p", _apply, _active, lambda p: {"min_p": p.min_p})
+STAGE = Stage(SPEC, _apply, lambda p: {"min_p": p.min_p})

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import mlx.core as mx
 
 from engine.params import SamplingParams
-from engine.stages.base import Inputs, Stage
+from engine.penalties import PenaltyCounts, count_tokens
+from engine.stages.base import Accepted, Inputs, Rows, Stage, StateContext
+from engine.stages.penalties_spec import SPEC
 
 
 def apply_penalties(
@@ -26,10 +31,6 @@ def apply_penalties(
     scaled = mx.where(logits > 0, logits / repetition, logits * repetition)
     logits = mx.where(seen, scaled, logits)
     return logits - presence * seen.astype(mx.float32) - frequency * counts.astype(mx.float32)
-
-
-def _active(p: SamplingParams) -> bool:
-    return p.has_penalties
 
 
 # A repetition penalty below float32's range would divide positive logits by 0 (inf):
@@ -55,4 +56,39 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     )
 
 
-STAGE = Stage("penalties", _apply, _active, _columns, state=("counts",))
+class CountRows:
+    """The rows' token counts over their penalty windows ([B, V] int32 on the device)."""
+
+    def __init__(self, vocab: int, counts: PenaltyCounts) -> None:
+        self.vocab = vocab
+        self.counts = counts
+
+    def extend(self, other: CountRows) -> None:
+        self.counts.extend(other.counts)
+
+    def filter(self, keep: Sequence[int]) -> None:
+        self.counts.filter(keep)
+
+    def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
+        # A new window is recounted; otherwise the counts carry on.
+        if new.penalty_window != old.penalty_window:
+            self.counts.counts[row] = mx.array(count_tokens(history, new.penalty_window, self.vocab))
+
+    def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:
+        """O(1) per row (llama.cpp's ring buffer): +1 for the new token, -1 for the one leaving."""
+        self.counts.accept([a.token for a in accepted], [a.leaving for a in accepted])
+
+    def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
+        return {"counts": rows.take(self.counts.counts)}
+
+    def carry(self, row: int) -> Any:
+        return None
+
+
+def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carries) -> CountRows:
+    windows = [p.penalty_window for p in params]
+    return CountRows(ctx.vocab, PenaltyCounts.from_histories(histories, windows, ctx.vocab))
+
+
+# ``counts`` also feeds every candidate's ``count`` in the inspection, in the chain or not.
+STAGE = Stage(SPEC, _apply, _columns, state=_state, reported=("counts",))

@@ -11,6 +11,7 @@ import mlx.core as mx
 
 from engine.params import SamplingParams
 from engine.stages.base import Inputs, Stage, finite_mask, log_softmax
+from engine.stages.temperature_spec import SPEC
 
 # The dynamic temperature reaches 0 when the entropy is 0 and T <= range; llama.cpp then
 # keeps only the argmax. Dividing by a floor instead gives the same point mass (tied
@@ -45,10 +46,6 @@ def apply_temperature(
     return logits / mx.where(use_dynamic, dynamic, plain)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.temperature != 1.0 or p.dynatemp_range > 0.0
-
-
 # A positive temperature below float32's range would divide by a denormal or by 0 (which
 # the stage reads as greedy): held at this floor, it is the limit T -> 0, the argmax.
 MIN_TEMPERATURE = 1e-6
@@ -72,4 +69,4 @@ def _identity(p: SamplingParams) -> bool:
     return p.temperature == 0.0 or (p.temperature == 1.0 and p.dynatemp_range == 0.0)
 
 
-STAGE = Stage("temperature", _apply, _active, _columns, identity=_identity)
+STAGE = Stage(SPEC, _apply, _columns, identity=_identity)

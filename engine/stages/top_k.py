@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
 from engine.stages.base import NEG_INF, Inputs, Stage, sort_descending
+from engine.stages.top_k_spec import SPEC
 
 
 def apply_top_k(logits: mx.array, top_k: mx.array) -> mx.array:
@@ -20,12 +20,8 @@ def apply_top_k(logits: mx.array, top_k: mx.array) -> mx.array:
     return mx.where(logits < kth, NEG_INF, logits)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.top_k > 0
-
-
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_top_k(logits, inputs["top_k"])
 
 
-STAGE = Stage("top_k", _apply, _active, lambda p: {"top_k": p.top_k}, int_columns=("top_k",))
+STAGE = Stage(SPEC, _apply, lambda p: {"top_k": p.top_k}, int_columns=("top_k",))

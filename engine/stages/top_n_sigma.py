@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
 from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask
+from engine.stages.top_n_sigma_spec import SPEC
 
 
 def apply_top_n_sigma(logits: mx.array, n: mx.array) -> mx.array:
@@ -25,12 +25,8 @@ def apply_top_n_sigma(logits: mx.array, n: mx.array) -> mx.array:
     return mx.where(keep, logits, NEG_INF)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.top_n_sigma > 0.0
-
-
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_top_n_sigma(logits, inputs["top_n_sigma"])
 
 
-STAGE = Stage("top_n_sigma", _apply, _active, lambda p: {"top_n_sigma": p.top_n_sigma})
+STAGE = Stage(SPEC, _apply, lambda p: {"top_n_sigma": p.top_n_sigma})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
 from engine.stages.base import NEG_INF, Inputs, Stage, sort_descending
+from engine.stages.top_p_spec import SPEC
 
 
 def apply_top_p(logits: mx.array, top_p: mx.array) -> mx.array:
@@ -24,12 +24,8 @@ def apply_top_p(logits: mx.array, top_p: mx.array) -> mx.array:
     return mx.where(logits < threshold, NEG_INF, logits)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.top_p < 1.0
-
-
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_top_p(logits, inputs["top_p"])
 
 
-STAGE = Stage("top_p", _apply, _active, lambda p: {"top_p": p.top_p})
+STAGE = Stage(SPEC, _apply, lambda p: {"top_p": p.top_p})

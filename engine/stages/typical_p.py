@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
 from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask, log_softmax
+from engine.stages.typical_p_spec import SPEC
 
 
 def apply_typical_p(logits: mx.array, typical_p: mx.array) -> mx.array:
@@ -30,12 +30,8 @@ def apply_typical_p(logits: mx.array, typical_p: mx.array) -> mx.array:
     return mx.where(keep, logits, NEG_INF)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.typical_p < 1.0
-
-
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_typical_p(logits, inputs["typical_p"])
 
 
-STAGE = Stage("typical_p", _apply, _active, lambda p: {"typical_p": p.typical_p})
+STAGE = Stage(SPEC, _apply, lambda p: {"typical_p": p.typical_p})

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 from engine.params import SamplingParams
-from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask
+from engine.rng import splitmix64
+from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask, step_inputs
+from engine.stages.xtc_spec import SPEC
 
 
 def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin: mx.array) -> mx.array:
@@ -25,10 +28,6 @@ def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin
     return mx.where(acts & above & (probs > least), NEG_INF, logits)
 
 
-def _active(p: SamplingParams) -> bool:
-    return p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5
-
-
 def _columns(p: SamplingParams) -> dict[str, float]:
     return {"xtc_probability": p.xtc_probability, "xtc_threshold": p.xtc_threshold}
 
@@ -37,4 +36,17 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_xtc(logits, inputs["xtc_probability"], inputs["xtc_threshold"], inputs["xtc_coin"])
 
 
-STAGE = Stage("xtc", _apply, _active, _columns, state=("xtc_coin",))
+_XTC_SALT = 0x58544320434F494E  # "XTC COIN": a stream of its own, apart from the draw's
+
+
+def xtc_coin(seed: int, index: int) -> float:
+    """XTC's coin for a request's ``index``-th token, uniform in [0, 1): seed and index only."""
+    return (splitmix64(seed ^ splitmix64(index) ^ _XTC_SALT) >> 11) * 2.0**-53
+
+
+def _coins(params: list[SamplingParams], indices: list[int]) -> dict[str, mx.array]:
+    coins = [xtc_coin(p.seed, i) for p, i in zip(params, indices, strict=True)]
+    return {"xtc_coin": mx.array(np.asarray(coins, np.float32).reshape(-1, 1))}
+
+
+STAGE = Stage(SPEC, _apply, _columns, state=step_inputs(_coins))

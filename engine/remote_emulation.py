@@ -1,0 +1,74 @@
+"""What a server cannot do itself, behind the same calls as the local engine's.
+
+A server has no fork: :meth:`ServerEmulation.fork` (compare mode) and
+:meth:`ServerEmulation.fork_reply` ("compare from here") start one stream per variant,
+together, each continuing the reply's text where there is one; no ``Divergence`` events
+(those need whole distributions, which no server sends). Scoring, replay and the
+fidelity check need the model's whole distribution at given tokens, which a server does
+not give: those calls raise with the reason the backend's ``capabilities`` declare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from engine.backend import Messages, StartedRequest
+from engine.capabilities import Capabilities
+from engine.errors import EngineError
+from engine.params import SamplingParams
+from engine.remote_events import RemoteRequest
+
+
+class ServerEmulation:
+    """Mixed into :class:`engine.remote.RemoteBackend`, whose request calls it uses."""
+
+    if TYPE_CHECKING:  # provided by RemoteBackend
+        capabilities: Capabilities
+
+        def _begin(
+            self, messages: Messages, params: SamplingParams, prefix: str, index: int, forced
+        ) -> StartedRequest: ...
+
+        def _checked(self, params: SamplingParams, seed: int | None) -> SamplingParams: ...
+
+        def _body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]: ...
+
+        def _text_of(self, ids: Sequence[int]) -> str: ...
+
+    def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
+        """A server has no fork: one stream per variant, started together (no ``Divergence``:
+        that needs whole distributions, which no server sends). All are checked first, so a
+        variant the server cannot take starts none."""
+        return self._fork(messages, variants, "", 0)
+
+    def fork_reply(
+        self,
+        messages: Messages,
+        output: Sequence[int],
+        variants: Sequence[SamplingParams],
+        *,
+        output_text: str | None = None,
+    ) -> list[StartedRequest]:
+        """Each variant continues the reply's text after its first ``len(output)`` tokens."""
+        if output_text is None:
+            output_text = self._text_of(output)
+        return self._fork(messages, variants, output_text, len(output))
+
+    def _fork(self, messages: Messages, variants: Sequence[SamplingParams], prefix: str, index: int) -> list:
+        for params in variants:  # validate every variant before anything starts
+            self._body(RemoteRequest(-1, tuple(messages), self._checked(params, None), prefix, index))
+        return [self._begin(messages, params, prefix, index, None) for params in variants]
+
+    def score_text(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("score"))
+
+    def replay(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("replay"))
+
+    def check_fidelity(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("fidelity"))
+
+    def _refused(self, name: str) -> str:
+        reason = self.capabilities.reason(name)
+        return f"{name}: {reason}" if reason else f"{name} is not available."
