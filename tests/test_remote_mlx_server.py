@@ -55,7 +55,9 @@ def local():
     from engine.session import EngineSession
 
     session = EngineSession()
-    session.load("default")
+    # mlx_lm.server computes in the weights' stored float16; the engine's auto would be
+    # float32, whose numbers differ from it by more than the tolerance.
+    session.load("default", precision="float16")
     return session
 
 
