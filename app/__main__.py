@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["export"]:  # python -m app export ...: no window, no Qt
-        from app.export_cli import main as export_main
+        from app.store.export_cli import main as export_main
 
         return export_main(argv[1:])
     args = parse_args(argv)
@@ -81,24 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Logitscope")
     app.setOrganizationName("Logitscope")
-    from app.resources import app_icon
+    from app.views.resources import app_icon
 
     app.setWindowIcon(app_icon())
     if args.selftest:
-        from app.selftest import run_selftest
+        from app.shell.selftest import run_selftest
 
         return run_selftest(app, args.model or "default", args.timeout)
     if args.screenshot:
         return screenshot(app, args)
     from PySide6.QtCore import QSettings
 
-    from app.db_open import StoreUnavailable
-    from app.logging_setup import install
+    from app.shell.db_open import StoreUnavailable
+    from app.shell.logging_setup import install
 
     install(args.model or str(QSettings("Logitscope", "Logitscope").value("model", "default")))
     marks = {"python_ready": STARTED, "qt_imported": time.time()}
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     marks["window_shown"] = time.time()
     if args.startup_report:
-        from app.startup_report import StartupReport, launched_at
+        from app.shell.startup_report import StartupReport, launched_at
 
         window.startup_report = StartupReport(window, args.startup_report, launched_at(STARTED), marks)
     if args.send:
@@ -158,9 +158,9 @@ def screenshot(app, args: argparse.Namespace) -> int:
 
     from PySide6.QtCore import Qt
 
-    from app.presets import apply_preset
-    from app.shot_window import scratch_window, show_at, waiter
+    from app.model.presets import apply_preset
     from engine.params import SamplingParams
+    from tools.shot_window import scratch_window, show_at, waiter
 
     window = scratch_window(args.model or "default", "logitscope-shot-", args.theme or "light")
     window.color_toggle.setChecked(args.color_tokens)

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.export import records  # noqa: E402
-from app.export_store import from_store  # noqa: E402
+from app.store.export import records  # noqa: E402
+from app.store.export_store import from_store  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
@@ -25,7 +25,7 @@ PARAMS = SamplingParams(max_tokens=12, top_logprobs=5)
 
 def choose(window, choice: str) -> None:
     """Models → Precision → ``choice``, as a click does."""
-    from app.precision_menu import update_precision_menu
+    from app.shell.precision_menu import update_precision_menu
 
     update_precision_menu(window)
     (action,) = [a for a in window.precision_group.actions() if a.data() == choice]
@@ -42,8 +42,8 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     profile,  # noqa: F811
     tiny_folder,
 ):
-    from app.about import about_text
-    from app.precision_menu import saved_choice
+    from app.shell.precision_menu import saved_choice
+    from app.views.about import about_text
     from engine.session import EngineSession
 
     asked: list[str] = []
@@ -53,7 +53,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
             asked.append(precision)
             return super().load(source, progress, precision)
 
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     db, settings = profile
     window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder), session_factory=Recording)
@@ -115,7 +115,7 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
     from dataclasses import replace
 
     from app.model.precision import SERVER_CHOOSES
-    from app.precision_menu import update_precision_menu
+    from app.shell.precision_menu import update_precision_menu
 
     window = open_window(qtbot, profile, str(tiny_folder))
     update_precision_menu(window)
@@ -133,9 +133,9 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
 
 
 def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.precision_check import CHUNK
-    from app.precision_dialog import COLUMNS
-    from app.precision_menu import save_choice, update_precision_menu
+    from app.shell.precision_check import CHUNK
+    from app.shell.precision_menu import save_choice, update_precision_menu
+    from app.views.precision_dialog import COLUMNS
     from engine.fidelity import summarize
     from engine.session import EngineSession
 

@@ -15,8 +15,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
-from app.chat_panel import MIN_WIDTH  # noqa: E402
-from app.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
+from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
+from app.views.chat_panel import MIN_WIDTH  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
@@ -171,7 +171,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
 
 
 def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     db, settings = profile
     window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder))

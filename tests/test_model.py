@@ -13,7 +13,7 @@ from app.model.chat import ChatModel
 from app.model.events import EmitterGroup
 from app.model.jobs import ChatJob, ForkJob
 from app.model.streams import DivergenceSeries, branch_key
-from app.store import Store
+from app.store.store import Store
 from engine.events import Candidate, Divergence, Finished, TokenStep
 from engine.params import SamplingParams
 
@@ -284,7 +284,7 @@ def test_divergence_series_round_trips_with_gaps():
 
 def test_the_model_layer_imports_no_qt():
     code = (
-        "import sys, app.model.chat, app.model.entries, app.model.jobs, app.store;"
+        "import sys, app.model.chat, app.model.entries, app.model.jobs, app.store.store;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'mlx')];"
         "sys.exit(1 if bad else 0)"
     )

@@ -1,9 +1,9 @@
 """Writes cli_records_7900ff8.jsonl, export_records_7900ff8.jsonl and store_steps_v2.json
 with the three encoders that came before the token codec (commit 7900ff8's
-``engine/cli.py`` ``token_json``, ``app/export.py`` ``token_record`` and
-``app/serialize.py`` ``steps_to_json``), for tests/test_codec.py.
+``engine/cli.py`` ``token_json``, ``app/store/export.py`` ``token_record`` and
+``app/store/serialize.py`` ``steps_to_json``), for tests/test_codec.py.
 
-    mkdir -p /tmp/old && for f in engine/cli.py app/export.py app/serialize.py; do
+    mkdir -p /tmp/old && for f in engine/cli.py app/store/export.py app/store/serialize.py; do
         git show 7900ff8:$f > /tmp/old/old_$(basename $f); done
     sed -i 's/from engine.cli import token_json/from old_cli import token_json/' /tmp/old/old_export.py
     python -m tests.data.make_codec_records /tmp/old

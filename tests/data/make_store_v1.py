@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.store import Store  # the old store, from PYTHONPATH
+from app.store.store import Store  # the old store, from PYTHONPATH
 from engine.events import Candidate, TokenStep
 from engine.params import SamplingParams
 
