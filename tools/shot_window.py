@@ -1,4 +1,4 @@
-"""What the screenshot commands share (``python -m app --screenshot``, ``tools.score_shot``,
+"""What the screenshot commands share (``python -m tools.screenshot``, ``tools.score_shot``,
 ``tools.remote_shot``): a window on a throwaway profile, sized and shown, and a wait that
 runs the event loop until a condition holds or the command's time is up."""
 
