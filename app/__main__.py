@@ -74,17 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         window.set_theme(args.theme)
     window.show()
     marks["window_shown"] = time.time()
+    keep = []  # what runs beside the window until the app quits
     if args.startup_report:
         from app.shell.startup_report import StartupReport, launched_at
 
-        window.startup_report = StartupReport(window, args.startup_report, launched_at(STARTED), marks)
+        keep.append(StartupReport(window, args.startup_report, launched_at(STARTED), marks))
     if args.send:
-        send_when_loaded(window, args.send)
+        keep.append(send_when_loaded(window, args.send))
     settle_memory()
     return app.exec()
 
 
-def send_when_loaded(window, text: str) -> None:
+def send_when_loaded(window, text: str):
     """``--send``: type ``text`` into the composer and send it once the model has loaded."""
     from PySide6.QtCore import QTimer
 
@@ -101,7 +102,7 @@ def send_when_loaded(window, text: str) -> None:
 
     timer.timeout.connect(poll)
     timer.start()
-    window.send_timer = timer
+    return timer
 
 
 def settle_memory() -> None:

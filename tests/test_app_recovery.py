@@ -253,8 +253,8 @@ def test_help_show_log_opens_the_log(qtbot, tmp_path, monkeypatch, tiny_folder):
         help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
         action = next(a for a in help_menu.actions() if a.text() == "Show log")
         action.trigger()
-        assert "model loaded: tiny-llama" in window.log_dialog.view.toPlainText()
-        window.log_dialog.close()
+        assert "model loaded: tiny-llama" in window.menus.log_dialog.view.toPlainText()
+        window.menus.log_dialog.close()
         window.close()
     finally:
         logging_setup.uninstall()

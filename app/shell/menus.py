@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
 
 from app.shell.layout import reset_layout
 from app.shell.logging_setup import show_log
-from app.shell.precision_menu import add_precision_menu
+from app.shell.precision_menu import PrecisionMenu, add_precision_menu
 from app.shell.recovery import continue_interrupted
 from app.shell.score_dialog import add_chat_actions, add_file_actions
 
@@ -28,13 +28,28 @@ def _action(window: MainWindow, menu: QMenu, text: str, slot, shortcut=None) -> 
     return action
 
 
-def build_menus(window: MainWindow) -> None:
+class Menus:
+    """What the menus keep after they are built: the submenus filled when shown, the theme
+    group, the precision items and the dialogs they opened last. The window holds it as
+    ``window.menus``."""
+
+    def __init__(self) -> None:
+        self.conversations_menu: QMenu | None = None
+        self.recent_menu: QMenu | None = None
+        self.theme_group: QActionGroup | None = None
+        self.precision: PrecisionMenu | None = None
+        self.delete_box: QMessageBox | None = None
+        self.log_dialog = None
+
+
+def build_menus(window: MainWindow) -> Menus:
+    menus = Menus()
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
     _action(window, file_menu, "New chat", window.new_chat, QKeySequence.StandardKey.New)
-    window.conversations_menu = file_menu.addMenu("Open conversation")
-    window.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window))
-    delete = _action(window, file_menu, "Delete this conversation…", lambda: confirm_delete(window))
+    menus.conversations_menu = file_menu.addMenu("Open conversation")
+    menus.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window, menus.conversations_menu))
+    delete = _action(window, file_menu, "Delete this conversation…", lambda: confirm_delete(window, menus))
     file_menu.aboutToShow.connect(lambda: delete.setEnabled(window.model.conversation is not None))
     add_file_actions(window, file_menu)  # Score text, Open export, Export (app/shell/score_dialog.py)
     file_menu.addSeparator()
@@ -60,18 +75,20 @@ def build_menus(window: MainWindow) -> None:
     _action(window, model_menu, "Hugging Face repo id…", lambda: open_repo(window))
     model_menu.addSeparator()
     _action(window, model_menu, "Connect to a server…", window.open_connect_dialog)
-    window.recent_menu = model_menu.addMenu("Recent models")
-    window.recent_menu.aboutToShow.connect(lambda: fill_recent(window))
+    menus.recent_menu = model_menu.addMenu("Recent models")
+    menus.recent_menu.aboutToShow.connect(lambda: fill_recent(window, menus.recent_menu))
     model_menu.addSeparator()
-    add_precision_menu(window, model_menu)  # Precision ▸, Check precision… (app/shell/precision_menu.py)
+    menus.precision = add_precision_menu(
+        window, model_menu
+    )  # Precision ▸, Check precision… (app/shell/precision_menu.py)
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")
-    window.theme_group = QActionGroup(window)
+    menus.theme_group = QActionGroup(window)
     for name in ("system", "light", "dark"):
         action = QAction(name.capitalize(), window, checkable=True)
         action.triggered.connect(lambda _=False, n=name: window.set_theme(n))
-        window.theme_group.addAction(action)
+        menus.theme_group.addAction(action)
         theme_menu.addAction(action)
     color = QAction("Colour tokens by probability", window, checkable=True)
     color.toggled.connect(window.color_toggle.setChecked)
@@ -83,20 +100,21 @@ def build_menus(window: MainWindow) -> None:
 
     help_menu = bar.addMenu("&Help")
     _action(window, help_menu, "About Logitscope", window.show_about)
-    _action(window, help_menu, "Show log", lambda: setattr(window, "log_dialog", show_log(window)))
+    _action(window, help_menu, "Show log", lambda: setattr(menus, "log_dialog", show_log(window)))
+    return menus
 
 
-def fill_conversations(window: MainWindow) -> None:
-    window.conversations_menu.clear()
+def fill_conversations(window: MainWindow, menu: QMenu) -> None:
+    menu.clear()
     conversations = window.store.conversations()[:30]
     if not conversations:  # an empty submenu looks broken: say why it is empty
-        window.conversations_menu.addAction("No conversations").setEnabled(False)
+        menu.addAction("No conversations").setEnabled(False)
     for conversation in conversations:
-        action = window.conversations_menu.addAction(conversation.title)
+        action = menu.addAction(conversation.title)
         action.triggered.connect(lambda _=False, c=conversation.id: window.open_conversation(c))
 
 
-def confirm_delete(window: MainWindow) -> None:
+def confirm_delete(window: MainWindow, menus: Menus) -> None:
     """File → Delete this conversation…: asks first (a sheet on macOS, as Finder and Mail do
     for what cannot be undone); Delete is destructive, Cancel the default."""
     conversation = window.model.conversation
@@ -119,7 +137,7 @@ def confirm_delete(window: MainWindow) -> None:
             window.composer.setFocus()
 
     box.buttonClicked.connect(answered)
-    window.delete_box = box
+    menus.delete_box = box
     box.open()
 
 
@@ -130,10 +148,10 @@ def recent_models(window: MainWindow) -> list[str]:
         return []
 
 
-def fill_recent(window: MainWindow) -> None:
-    window.recent_menu.clear()
+def fill_recent(window: MainWindow, menu: QMenu) -> None:
+    menu.clear()
     for source in recent_models(window):
-        action = window.recent_menu.addAction(source)
+        action = menu.addAction(source)
         action.triggered.connect(lambda _=False, s=source: window.load_model(s))
 
 

@@ -42,7 +42,8 @@ class ModelLoader(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
-        self.label = "No model"  # the status bar's words for the model in use
+        self.in_use = window.in_use  # the model in use (app/model/model_in_use.py): updated here only
+        self.box: QMessageBox | None = None  # the question asked while a reply is being written
         self.pending: Callable[[], None] | None = None  # a load waiting for the reply to end
         worker = window.engine.worker
         worker.model_progressed.connect(self._on_progress)
@@ -83,7 +84,7 @@ class ModelLoader(QObject):
         box.setDefaultButton(later)
         box.setWindowModality(Qt.WindowModality.WindowModal)  # a sheet on macOS
         box.buttonClicked.connect(lambda button: self._answered(button, stop, later, name, start))
-        self.window.load_box = box
+        self.box = box
         box.open()
 
     def _answered(self, button: QAbstractButton, stop, later, name: str, start: Callable[[], None]) -> None:
@@ -103,7 +104,7 @@ class ModelLoader(QObject):
             start()
 
     def _start(self, source: str, send: Callable[[], None]) -> None:
-        self.window.model_source = source
+        self.in_use.source = source
         self.window.status.loading(source)
         send()
 
@@ -118,7 +119,7 @@ class ModelLoader(QObject):
         from app.model.remote_labels import is_remote, status_text
 
         window = self.window
-        window.model_info = info
+        self.in_use.info = info
         window.model.model_name = info.name
         window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
@@ -126,9 +127,9 @@ class ModelLoader(QObject):
         # Replies saved from now on record where the model came from and what it computes in.
         window.store.note_model(info.name, info.source, info.precision)
         remote = is_remote(info)
-        self.label = status_text(info) if remote else model_label(info)
+        self.in_use.label = status_text(info) if remote else model_label(info)
         update_precision_menu(window)
-        window.status.model_ready(self.label, f"Loaded {info.name}")
+        window.status.model_ready(self.in_use.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
         window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
         window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
@@ -145,7 +146,7 @@ class ModelLoader(QObject):
     def _on_failed(self, source: str, exc: BaseException) -> None:
         window = self.window
         # The previous model stays in use: its label, not the failed load's last stage.
-        window.status.model_failed(self.label, f"Could not load {source}.")
+        window.status.model_failed(self.in_use.label, f"Could not load {source}.")
         if window.model_info is None:
             window.model.set_welcome_state("No model is loaded: choose one in the Models menu.")
         window.show_error(f"Could not load {source}.\n\n{describe(exc)}")

@@ -9,6 +9,7 @@ was started with, so the submenu is disabled while one is in use.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings
@@ -42,7 +43,17 @@ def save_choice(settings: QSettings, source: str, choice: str) -> None:
     settings.setValue(SETTINGS_KEY, json.dumps(choices))
 
 
-def add_precision_menu(window: MainWindow, menu: QMenu) -> None:
+@dataclass
+class PrecisionMenu:
+    """The Precision submenu, its exclusive group of choices and the Check precision… action
+    (``window.menus.precision``)."""
+
+    menu: QMenu
+    group: QActionGroup
+    check_action: QAction
+
+
+def add_precision_menu(window: MainWindow, menu: QMenu) -> PrecisionMenu:
     """The Precision submenu and the Check precision… action, at the end of ``menu``."""
     sub = menu.addMenu("Precision")
     sub.setToolTipsVisible(True)
@@ -57,12 +68,11 @@ def add_precision_menu(window: MainWindow, menu: QMenu) -> None:
         action.triggered.connect(lambda _=False, c=choice: set_precision(window, c))
         group.addAction(action)
         sub.addAction(action)
-    window.precision_menu, window.precision_group = sub, group
     check = QAction("Check precision…", window)
     check.triggered.connect(lambda _=False: window.precision_check.start())
     menu.addAction(check)
-    window.check_precision_action = check
     menu.aboutToShow.connect(lambda: update_precision_menu(window))
+    return PrecisionMenu(sub, group, check)
 
 
 def current_source(window: MainWindow) -> str | None:
@@ -79,19 +89,20 @@ def is_server(window: MainWindow) -> bool:
 def update_precision_menu(window: MainWindow) -> None:
     """Check the current model's choice; disable the submenu for a server; say why the
     check is unavailable when it is."""
+    items = window.menus.precision
     server = is_server(window)
-    window.precision_menu.setEnabled(not server)
-    window.precision_menu.menuAction().setToolTip(SERVER_CHOOSES if server else MENU_TIP)
-    window.precision_menu.menuAction().setStatusTip(SERVER_CHOOSES if server else MENU_TIP)
+    items.menu.setEnabled(not server)
+    items.menu.menuAction().setToolTip(SERVER_CHOOSES if server else MENU_TIP)
+    items.menu.menuAction().setStatusTip(SERVER_CHOOSES if server else MENU_TIP)
     chosen = saved_choice(window.settings, current_source(window))
-    for action in window.precision_group.actions():
+    for action in items.group.actions():
         action.setChecked(action.data() == chosen)
     checker = getattr(window, "precision_check", None)  # made once the worker is
     reason = checker.unavailable() if checker is not None else "No model is loaded."
-    window.check_precision_action.setEnabled(not reason)
+    items.check_action.setEnabled(not reason)
     tip = reason or "Compare the selected reply's logprobs in this precision with float32's, token by token."
-    window.check_precision_action.setToolTip(tip)
-    window.check_precision_action.setStatusTip(tip)
+    items.check_action.setToolTip(tip)
+    items.check_action.setStatusTip(tip)
 
 
 def set_precision(window: MainWindow, choice: str) -> None:

@@ -31,7 +31,8 @@ def open_window_store(path: str | Path, parent) -> Store:
 
 
 class JournalRelay(QObject):
-    """The journal's reports, from its writer thread to the GUI thread."""
+    """The journal's reports, from its writer thread to the GUI thread; it owns the journal
+    and the last write's error (``save_error``, empty while saving works)."""
 
     failed = Signal(object)
     recovered = Signal()
@@ -39,6 +40,8 @@ class JournalRelay(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
+        self.save_error = ""
+        self.journal: StreamJournal | None = None
         self.failed.connect(self._on_failed)
         self.recovered.connect(self._on_recovered)
 
@@ -47,18 +50,19 @@ class JournalRelay(QObject):
         self.window.status.show_message(
             f"Could not save to the database ({exc}): the reply is kept in memory and saving is retried."
         )
-        self.window.save_error = str(exc)
+        self.save_error = str(exc)
 
     @Slot()
     def _on_recovered(self) -> None:
         self.window.status.show_message("Saving works again: everything kept in memory is saved.")
-        self.window.save_error = ""
+        self.save_error = ""
 
 
-def attach_journal(window: MainWindow) -> StreamJournal:
+def attach_journal(window: MainWindow) -> JournalRelay:
+    """The stream journal of ``window``'s store, handed to its model; returns the relay that
+    owns it (``relay.journal``) and reports its writes."""
     relay = JournalRelay(window)
-    window.save_error = ""
-    journal = StreamJournal(
+    relay.journal = journal = StreamJournal(
         window.store.path,
         on_error=relay.failed.emit,
         on_recovered=relay.recovered.emit,
@@ -66,12 +70,12 @@ def attach_journal(window: MainWindow) -> StreamJournal:
         precisions=window.store.model_precisions,
     )
     window.model.journal = journal
-    window.journal = journal
-    return journal
+    return relay
 
 
-def announce_recovered(window: MainWindow) -> None:
-    """After the start: open the conversation of a reply a crash interrupted and say so."""
+def announce_recovered(window: MainWindow) -> str:
+    """After the start: open the conversation of a reply a crash interrupted and say so;
+    returns what was said (empty: nothing to say)."""
     recovered = getattr(window.store, "recovered", [])
     notes: list[str] = []
     if recovered:
@@ -88,9 +92,10 @@ def announce_recovered(window: MainWindow) -> None:
     if window.store.moved_aside is not None or window.store.opened_instead:
         where = f" The old file is now {window.store.moved_aside}." if window.store.moved_aside else ""
         notes.append(f"Started with a new database at {window.store.path}.{where}")
-    window.recovery_note = " ".join(notes)
+    note = " ".join(notes)
     if notes:
-        window.status.show_message(window.recovery_note, 30000)
+        window.status.show_message(note, 30000)
+    return note
 
 
 def interrupted_message(window: MainWindow):

@@ -356,10 +356,8 @@ class ScoreController(QObject):
 
 
 def controller(window: MainWindow) -> ScoreController:
-    found = getattr(window, "scoring", None)
-    if found is None:
-        found = window.scoring = ScoreController(window)
-    return found
+    """The window's controller, made at its first use (``MainWindow.score_controller``)."""
+    return window.score_controller()
 
 
 def score_text_dialog(window: MainWindow) -> None:

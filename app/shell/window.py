@@ -20,6 +20,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
 
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
+from app.model.model_in_use import ModelInUse
 from app.model.streams import TokenRef
 from app.shell.background import QtBackground
 from app.shell.engine_link import EngineLink
@@ -28,8 +29,10 @@ from app.shell.menus import build_menus
 from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
 from app.shell.precision_check import PrecisionCheck
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
+from app.shell.score_dialog import ScoreController
 from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
+from app.store.stream import StreamJournal
 from app.views.chat_panel import ChatPanel
 from app.views.inspector import InspectorWidget
 from app.views.sampling_panel import SamplingPanel
@@ -61,15 +64,15 @@ class MainWindow(QMainWindow):
         )
         self.background = QtBackground(self)
         self.model = ChatModel(self.store, background=self.background)
-        attach_journal(self)  # replies are saved while they stream
-        self.model_info = None
-        self.model_source: str | None = None
+        self.saving = attach_journal(self)  # replies are saved while they stream
+        self.in_use = ModelInUse()  # the model in use: ModelLoader updates it
+        self._scoring: ScoreController | None = None
         self.last_error = ""
         self._closed = False
         self.clock = RedrawClock(self)
 
         self._build_views()
-        build_menus(self)
+        self.menus = build_menus(self)
         self.status = StatusWidgets(self.statusBar())
         self.model_label = self.status.model_label
         self._connect_model()
@@ -79,7 +82,7 @@ class MainWindow(QMainWindow):
         if last is not None:
             with contextlib.suppress(TypeError, ValueError):
                 self.open_conversation(int(last))
-        announce_recovered(self)
+        self.recovery_note = announce_recovered(self)
         if self.model.conversation is None:
             self.composer.setPlainText(FIRST_PROMPT)
         self.composer.setFocus()  # the welcome says "press Enter to send the question below"
@@ -153,7 +156,7 @@ class MainWindow(QMainWindow):
 
     def set_theme(self, name: str) -> None:
         colors = apply_theme(QApplication.instance(), name)
-        for action in self.theme_group.actions():
+        for action in self.menus.theme_group.actions():
             action.setChecked(action.text().lower() == name)
         self.settings.setValue("theme", name)
         self.central.set_colors(colors)
@@ -184,6 +187,31 @@ class MainWindow(QMainWindow):
 
     def busy(self) -> bool:
         return self.model.busy()
+
+    @property
+    def model_info(self):
+        """The worker's ``ModelInfo`` of the model in use; None until one has loaded."""
+        return self.in_use.info
+
+    @property
+    def model_source(self) -> str | None:
+        """The model asked for last (loaded, or loading)."""
+        return self.in_use.source
+
+    @property
+    def journal(self) -> StreamJournal:
+        return self.saving.journal
+
+    @property
+    def save_error(self) -> str:
+        """Why the last write failed; empty while saving works."""
+        return self.saving.save_error
+
+    def score_controller(self) -> ScoreController:
+        """Score text, replay, export and import (``app/shell/score_dialog.py``), made at first use."""
+        if self._scoring is None:
+            self._scoring = ScoreController(self)
+        return self._scoring
 
     def send(self) -> None:
         if self.model_info is None:
