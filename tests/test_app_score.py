@@ -21,7 +21,8 @@ def scored_branch(window):
 
 
 def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.shell.score_dialog import ScoreTextDialog, controller
+    from app.shell.score_dialog import controller
+    from app.views.score_views import ScoreTextDialog
 
     window = open_window(qtbot, profile, str(tiny_folder))
     scoring = controller(window)
