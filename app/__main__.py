@@ -1,11 +1,10 @@
 """``python -m app`` / ``logitscope``: the desktop app.
 
-``--screenshot PATH [--prompt TEXT] [--select-token N | --select-acted STAGES]``
-runs it offscreen with the default model, sends the prompt, waits for the reply,
-selects token N (or the first token at which every stage named in STAGES changed
-something), saves a screenshot of the whole window and exits. With ``--compare
-PRESETS`` the prompt is answered by each preset side by side (``--select-column K``
-picks the column whose token is selected).
+``--send TEXT`` starts normally and sends TEXT once the model has loaded; ``--selftest``
+(the packaged app's check) and ``--startup-report PATH`` (bench figure 15) are the shipped
+app's own modes (``app/shell/selftest.py``, ``app/shell/startup_report.py``); ``python -m
+app export`` exports without Qt (``app/store/export_cli.py``). The README's screenshots are
+made by ``python -m tools.screenshot``, which is not shipped.
 """
 
 from __future__ import annotations
@@ -15,49 +14,14 @@ import time
 STARTED = time.time()  # before anything heavy: the start-up report counts from here
 
 import argparse  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
-
-if TYPE_CHECKING:
-    from engine.events import TokenStep
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="logitscope")
     parser.add_argument("--model", default=None, help="default | PATH | REPO")
-    parser.add_argument("--screenshot", metavar="PATH", help="save a screenshot and exit")
-    parser.add_argument("--prompt", default="What is the capital of France?")
-    parser.add_argument("--select-token", type=int, default=None)
-    parser.add_argument(
-        "--select-acted",
-        metavar="STAGES",
-        default=None,
-        help="comma-separated stage names: select the first token at which each of them removed a candidate "
-        "or lowered one's probability",
-    )
-    parser.add_argument("--inspector-width", type=int, default=None, help="width of the inspector dock (px)")
-    parser.add_argument("--sampling-width", type=int, default=None, help="width of the sampling dock (px)")
-    parser.add_argument("--show-stage", default=None, help="the stage whose parameters the sampling panel shows")
     parser.add_argument("--theme", choices=["system", "light", "dark"], default=None)
-    parser.add_argument("--color-tokens", action="store_true")
-    parser.add_argument("--params", default=None, help="sampling parameters as JSON (screenshot mode)")
-    parser.add_argument(
-        "--compare",
-        metavar="PRESETS",
-        default=None,
-        help="comma-separated preset names: answer with each side by side, over --params (screenshot mode)",
-    )
-    parser.add_argument("--select-column", type=int, default=0, help="the compare column of --select-token")
-    parser.add_argument(
-        "--compare-from",
-        type=int,
-        default=None,
-        metavar="N",
-        help="with --compare: answer with --params first, then compare the presets from token N of that reply",
-    )
-    parser.add_argument("--size", default="1500x900", help="window size for the screenshot, WIDTHxHEIGHT")
     parser.add_argument(
         "--send",
         metavar="TEXT",
@@ -73,32 +37,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["export"]:  # python -m app export ...: no window, no Qt
-        from app.export_cli import main as export_main
+        from app.store.export_cli import main as export_main
 
         return export_main(argv[1:])
     args = parse_args(argv)
-    if args.screenshot or args.selftest:
+    if args.selftest:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Logitscope")
     app.setOrganizationName("Logitscope")
-    from app.resources import app_icon
+    from app.views.resources import app_icon
 
     app.setWindowIcon(app_icon())
     if args.selftest:
-        from app.selftest import run_selftest
+        from app.shell.selftest import run_selftest
 
         return run_selftest(app, args.model or "default", args.timeout)
-    if args.screenshot:
-        return screenshot(app, args)
     from PySide6.QtCore import QSettings
 
-    from app.db_open import StoreUnavailable
-    from app.logging_setup import install
+    from app.shell.db_open import StoreUnavailable
+    from app.shell.logging_setup import install
 
     install(args.model or str(QSettings("Logitscope", "Logitscope").value("model", "default")))
     marks = {"python_ready": STARTED, "qt_imported": time.time()}
@@ -112,17 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         window.set_theme(args.theme)
     window.show()
     marks["window_shown"] = time.time()
+    keep = []  # what runs beside the window until the app quits
     if args.startup_report:
-        from app.startup_report import StartupReport, launched_at
+        from app.shell.startup_report import StartupReport, launched_at
 
-        window.startup_report = StartupReport(window, args.startup_report, launched_at(STARTED), marks)
+        keep.append(StartupReport(window, args.startup_report, launched_at(STARTED), marks))
     if args.send:
-        send_when_loaded(window, args.send)
+        keep.append(send_when_loaded(window, args.send))
     settle_memory()
     return app.exec()
 
 
-def send_when_loaded(window, text: str) -> None:
+def send_when_loaded(window, text: str):
     """``--send``: type ``text`` into the composer and send it once the model has loaded."""
     from PySide6.QtCore import QTimer
 
@@ -139,7 +102,7 @@ def send_when_loaded(window, text: str) -> None:
 
     timer.timeout.connect(poll)
     timer.start()
-    window.send_timer = timer
+    return timer
 
 
 def settle_memory() -> None:
@@ -150,93 +113,6 @@ def settle_memory() -> None:
 
     gc.collect()
     gc.freeze()
-
-
-def screenshot(app, args: argparse.Namespace) -> int:
-    """Run one exchange in a throwaway profile and save the window."""
-    import json
-
-    from PySide6.QtCore import Qt
-
-    from app.presets import apply_preset
-    from app.shot_window import scratch_window, show_at, waiter
-    from engine.params import SamplingParams
-
-    window = scratch_window(args.model or "default", "logitscope-shot-", args.theme or "light")
-    window.color_toggle.setChecked(args.color_tokens)
-    base = SamplingParams.from_dict(json.loads(args.params)) if args.params else window.controls.current
-    window.controls.set_params(base)
-    if args.compare:
-        names = [n.strip() for n in args.compare.split(",") if n.strip()]
-        presets = window.controls._all_presets()
-        variants = [apply_preset(base, presets[name]) for name in names]
-        for controls, params in zip(window.panel.variant_controls[1:], variants[1:], strict=False):
-            controls.set_params(params)
-        if args.compare_from is None:
-            window.controls.set_params(variants[0])
-        window.panel.set_compare(args.compare_from is None, len(names))
-    if args.show_stage:
-        window.controls.chain.select_stage(args.show_stage)
-    show_at(window, args.size)
-    if args.inspector_width:
-        window.resizeDocks([window.inspector_dock], [args.inspector_width], Qt.Orientation.Horizontal)
-    if args.sampling_width:
-        window.resizeDocks([window.controls_dock], [args.sampling_width], Qt.Orientation.Horizontal)
-    wait = waiter(app, args.timeout)
-    if not wait(lambda: window.model_info is not None or window.last_error):
-        print("error: the model did not load in time", file=sys.stderr)
-        return 1
-    if window.last_error:
-        print(f"error: {window.last_error}", file=sys.stderr)
-        return 1
-    window.composer.setPlainText(args.prompt)
-    window.send()
-    wait(lambda: not window.busy())
-    if args.compare and args.compare_from is not None:  # the reply above used --params as given
-        window.controls.set_params(variants[0])
-        window.panel.set_compare(True, len(names))
-        window.compare_from_here((window.model.selection[0], args.compare_from))
-        wait(lambda: not window.busy())
-    window._redraw_if_dirty()
-    run = window.model.shown_run()
-    stream = run.columns[args.select_column].stream if run is not None else None
-    if stream is None and window.model.selection is not None:
-        stream = window.model.selection[0]
-    steps = window.model.steps_of(stream) or []
-    index = None
-    if args.select_acted:
-        stages = [s.strip() for s in args.select_acted.split(",") if s.strip()]
-        index = next((i for i, s in enumerate(steps) if all(stage_acted(s, st) for st in stages)), None)
-        if index is None:
-            print(f"error: no token where {', '.join(stages)} all acted", file=sys.stderr)
-            window.close()
-            return 1
-    elif args.select_token is not None and steps:
-        index = min(args.select_token, len(steps) - 1)
-    if index is not None:
-        window.select_token((stream, index))
-    for _ in range(5):
-        window._redraw_if_dirty()
-        app.processEvents()
-        time.sleep(0.05)
-    ok = window.grab().save(args.screenshot)
-    window.close()
-    if not ok:
-        print(f"error: could not write {args.screenshot}", file=sys.stderr)
-        return 1
-    print(args.screenshot)
-    return 0
-
-
-def stage_acted(step: TokenStep, stage: str, nats: float = 0.1) -> bool:
-    """Whether ``stage`` removed a candidate of ``step`` or lowered one's logprob by ``nats``."""
-    i = step.stage_index(stage)
-    if not i:
-        return False
-    return any(
-        c.removed_by == stage or (c.logprobs[i] != -math.inf and c.logprobs[i] < c.logprobs[i - 1] - nats)
-        for c in step.top
-    )
 
 
 if __name__ == "__main__":

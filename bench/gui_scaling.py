@@ -66,7 +66,7 @@ def synthetic_step(index: int, request_id: int = 0) -> TokenStep:
 
 def build_conversation(db_path: Path, tokens: int) -> int:
     """A conversation of ``tokens`` generated tokens, in replies of up to REPLY_TOKENS."""
-    from app.store import Store
+    from app.store.store import Store
 
     store = Store(db_path)
     conversation = store.new_conversation("You are a helpful assistant.", f"{tokens} tokens")
@@ -142,7 +142,7 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
     from PySide6.QtWidgets import QApplication
 
     from app.__main__ import settle_memory
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     scratch = Path(tempfile.mkdtemp(prefix="logitscope-gui-scaling-"))

@@ -48,7 +48,7 @@ def _slope(values: list[float]) -> float:
 
 
 def soak(loaded: LoadedModel, requests: int = 1000, cycles: int = 200, every: int = 10) -> dict:
-    from app.store import Store
+    from app.store.store import Store
 
     folder = Path(tempfile.mkdtemp(prefix="logitscope-soak-"))
     store = Store(folder / "soak.sqlite3")

@@ -22,7 +22,7 @@ def profile(tmp_path):
 
 
 def open_window(qtbot, profile, model):
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     db, settings = profile
     window = MainWindow(db_path=db, settings=settings, model=model)
@@ -270,7 +270,7 @@ def test_default_model_answers_paris(qtbot, profile):
 def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
     from PySide6.QtCore import QPointF
 
-    from app.chat_view import tooltip_for
+    from app.views.chat_view import tooltip_for
 
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "hover me", SamplingParams(max_tokens=12, top_logprobs=6))
@@ -306,7 +306,7 @@ def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
 
 
 def test_reply_with_dry_and_xtc_shows_them_in_the_chain_view(qtbot, profile, tiny_folder):
-    from app.chain_view import REMOVED_ROLE, VALUE_ROLE
+    from app.views.chain_view import REMOVED_ROLE, VALUE_ROLE
 
     window = open_window(qtbot, profile, str(tiny_folder))
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
-from app.score_dialog import REPLAY_TEXT  # noqa: E402
+from app.shell.score_dialog import REPLAY_TEXT  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.test_app_remote import connect, replies, tiny_server  # noqa: E402, F401
@@ -47,7 +47,7 @@ def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tin
                 assert caps.reason(name) in action.toolTip() and caps.reason(name) in action.statusTip()
         assert window.panel.compare.isEnabled()  # a server's fork is emulated
         # Past the disabled menu, the worker refuses the job with the same reason.
-        from app.score_dialog import controller
+        from app.shell.score_dialog import controller
 
         controller(window).score_text("a text to score")
         qtbot.waitUntil(lambda: caps.reason("score") in window.last_error, timeout=TIMEOUT)
@@ -63,7 +63,7 @@ def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tin
 
 
 def test_a_server_step_is_labelled_by_its_stage(qtbot, profile, tiny_folder, tiny_server):  # noqa: F811
-    from app.chat_view import tooltip_for
+    from app.views.chat_view import tooltip_for
 
     window = open_window(qtbot, profile, str(tiny_folder))
     try:

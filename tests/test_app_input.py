@@ -12,8 +12,8 @@ from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QInputDialog  # noqa: E402
 
 from app.model.chat import ChatModel  # noqa: E402
-from app.param_fields import ERROR_STYLE  # noqa: E402
-from app.store import Store  # noqa: E402
+from app.store.store import Store  # noqa: E402
+from app.views.param_fields import ERROR_STYLE  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
@@ -22,7 +22,7 @@ VOCAB = 300
 
 @pytest.fixture
 def controls(qtbot, tmp_path):
-    from app.controls import SamplingControls
+    from app.views.controls import SamplingControls
 
     widget = SamplingControls(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(widget)
@@ -147,7 +147,7 @@ def test_a_typed_value_beyond_the_range_is_clamped(controls, qtbot):
 
 
 def test_the_compare_count_clamps_too(qtbot, tmp_path):
-    from app.sampling_panel import SamplingPanel
+    from app.views.sampling_panel import SamplingPanel
 
     panel = SamplingPanel(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(panel)

@@ -15,10 +15,10 @@ from PySide6.QtCore import QPointF, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QFontMetrics  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from app.chain_view import raw_rank  # noqa: E402
-from app.inspector_labels import elide  # noqa: E402
-from app.textfmt import visible  # noqa: E402
-from app.theme import LIGHT  # noqa: E402
+from app.model.textfmt import visible  # noqa: E402
+from app.views.chain_view import raw_rank  # noqa: E402
+from app.views.inspector_labels import elide  # noqa: E402
+from app.views.theme import LIGHT  # noqa: E402
 from engine.events import Candidate, TokenStep  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.chain_steps import chain_step  # noqa: E402
@@ -29,7 +29,7 @@ BARS_TAB = 1
 
 @pytest.fixture
 def inspector(qtbot):
-    from app.inspector import InspectorWidget
+    from app.views.inspector import InspectorWidget
 
     widget = InspectorWidget()
     qtbot.addWidget(widget)
@@ -109,7 +109,7 @@ def table_rows(inspector) -> list[str]:
 
 def check_in_step(inspector, step: TokenStep) -> None:
     """Header, bars, table and chain view all describe ``step``."""
-    from app.textfmt import escape
+    from app.model.textfmt import escape
 
     assert shown_token(inspector) == (step.index, escape(visible(step.piece)))
     names = [visible(c.text) for c in raw_rank(step)]

@@ -20,7 +20,7 @@ from tests.tiny_archs import write_tiny_arch  # noqa: E402
 
 
 def test_open_a_sliding_window_model_and_chat(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.about import about_text
+    from app.views.about import about_text
 
     window = open_window(qtbot, profile, str(tiny_folder))
     folder = write_tiny_arch(tmp_path / "gemma", "gemma3_text")

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.export import records  # noqa: E402
-from app.export_store import from_store  # noqa: E402
+from app.store.export import records  # noqa: E402
+from app.store.export_store import from_store  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
@@ -25,10 +25,10 @@ PARAMS = SamplingParams(max_tokens=12, top_logprobs=5)
 
 def choose(window, choice: str) -> None:
     """Models → Precision → ``choice``, as a click does."""
-    from app.precision_menu import update_precision_menu
+    from app.shell.precision_menu import update_precision_menu
 
     update_precision_menu(window)
-    (action,) = [a for a in window.precision_group.actions() if a.data() == choice]
+    (action,) = [a for a in window.menus.precision.group.actions() if a.data() == choice]
     action.trigger()
 
 
@@ -42,8 +42,8 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     profile,  # noqa: F811
     tiny_folder,
 ):
-    from app.about import about_text
-    from app.precision_menu import saved_choice
+    from app.shell.precision_menu import saved_choice
+    from app.views.about import about_text
     from engine.session import EngineSession
 
     asked: list[str] = []
@@ -53,7 +53,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
             asked.append(precision)
             return super().load(source, progress, precision)
 
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     db, settings = profile
     window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder), session_factory=Recording)
@@ -63,7 +63,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     assert asked == ["auto"] and window.model_info.precision == "float32"
     assert window.model_label.text() == "tiny-llama · float32"
     assert "Computes in float32 (auto)" in about_text(window.model_info)
-    checked = [a.data() for a in window.precision_group.actions() if a.isChecked()]
+    checked = [a.data() for a in window.menus.precision.group.actions() if a.isChecked()]
     assert checked == ["auto"]
     send(qtbot, window, "first", PARAMS)
 
@@ -115,27 +115,27 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
     from dataclasses import replace
 
     from app.model.precision import SERVER_CHOOSES
-    from app.precision_menu import update_precision_menu
+    from app.shell.precision_menu import update_precision_menu
 
     window = open_window(qtbot, profile, str(tiny_folder))
     update_precision_menu(window)
-    assert window.precision_menu.isEnabled()
-    assert not window.check_precision_action.isEnabled()  # nothing selected yet
-    assert "Select a token" in window.check_precision_action.toolTip()
+    assert window.menus.precision.menu.isEnabled()
+    assert not window.menus.precision.check_action.isEnabled()  # nothing selected yet
+    assert "Select a token" in window.menus.precision.check_action.toolTip()
     local = window.model_info
-    window.model_info = replace(local, backend="remote", precision="")
+    window.in_use.info = replace(local, backend="remote", precision="")
     update_precision_menu(window)
-    assert not window.precision_menu.isEnabled()
-    assert window.precision_menu.menuAction().toolTip() == SERVER_CHOOSES
-    assert "server" in window.check_precision_action.toolTip()
-    window.model_info = local
+    assert not window.menus.precision.menu.isEnabled()
+    assert window.menus.precision.menu.menuAction().toolTip() == SERVER_CHOOSES
+    assert "server" in window.menus.precision.check_action.toolTip()
+    window.in_use.info = local
     close_window(window)
 
 
 def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.precision_check import CHUNK
-    from app.precision_dialog import COLUMNS
-    from app.precision_menu import save_choice, update_precision_menu
+    from app.shell.precision_check import CHUNK
+    from app.shell.precision_menu import save_choice, update_precision_menu
+    from app.views.precision_dialog import COLUMNS
     from engine.fidelity import summarize
     from engine.session import EngineSession
 
@@ -146,8 +146,8 @@ def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tin
     (entry,) = assistant_entries(window)
     select_first_token(window, entry)
     update_precision_menu(window)
-    assert window.check_precision_action.isEnabled()
-    window.check_precision_action.trigger()
+    assert window.menus.precision.check_action.isEnabled()
+    window.menus.precision.check_action.trigger()
     qtbot.waitUntil(lambda: window.precision_check.dialog is not None, timeout=TIMEOUT)
     dialog = window.precision_check.dialog
     assert not window.status.progress.isVisible() and not window.last_error

@@ -112,8 +112,8 @@ def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp
     check.close()
 
     # The next start (the same profile) shows the reply, marked interrupted.
-    from app.recovery import continue_interrupted, interrupted_message
-    from app.window import MainWindow
+    from app.shell.recovery import continue_interrupted, interrupted_message
+    from app.shell.window import MainWindow
 
     window = MainWindow(db_path=db, settings=QSettings(str(conf), QSettings.Format.IniFormat), model=str(long_tiny))
     qtbot.addWidget(window)
@@ -163,7 +163,7 @@ class FailingSession:
 
 
 def test_a_failing_step_shows_an_error_keeps_the_reply_and_the_next_request_works(qtbot, tmp_path, tiny_folder):
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(
@@ -201,7 +201,7 @@ def test_a_failing_step_shows_an_error_keeps_the_reply_and_the_next_request_work
 def test_uncaught_exceptions_and_qt_warnings_go_to_the_log(qtbot, tmp_path, monkeypatch):
     from PySide6.QtCore import qWarning
 
-    from app import logging_setup
+    from app.shell import logging_setup
 
     monkeypatch.setenv("LOGITSCOPE_LOG_DIR", str(tmp_path / "logs"))
     path = logging_setup.install("tiny-model-path")
@@ -237,8 +237,8 @@ def test_uncaught_exceptions_and_qt_warnings_go_to_the_log(qtbot, tmp_path, monk
 
 
 def test_help_show_log_opens_the_log(qtbot, tmp_path, monkeypatch, tiny_folder):
-    from app import logging_setup
-    from app.window import MainWindow
+    from app.shell import logging_setup
+    from app.shell.window import MainWindow
 
     monkeypatch.setenv("LOGITSCOPE_LOG_DIR", str(tmp_path / "logs"))
     logging_setup.install("x")
@@ -253,16 +253,16 @@ def test_help_show_log_opens_the_log(qtbot, tmp_path, monkeypatch, tiny_folder):
         help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
         action = next(a for a in help_menu.actions() if a.text() == "Show log")
         action.trigger()
-        assert "model loaded: tiny-llama" in window.log_dialog.view.toPlainText()
-        window.log_dialog.close()
+        assert "model loaded: tiny-llama" in window.menus.log_dialog.view.toPlainText()
+        window.menus.log_dialog.close()
         window.close()
     finally:
         logging_setup.uninstall()
 
 
 def test_a_database_that_cannot_be_opened_asks_and_starts_fresh(qtbot, tmp_path, monkeypatch, tiny_folder):
-    from app import recovery
-    from app.window import MainWindow
+    from app.shell import recovery
+    from app.shell.window import MainWindow
 
     db = tmp_path / "db.sqlite3"
     db.write_bytes(os.urandom(4096))
@@ -282,7 +282,7 @@ def test_a_database_that_cannot_be_opened_asks_and_starts_fresh(qtbot, tmp_path,
 def test_failing_writes_while_a_reply_streams_are_kept_and_retried(qtbot, tmp_path, tiny_folder):
     """The file becomes unwritable mid-reply (injected: root can write read-only files):
     the status bar says so, the reply goes on, and every token is saved once writes work."""
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     db = tmp_path / "db.sqlite3"
     window = MainWindow(

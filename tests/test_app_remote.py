@@ -18,7 +18,7 @@ httpx = pytest.importorskip("httpx")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from app.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
+from app.model.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.local_server import free_port, stop, wait_ready  # noqa: E402
 from tests.test_app import (  # noqa: E402
@@ -250,7 +250,7 @@ def test_the_api_key_comes_from_the_environment_and_is_never_saved(
     standin_process,
     monkeypatch,
 ):
-    from app import keys
+    from app.model import keys
 
     url, _ = standin_process
     secret = "sk-never-saved-0123456789"

@@ -21,7 +21,8 @@ def scored_branch(window):
 
 
 def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.score_dialog import ScoreTextDialog, controller
+    from app.shell.score_dialog import controller
+    from app.views.score_views import ScoreTextDialog
 
     window = open_window(qtbot, profile, str(tiny_folder))
     scoring = controller(window)
@@ -89,8 +90,8 @@ def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
     """Esc / Stop mid-way: the tokens scored so far stay, as a cancelled branch."""
     from PySide6.QtCore import Qt
 
-    from app.score_dialog import controller
-    from app.window import MainWindow
+    from app.shell.score_dialog import controller
+    from app.shell.window import MainWindow
 
     db, settings = profile
     window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder), session_factory=SlowScoring)
@@ -110,7 +111,7 @@ def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
 
 
 def test_replay_and_branch(qtbot, profile, tiny_folder):  # noqa: F811
-    from app.score_dialog import controller
+    from app.shell.score_dialog import controller
 
     window = open_window(qtbot, profile, str(tiny_folder))
     sampled = SamplingParams(max_tokens=24, temperature=1.0, seed=7, repetition_penalty=1.2, top_logprobs=5)

@@ -15,8 +15,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
-from app.chat_panel import MIN_WIDTH  # noqa: E402
-from app.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
+from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
+from app.views.chat_panel import MIN_WIDTH  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
@@ -83,7 +83,7 @@ def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):  # noqa: F81
     qtbot.waitUntil(lambda: window.model.conversation is not None and not window.busy(), timeout=TIMEOUT)
     # After switching conversations from the menu.
     window.system_prompt.setFocus()
-    menu = window.conversations_menu
+    menu = window.menus.conversations_menu
     menu.aboutToShow.emit()
     next(a for a in menu.actions() if a.text() == "What is the capital of France?").trigger()
     assert window.model.conversation.id == first
@@ -142,7 +142,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
     qtbot.waitUntil(lambda: any(r.new_steps for r in window.model.replies.values()), timeout=TIMEOUT)
     missing = str(tmp_path / "no-such-model")
     window.load_model(missing)
-    box = message_box(qtbot, window, "load_box")
+    box = message_box(qtbot, window.loader, "box")
     assert window.busy()
     # Cancel: nothing changes.
     click_button(box, "Cancel")
@@ -150,7 +150,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
     assert window.busy() and window.model_source == str(tiny_folder) and not window.last_error
     # Load after the reply ends: the reply runs to its end, then the (failing) load.
     window.load_model(missing)
-    click_button(message_box(qtbot, window, "load_box"), "Load after the reply")
+    click_button(message_box(qtbot, window.loader, "box"), "Load after the reply")
     qtbot.waitUntil(lambda: bool(window.last_error), timeout=TIMEOUT)
     assert window.thread_messages[-1].branch.finish_reason == "length"
     assert len(window.thread_messages[-1].branch.steps) == 150
@@ -161,7 +161,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
     window.send()
     qtbot.waitUntil(lambda: any(r.new_steps for r in window.model.replies.values()), timeout=TIMEOUT)
     window.load_model(str(tiny_folder))
-    click_button(message_box(qtbot, window, "load_box"), "Stop the reply and load")
+    click_button(message_box(qtbot, window.loader, "box"), "Stop the reply and load")
     qtbot.waitUntil(lambda: not window.busy() and window.model_label.text() == "tiny-llama · float32", timeout=TIMEOUT)
     assert window.thread_messages[-1].branch.finish_reason == "cancelled"
     close_window(window)
@@ -171,7 +171,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
 
 
 def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     db, settings = profile
     window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder))
@@ -234,7 +234,7 @@ def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):  # noqa: F
 
 def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_folder):  # noqa: F811
     window = open_window(qtbot, profile, str(tiny_folder))
-    menu = window.conversations_menu
+    menu = window.menus.conversations_menu
     menu.aboutToShow.emit()
     (empty,) = menu.actions()
     assert empty.text() == "No conversations" and not empty.isEnabled()
@@ -244,13 +244,13 @@ def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_fo
     conversation = window.model.conversation.id
     delete = action_named(menu_named(window, "File"), "Delete this conversation…")
     delete.trigger()
-    box = message_box(qtbot, window, "delete_box")
+    box = message_box(qtbot, window.menus, "delete_box")
     assert "What is the capital of France?" in box.text()
     click_button(box, "Cancel")
     qtbot.wait(100)
     assert window.model.conversation.id == conversation and window.store.conversation(conversation) is not None
     delete.trigger()
-    click_button(message_box(qtbot, window, "delete_box"), "Delete")
+    click_button(message_box(qtbot, window.menus, "delete_box"), "Delete")
     qtbot.waitUntil(lambda: window.model.conversation is None)
     assert window.store.conversation(conversation) is None
     menu.aboutToShow.emit()

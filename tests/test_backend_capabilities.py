@@ -64,7 +64,7 @@ def test_the_protocol_declares_every_call_the_worker_makes():
     for call in ("start", "continue_reply", "fork", "fork_reply", "score_text", "replay", "check_fidelity"):
         assert call in PROTOCOL_CALLS
     assert isinstance(Backend.__dict__["capabilities"], property)
-    source = inspect.getsource(__import__("app.worker", fromlist=["x"]))
+    source = inspect.getsource(__import__("app.shell.worker", fromlist=["x"]))
     for banned in ("hasattr(", "is_remote_session", "start_remote", "._begin("):
         assert banned not in source, banned
 

@@ -163,7 +163,7 @@ def test_tiny_arch_folders_are_real_mlx_lm_folders(tmp_path: Path):
 
 
 def test_model_info_names_architecture_cache_kinds_and_quantization(tmp_path: Path):
-    from app.about import about_text
+    from app.views.about import about_text
     from engine.session import EngineSession
 
     session = EngineSession()

@@ -14,9 +14,9 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QModelIndex, Qt  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 
-from app.chain_view import REMOVED_ROLE, VALUE_ROLE, format_p  # noqa: E402
-from app.param_text import format_breakers, parse_breakers  # noqa: E402
-from app.theme import LIGHT  # noqa: E402
+from app.model.param_text import format_breakers, parse_breakers  # noqa: E402
+from app.views.chain_view import REMOVED_ROLE, VALUE_ROLE, format_p  # noqa: E402
+from app.views.theme import LIGHT  # noqa: E402
 from engine.params import (  # noqa: E402
     DEFAULT_SAMPLERS,
     LLAMA_CPP_SAMPLERS,
@@ -28,7 +28,7 @@ from tests.chain_steps import chain_step, simple_step  # noqa: E402
 
 @pytest.fixture
 def inspector(qtbot):
-    from app.inspector import InspectorWidget
+    from app.views.inspector import InspectorWidget
 
     widget = InspectorWidget()
     qtbot.addWidget(widget)
@@ -40,7 +40,7 @@ def inspector(qtbot):
 def controls(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from app.controls import SamplingControls
+    from app.views.controls import SamplingControls
 
     widget = SamplingControls(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(widget)
@@ -103,7 +103,7 @@ def test_heat_follows_the_probability_and_the_log_toggle(inspector):
 
 
 def test_unknown_entropy_and_survivors_of_an_old_step(inspector):
-    from app.serialize import step_from_dict
+    from app.store.serialize import step_from_dict
 
     old = {
         "index": 0,
@@ -270,7 +270,7 @@ def test_an_error_from_the_engine_outlines_the_field_it_names(controls, field):
 
 
 def test_worker_errors_carry_the_exception(qtbot):
-    from app.worker import ChatJob, EngineWorker
+    from app.shell.worker import ChatJob, EngineWorker
 
     bad = SamplingParamsError("logit_bias", {99999: 1.0}, "logit_bias token ids must be below 300, got 99999.")
 
@@ -307,7 +307,7 @@ def test_breakers_text_escapes():
 
 
 def test_timeline_plots_the_chosen_stage_entropy_with_gaps(qtbot):
-    from app.timeline import LAST_STAGE, TimelineWidget
+    from app.views.timeline import LAST_STAGE, TimelineWidget
 
     widget = TimelineWidget()
     qtbot.addWidget(widget)

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.chat_view import ChatView  # noqa: E402
 from app.model.chat import ChatModel  # noqa: E402
 from app.model.streams import branch_key  # noqa: E402
-from app.store import Store  # noqa: E402
-from app.throttle import RedrawClock  # noqa: E402
+from app.store.store import Store  # noqa: E402
+from app.views.chat_view import ChatView  # noqa: E402
+from app.views.throttle import RedrawClock  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_model import GREEDY, VARIANTS, finished, step  # noqa: E402
 

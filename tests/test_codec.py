@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.export import ExportBranch, ExportData, ExportMessage, from_records, records
-from app.serialize import steps_from_json, steps_to_json
+from app.store.export import ExportBranch, ExportData, ExportMessage, from_records, records
+from app.store.serialize import steps_from_json, steps_to_json
 from engine.codec import (
     CLI,
     CODEC_VERSION,
@@ -301,7 +301,7 @@ def test_finish_reasons_are_their_strings_everywhere(tmp_path):
 def test_the_codec_loads_no_mlx():
     """The app reads and writes records with it, and the app must not load MLX."""
     code = (
-        "import sys, engine.codec, app.serialize, app.export;"
+        "import sys, engine.codec, app.store.serialize, app.store.export;"
         "print([m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm', 'PySide6')])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

@@ -2,7 +2,7 @@
 
 from app.model.entries import build_entries, context_before, latest_token
 from app.model.streams import CompareColumn, CompareRun, Reply, branch_key, reply_key
-from app.store import Branch, Message
+from app.store.store import Branch, Message
 from engine.params import SamplingParams
 from tests.test_model import step
 

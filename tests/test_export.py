@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from app.export import from_records, read_jsonl, records, write
-from app.export_csv import CSV_COLUMNS
-from app.export_store import from_store, reply_only, to_store
 from app.model.streams import CompareColumn, DivergenceSeries
-from app.store import Store
+from app.store.export import from_records, read_jsonl, records, write
+from app.store.export_csv import CSV_COLUMNS
+from app.store.export_store import from_store, reply_only, to_store
+from app.store.store import Store
 from engine.events import Finished, TokenStep
 from engine.params import SamplingParams
 
@@ -227,7 +227,7 @@ def test_replay_under_own_settings(session, db):
             assert (a == b == -math.inf) or abs(a - b) <= 1e-5
     assert worst <= 1e-5, worst
 
-    from app.replay import compare
+    from app.model.replay import compare
 
     same = compare(original.steps, replayed, PARAMS)
     assert same.removed == [] and same.differs == [] and same.first_change is None
@@ -241,7 +241,7 @@ def test_replay_under_own_settings(session, db):
 
 
 def test_header_refuses_other_files(tmp_path):
-    from app.export import ExportFormatError
+    from app.store.export import ExportFormatError
 
     p = tmp_path / "x.jsonl"
     p.write_text(json.dumps({"type": "token"}) + "\n")

@@ -62,3 +62,15 @@ def test_the_engine_module_table_lists_every_module():
     modules = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "engine").glob("*.py"))
     missing = [m for m in modules if f"`{m}`" not in table]
     assert not missing, missing
+
+
+def test_the_app_module_table_lists_every_module_by_layer():
+    """docs/APP.md's table names every module of the app's layers and of tools/."""
+    text = (ROOT / "docs" / "APP.md").read_text(encoding="utf-8")
+    table = text[text.index("## Modules, by layer") :]
+    table = table[: table.index("\n## ")]
+    modules = sorted(
+        p.relative_to(ROOT).as_posix() for d in ("app", "tools") for p in (ROOT / d).rglob("*.py") if p.is_file()
+    )
+    missing = [m for m in modules if f"`{m}`" not in table]
+    assert not missing, missing

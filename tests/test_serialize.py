@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
+from app.store.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
 from engine.codec import CODEC_VERSION
 from engine.codec_v1 import chain_from_v1
 from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams

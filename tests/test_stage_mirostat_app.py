@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.chain_editor import STAGE_HELP, stage_summary  # noqa: E402
-from app.presets import short_label  # noqa: E402
+from app.model.presets import short_label  # noqa: E402
+from app.views.chain_editor import STAGE_HELP, stage_summary  # noqa: E402
 from engine.params import DEFAULT_SAMPLERS  # noqa: E402
 
 
@@ -16,7 +16,7 @@ from engine.params import DEFAULT_SAMPLERS  # noqa: E402
 def controls(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from app.controls import SamplingControls
+    from app.views.controls import SamplingControls
 
     widget = SamplingControls(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(widget)

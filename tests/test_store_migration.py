@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import SCHEMA_VERSION, Store, backup_path
+from app.store.store import SCHEMA_VERSION, Store, backup_path
 from engine.codec import CODEC_VERSION
 from engine.params import DEFAULT_SAMPLERS, SamplingParams
 
@@ -165,7 +165,7 @@ def test_a_schema_5_database_gains_precision_and_old_replies_read_as_not_recorde
     reply left in the stream journal: ``precision`` is added to branches and the journal,
     NULL for everything saved before (the recovered reply too), the copy keeps version 5,
     and replies saved from now on record the precision their model computes in."""
-    from app.store_schema import INTERRUPTED
+    from app.store.schema import INTERRUPTED
 
     path = tmp_path / "logitscope.sqlite3"
     shutil.copy(FIXTURE_V5, path)

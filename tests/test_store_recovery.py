@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from app.db_open import StoreUnavailable, diagnose, open_store
-from app.store import INTERRUPTED, SCHEMA_VERSION, NewerSchemaError, Store, backup_path
-from app.store_stream import StreamJournal
+from app.shell.db_open import StoreUnavailable, diagnose, open_store
+from app.store.store import INTERRUPTED, SCHEMA_VERSION, NewerSchemaError, Store, backup_path
+from app.store.stream import StreamJournal
 from engine.codec import CODEC_VERSION
 from engine.events import TokenStep
 from engine.params import SamplingParams
@@ -443,7 +443,7 @@ def test_each_failure_is_told_in_words(tmp_path, message, words):
 
 def test_a_store_that_fails_to_open_read_only_is_met_with_a_new_file(tmp_path, monkeypatch):
     """Root can write anywhere: inject the read-only failure for the file at ``path``."""
-    import app.db_open as db_open
+    import app.shell.db_open as db_open
 
     path = tmp_path / "logitscope.sqlite3"
     Store(path).close()

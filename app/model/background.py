@@ -4,7 +4,7 @@ Serializing every token of a reply (its candidates through every stage) costs ~0
 token in Python: done on the GUI thread when a long reply finishes, it would stall the
 window. The model gives such work to a :class:`Background`: ``work`` runs elsewhere,
 ``then(result)`` back on the model's thread. :class:`RunNow` runs both at once (tests,
-scripts); the app's runner is ``app.background.QtBackground``.
+scripts); the app's runner is ``app.shell.background.QtBackground``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from app.model.entries import ChatEntry, build_entries, context_before, last_ass
 from app.model.events import EmitterGroup
 from app.model.generation import GenerationMixin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
-from app.store import Branch, Conversation, Message, Store
+from app.store.store import Branch, Conversation, Message, Store
 from engine.events import TokenStep
 from engine.params import SamplingParams, SamplingParamsError
 

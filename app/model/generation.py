@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from app.model.jobs import ChatJob, ForkJob
 from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
-from app.serialize import steps_to_json
-from app.store import Message
+from app.store.serialize import steps_to_json
+from app.store.store import Message
 from engine.events import Divergence, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
 
@@ -34,7 +34,7 @@ class ReplyFailed(RuntimeError):
 
 class GenerationMixin:
     journal = None
-    """An :class:`app.store_stream.StreamJournal` writing replies while they stream, or None."""
+    """An :class:`app.store.stream.StreamJournal` writing replies while they stream, or None."""
 
     # Commands ---------------------------------------------------------------------------------
 

@@ -15,8 +15,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from app.store import SCHEMA_VERSION, Store  # the old app, from PYTHONPATH
 from app.store_stream import StreamJournal
+
+from app.store import SCHEMA_VERSION, Store  # the old app, from PYTHONPATH
 
 assert SCHEMA_VERSION == 5, "run against commit 3ffeeaf"
 target = Path(sys.argv[1])

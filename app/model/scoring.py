@@ -1,0 +1,221 @@
+"""Score text, replay, export and import for one conversation model, without Qt.
+
+:class:`Scoring` holds what the window's File and Chat actions for them need between two
+events: the scored texts started here, the last ``ScoreDone``, the replay being run and its
+comparison with the original (:mod:`app.model.replay`). The shell's ``ScoreController``
+(``app/shell/score_dialog.py``) forwards the worker's events to it and shows what it returns;
+the dialogs and the timeline overlays are views (``app/views/score_views.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.model.replay import Replay, compare
+from app.model.scored import ReplayJob, ReplayRun, replay_job, start_score
+from app.model.streams import Reply, StreamKey, TokenRef
+from engine.events import FinishReason, ScoreDone, TokenStep
+from engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+    from app.model.model_in_use import ModelInUse
+    from app.store.export import ExportData
+
+NOT_SAVED = "Select a token of a saved reply to replay it."
+NO_REPLAY = "Replay a reply first (Chat → Replay under the current settings)."
+EXPORTS = ("reply", "conversation", "compare", "scored")
+
+
+def score_words(done: ScoreDone) -> str:
+    """The status bar's words for a scored text."""
+    return (
+        f"perplexity {done.perplexity:.2f} · {done.mean_surprisal_bits:.2f} bits/token · "
+        f"{done.tokens} tokens at {done.tokens_per_second:.1f} tok/s"
+    )
+
+
+def replay_words(result: Replay) -> str:
+    first = result.first_change
+    where = "nowhere" if first is None else f"first at token {first}"
+    return (
+        f"Replay: removed {len(result.removed)} tokens, most likely token differs at "
+        f"{len(result.differs)} positions ({where})."
+    )
+
+
+class Scoring:
+    def __init__(self, model: ChatModel, in_use: ModelInUse) -> None:
+        self.model, self.in_use = model, in_use
+        self.last_done: ScoreDone | None = None
+        self.replay: ReplayRun | None = None
+        self.result: Replay | None = None
+        self.score_tags: set[int] = set()
+
+    # Score text ------------------------------------------------------------------------------
+
+    def score_text(self, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:
+        """Start scoring ``text`` in a new conversation (the reply being scored, or None)."""
+        self.clear_replay()
+        reply = start_score(self.model, text, params, prompt or None)
+        if reply is not None:
+            self.score_tags.add(reply.id)
+        return reply
+
+    def scored_steps(self) -> list[TokenStep] | None:
+        """The steps of the selected stream when it is a scored text (being scored or saved)."""
+        model = self.model
+        stream = model.selection[0] if model.selection is not None else None
+        if stream is None:
+            return None
+        if stream[0] == "reply":
+            return model.steps_of(stream) if stream[1] in self.score_tags else None
+        message = model.message_of(stream)
+        found = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
+        if found is None or not found.steps or not all(s.forced for s in found.steps):
+            return None
+        return found.steps if found.finish_reason == FinishReason.SCORED or found.steps[0].rank is not None else None
+
+    def score_finished(self, tag: int, done: ScoreDone) -> bool:
+        """The worker's ``ScoreDone``: True for a scored text's (kept as ``last_done``),
+        False for the replay's (kept with the replay)."""
+        if self.replay is not None and tag == self.replay.tag:
+            self.replay.done = done
+            return False
+        self.last_done = done
+        return True
+
+    # Replay --------------------------------------------------------------------------------
+
+    def start_replay(self, params: SamplingParams) -> ReplayJob | str:
+        """The job replaying the selected saved reply under ``params``, or why there is none
+        (words for the status bar; empty while a replay is still running)."""
+        model = self.model
+        stream = model.selection[0] if model.selection is not None else None
+        if self.in_use.info is None or stream is None or stream[0] != "branch":
+            return NOT_SAVED
+        if self.replay is not None and self.replay.done is None:
+            return ""
+        job = replay_job(model, stream, params, model._new_id())
+        if job is None:
+            return NOT_SAVED
+        self.clear_replay()
+        self.replay = ReplayRun(job.tag, stream, params)
+        return job
+
+    def replay_token(self, tag: int, step: TokenStep) -> None:
+        if self.replay is not None and tag == self.replay.tag:
+            self.replay.steps.append(step)
+
+    def replay_finished(self, tag: int) -> Replay | None:
+        """The replay compared with the original once its job ended (None: not the replay's job)."""
+        if self.replay is None or tag != self.replay.tag:
+            return None
+        original = self.model.steps_of(self.replay.stream) or []
+        self.result = compare(original, self.replay.steps, self.replay.params)
+        return self.result
+
+    def clear_replay(self) -> None:
+        self.replay, self.result = None, None
+
+    def selection_changed(self, ref: TokenRef | None) -> bool:
+        """Selecting another reply ends the replay shown; True when it did."""
+        if self.replay is not None and (ref is None or ref[0] != self.replay.stream):
+            self.clear_replay()
+            return True
+        return False
+
+    def branch_at_first_change(self) -> bool | None:
+        """Continue the replayed reply from its first change, with the new settings' most
+        likely token there (a branch); None when no replay has a change."""
+        r, run = self.result, self.replay
+        if r is None or run is None or r.first_change is None:
+            return None
+        index = r.first_change
+        self.model.select((run.stream, index))
+        ok = self.model.pick_token(r.new_top[index], run.params)
+        self.clear_replay()
+        return ok
+
+    # Exports -------------------------------------------------------------------------------
+
+    def export_data(self, what: str) -> ExportData | None:
+        """What File → Export ``what`` writes (one of :data:`EXPORTS`), None when nothing fits."""
+        from app.store.export_store import compare_only, from_store, reply_only, scored
+
+        model, source_now = self.model, self.in_use.source
+        if what == "scored" or (what == "reply" and self._selected_is_scored()):
+            steps = model.steps_of(model.selection[0]) if model.selection else None
+            message = model.message_of(model.selection[0]) if model.selection else None
+            if not steps or message is None:
+                return None
+            branch = message.branch
+            if branch is not None:
+                source = {"name": branch.model, "source": branch.model_source or source_now}
+                source["precision"] = branch.precision
+            else:
+                info = self.in_use.info
+                source = {"name": model.model_name, "source": source_now}
+                source["precision"] = (info.precision or None) if info is not None else None
+            params = steps[0].params
+            return scored(message.branch.text if message.branch else "", None, params, steps, self.last_done, source)
+        if model.conversation is None:
+            return None
+        data = from_store(model.store, model.conversation.id, source_now)
+        if what == "conversation":
+            return data
+        stream: StreamKey | None = model.selection[0] if model.selection else None
+        if stream is None or stream[0] != "branch":
+            return None
+        for i, m in enumerate(
+            model.store.db.execute(
+                "SELECT id FROM messages WHERE conversation_id = ? ORDER BY id", (model.conversation.id,)
+            ).fetchall()
+        ):
+            rows = model.store.db.execute("SELECT id FROM branches WHERE message_id = ? ORDER BY id", (m[0],))
+            ids = [b for (b,) in rows]
+            if stream[1] in ids:
+                j = ids.index(stream[1])
+                if what == "compare":
+                    for k, run in enumerate(data.runs):
+                        if run.message == i and any(c["branch"] == j for c in run.columns):
+                            return compare_only(data, k)
+                    return None
+                return reply_only(data, i, j)
+        return None
+
+    def _selected_is_scored(self) -> bool:
+        model = self.model
+        message = model.message_of(model.selection[0]) if model.selection else None
+        return (
+            message is not None and message.branch is not None and message.branch.finish_reason == FinishReason.SCORED
+        )
+
+    def export(self, what: str, path: str | Path, data: ExportData | None = None) -> Path | None:
+        """Write File → Export ``what`` (or ``data``, its :meth:`export_data` read before) to
+        ``path`` (JSON Lines, or CSV by its suffix); None: nothing to export."""
+        from app.store.export import write
+
+        data = data if data is not None else self.export_data(what)
+        if data is None:
+            return None
+        write(data, path)
+        return Path(path)
+
+    # Import --------------------------------------------------------------------------------
+
+    def open_export(self, path: str | Path) -> tuple[int, str | None]:
+        """Copy the JSON Lines export at ``path`` into a new conversation of the store (the file
+        is never written); returns the conversation and the model source the export names when
+        it differs from the one in use and can be loaded here (else None). Raises
+        ``OSError``, ``ExportFormatError``, ``KeyError`` or ``ValueError`` for a file it cannot read."""
+        from app.store.export import from_records, read_jsonl
+        from app.store.export_store import to_store
+
+        data = from_records(read_jsonl(path))
+        conversation = to_store(data, self.model.store, title_prefix="[export] ")
+        source = (data.model or {}).get("source")
+        if source and source != self.in_use.source and (source == "default" or Path(source).exists()):
+            return conversation, source
+        return conversation, None

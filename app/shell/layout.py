@@ -1,0 +1,154 @@
+"""The window's dock layout: minimum sizes, the default arrangement, View → Reset layout.
+
+Qt's main window keeps its docks' sizes when the window shrinks and takes the difference
+from the central widget, so on a small window the chat was squeezed to a strip while the
+docks kept their width. Each part now has a minimum under which it stops being usable; the
+chat's is the largest, so the docks give way first, down to their own minimums.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QEvent, QObject, QSize, Qt
+from PySide6.QtWidgets import QApplication, QDockWidget
+
+from app.views.chat_panel import MIN_WIDTH as MIN_CHAT_WIDTH
+
+if TYPE_CHECKING:
+    from app.shell.window import MainWindow
+
+INSPECTOR_WIDTH, TIMELINE_HEIGHT = 600, 200  # the default sizes (at the default 1400×860)
+INSPECTOR_MIN_WIDTH = 260  # its table's token and two probability columns
+SAMPLING_MIN_WIDTH = 170
+TIMELINE_MIN_HEIGHT = 140  # both plots with their axes
+WINDOW_MIN = (800, 560)  # the three minimum widths above and the chat's, side by side
+
+
+def comfortable_sampling_width(window: MainWindow) -> int:
+    """The sampling panel's width with nothing cut off: its content's minimum, the vertical
+    scroll bar and the frame (below it the panel scrolls sideways)."""
+    scroll = window.controls.scroll
+    content = scroll.widget().minimumSizeHint().width()
+    return content + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth() + 4
+
+
+def fit_sampling_minimum(window: MainWindow, window_width: int) -> bool:
+    """Where the window has room (1000 px is plenty), the sampling panel is not squeezed
+    below its content (the inspector, whose table scrolls, gives way first); on a smaller
+    window it may go down to ``SAMPLING_MIN_WIDTH`` and scroll sideways."""
+    room = window_width - MIN_CHAT_WIDTH - INSPECTOR_MIN_WIDTH - 24  # separators and margins
+    width = max(SAMPLING_MIN_WIDTH, min(comfortable_sampling_width(window), room))
+    if width == window.panel.minimumWidth():
+        return False
+    window.panel.setMinimumWidth(width)
+    return True
+
+
+def set_minimum_sizes(window: MainWindow) -> None:
+    window.inspector.setMinimumWidth(INSPECTOR_MIN_WIDTH)
+    window.panel.setMinimumWidth(SAMPLING_MIN_WIDTH)
+    window.timeline.setMinimumHeight(TIMELINE_MIN_HEIGHT)
+    window.setMinimumSize(*WINDOW_MIN)
+
+
+def default_arrangement(window: MainWindow) -> list:
+    """(dock, area), in the order the window first adds them (the order decides which dock
+    takes the corners)."""
+    return [
+        (window.inspector_dock, Qt.DockWidgetArea.RightDockWidgetArea),
+        (window.timeline_dock, Qt.DockWidgetArea.BottomDockWidgetArea),
+        (window.controls_dock, Qt.DockWidgetArea.LeftDockWidgetArea),
+    ]
+
+
+def default_sizes(window: MainWindow) -> None:
+    window.resizeDocks([window.inspector_dock], [INSPECTOR_WIDTH], Qt.Orientation.Horizontal)
+    window.resizeDocks([window.timeline_dock], [TIMELINE_HEIGHT], Qt.Orientation.Vertical)
+    panel = window.panel.sizeHint().width()
+    window.resizeDocks([window.controls_dock], [max(panel, SAMPLING_MIN_WIDTH)], Qt.Orientation.Horizontal)
+
+
+def reset_layout(window: MainWindow) -> None:
+    """View → Reset layout: every dock back in its area (not floating, not tabbed, shown)
+    at its default size."""
+    docks = default_arrangement(window)
+    for dock, _ in docks:
+        dock.setFloating(False)  # before it leaves: a floating dock added back stays floating
+        window.removeDockWidget(dock)
+    for dock, area in docks:
+        window.addDockWidget(area, dock)
+        dock.show()
+    default_sizes(window)
+    window.status.show_message("The default layout is back.")
+
+
+class DockMemory(QObject):
+    """Gives the docks back the size they gave up when the window grows again.
+
+    Each docked dock's wanted size is the one it last had by the user's (or Reset layout's)
+    doing: a dock resized while the window kept its size. When the window shrinks, Qt
+    squeezes the docks; when it grows, every dock smaller than its wanted size gets it back
+    as far as the new room allows, so a few resizes do not leave a layout of slivers.
+    """
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.docks = [dock for dock, _ in default_arrangement(window)]
+        self.wanted: dict[QDockWidget, int] = {}
+        self.window_size = QSize()
+        self._adjusting = False
+        for dock in self.docks:
+            dock.installEventFilter(self)
+        window.installEventFilter(self)
+
+    def extent(self, dock: QDockWidget) -> tuple[int, Qt.Orientation]:
+        area = self.window.dockWidgetArea(dock)
+        if area in (Qt.DockWidgetArea.TopDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea):
+            return dock.height(), Qt.Orientation.Vertical
+        return dock.width(), Qt.Orientation.Horizontal
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() != QEvent.Type.Resize:
+            return False
+        if watched is self.window:
+            old, new = event.oldSize(), event.size()
+            self.window_size = new
+            fit_sampling_minimum(self.window, new.width())
+            if not self.wanted:  # shown: the sizes it opens with are the wanted ones
+                self.remember()
+            elif old.isValid() and (old.width() < new.width() or old.height() < new.height()):
+                self.give_back()
+        elif self.window.size() == self.window_size and not self._adjusting:
+            dock = watched
+            if isinstance(dock, QDockWidget) and not dock.isFloating() and not dock.isHidden():
+                size, along = self.extent(dock)
+                hint = dock.minimumSizeHint()
+                # At its minimum a dock was squeezed (a layout after a new minimum width),
+                # not sized by the user.
+                if size > (hint.width() if along == Qt.Orientation.Horizontal else hint.height()):
+                    self.wanted[dock] = size
+        return False
+
+    def remember(self) -> None:
+        for dock in self.docks:
+            if not dock.isFloating() and not dock.isHidden():
+                self.wanted[dock] = self.extent(dock)[0]
+
+    def give_back(self) -> None:
+        for orientation in (Qt.Orientation.Horizontal, Qt.Orientation.Vertical):
+            short = []
+            for dock in self.docks:
+                size, along = self.extent(dock)
+                wanted = self.wanted.get(dock, 0)
+                if along == orientation and not dock.isFloating() and not dock.isHidden() and size < wanted:
+                    short.append((dock, wanted))
+            if short:
+                self._adjusting = True
+                try:
+                    self.window.resizeDocks([d for d, _ in short], [w for _, w in short], orientation)
+                    # Lay out now, so the docks' resizes are known as ours, not the user's.
+                    QApplication.sendPostedEvents(self.window, QEvent.Type.LayoutRequest)
+                finally:
+                    self._adjusting = False

@@ -1,0 +1,122 @@
+"""The window's side of persistence and recovery: the database opened with a way out,
+replies written while they stream (:class:`app.store.stream.StreamJournal`), replies a
+crash interrupted shown again with a way to continue them, and failed writes reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.model.streams import branch_key
+from app.shell.db_open import Ask, message_box_ask, open_store
+from app.store.store import INTERRUPTED, Store
+from app.store.stream import StreamJournal
+
+if TYPE_CHECKING:
+    from app.shell.window import MainWindow
+
+ask_override: Ask | None = None
+"""Tests set this to answer the "cannot open the database" question without a dialog."""
+
+
+def open_window_store(path: str | Path, parent) -> Store:
+    """The store for a new window: opened (asking what to do if it cannot be), then the
+    replies a crash interrupted recovered as branches (``store.recovered``)."""
+    store = open_store(path, ask_override or message_box_ask(parent))
+    store.recovered = store.recover_interrupted()
+    return store
+
+
+class JournalRelay(QObject):
+    """The journal's reports, from its writer thread to the GUI thread; it owns the journal
+    and the last write's error (``save_error``, empty while saving works)."""
+
+    failed = Signal(object)
+    recovered = Signal()
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.save_error = ""
+        self.journal: StreamJournal | None = None
+        self.failed.connect(self._on_failed)
+        self.recovered.connect(self._on_recovered)
+
+    @Slot(object)
+    def _on_failed(self, exc: BaseException) -> None:
+        self.window.status.show_message(
+            f"Could not save to the database ({exc}): the reply is kept in memory and saving is retried."
+        )
+        self.save_error = str(exc)
+
+    @Slot()
+    def _on_recovered(self) -> None:
+        self.window.status.show_message("Saving works again: everything kept in memory is saved.")
+        self.save_error = ""
+
+
+def attach_journal(window: MainWindow) -> JournalRelay:
+    """The stream journal of ``window``'s store, handed to its model; returns the relay that
+    owns it (``relay.journal``) and reports its writes."""
+    relay = JournalRelay(window)
+    relay.journal = journal = StreamJournal(
+        window.store.path,
+        on_error=relay.failed.emit,
+        on_recovered=relay.recovered.emit,
+        sources=window.store.model_sources,
+        precisions=window.store.model_precisions,
+    )
+    window.model.journal = journal
+    return relay
+
+
+def announce_recovered(window: MainWindow) -> str:
+    """After the start: open the conversation of a reply a crash interrupted and say so;
+    returns what was said (empty: nothing to say)."""
+    recovered = getattr(window.store, "recovered", [])
+    notes: list[str] = []
+    if recovered:
+        conversation = window.store.conversation_of_branch(recovered[-1])
+        if conversation is not None and (
+            window.model.conversation is None or window.model.conversation.id != conversation
+        ):
+            window.open_conversation(conversation)
+        count = len(recovered)
+        notes.append(
+            f"{count} {'reply' if count == 1 else 'replies'} interrupted when Logitscope stopped "
+            f"{'was' if count == 1 else 'were'} recovered: Chat → Continue the interrupted reply."
+        )
+    if window.store.moved_aside is not None or window.store.opened_instead:
+        where = f" The old file is now {window.store.moved_aside}." if window.store.moved_aside else ""
+        notes.append(f"Started with a new database at {window.store.path}.{where}")
+    note = " ".join(notes)
+    if notes:
+        window.status.show_message(note, 30000)
+    return note
+
+
+def interrupted_message(window: MainWindow):
+    """The last assistant message of the open conversation whose shown reply was interrupted."""
+    for message in reversed(window.model.thread):
+        if message.role == "assistant" and message.branch is not None:
+            return message if message.branch.finish_reason == INTERRUPTED and message.branch.steps else None
+    return None
+
+
+def continue_interrupted(window: MainWindow) -> bool:
+    """Continue the interrupted reply from its last saved token (the engine's continue
+    path: the saved tokens as output, the last one forced), with its own settings."""
+    if window.model_info is None or window.busy():
+        window.status.show_message("Wait for the model (or the reply being written) first.")
+        return False
+    message = interrupted_message(window)
+    if message is None:
+        window.status.show_message("No interrupted reply to continue in this conversation.")
+        return False
+    branch = message.branch
+    last = len(branch.steps) - 1
+    window.model.select((branch_key(branch.id), last))
+    return window.model.pick_token(branch.steps[last].token_id, branch.steps[last].params)

@@ -1,0 +1,373 @@
+"""The main window: builds the views and wires them to the model and the engine's worker.
+
+State lives in :class:`app.model.chat.ChatModel` (Qt-free); the chat, inspector and
+timeline subscribe to its events and redraw themselves on one ~30 Hz clock
+(:mod:`app.views.throttle`). The window turns commands (send, stop, pick, compare, keep) into
+model calls, the model's job events into queued signals to the worker, and the worker's
+signals back into model calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import time
+from pathlib import Path
+
+import platformdirs
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
+
+from app.model.chat import DEFAULT_SYSTEM, ChatModel
+from app.model.model_in_use import ModelInUse
+from app.model.streams import TokenRef
+from app.shell.background import QtBackground
+from app.shell.capability_gate import CapabilityGate
+from app.shell.engine_link import EngineLink
+from app.shell.layout import DockMemory, set_minimum_sizes
+from app.shell.menus import build_menus
+from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
+from app.shell.precision_check import PrecisionCheck
+from app.shell.recovery import announce_recovered, attach_journal, open_window_store
+from app.shell.score_dialog import ScoreController
+from app.shell.window_settings import restore_settings, save_settings
+from app.shell.worker import describe
+from app.store.stream import StreamJournal
+from app.views.chat_panel import ChatPanel
+from app.views.inspector import InspectorWidget
+from app.views.sampling_panel import SamplingPanel
+from app.views.status import StatusWidgets
+from app.views.theme import apply_theme
+from app.views.throttle import RedrawClock
+from app.views.timeline import TimelineWidget
+from engine.params import SamplingParams, SamplingParamsError
+
+FIRST_PROMPT = "What is the capital of France?"
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        db_path: str | Path | None = None,
+        settings: QSettings | None = None,
+        model: str | None = None,
+        session_factory=None,
+    ) -> None:
+        super().__init__()
+        from app.views.resources import app_icon
+
+        self.setWindowTitle("Logitscope")
+        self.setWindowIcon(app_icon())
+        self.settings = settings or QSettings("Logitscope", "Logitscope")
+        self.store = open_window_store(
+            db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
+        )
+        self.background = QtBackground(self)
+        self.model = ChatModel(self.store, background=self.background)
+        self.saving = attach_journal(self)  # replies are saved while they stream
+        self.in_use = ModelInUse()  # the model in use: ModelLoader updates it
+        self._scoring: ScoreController | None = None
+        self.last_error = ""
+        self._closed = False
+        self.clock = RedrawClock(self)
+
+        self._build_views()
+        # What the loaded backend cannot do is disabled, with its reason (bound by the menus).
+        self.capability_gate = CapabilityGate()
+        self.menus = build_menus(self)
+        self.status = StatusWidgets(self.statusBar())
+        self.model_label = self.status.model_label
+        self._connect_model()
+        self._connect_worker(session_factory)
+        restore_settings(self)
+        last = self.settings.value("conversation")
+        if last is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                self.open_conversation(int(last))
+        self.recovery_note = announce_recovered(self)
+        if self.model.conversation is None:
+            self.composer.setPlainText(FIRST_PROMPT)
+        self.composer.setFocus()  # the welcome says "press Enter to send the question below"
+        self.load_model(model or self.settings.value("model", "default"))
+
+    # Construction ---------------------------------------------------------------------------
+
+    def _build_views(self) -> None:
+        self.central = ChatPanel(DEFAULT_SYSTEM)
+        self.setCentralWidget(self.central)
+        self.chat, self.composer = self.central.chat, self.central.composer
+        self.system_prompt, self.color_toggle = self.central.system_prompt, self.central.color_toggle
+        self.inspector = InspectorWidget()
+        self.timeline = TimelineWidget()
+        self.panel = SamplingPanel(self.settings)
+        self.controls = self.panel.controls
+        self.inspector_dock = self._dock(
+            "Inspector", "inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.timeline_dock = self._dock("Timeline", "timeline", self.timeline, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.controls_dock = self._dock("Sampling", "sampling", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
+        set_minimum_sizes(self)
+        self.dock_memory = DockMemory(self)  # docks squeezed by a small window grow back
+
+    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _connect_model(self) -> None:
+        model, events = self.model, self.model.events
+        for view in (self.chat, self.inspector, self.timeline):
+            view.bind(model, self.clock)
+        events.status.connect(self.status.show_message)
+        events.errored.connect(self.show_exception)
+        events.reply_finished.connect(self.status.reply_finished)
+        events.busy_changed.connect(self._on_busy_changed)
+        events.entries_changed.connect(self._update_buttons)
+        events.conversation_changed.connect(self._on_conversation_changed)
+        self.chat.token_clicked.connect(model.select)
+        self.chat.branch_stepped.connect(model.step_branch)
+        self.chat.keep_requested.connect(model.keep_column)
+        self.chat.compare_shown.connect(model.show_compare)
+        self.chat.compare_requested.connect(self.compare_from_here)
+        seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
+        self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
+        self.inspector.token_picked.connect(self.pick_token)
+        self.inspector.token_banned.connect(self.controls.ban_token)
+        self.panel.params_changed.connect(self._on_params_changed)
+        self.panel.variants_changed.connect(self._on_variants_changed)
+        self.system_prompt.editingFinished.connect(self._on_system_prompt)
+        self.composer.submitted.connect(self.send)
+        self.central.send_button.clicked.connect(self.send)
+        self.central.stop_button.clicked.connect(self.stop)
+        self.central.regen_button.clicked.connect(self.regenerate)
+        self._on_variants_changed()
+
+    def _connect_worker(self, session_factory) -> None:
+        self.link = EngineLink(self.model, session_factory, self)
+        self.engine = self.link.engine
+        self.loader = ModelLoader(self)
+        self.precision_check = PrecisionCheck(self)  # Models → Check precision…
+        worker = self.engine.worker
+        worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
+        worker.memory_measured.connect(self._on_memory)
+        worker.model_loaded.connect(self._on_model_loaded)
+        worker.errored.connect(self.show_exception)
+
+    # Settings --------------------------------------------------------------------------------
+
+    def set_theme(self, name: str) -> None:
+        colors = apply_theme(QApplication.instance(), name)
+        for action in self.menus.theme_group.actions():
+            action.setChecked(action.text().lower() == name)
+        self.settings.setValue("theme", name)
+        self.central.set_colors(colors)
+        self.inspector.set_colors(colors)
+        self.timeline.set_colors(colors)
+        self.panel.set_colors(colors)
+
+    # Models (app/shell/model_loading.py) ----------------------------------------------------------------
+
+    def load_model(self, source: str) -> None:
+        """Load ``source``; during a reply, ask first (stop it and load, load after it, cancel)."""
+        self.loader.load(source)
+
+    def open_connect_dialog(self):
+        """Models → Connect to a server… (``app/views/connect_dialog.py``)."""
+        from app.views.connect_dialog import ConnectDialog
+
+        self.connect_dialog = ConnectDialog(self.settings, self)
+        self.connect_dialog.connect_requested.connect(self.connect_remote)
+        self.connect_dialog.open()
+        return self.connect_dialog
+
+    def connect_remote(self, spec) -> None:
+        """Use the server of ``spec`` (an ``app.model.remote_jobs.RemoteSpec``) from now on."""
+        self.loader.connect_remote(spec)
+
+    # Commands ------------------------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        return self.model.busy()
+
+    @property
+    def model_info(self):
+        """The worker's ``ModelInfo`` of the model in use; None until one has loaded."""
+        return self.in_use.info
+
+    @property
+    def model_source(self) -> str | None:
+        """The model asked for last (loaded, or loading)."""
+        return self.in_use.source
+
+    @property
+    def journal(self) -> StreamJournal:
+        return self.saving.journal
+
+    @property
+    def save_error(self) -> str:
+        """Why the last write failed; empty while saving works."""
+        return self.saving.save_error
+
+    def score_controller(self) -> ScoreController:
+        """Score text, replay, export and import (``app/shell/score_dialog.py``), made at first use."""
+        if self._scoring is None:
+            self._scoring = ScoreController(self)
+        return self._scoring
+
+    def send(self) -> None:
+        if self.model_info is None:
+            self.status.show_message("The model is still loading.")
+            return
+        if problem := self.panel.send_problem():  # invalid settings are never sent
+            self.status.show_message(problem, 10_000)
+            return
+        text = self.composer.toPlainText()
+        self.model.set_system_prompt(self.system_prompt.text())
+        if self.panel.compare_on():
+            sent = self.model.send_compare(text, self.panel.variants())
+        else:
+            sent = self.model.send(text, self.controls.current)
+        if sent:
+            self.composer.clear()
+
+    def regenerate(self) -> None:
+        if self.model_info is not None:
+            variants = self.panel.variants() if self.panel.compare_on() else None
+            self.model.regenerate(self.controls.current, variants)
+
+    def stop(self) -> None:
+        self.precision_check.cancel()
+        if self.model.busy():
+            self.status.stopping()  # at once: the engine stops at its next chunk or token
+        self.model.stop()
+
+    def pick_token(self, token_id: int) -> None:
+        """Continue the selected token's reply with ``token_id`` instead: with the settings of
+        the compare column it belongs to, else the main settings."""
+        if self.model_info is None or self.model.selection is None:
+            return
+        run = self.model.run_of(self.model.selection[0])
+        column = run.column_of(self.model.selection[0]) if run is not None else None
+        params = run.columns[column].params if column is not None else self.controls.current
+        picked = getattr(self.inspector, "last_pick", None)
+        text = picked.text if picked is not None and picked.token_id == token_id else None
+        self.model.pick_token(token_id, params, forced_text=text)
+
+    def compare_from_here(self, ref: TokenRef) -> None:
+        """Each compare setting redraws token ``ref`` and continues from it."""
+        if self.model_info is not None:
+            self.model.compare_from(ref, self.panel.variants())
+
+    def new_chat(self) -> None:
+        self.model.new_chat()
+        self.composer.setFocus()
+
+    def open_conversation(self, conversation_id: int) -> None:
+        if self.model.open_conversation(conversation_id):
+            # Reading a long conversation makes many objects at once; collect now, while the
+            # user waits for it, rather than in a full collection in the middle of a reply.
+            gc.collect()
+            self.composer.setFocus()
+
+    def select_token(self, ref: TokenRef) -> None:
+        self.model.select(ref)
+
+    # Model and worker events ------------------------------------------------------------------------
+
+    def _on_prefill(self, tag: int, done: int, total: int) -> None:
+        self.status.prefill_progressed(tag, done, total)
+
+    def _on_model_loaded(self, info) -> None:
+        # Menu items the new backend cannot do are disabled, with its reason (app/shell/capability_gate.py).
+        self.capability_gate.apply_info(info)
+
+    def _on_memory(self, nbytes: int) -> None:
+        if self.model_info is not None and not self.model_info.capabilities.memory:
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            return
+        self.status.memory_measured(nbytes)
+
+    def _on_params_changed(self, variant: int, params: SamplingParams) -> None:
+        # Each reply keeps the parameters it started with; its TokenSteps record every change.
+        if variant == 0:
+            self.settings.setValue("params", json.dumps(params.to_dict()))
+        self.model.update_live_params(params, column=variant)
+
+    def _on_variants_changed(self) -> None:
+        count = len(self.panel.variants())
+        self.central.set_compare(count if self.panel.compare_on() else None)
+        names = ", ".join(label for label, _ in self.panel.variants())
+        self.chat.compare_label = f"Compare from here with {count} settings ({names})"
+
+    def _on_conversation_changed(self, conversation) -> None:
+        self.system_prompt.setText(self.model.system_prompt)
+        if conversation is not None:
+            self.settings.setValue("conversation", conversation.id)
+
+    def _on_system_prompt(self) -> None:
+        if not self._closed:
+            self.model.set_system_prompt(self.system_prompt.text())
+
+    def _on_busy_changed(self, busy: bool) -> None:
+        self._update_buttons()
+        if not busy:
+            self.status.stopped()
+            self.central.reclaim_focus()  # Enter sends the next message
+
+    def _update_buttons(self) -> None:
+        self.central.set_busy(self.model.busy(), self.model.last_assistant() is not None)
+
+    def _redraw_if_dirty(self) -> None:
+        """Run every view's pending redraw now (tests and screenshots)."""
+        self.clock.flush()
+
+    @property
+    def redraws(self) -> int:
+        return self.chat.flushes.runs
+
+    @property
+    def entries(self):
+        return self.model.entries
+
+    @property
+    def thread_messages(self):
+        return self.model.thread
+
+    def show_exception(self, exc: BaseException) -> None:
+        """An error from the worker: a parameter the engine refused is outlined in the panel too."""
+        if isinstance(exc, SamplingParamsError):
+            self.controls.show_error(exc)
+        self.show_error(describe(exc))
+
+    def show_error(self, message: str) -> None:
+        self.last_error = message
+        box = QMessageBox(QMessageBox.Icon.Critical, "Logitscope", message, parent=self)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.open()
+        self.error_box = box
+
+    # About and closing ------------------------------------------------------------------------------
+
+    def show_about(self) -> None:
+        from app.views.about import about_box
+
+        self.about_box = about_box(self, self.model_info)
+
+    def closeEvent(self, event) -> None:
+        if not self._closed:
+            self._on_system_prompt()
+            self._closed = True
+            self.clock.timer.stop()
+            save_settings(self)
+            started = time.perf_counter()
+            self.engine.stop()
+            self.shutdown_seconds = time.perf_counter() - started
+            for view in (self.chat, self.inspector, self.timeline):
+                self.model.events.disconnect_owner(view)
+            self.background.wait()  # replies whose steps are still being serialized
+            self.journal.close()
+            self.store.close()
+        super().closeEvent(event)

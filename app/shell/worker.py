@@ -1,0 +1,379 @@
+"""The engine's thread. One ``EngineWorker`` lives in its own ``QThread`` and owns the
+``EngineSession``; the GUI reaches it only through queued signals and slots.
+
+Each decode step is one event of the worker's event loop (a zero-timeout timer
+re-armed after every step), so a cancel or a parameter change queued while a
+step runs applies to the next token.
+
+Failures cross the thread as the exception object itself (superqt's
+``errored = Signal(object)``), so a view can read ``SamplingParamsError.field``
+and outline the widget of the field at fault; :func:`describe` makes the message.
+
+Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes back
+with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
+worker calls only the calls of ``engine.backend.Backend`` on its session and decides by
+the session's ``capabilities``, never by its type, so any backend can stand in for it
+(the precision check, ``app.shell.precision_check``, calls ``check_fidelity``).
+
+A load names the precision to compute in (``engine.precision``: the Models → Precision
+choice saved for that model); a server ignores it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import traceback
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+
+from app.model.jobs import ChatJob, ForkJob
+from app.model.scored import ReplayJob, ScoreJob
+from engine.errors import EngineError, ModelLoadError
+from engine.events import Divergence, Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
+from engine.params import SamplingParams, SamplingParamsError
+
+__all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
+
+
+class GenerationFailed(RuntimeError):
+    """A decode step raised; every running reply was cancelled. ``__cause__`` is the error."""
+
+
+def describe(exc: BaseException) -> str:
+    """The message to show: the engine's own words for its errors, the type for anything else."""
+    from app.model.generation import ReplyFailed
+
+    if isinstance(exc, (EngineError, ModelLoadError, SamplingParamsError, GenerationFailed, ReplyFailed)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class EngineWorker(QObject):
+    model_progressed = Signal(str, float)
+    model_loaded = Signal(object)  # ModelInfo
+    model_failed = Signal(str, object)  # source, exception
+    job_started = Signal(int, int, int)  # tag, request id, prompt tokens
+    job_rejected = Signal(int, object)  # tag, exception (SamplingParamsError carries .field)
+    token_sampled = Signal(int, object)  # tag, TokenStep
+    prefill_progressed = Signal(int, int, int)  # tag, done, total
+    job_finished = Signal(int, object)  # tag, Finished
+    divergence_measured = Signal(int, object)  # group tag, Divergence (pairs as tags)
+    memory_measured = Signal(int)
+    score_finished = Signal(int, object)  # tag, ScoreDone (a ScoreJob or ReplayJob that ran to its end)
+    errored = Signal(object)  # exception
+    shut_down = Signal()
+
+    def __init__(self, session_factory: Any = None) -> None:
+        super().__init__()
+        self._session_factory = session_factory
+        self._session = None
+        self._local = None  # the local engine while a server is in use
+        self._tags: dict[int, int] = {}  # request id -> the GUI's tag
+        # A fork's group id (its first request id) -> its group tag and its members' tags.
+        self._groups: dict[int, tuple[int, dict[int, int]]] = {}
+        self._timer: QTimer | None = None
+        self._scores: dict[int, Any] = {}  # tag -> a ScoreJob's or ReplayJob's event generator
+        self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
+        self._score_timer: QTimer | None = None
+
+    def fidelity_session(self):
+        """The session if it can run the precision check (its capabilities say so), else
+        None; call on the worker's thread (``app.shell.precision_check`` does)."""
+        session = self._session
+        return session if session is not None and session.capabilities.fidelity else None
+
+    # The session is created on the worker thread: MLX objects belong to their thread.
+    def _ensure_session(self):
+        if self._session is None:
+            if self._session_factory is None:
+                from engine.session import EngineSession
+
+                self._session = EngineSession()
+            else:
+                self._session = self._session_factory()
+            self._timer = QTimer(self)
+            self._timer.setSingleShot(True)
+            self._timer.setInterval(0)
+            self._timer.timeout.connect(self._step)
+        return self._session
+
+    @Slot(str, str)
+    def load_model(self, source: str, precision: str = "auto") -> None:
+        if self._session is not None and not self._session.capabilities.load_files:
+            # A model file on a backend that serves its own models: back to the local
+            # engine (kept aside while the server was in use).
+            self._retire(self._session)
+            self._session, self._local = self._local, None
+        session = self._ensure_session()
+        try:
+            if session.has_work():
+                session.cancel_all()
+                self._flush_events(session.step())
+            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f), precision)
+        except Exception as exc:  # the worker is the one place that catches broadly
+            self.model_failed.emit(source, exc)
+            return
+        self.model_loaded.emit(info)
+        self.memory_measured.emit(session.memory_bytes())
+
+    @Slot(object)
+    def connect_remote(self, spec) -> None:
+        """Use a server (``app.model.remote_jobs.RemoteSpec``) instead of the current backend. The
+        old one is stopped only once the server answered, so a failed connect leaves the
+        previous model in place."""
+        self._ensure_session()
+        try:
+            backend = spec.backend()
+            info = backend.load(spec.model, lambda stage, f: self.model_progressed.emit(stage, f))
+        except Exception as exc:
+            self.model_failed.emit(spec.url, exc)
+            return
+        old = self._session
+        if old is not None and not old.capabilities.load_files:  # another server: done with it
+            self._retire(old)
+        elif old is not None:
+            # The local engine is stopped but kept: MLX cannot be used again on this thread
+            # once its streams are released, so release_thread waits for shutdown.
+            self._retire(old, release=False)
+            self._local = old
+        self._session = backend
+        self.model_loaded.emit(info)
+        self.memory_measured.emit(0)
+
+    def _retire(self, session, release: bool = True) -> None:
+        """Stop a backend's replies (their Finished events go out) and release it."""
+        if session is None:
+            return
+        try:
+            session.cancel_all()
+            self._flush_events(session.step())
+            if release:
+                session.release_thread()
+        except Exception:
+            traceback.print_exc()
+
+    @Slot(object)
+    def submit(self, job: ChatJob | ForkJob) -> None:
+        session = self._ensure_session()
+        if isinstance(job, (ScoreJob, ReplayJob)):
+            self._submit_score(session, job)
+            return
+        tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
+        try:
+            started = self._start(session, job)
+        except Exception as exc:
+            for tag in tags:
+                self.job_rejected.emit(tag, exc)
+            return
+        for tag, request in zip(tags, started, strict=True):
+            self._tags[request.request_id] = tag
+            self.job_started.emit(tag, request.request_id, len(request.prompt_tokens))
+        if isinstance(job, ForkJob):
+            members = {r.request_id: tag for tag, r in zip(tags, started, strict=True)}
+            self._groups[started[0].request_id] = (job.group, members)
+        self._schedule()
+
+    @staticmethod
+    def _start(session, job: ChatJob | ForkJob) -> list:
+        """One ``StartedRequest`` per reply of ``job``, through the backend's own calls (a
+        server emulates fork; the texts are for backends that continue from text)."""
+        messages = list(job.messages)
+        if isinstance(job, ForkJob):
+            if job.output:
+                return session.fork_reply(messages, job.output, list(job.variants), output_text=job.output_text)
+            return session.fork(messages, list(job.variants))
+        if job.forced_token is None:
+            return [session.start(messages, job.params)]
+        return [
+            session.continue_reply(
+                messages,
+                job.output,
+                job.forced_token,
+                job.params,
+                output_text=job.output_text,
+                forced_text=job.forced_text,
+            )
+        ]
+
+    @Slot(int)
+    def cancel(self, tag: int) -> None:
+        session = self._ensure_session()
+        if tag in self._scores:
+            self._end_score(tag, FinishReason.CANCELLED)
+            return
+        for request_id, t in list(self._tags.items()):
+            if t == tag:
+                # It may have finished in the step that ran while this call was queued.
+                with contextlib.suppress(EngineError):
+                    session.cancel(request_id)
+        self._schedule()
+
+    @Slot(int, object)
+    def update_params(self, tag: int, params: SamplingParams) -> None:
+        session = self._ensure_session()
+        for request_id, t in self._tags.items():
+            if t == tag:
+                try:
+                    session.update_params(request_id, params)
+                except (EngineError, SamplingParamsError) as exc:
+                    self.errored.emit(exc)
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Stop everything and release MLX's per-thread state; call before the thread quits."""
+        if self._timer is not None:
+            self._timer.stop()
+        for tag in list(self._scores):
+            self._scores.pop(tag).close()
+        if self._session is not None:
+            try:
+                self._session.cancel_all()
+                self._session.step()
+                self._session.release_thread()
+            except Exception:
+                traceback.print_exc()
+        if self._local is not None:  # the local engine kept aside while a server was in use
+            self._retire(self._local)
+            self._local = None
+        self._tags.clear()
+        self._groups.clear()
+        self.shut_down.emit()
+
+    def _schedule(self) -> None:
+        if self._timer is not None and not self._timer.isActive():
+            self._timer.start()
+
+    @Slot()
+    def _step(self) -> None:
+        session = self._session
+        if session is None or not session.has_work():
+            return
+        try:
+            events = session.step()
+        except Exception as exc:
+            failure = GenerationFailed(f"generation failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            self.errored.emit(failure)
+            session.cancel_all()
+            events = session.step()
+        self._flush_events(events)
+        if session.has_work():
+            self._timer.start()
+        else:
+            self.memory_measured.emit(session.memory_bytes())
+
+    def _flush_events(self, events) -> None:
+        # A step's Divergence follows the Finished of a variant that ended at that step:
+        # report every Finished last, so the run is still live when its divergence arrives.
+        events = [e for e in events if not isinstance(e, Finished)] + [e for e in events if isinstance(e, Finished)]
+        for event in events:
+            if isinstance(event, Divergence):
+                self._emit_divergence(event)
+                continue
+            tag = self._tags.get(event.request_id)
+            if tag is None:
+                continue
+            if isinstance(event, TokenStep):
+                self.token_sampled.emit(tag, event)
+            elif isinstance(event, PrefillProgress):
+                self.prefill_progressed.emit(tag, event.done, event.total)
+            elif isinstance(event, Finished):
+                del self._tags[event.request_id]
+                self.job_finished.emit(tag, event)
+        for group, (_, members) in list(self._groups.items()):
+            if not any(rid in self._tags for rid in members):
+                del self._groups[group]
+
+    def _emit_divergence(self, event: Divergence) -> None:
+        found = self._groups.get(event.group)
+        if found is None:
+            return
+        group, members = found
+        pairs = tuple((members[a], members[b]) for a, b in event.pairs)
+        self.divergence_measured.emit(group, dataclasses.replace(event, pairs=pairs))
+
+    # Scoring (ScoreJob, ReplayJob): one chunk of the teacher-forced pass per event --------------
+
+    def _submit_score(self, session, job) -> None:
+        try:
+            need = "score" if isinstance(job, ScoreJob) else "replay"
+            if why := session.capabilities.reason(need):  # "" when the backend can
+                raise EngineError(f"{need}: {why}")
+            if isinstance(job, ScoreJob):
+                events = session.score_text(job.text, job.params, job.prompt, request_id=job.tag)
+            else:
+                events = session.replay(job.messages, job.output, job.params, request_id=job.tag)
+            events = iter(events)
+        except Exception as exc:
+            self.job_rejected.emit(job.tag, exc)
+            return
+        self._scores[job.tag] = events
+        self._scored[job.tag] = []
+        self.job_started.emit(job.tag, job.tag, 0)
+        if self._score_timer is None:
+            self._score_timer = QTimer(self)
+            self._score_timer.setSingleShot(True)
+            self._score_timer.setInterval(0)
+            self._score_timer.timeout.connect(self._score_step)
+        self._score_timer.start()
+
+    @Slot()
+    def _score_step(self) -> None:
+        """Run each scoring job up to its next chunk, so a cancel queued meanwhile applies."""
+        for tag in list(self._scores):
+            events = self._scores.get(tag)
+            try:
+                for event in events:
+                    if isinstance(event, TokenStep):
+                        self._scored[tag].append(event.text)
+                        self.token_sampled.emit(tag, event)
+                    elif isinstance(event, PrefillProgress):
+                        self.prefill_progressed.emit(tag, event.done, event.total)
+                        break
+                    elif isinstance(event, ScoreDone):
+                        self.score_finished.emit(tag, event)
+                        self._end_score(tag, FinishReason.SCORED, event)
+                        break
+                else:
+                    self._end_score(tag, FinishReason.SCORED)
+            except Exception as exc:
+                failure = GenerationFailed(f"scoring failed: {type(exc).__name__}: {exc}")
+                failure.__cause__ = exc
+                self.errored.emit(failure)
+                self._end_score(tag, FinishReason.ERROR, error=str(exc))
+        if self._scores and self._score_timer is not None:
+            self._score_timer.start()
+
+    def _end_score(
+        self, tag: int, reason: FinishReason, done: ScoreDone | None = None, error: str | None = None
+    ) -> None:
+        events = self._scores.pop(tag, None)
+        if events is None:
+            return
+        events.close()
+        texts = self._scored.pop(tag, [])
+        rate = done.tokens_per_second if done is not None else 0.0
+        finished = Finished(tag, reason, 0, 0, len(texts), rate, 0.0, "".join(texts), error=error)
+        self.job_finished.emit(tag, finished)
+
+
+class WorkerThread:
+    """Owns the QThread and the worker; ``stop()`` ends both cleanly."""
+
+    def __init__(self, session_factory: Any = None) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("engine")
+        self.worker = EngineWorker(session_factory)
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def stop(self, timeout_ms: int = 30000) -> bool:
+        if not self.thread.isRunning():
+            return True
+        from PySide6.QtCore import QMetaObject, Qt
+
+        QMetaObject.invokeMethod(self.worker, "shutdown", Qt.ConnectionType.BlockingQueuedConnection)
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)

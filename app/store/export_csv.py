@@ -1,0 +1,73 @@
+"""CSV exports (Qt-free): one row per token × candidate × stage, from an export's records
+(:func:`app.store.export.records`); docs/EXPORT.md lists the columns and reads them with pandas."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.codec import RecordType
+
+CSV_COLUMNS = (
+    "message",
+    "branch",
+    "index",
+    "token_id",
+    "text",
+    "chosen_logprob",
+    "rank",
+    "candidate_rank",
+    "candidate_id",
+    "candidate_text",
+    "chosen",
+    "stage",
+    "stage_index",
+    "logprob",
+    "removed_by",
+    "raw_logit",
+    "entropy",
+    "survivors",
+)
+
+
+def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """One row per token × candidate × stage (``logprob`` empty once removed)."""
+    for r in recs:
+        if r.get("type") != RecordType.TOKEN:
+            continue
+        chain = r["chain"]
+        for k, c in enumerate(r["top"]):
+            for si, stage in enumerate(chain):
+                yield {
+                    "message": r.get("message", ""),
+                    "branch": r.get("branch", ""),
+                    "index": r["index"],
+                    "token_id": r["token_id"],
+                    "text": r["text"],
+                    "chosen_logprob": r["logprob"],
+                    "rank": r.get("rank", ""),
+                    "candidate_rank": k + 1,
+                    "candidate_id": c["token_id"],
+                    "candidate_text": c["text"],
+                    "chosen": int(c["token_id"] == r["token_id"]),
+                    "stage": stage,
+                    "stage_index": si,
+                    "logprob": c["logprobs"].get(stage),
+                    "removed_by": c["removed_by"] or "",
+                    "raw_logit": c["raw_logit"],
+                    "entropy": r["entropies"].get(stage),
+                    "survivors": (r.get("survivors") or {}).get(stage),
+                }
+
+
+def write_csv(recs: Iterable[dict[str, Any]], path: str | Path) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in csv_rows(recs):
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+            n += 1
+    return n

@@ -1,0 +1,153 @@
+"""The store's SQLite schema and its migrations (``PRAGMA user_version``).
+
+``MIGRATIONS[v]`` turns a version-v database into version v + 1; :class:`app.store.store.Store`
+runs them one at a time, each in its own transaction, after copying the file to
+``<name>.v<old version>.bak`` (:func:`backup_path`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from app.store.serialize import step_from_dict, step_to_dict
+from engine.events import FinishReason
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    system_prompt TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content TEXT NOT NULL DEFAULT '',
+    after_message INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    after_branch INTEGER REFERENCES branches(id) ON DELETE CASCADE,
+    active_branch INTEGER,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS branches (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    finish_reason TEXT,
+    model TEXT NOT NULL,
+    params TEXT NOT NULL,
+    steps TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    model_source TEXT,
+    precision TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
+CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
+"""
+COMPARE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS compare_runs (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    prefix_tokens INTEGER NOT NULL,
+    columns TEXT NOT NULL,
+    divergence TEXT NOT NULL,
+    kept INTEGER,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS compare_runs_by_message ON compare_runs(message_id);
+"""
+JOURNAL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS live_replies (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    params TEXT NOT NULL,
+    branch INTEGER,
+    created_at REAL NOT NULL,
+    model_source TEXT,
+    precision TEXT
+);
+CREATE TABLE IF NOT EXISTS live_steps (
+    reply INTEGER NOT NULL REFERENCES live_replies(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    step TEXT NOT NULL,
+    PRIMARY KEY (reply, idx)
+);
+"""
+SCHEMA_VERSION = 6
+"""1: the first release (it left ``user_version`` at 0), token steps in format 1.
+2: token steps keyed by stage name (token records of version 2; each record names its
+version, :mod:`engine.codec` reads every one, so later record versions need no migration).
+3: compare runs (``compare_runs``: columns as ``[{"label", "params", "branch"}]``, the
+divergence series as JSON, the kept column or NULL).
+4: the stream journal (``live_replies``, ``live_steps``): the steps of replies being
+written, one row per token, written while they stream (``app.store.stream``); a reply's
+rows go once it is saved as a branch, and rows left by a crash become an "interrupted"
+branch at the next start (:meth:`Store.recover_interrupted`).
+5: where each reply's model was loaded from (``model_source`` on ``branches`` and
+``live_replies``: a path, "default", a repo id or a server's address; NULL for replies
+saved before).
+6: the precision each reply was computed in (``precision`` on ``branches`` and
+``live_replies``: ``float32``, ``float16`` or ``bfloat16``, issue 19; NULL when not known:
+replies saved before, and a server's, which does not say)."""
+INTERRUPTED = FinishReason.INTERRUPTED
+
+
+class NewerSchemaError(RuntimeError):
+    """The file was written by a newer Logitscope."""
+
+
+def _steps_v1_to_v2(db: sqlite3.Connection) -> None:
+    """Rewrite every branch's token steps from version 1 to the codec's current version."""
+    rows = db.execute("SELECT id, steps FROM branches").fetchall()
+    for branch_id, text in rows:
+        steps = [step_to_dict(step_from_dict(d)) for d in json.loads(text)]
+        db.execute("UPDATE branches SET steps = ? WHERE id = ?", (json.dumps(steps), branch_id))
+
+
+def _add_compare_runs(db: sqlite3.Connection) -> None:
+    for statement in COMPARE_SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _add_journal(db: sqlite3.Connection) -> None:
+    for statement in JOURNAL_SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _add_column(db: sqlite3.Connection, name: str) -> None:
+    for table in ("branches", "live_replies"):  # an older file got live_replies from today's schema
+        if name not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT")
+
+
+def _add_model_source(db: sqlite3.Connection) -> None:
+    _add_column(db, "model_source")
+
+
+def _add_precision(db: sqlite3.Connection) -> None:
+    _add_column(db, "precision")
+
+
+# MIGRATIONS[v] turns a version-v database into version v + 1.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _steps_v1_to_v2,
+    2: _add_compare_runs,
+    3: _add_journal,
+    4: _add_model_source,
+    5: _add_precision,
+}
+
+
+def has_tables(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'branches'").fetchone() is not None
+
+
+def backup_path(path: Path, version: int) -> Path:
+    return path.with_name(f"{path.name}.v{version}.bak")

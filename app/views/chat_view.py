@@ -1,0 +1,256 @@
+"""The conversation, drawn token by token: each token can be hovered, clicked and right-clicked.
+
+A ``QTextBrowser`` over :class:`app.views.chat_doc.ChatDocument`, bound to the model's events:
+the entries are synced when they change; new tokens are appended and the selection
+re-styled at most ~30 times a second (:mod:`app.views.throttle`), never by
+re-rendering the conversation. Links: a token selects it; ‹ › steps branches; *Keep*
+makes a compare column the reply; *reuse* puts a reply's seed into the sampling panel;
+right-click a token to compare settings from it. A copy is the plain text of the
+selection, without what is drawn only for the eye (:data:`app.views.chat_sections.DISPLAY_ONLY`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from PySide6.QtCore import QMimeData, QPoint, QUrl, Signal
+from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocument
+from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
+
+from app.model.chat import ChatModel
+from app.model.remote_labels import p_label
+from app.model.streams import StreamKey, TokenRef
+from app.model.textfmt import escape, percent, visible
+from app.views.chat_doc import ChatDocument
+from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP
+from app.views.theme import LIGHT, Colors, probability_color
+from app.views.throttle import RedrawClock, Throttler, own_clock
+from engine.events import TokenStep
+
+
+class ChatView(QTextBrowser):
+    token_clicked = Signal(object)  # TokenRef
+    branch_stepped = Signal(int, int)  # message id, +1 / -1
+    keep_requested = Signal(int, int)  # message id, column
+    compare_shown = Signal(int)  # message id
+    compare_requested = Signal(object)  # TokenRef: compare settings from this token
+    seed_reused = Signal(int)  # a reply's seed, for the sampling panel's Seed field
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setOpenLinks(False)
+        self.setMouseTracking(True)
+        self.anchorClicked.connect(self._on_anchor)
+        self.writer = ChatDocument(self.document())
+        self.model: ChatModel | None = None
+        self.compare_label = "Compare settings from this token"
+        self._dirty: set[StreamKey] = set()
+        self.flushes: Throttler | None = None
+
+    @property
+    def colors(self) -> Colors:
+        return self.writer.colors
+
+    def bind(self, model: ChatModel, clock: RedrawClock | None = None) -> None:
+        self.model = model
+        self.flushes = own_clock(self, clock).throttler(self._flush)
+        model.events.entries_changed.connect(self._on_entries_changed)
+        model.events.tokens_added.connect(self._on_tokens_added)
+        model.events.stream_renamed.connect(self._on_stream_renamed)
+        model.events.selection_changed.connect(self._on_selection_changed)
+        self._on_entries_changed()
+
+    def unbind(self) -> None:
+        if self.model is not None:
+            self.model.events.disconnect_owner(self)
+            self.model = None
+
+    # Model events --------------------------------------------------------------------------
+
+    def _on_entries_changed(self) -> None:
+        with self._keep_scroll():
+            self.writer.sync(self.model.entries)
+            self.writer.set_selected(self.model.selection)
+
+    def _on_tokens_added(self, stream: StreamKey) -> None:
+        self._dirty.add(stream)
+        self.flushes.request()
+
+    def _on_stream_renamed(self, old: StreamKey, new: StreamKey) -> None:
+        self._flush()
+        self.writer.rename(old, new)
+
+    def _on_selection_changed(self, _ref: TokenRef | None) -> None:
+        # A token picked by hand is shown at once; one followed as a reply streams, on the clock.
+        self.flushes.request(urgent=not self.model.follow_latest)
+
+    def _flush(self) -> None:
+        if self.model is None:
+            return
+        with self._keep_scroll():
+            dirty, self._dirty = self._dirty, set()
+            # Select first: a new token that is the selection is drawn selected.
+            self.writer.set_selected(self.model.selection)
+            for stream in dirty:
+                self.writer.append(stream)
+
+    @contextmanager
+    def _keep_scroll(self) -> Iterator[None]:
+        """A view scrolled to the end stays at the end as the document grows."""
+        bar = self.verticalScrollBar()
+        at_end = bar.value() >= bar.maximum() - 4
+        yield
+        if at_end:
+            bar.setValue(bar.maximum())
+
+    # Drawing options -----------------------------------------------------------------------
+
+    def set_colors(self, colors: Colors) -> None:
+        self.writer.colors = colors
+        if self.model is not None:
+            self.writer.redraw(self.model.entries)
+
+    def set_color_tokens(self, on: bool) -> None:
+        self.writer.set_color_tokens(on)
+
+    # Mouse ---------------------------------------------------------------------------------
+
+    def _on_anchor(self, url: QUrl) -> None:
+        href = url.toString()
+        kind, _, rest = href.partition(":")
+        if kind == "tok":
+            ref = self.writer.ref_of(href)
+            if ref is not None:
+                self.token_clicked.emit(ref)
+            return
+        values = [int(v) for v in rest.split(":")]
+        if kind == "seed":
+            self.seed_reused.emit(*values)
+        elif kind == "br":
+            self.branch_stepped.emit(*values)
+        elif kind == "keep":
+            self.keep_requested.emit(*values)
+        elif kind == "cmp":
+            self.compare_shown.emit(*values)
+
+    def ref_at(self, pos: QPoint) -> TokenRef | None:
+        return self.writer.ref_of(self.anchorAt(pos))
+
+    def step_at(self, pos: QPoint) -> TokenStep | None:
+        ref = self.ref_at(pos)
+        steps = self.model.steps_of(ref[0]) if ref is not None and self.model is not None else None
+        return steps[ref[1]] if steps is not None and ref[1] < len(steps) else None
+
+    def point_of(self, ref: TokenRef) -> QPoint | None:
+        """The middle of token ``ref`` in viewport coordinates (tests, screenshots)."""
+        span = self.writer.span_of(ref)
+        if span is None:
+            return None
+        from PySide6.QtGui import QTextCursor
+
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(span[0])
+        start = self.cursorRect(cursor)
+        cursor.setPosition(span[0] + max(1, span[1] - 1))
+        end = self.cursorRect(cursor)
+        x = (start.center().x() + end.center().x()) // 2 if end.y() == start.y() else start.center().x() + 3
+        return QPoint(x, start.center().y())
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        step = self.step_at(event.position().toPoint())
+        if step is not None:
+            QToolTip.showText(event.globalPosition().toPoint(), tooltip_for(step), self)
+        elif self.anchorAt(event.position().toPoint()).startswith("seed:"):
+            QToolTip.showText(event.globalPosition().toPoint(), SEED_TIP, self)
+        else:
+            QToolTip.hideText()
+        super().mouseMoveEvent(event)
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 - Qt's name
+        """Ctrl+C, Copy and drags: the selection's plain text only. Rich text would carry
+        the tokens' ``tok:`` links and shading into the document it is pasted in."""
+        # Qt's own object, not a QMimeData made in Python: the clipboard keeps the last one
+        # in a static that is deleted at process exit, after Python, and a Python-made one
+        # calls back into Python from its destructor (a segfault at exit). Qt's fills its
+        # formats from the selection once, on the first read (``text()`` here); cleared
+        # after that, it holds only what is set.
+        mime = super().createMimeDataFromSelection()
+        mime.text()
+        mime.clear()
+        mime.setText(plain_text(self.textCursor()))
+        return mime
+
+    def token_menu(self, ref: TokenRef) -> QMenu:
+        """The context menu of a token: inspect it, or compare settings from it."""
+        menu = QMenu(self)
+        inspect = QAction("Inspect this token", menu)
+        inspect.triggered.connect(lambda: self.token_clicked.emit(ref))
+        compare = QAction(self.compare_label, menu)
+        compare.setToolTip("Each setting redraws this token and continues from it (one prefill).")
+        compare.triggered.connect(lambda: self.compare_requested.emit(ref))
+        menu.addAction(inspect)
+        menu.addAction(compare)
+        return menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        ref = self.ref_at(event.pos())
+        if ref is None:
+            super().contextMenuEvent(event)
+            return
+        menu = self.token_menu(ref)
+        menu.addSeparator()
+        standard = self.createStandardContextMenu(event.pos())  # owns its actions: keep it alive
+        for action in standard.actions():
+            menu.addAction(action)
+        menu.exec(event.globalPos())
+        standard.deleteLater()
+
+
+def plain_text(cursor: QTextCursor) -> str:
+    """The text selected by ``cursor`` as the conversation has it: glyphs and links drawn
+    only for the eye left out. A token without text (``⟨<|im_end|>⟩``) is left out too: the
+    reply's text, saved and sent back to the model, does not hold it either."""
+    doc = QTextDocument()
+    QTextCursor(doc).insertFragment(cursor.selection())
+    drawn = []
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().boolProperty(DISPLAY_ONLY):
+                drawn.append((fragment.position(), fragment.length()))
+            it += 1
+        block = block.next()
+    edit = QTextCursor(doc)
+    for position, length in reversed(drawn):  # from the end: earlier positions stay put
+        edit.setPosition(position)
+        edit.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+        edit.removeSelectedText()
+    return doc.toPlainText()
+
+
+def tooltip_for(step: TokenStep) -> str:
+    head = f"<b>{escape(visible(step.piece))}</b> — {p_label(step)} {percent(step.logprob)}"
+    if step.reported_stage is None:  # a server's one stage is not raw: no second number
+        head += f", {p_label(step, final=False)} {percent(step.raw_logprob)}"
+    lines = [head]
+    if step.forced:
+        lines.append("<i>picked by hand</i>")
+    others = [cand for cand in step.top if cand.token_id != step.token_id][:5]
+    for cand in others:
+        lines.append(f"&nbsp;&nbsp;{escape(visible(cand.text))} &nbsp; {percent(cand.logprob)}")
+    return "<br>".join(lines)
+
+
+def color_legend(colors: Colors) -> str:
+    stops = [0.0, 0.25, 0.5, 0.75, 1.0]
+    cells = "".join(
+        f"<span style='background-color:{probability_color(p, colors)}'>&nbsp;{int(p * 100)}%&nbsp;</span>"
+        for p in stops
+    )
+    return f"p(final) of the chosen token: {cells}"
+
+
+__all__ = ["LIGHT", "ChatView", "color_legend", "tooltip_for"]

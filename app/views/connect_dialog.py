@@ -1,0 +1,294 @@
+"""Models → "Connect to a server…": an OpenAI-compatible server's URL, one of its models,
+where its API key comes from, and which distribution its logprobs are.
+
+The model list comes from the server's ``/v1/models`` through ``engine.remote.probe``,
+which blocks: it runs on a plain thread and reports back through a queued signal, with a
+busy bar meanwhile and the server's error in the dialog. The API key is read from an
+environment variable or the OS keychain (:mod:`app.model.keys`) when needed and kept in memory
+only; the settings remember the URL, the variable's name and the stage, never the key.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSettings, Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.model import keys
+from app.model.remote_jobs import RemoteSpec
+from app.model.remote_labels import STAGE_CHOICES, STAGE_WORDS, plain_http_warning, server_title
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_ENV = "OPENAI_API_KEY"
+KEY_CHOICES = ((keys.NONE, "No API key"), (keys.ENV, "Environment variable"), (keys.KEYCHAIN, "OS keychain"))
+
+
+class _ProbeRelay(QObject):
+    """Lives on the GUI thread; the probe thread emits, Qt queues the call here."""
+
+    done = Signal(int, object, object)  # probe number, (kind, models) or None, exception or None
+
+
+class ConnectDialog(QDialog):
+    connect_requested = Signal(object)  # RemoteSpec
+
+    def __init__(self, settings: QSettings, parent: QWidget | None = None, probe=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Connect to a server")
+        self.setMinimumWidth(560)
+        self.settings = settings
+        self._probe_fn = probe
+        self._probes = 0
+        self.server_kind = ""
+        self.relay = _ProbeRelay(self)
+        self.relay.done.connect(self._on_probed)
+
+        self.url = QLineEdit(str(settings.value("remote/url", DEFAULT_URL)))
+        self.url.setPlaceholderText("http://host:port (with or without /v1)")
+        self.warning = QLabel("")
+        self.warning.setWordWrap(True)
+        self.warning.setStyleSheet("color: #c26a00;")
+        self.key_kind = QComboBox()
+        for kind, text in KEY_CHOICES:
+            self.key_kind.addItem(text, kind)
+        self.env_name = QLineEdit(str(settings.value("remote/key_env", DEFAULT_ENV)))
+        self.env_name.setToolTip("The environment variable that holds the API key (the key is read, never saved)")
+        self.keychain_key = QLineEdit()
+        self.keychain_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.keychain_key.setPlaceholderText("paste a key to save it in the keychain (optional)")
+        self.save_key = QPushButton("Save in keychain")
+        self.save_key.clicked.connect(self._save_key)
+        self.key_note = QLabel("")
+        self.key_note.setWordWrap(True)
+        ok, words = keys.keychain_status()
+        self.keychain_ok = ok
+        if not ok:
+            item = self.key_kind.model().item(2)
+            item.setEnabled(False)
+            self.key_kind.setItemText(2, "OS keychain (not available)")
+            self.keychain_note = f"No OS keychain here ({words}); put the key in an environment variable instead."
+        else:
+            self.keychain_note = f"The key is read from the {words} for this server's host."
+        saved_kind = str(settings.value("remote/key_kind", keys.NONE))
+        index = self.key_kind.findData(saved_kind)
+        if index >= 0 and self.key_kind.model().item(index).isEnabled():
+            self.key_kind.setCurrentIndex(index)
+
+        self.list_button = QPushButton("List models")
+        self.list_button.clicked.connect(self.probe)
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(120)
+        self.busy.hide()
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        self.model.setMinimumContentsLength(30)
+        self.server_label = QLabel("Press “List models” to ask the server what it serves.")
+        self.server_label.setWordWrap(True)
+        self.error = QLabel("")
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #c0392b;")
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stage = QComboBox()
+        for name in STAGE_CHOICES:
+            self.stage.addItem(name if name == "auto" else f"{name}: {STAGE_WORDS[name]}", name)
+        self.stage.setCurrentIndex(max(0, self.stage.findData(str(settings.value("remote/stage", "auto")))))
+        self.stage.setToolTip(
+            "Which distribution the server's logprobs are. auto: from the server kind (see docs/REMOTE.md); "
+            "set it when the server kind is unknown or was started with another logprobs mode"
+        )
+        self.timeout = QDoubleSpinBox()
+        self.timeout.setRange(1, 3600)
+        self.timeout.setSuffix(" s")
+        self.timeout.setValue(float(settings.value("remote/timeout", 60.0)))
+        self.timeout.setToolTip("Seconds without a byte from the server before a request fails")
+        self.template = QLineEdit(str(settings.value("remote/chat_template", "")))
+        self.template.setPlaceholderText("optional: a local tokenizer folder (needed for mlx_lm.server branches)")
+        self.template.setToolTip(
+            "Servers that cannot continue an assistant message (mlx_lm.server) continue branches and live "
+            "changes through /v1/completions with the chat rendered here from this folder's template. "
+            "Left empty for mlx_lm.server serving a local folder, that folder is used."
+        )
+
+        form = QFormLayout()
+        form.addRow("Server URL", self.url)
+        form.addRow("", self.warning)
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.key_kind)
+        key_row.addWidget(self.env_name, 1)
+        key_row.addWidget(self.keychain_key, 1)
+        key_row.addWidget(self.save_key)
+        form.addRow("API key", key_row)
+        form.addRow("", self.key_note)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model, 1)
+        model_row.addWidget(self.list_button)
+        model_row.addWidget(self.busy)
+        form.addRow("Model", model_row)
+        form.addRow("", self.server_label)
+        form.addRow("Logprobs are", self.stage)
+        form.addRow("Timeout", self.timeout)
+        form.addRow("Chat template", self.template)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Connect")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.error)
+        layout.addWidget(self.buttons)
+
+        self.url.textChanged.connect(self._on_url)
+        self.key_kind.currentIndexChanged.connect(self._on_key_kind)
+        self._on_url()
+        self._on_key_kind()
+
+    # The form ---------------------------------------------------------------------------
+
+    def _on_url(self) -> None:
+        text = plain_http_warning(self.url.text())
+        self.warning.setText(f"⚠ {text}" if text else "")
+        self.warning.setVisible(bool(text))
+
+    def _on_key_kind(self) -> None:
+        kind = self.key_kind.currentData()
+        self.env_name.setVisible(kind == keys.ENV)
+        self.keychain_key.setVisible(kind == keys.KEYCHAIN)
+        self.save_key.setVisible(kind == keys.KEYCHAIN)
+        if kind == keys.ENV:
+            self.key_note.setText("The key is read from this variable when connecting; it is never saved.")
+        elif kind == keys.KEYCHAIN or not self.keychain_ok:
+            self.key_note.setText(self.keychain_note)
+        else:
+            self.key_note.setText("")
+
+    def key_source(self) -> keys.KeySource:
+        kind = self.key_kind.currentData()
+        if kind == keys.ENV:
+            return keys.KeySource(keys.ENV, self.env_name.text().strip())
+        if kind == keys.KEYCHAIN:
+            return keys.KeySource(keys.KEYCHAIN, keys.account_for(self.url.text().strip()))
+        return keys.KeySource()
+
+    def _save_key(self) -> None:
+        try:
+            keys.store_key(keys.account_for(self.url.text().strip()), self.keychain_key.text())
+        except keys.KeyError_ as exc:
+            self.error.setText(str(exc))
+            return
+        self.keychain_key.clear()
+        self.key_note.setText("Saved in the OS keychain.")
+
+    def _read_key(self) -> str | None:
+        try:
+            return keys.read_key(self.key_source())
+        except keys.KeyError_ as exc:
+            self.error.setText(f"API key: {exc}")
+            raise
+
+    # Probing the server -----------------------------------------------------------------
+
+    def probe(self) -> None:
+        """Ask the server for its models on a thread of its own."""
+        url = self.url.text().strip()
+        if not url:
+            self.error.setText("Enter the server's URL.")
+            return
+        try:
+            key = self._read_key()
+        except keys.KeyError_:
+            return
+        self._probes += 1
+        number = self._probes
+        self.error.setText("")
+        self.server_label.setText(f"Asking {url}/v1/models…")
+        self.busy.show()
+        self.list_button.setEnabled(False)
+        probe = self._probe_fn
+        if probe is None:
+            from engine.remote import probe
+
+        relay = self.relay
+
+        def run() -> None:
+            try:
+                result = probe(url, api_key=key, timeout=5, retries=0)
+            except Exception as exc:  # shown in the dialog
+                relay.done.emit(number, None, exc)
+                return
+            relay.done.emit(number, result, None)
+
+        threading.Thread(target=run, name="probe", daemon=True).start()
+
+    @Slot(int, object, object)
+    def _on_probed(self, number: int, result, exc) -> None:
+        if number != self._probes:
+            return  # an earlier probe answered late
+        self.busy.hide()
+        self.list_button.setEnabled(True)
+        if exc is not None:
+            self.server_label.setText("")
+            self.error.setText(f"Could not list the server's models: {exc}")
+            return
+        kind, models = result
+        self.server_kind = kind
+        current = self.model.currentText()
+        self.model.clear()
+        self.model.addItems(models)
+        if current in models:
+            self.model.setCurrentText(current)
+        title = server_title(kind)
+        if models:
+            self.server_label.setText(f"{title}: {len(models)} model(s).")
+        else:
+            self.server_label.setText(f"{title}: it lists no models; type the model's name.")
+
+    @property
+    def probing(self) -> bool:
+        return self.busy.isVisible()
+
+    # Connecting -------------------------------------------------------------------------
+
+    def spec(self) -> RemoteSpec | None:
+        url = self.url.text().strip()
+        if not url:
+            self.error.setText("Enter the server's URL.")
+            return None
+        try:
+            key = self._read_key()
+        except keys.KeyError_:
+            return None
+        model = self.model.currentText().strip()
+        template = self.template.text().strip() or None
+        if template is None and self.server_kind == "mlx_lm" and model and Path(model).is_dir():
+            template = model  # mlx_lm.server names a local model by its folder
+        return RemoteSpec(url, model, key, self.stage.currentData(), self.timeout.value(), template)
+
+    def accept(self) -> None:
+        spec = self.spec()
+        if spec is None:
+            return
+        source = self.key_source()
+        self.settings.setValue("remote/url", spec.url)
+        self.settings.setValue("remote/key_kind", source.kind)
+        self.settings.setValue("remote/key_env", self.env_name.text().strip())
+        self.settings.setValue("remote/stage", spec.stage)
+        self.settings.setValue("remote/timeout", spec.timeout)
+        self.settings.setValue("remote/chat_template", self.template.text().strip())
+        self.connect_requested.emit(spec)
+        super().accept()

@@ -1,0 +1,206 @@
+"""The inspector: the selected token, what every stage of the chain did to its candidates.
+
+Two tabs over the same candidates in the same order (their ``raw`` rank):
+*Chain* (``app.views.chain_view``), every candidate's probability after every stage that
+ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
+with the bias and penalty effect and the numbers. Double-click a candidate in
+either (or use its context menu) to continue the reply from it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
+from app.model.remote_labels import p_label, stage_label, step_stage_label
+from app.model.textfmt import escape, percent, visible
+from app.views.bars_view import BarsView
+from app.views.chain_view import ChainView, format_nats, raw_rank
+from app.views.theme import LIGHT, Colors, variant_color
+from app.views.throttle import RedrawClock, own_clock
+from engine.events import Candidate, TokenStep
+
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+
+CHAIN_TAB, BARS_TAB = 0, 1
+PLACEHOLDER = "Send a message: the latest token's candidates show here."
+INSPECTOR_MS = 100
+"""Following the newest token of a streaming reply, at most 10 redraws a second (the chat
+streams at 30): repainting the table is a large part of the GUI's cost per token, and no
+one reads ten tables a second. A token picked by hand is shown at once."""
+
+
+class InspectorWidget(QWidget):
+    token_picked = Signal(int)  # continue the reply with this token id
+    token_banned = Signal(int)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.colors: Colors = LIGHT
+        self.step: TokenStep | None = None
+        self.where = ""
+        self.precision: str | None = None  # what the selected reply was computed in (None: not recorded)
+        self.model: ChatModel | None = None
+        self.candidates: list[Candidate] = []
+        self.title = QLabel(PLACEHOLDER)
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)
+        # The settings in force for this token (every field off its default, the seed first).
+        self.settings = QLabel()
+        self.settings.setTextFormat(Qt.TextFormat.PlainText)
+        self.settings.setWordWrap(True)
+        self.settings.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.log_scale = QCheckBox("log scale")
+        self.log_scale.toggled.connect(self._redraw)
+        header = QHBoxLayout()
+        header.addWidget(self.title, 1)
+        header.addWidget(self.log_scale)
+
+        self.chain_view = ChainView()
+        self.bars = BarsView()
+        self.table = self.bars.table
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.chain_view, "Chain")
+        self.tabs.addTab(self.bars, "Raw vs final")
+        self.tabs.currentChanged.connect(lambda _: self._redraw())
+        for view in (self.chain_view, self.table):
+            view.doubleClicked.connect(lambda index: self._pick_row(index.row()))
+            view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+            view.customContextMenuRequested.connect(lambda pos, v=view: self._on_menu(v, pos))
+        self.bars.plots.scene().sigMouseClicked.connect(self._on_plot_click)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.settings)
+        layout.addWidget(self.tabs, 1)
+
+    def set_colors(self, colors: Colors) -> None:
+        self.colors = colors
+        self._redraw()
+
+    def bind(self, model: ChatModel, clock: RedrawClock | None = None) -> None:
+        """Show the model's selected token; redrawn at most ~30 times a second while a reply
+        streams, and only when the selected token is another one."""
+        self.model = model
+        self.redraws = own_clock(self, clock).throttler(self._show_selection, INSPECTOR_MS)
+        for name in ("entries_changed", "tokens_added"):
+            getattr(model.events, name).connect(self._on_model_event)
+        model.events.selection_changed.connect(self._on_selection_changed)
+        self._show_selection()
+
+    def _on_model_event(self, *_args) -> None:
+        self.redraws.request()
+
+    def _on_selection_changed(self, _ref) -> None:
+        # A token picked by hand is shown at once; one followed as a reply streams, on the clock.
+        self.redraws.request(urgent=not self.model.follow_latest)
+
+    def _show_selection(self) -> None:
+        step = self.model.selected_step()
+        run = self.model.shown_run()
+        where = ""
+        if run is not None and step is not None:
+            column = run.column_of(self.model.selection[0])
+            where = f"<span style='color:{variant_color(column, self.colors)}'>●</span> {run.label(column)} · "
+        precision = self.model.precision_of(self.model.selection[0]) if self.model.selection else None
+        if step is not self.step or where != self.where or precision != self.precision:
+            self.precision = precision
+            self.show_step(step, where)
+
+    def show_step(self, step: TokenStep | None, where: str = "") -> None:
+        """``where``: rich text naming the compare column the token belongs to, if any."""
+        self.step, self.where = step, where
+        self._redraw()
+
+    def _redraw(self) -> None:
+        """Header, settings and the tab in view, all from ``self.step`` in one go."""
+        step = self.step
+        self.candidates = raw_rank(step) if step is not None else []
+        log = self.log_scale.isChecked()
+        # Only the tab in view is drawn: the other is brought up to date when it is shown.
+        # With no selection (New chat, Delete) both are emptied: nothing outlives it.
+        if step is None or self.tabs.currentIndex() == CHAIN_TAB:
+            self.chain_view.show_step(step, self.colors, log)
+        if step is None or self.tabs.currentIndex() == BARS_TAB:
+            self.bars.show_step(step, self.candidates, self.colors, log)
+        self.title.setText(self._title_html(step) if step is not None else PLACEHOLDER)
+        self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision) if step is not None else "")
+        self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
+        self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
+
+    def _title_html(self, step: TokenStep) -> str:
+        picked = " · picked by hand" if step.forced else ""
+        if step.params.greedy and not step.forced:
+            # The stages after temperature were computed at T = 1 for inspection only.
+            picked = " · greedy: the most likely token entering temperature"
+        last = step.chain[-1]
+        if step.reported_stage is not None:  # a server's numbers: named by their stage, never raw
+            return (
+                f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
+                f" &nbsp; {p_label(step)} {percent(step.logprob)}"
+                f"{picked}<br>{self._remote_label(step)}"
+            )
+        return (
+            f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
+            f" &nbsp; p after {last} {percent(step.logprob)} · raw {percent(step.raw_logprob)}"
+            f" · entropy raw {format_nats(step.entropy_raw)} → {last} {format_nats(step.entropy)}{picked}"
+        )
+
+    def _remote_label(self, step: TokenStep) -> str:
+        """The stage label of a server's numbers (``app/model/remote_labels.py``)."""
+        info = getattr(self, "remote_info", None)
+        label = step_stage_label(step)
+        if info is not None:
+            label = f"{escape(stage_label(info))} · {label}"
+        return f"<span style='color:#c26a00'>{label}</span>"
+
+    # Picking -----------------------------------------------------------------------
+
+    def _on_plot_click(self, event) -> None:
+        row = self.bars.row_at_scene(event.scenePos())
+        if row is None:
+            return
+        self.table.selectRow(row)
+        if event.double():
+            self._pick_row(row)
+
+    def _pick_row(self, row: int) -> None:
+        if 0 <= row < len(self.candidates):
+            self._emit_pick(self.candidates[row])
+
+    def _emit_pick(self, cand: Candidate) -> None:
+        # A server may send no token ids (-1): the window reads the text from here.
+        self.last_pick = cand
+        self.token_picked.emit(cand.token_id)
+
+    def _on_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
+        index: QModelIndex = view.indexAt(pos)
+        if not index.isValid() or index.row() >= len(self.candidates):
+            return
+        cand = self.candidates[index.row()]
+        menu = QMenu(self)
+        pick = QAction(f"Continue with “{visible(cand.text)}”", menu)
+        pick.triggered.connect(lambda: self._emit_pick(cand))
+        ban = QAction(f"Ban “{visible(cand.text)}” (logit bias −100)", menu)
+        ban.triggered.connect(lambda: self.token_banned.emit(cand.token_id))
+        menu.addAction(pick)
+        menu.addAction(ban)
+        if view is self.table:
+            copy = QAction("Copy selected rows (Ctrl+C)", menu)
+            copy.triggered.connect(self.table.copy_rows)
+            menu.addAction(copy)
+        menu.exec(view.viewport().mapToGlobal(pos))

@@ -1,0 +1,171 @@
+"""The Sampling dock: the settings of the next reply, or 2–4 settings to compare.
+
+Tab A is the main panel (``SamplingControls``: presets, the chain editor, the reply's
+own settings); ticking *Compare* shows tabs B, C, D, each a full panel of its own, and
+Send then answers one prompt with every shown variant side by side (one prefill). A
+change on tab k applies from the next token to column k of the runs being written (tab A
+also to single replies). The variants are kept in the settings between sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
+
+from app.model.generation import MAX_VARIANTS, MIN_VARIANTS, Variant
+from app.model.presets import CUSTOM, short_label
+from app.model.streams import COLUMN_NAMES
+from app.views.controls import SamplingControls
+from app.views.param_fields import ClampingSpinBox
+from app.views.theme import LIGHT, Colors, variant_color
+from engine.params import SamplingParams
+
+DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
+
+
+class SamplingPanel(QWidget):
+    params_changed = Signal(int, object)  # variant (0 = the main settings), SamplingParams
+    variants_changed = Signal()  # the compare switch, the count or a label changed
+
+    def __init__(self, settings: QSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings
+        self.colors: Colors = LIGHT
+        self.compare = QCheckBox("Compare")
+        self.compare.setToolTip("Send one prompt with 2–4 settings: the replies stream side by side (one prefill).")
+        self.count = ClampingSpinBox()
+        self.count.setRange(MIN_VARIANTS, MAX_VARIANTS)
+        self.count.setValue(3)
+        self.count.setSuffix(" settings")
+        self.count.setToolTip("How many settings to compare")
+        self.tabs = QTabBar()
+        self.tabs.setExpanding(False)
+        self.stack = QStackedWidget()
+        self.variant_controls: list[SamplingControls] = []
+        for i in range(MAX_VARIANTS):
+            controls = SamplingControls(settings)
+            if i > 0:
+                controls.apply_preset(DEFAULT_VARIANTS[i])
+            controls.params_changed.connect(lambda params, k=i: self._on_params(k, params))
+            self.variant_controls.append(controls)
+            self.stack.addWidget(controls)
+            self.tabs.addTab("")
+        self.tabs.currentChanged.connect(self.stack.setCurrentIndex)
+        self.compare.toggled.connect(self._on_mode)
+        self.count.valueChanged.connect(self._on_mode)
+        top = QHBoxLayout()
+        top.setContentsMargins(6, 4, 6, 0)
+        top.addWidget(self.compare)
+        top.addWidget(self.count)
+        top.addStretch(1)
+        self.hint = QLabel("Each tab is one column; a change applies to its column from the next token.")
+        self.hint.setWordWrap(True)
+        self.hint.setEnabled(False)
+        self.hint.setContentsMargins(6, 0, 6, 0)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(top)
+        layout.addWidget(self.tabs)
+        layout.addWidget(self.hint)
+        layout.addWidget(self.stack, 1)
+        self._restore()
+        self._on_mode()
+
+    @property
+    def controls(self) -> SamplingControls:
+        """The main settings (tab A): single replies use these."""
+        return self.variant_controls[0]
+
+    def compare_on(self) -> bool:
+        return self.compare.isChecked()
+
+    def set_compare(self, on: bool, count: int | None = None) -> None:
+        if count is not None:
+            self.count.setValue(count)
+        self.compare.setChecked(on)
+
+    def label(self, i: int) -> str:
+        controls = self.variant_controls[i]
+        name = controls.presets.currentText()
+        return name if name and name != CUSTOM else short_label(controls.current)
+
+    def variants(self) -> list[Variant]:
+        """The settings to compare: (label, parameters) per shown tab."""
+        return [(self.label(i), self.variant_controls[i].current) for i in range(self.count.value())]
+
+    def set_variants(self, variants: list[SamplingParams]) -> None:
+        for controls, params in zip(self.variant_controls, variants, strict=False):
+            controls.set_params(params)
+        self.count.setValue(max(MIN_VARIANTS, min(MAX_VARIANTS, len(variants))))
+        self._refresh_tabs()
+
+    def set_vocab_size(self, vocab_size: int) -> None:
+        """The loaded model's vocabulary size (0 = not known), for every tab's logit-bias ids."""
+        for controls in self.variant_controls:
+            controls.set_vocab_size(vocab_size)
+
+    def send_problem(self) -> str:
+        """Why Send must be refused ("" when it need not): the shown tabs' invalid values,
+        each outlined; the first tab at fault is brought forward."""
+        shown = range(self.count.value()) if self.compare_on() else range(1)
+        faults = [(i, problem) for i in shown if (problem := self.variant_controls[i].send_problem())]
+        if not faults:
+            return ""
+        if self.compare_on():
+            self.tabs.setCurrentIndex(faults[0][0])
+            named = " ".join(f"Setting {COLUMN_NAMES[i]}: {problem}" for i, problem in faults)
+        else:
+            named = faults[0][1]
+        return "Not sent — fix the settings outlined in red. " + named.replace("\n", " ")
+
+    def set_colors(self, colors: Colors) -> None:
+        self.colors = colors
+        self._refresh_tabs()
+
+    def _on_params(self, i: int, params: SamplingParams) -> None:
+        self._refresh_tabs()
+        self.params_changed.emit(i, params)
+
+    def _on_mode(self, *_args) -> None:
+        on = self.compare.isChecked()
+        self.count.setEnabled(on)
+        self.tabs.setVisible(on)
+        self.hint.setVisible(on)
+        if not on or self.tabs.currentIndex() >= self.count.value():
+            self.tabs.setCurrentIndex(0)
+        self._refresh_tabs()
+        self.variants_changed.emit()
+
+    def _refresh_tabs(self) -> None:
+        for i in range(MAX_VARIANTS):
+            self.tabs.setTabVisible(i, i < self.count.value())
+            self.tabs.setTabText(i, f"{COLUMN_NAMES[i]} · {self.label(i)}")
+            self.tabs.setTabTextColor(i, QColor(variant_color(i, self.colors)))
+            self.tabs.setTabToolTip(i, f"Column {COLUMN_NAMES[i]}: {short_label(self.variant_controls[i].current)}")
+
+    # Settings ---------------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        if self.settings is None:
+            return
+        raw = self.settings.value("compare_variants")
+        if isinstance(raw, str):
+            with contextlib.suppress(ValueError, TypeError):
+                for controls, data in zip(self.variant_controls[1:], json.loads(raw), strict=False):
+                    controls.set_params(SamplingParams.from_dict(data))
+        with contextlib.suppress(ValueError, TypeError):
+            self.count.setValue(int(self.settings.value("compare_count", 3)))
+        self.compare.setChecked(self.settings.value("compare", "false") == "true")
+
+    def save(self) -> None:
+        if self.settings is None:
+            return
+        variants = [c.current.to_dict() for c in self.variant_controls[1:]]
+        self.settings.setValue("compare_variants", json.dumps(variants))
+        self.settings.setValue("compare_count", self.count.value())
+        self.settings.setValue("compare", "true" if self.compare.isChecked() else "false")

@@ -1,0 +1,111 @@
+"""What Score text and Replay show: the Score text dialog, and the timeline's overlays — a
+replay's chosen-token probability (dashed red), the positions it would have removed it (✕ at
+0) and where its most likely token differs (▲ at the top), and a scored text's surprisal in
+a third timeline row. The data comes from :class:`app.model.scoring.Scoring`; the shell's
+``ScoreController`` decides when to show it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+)
+
+from app.model.replay import Replay
+from app.views.timeline import TimelineWidget
+from engine.events import TokenStep
+
+
+class ScoreTextDialog(QDialog):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Score text")
+        self.resize(640, 420)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("The text to score (every token's probability as the model sees it):"))
+        self.text = QPlainTextEdit()
+        layout.addWidget(self.text)
+        row = QHBoxLayout()
+        self.open_button = QPushButton("Open .txt / .md…")
+        self.open_button.clicked.connect(self.open_file)
+        row.addWidget(self.open_button)
+        row.addWidget(QLabel("As the reply to:"))
+        self.prompt = QLineEdit()
+        self.prompt.setPlaceholderText("(optional) a user message: score the text as the assistant's answer")
+        row.addWidget(self.prompt, 1)
+        layout.addLayout(row)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Score")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a text", "", "Text (*.txt *.md);;All files (*)")
+        if path:
+            self.load(path)
+
+    def load(self, path: str | Path) -> None:
+        self.text.setPlainText(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+
+class ReplayOverlay:
+    """A replay over the timeline's probability plot."""
+
+    def __init__(self, timeline: TimelineWidget) -> None:
+        self.prob = pg.PlotDataItem([], [], pen=pg.mkPen("#d62728", width=1.5, style=Qt.PenStyle.DashLine))
+        self.removed = pg.ScatterPlotItem([], [], symbol="x", size=11, pen=pg.mkPen("#d62728", width=2))
+        self.differs = pg.ScatterPlotItem([], [], symbol="t1", size=10, brush=pg.mkBrush("#ff7f0e"))
+        for item in (self.prob, self.removed, self.differs):
+            timeline.prob_plot.addItem(item)
+
+    def show(self, r: Replay) -> None:
+        x = np.array([s.index for s in r.steps], float)
+        self.prob.setData(x, np.array(r.chosen_prob, float))
+        self.removed.setData(np.array(r.removed, float), np.zeros(len(r.removed)))
+        self.differs.setData(np.array(r.differs, float), np.full(len(r.differs), 1.02))
+
+    def clear(self) -> None:
+        for item in (self.prob, self.removed, self.differs):
+            item.setData([], [])
+
+
+class SurprisalRow:
+    """A scored text's surprisal (bits, -log2 p under ``raw``), in a third row of the timeline,
+    X-linked to the others; hidden unless a scored text is shown."""
+
+    def __init__(self, timeline: TimelineWidget) -> None:
+        self.plot = timeline.view.addPlot(row=2, col=0)
+        self.plot.setXLink(timeline.prob_plot)
+        self.plot.setLabel("left", "surprisal (bits)")
+        self.plot.showGrid(x=False, y=True, alpha=0.2)
+        self.curve = self.plot.plot([], [], pen=pg.mkPen("#9467bd", width=1.5))
+        self.plot.hide()
+        self._drawn: tuple | None = None
+
+    def show(self, steps: list[TokenStep] | None) -> None:
+        if not steps:
+            self.plot.hide()
+            self._drawn = None
+            return
+        key = (id(steps), len(steps))
+        if key == self._drawn:
+            return
+        self._drawn = key
+        x = np.fromiter((s.index for s in steps), float, len(steps))
+        bits = np.fromiter((-s.logprobs[0] / math.log(2) for s in steps), float, len(steps))
+        self.curve.setData(x, bits)
+        self.plot.show()

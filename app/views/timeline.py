@@ -1,0 +1,399 @@
+"""The timeline: the whole reply at a glance.
+
+Top: the chosen token's probability after the last stage (``p(final)``; a server's, by
+its stage: ``p(penalties)``), per position. Bottom: the entropy after the stage picked
+above the plots (by default each token's last; a token whose chain did not run that
+stage leaves a gap). Red rings mark tokens that were not the raw argmax; dashed lines
+mark where the sampling parameters changed (any value or the stage order; not the seed
+alone), labelled with what changed, their tooltip giving the values (``app.views.timeline_marks``).
+Clicking a point selects that token. Before the first token, a hint instead of empty axes.
+
+A compare run shows a curve per column on top, and below the Jensen–Shannon divergence
+of the columns' final distributions per token (the mean over pairs), the first token
+where two columns drew differently marked. Bound to the model, it follows the selection
+and redraws on the window's clock; per-token values are kept in ``StreamSeries``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from app.model.remote_labels import p_label
+from app.model.textfmt import prob
+from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
+from app.views.theme import LIGHT, Colors, variant_color
+from app.views.throttle import RedrawClock, own_clock
+from app.views.timeline_marks import TokenAxis, change_marker
+from engine.events import TokenStep
+from engine.params import STAGE_NAMES
+
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+
+TIMELINE_MS = 100
+"""While a reply streams the plots are redrawn at most 10 times a second (the chat, 30):
+repainting them is most of the GUI's cost per token, and a curve needs no more."""
+MAX_DOTS = 1000
+"""A reply longer than this is drawn as curves without a dot per token."""
+MAX_RUN_DOTS = 300
+"""Likewise for the columns of a compare run (redrawn whole: each has its own curve)."""
+EMPTY_HINT = "Send a message: each token's probability (top) and the model's uncertainty, its entropy (below), appear here as the reply is written. Click a point to inspect that token."  # noqa: E501
+PROB_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], []]  # major, minor
+
+
+class TimelineWidget(QWidget):
+    """One reply (``set_steps``) or one compare run (``set_run``): the top plot is each
+    token's final probability (a curve per column of a run), the bottom one the entropy
+    after the chosen stage, or for a run the divergence between its columns."""
+
+    token_selected = Signal(int)  # token index of the reply shown
+    column_token_selected = Signal(int, int)  # column, token index of the run shown
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.colors: Colors = LIGHT
+        self.steps: list[TokenStep] = []
+        self.selected: int | None = None
+        self.columns: list[list[TokenStep]] = []
+        self.run_mode = False
+        self._run: tuple = ([], 0, ([], []), None, None)
+        self._x_range: tuple[float, float] | None = None
+        self.series = StreamSeries()
+        self._drawn_stage = ""
+        self._drawn_steps: list[TokenStep] | None = None
+        self._dots_drawn = 0
+        self._antialias = True
+        self.model: ChatModel | None = None
+        self.view = pg.GraphicsLayoutWidget()
+        self.prob_plot = self.view.addPlot(row=0, col=0, axisItems={"bottom": TokenAxis()})
+        self.entropy_plot = self.view.addPlot(row=1, col=0, axisItems={"bottom": TokenAxis()})
+        self.entropy_plot.setXLink(self.prob_plot)
+        self.prob_plot.setLabel("left", "p(final)")
+        self.entropy_plot.setLabel("left", "H last stage")
+        self.entropy_plot.setLabel("bottom", "token")
+        self.prob_plot.setYRange(0, 1.05, padding=0)
+        self.prob_plot.getAxis("left").setTicks(PROB_TICKS)  # automatic ones (0.2 apart) overprint
+        for plot in (self.prob_plot, self.entropy_plot):
+            plot.getAxis("left").enableAutoSIPrefix(False)  # "(x0.001)" reads as a unit
+            plot.setMenuEnabled(False)
+            plot.setMouseEnabled(x=True, y=False)
+            plot.showGrid(x=False, y=True, alpha=0.2)
+        self.prob_curve = self.prob_plot.plot([], [])
+        self.prob_points = pg.ScatterPlotItem(size=7)
+        self.prob_plot.addItem(self.prob_points)
+        self.argmax_marks = pg.ScatterPlotItem(size=13, brush=None)
+        self.prob_plot.addItem(self.argmax_marks)
+        self.entropy_curve = self.entropy_plot.plot([], [])
+        self.entropy_points = pg.ScatterPlotItem(size=5)
+        self.entropy_plot.addItem(self.entropy_points)
+        self.selection_line = pg.InfiniteLine(angle=90, movable=False)
+        self.prob_plot.addItem(self.selection_line)
+        self.change_lines: list[pg.InfiniteLine] = []
+        # A compare run: a curve per column, the divergence curve and the first difference.
+        self.variant_curves: list[pg.PlotDataItem] = []
+        self.divergence_curve = self.entropy_plot.plot([], [])
+        self.first_difference = pg.InfiniteLine(
+            pos=-1, angle=90, movable=False, label="first different token", labelOpts={"position": 0.85}
+        )
+        self.entropy_plot.addItem(self.first_difference)
+        self.view.scene().sigMouseClicked.connect(self._on_scene_clicked)
+        self.stage = QComboBox()
+        self.stage.addItem(LAST_STAGE)
+        self.stage.setToolTip("The stage whose entropy the lower plot shows")
+        self.stage.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.stage.currentTextChanged.connect(lambda _: self.set_steps(self.steps, self.selected))
+        self.stage_label = QLabel("Entropy after")
+        self.legend = QLabel()
+        self.hint = QLabel(EMPTY_HINT)  # before the first token: words, not empty 0–1 axes
+        self.hint.setWordWrap(True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setContentsMargins(24, 12, 24, 12)
+        self.toolbar = QWidget()
+        bar = QHBoxLayout(self.toolbar)
+        bar.setContentsMargins(6, 0, 0, 0)
+        bar.addWidget(self.stage_label)
+        bar.addWidget(self.stage)
+        bar.addWidget(self.legend)
+        bar.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.toolbar)
+        layout.addWidget(self.view)
+        layout.addWidget(self.hint, 1)
+        self.set_colors(LIGHT)
+        self._show_mode(False)
+        self._show_empty(True)
+
+    def set_colors(self, colors: Colors) -> None:
+        self.colors = colors
+        self.view.setBackground(colors.background)
+        palette = self.hint.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, QColor(colors.muted))
+        self.hint.setPalette(palette)
+        self.prob_curve.setPen(pg.mkPen(colors.final, width=1.5))
+        self.entropy_curve.setPen(pg.mkPen(colors.raw, width=1.5))
+        self.divergence_curve.setPen(pg.mkPen(colors.foreground, width=2))
+        self.first_difference.setPen(pg.mkPen(colors.marker, width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.first_difference.label.setColor(colors.marker)
+        self.argmax_marks.setPen(pg.mkPen(colors.marker, width=2))
+        self.selection_line.setPen(pg.mkPen(colors.chosen, width=1))
+        for column, curve in enumerate(self.variant_curves):
+            curve.setPen(pg.mkPen(variant_color(column, colors), width=1.5))
+        if self.run_mode:
+            self._redraw_run()
+        else:
+            self.series.reset(None)
+            self._drawn_stage = ""
+            for line in self.change_lines:  # drawn again in the new colour
+                self.prob_plot.removeItem(line)
+            self.change_lines = []
+            self.set_steps(self.steps, self.selected)
+
+    def _show_mode(self, run: bool) -> None:
+        self.run_mode = run
+        for item in (self.prob_curve, self.prob_points, self.argmax_marks, self.entropy_curve, self.entropy_points):
+            item.setVisible(not run)
+        for line in self.change_lines:
+            line.setVisible(not run)
+        for curve in self.variant_curves:
+            curve.setVisible(run)
+        self.divergence_curve.setVisible(run)
+        self.first_difference.setVisible(run and self.first_difference.value() >= 0)
+        self.stage_label.setVisible(not run)
+        self.stage.setVisible(not run)
+        self.legend.setVisible(run)
+        self.entropy_plot.setLabel("left", "JS (nats)" if run else f"H {self.stage.currentText()}")
+
+    def _show_empty(self, empty: bool) -> None:
+        """Nothing to plot: the hint instead of the plots and their stage selector."""
+        if self.hint.isVisibleTo(self) != empty or self.view.isVisibleTo(self) == empty:
+            self.hint.setVisible(empty)
+            self.view.setVisible(not empty)
+            self.toolbar.setVisible(not empty)
+
+    def _update_stage_choices(self, stages: set[str]) -> None:
+        choices = [LAST_STAGE, *(stage for stage in STAGE_NAMES if stage in stages)]
+        current = self.stage.currentText()
+        if [self.stage.itemText(i) for i in range(self.stage.count())] == choices:
+            return
+        self.stage.blockSignals(True)
+        self.stage.clear()
+        self.stage.addItems(choices)
+        # A stage picked earlier stays picked while some reply still runs it.
+        self.stage.setCurrentText(current if current in choices else LAST_STAGE)
+        self.stage.blockSignals(False)
+
+    # The model --------------------------------------------------------------------------------
+
+    def bind(self, model: ChatModel, clock: RedrawClock | None = None) -> None:
+        """Follow the model's selection: its reply, or the compare run it is a column of."""
+        self.model = model
+        self.redraws = own_clock(self, clock).throttler(self._redraw_from_model, TIMELINE_MS)
+        for name in ("entries_changed", "tokens_added", "divergence_added"):
+            getattr(model.events, name).connect(self._on_model_event)
+        model.events.selection_changed.connect(self._on_selection_changed)
+        self.token_selected.connect(model.select_index)
+        self.column_token_selected.connect(model.select_column)
+        self._redraw_from_model()
+
+    def _on_model_event(self, *_args) -> None:
+        self.redraws.request()
+
+    def _on_selection_changed(self, _ref) -> None:
+        # A token picked by hand is shown at once; one followed as a reply streams, on the clock.
+        self.redraws.request(urgent=not self.model.follow_latest)
+
+    def _redraw_from_model(self) -> None:
+        model = self.model
+        self._set_antialias(not model.busy())
+        selection = model.selection
+        run = model.shown_run()
+        if run is not None:
+            columns = [model.steps_of(c.stream) or [] for c in run.columns]
+            column = run.column_of(selection[0]) if selection is not None else None
+            selected = (column, selection[1]) if column is not None else None
+            labels = [run.label(i) for i in range(len(run.columns))]
+            divergence = run.divergence
+            self.set_run(columns, labels, run.prefix_tokens, divergence.mean(), divergence.first(), selected)
+            return
+        steps = model.steps_of(selection[0]) if selection is not None else None
+        self.set_steps(steps or [], selection[1] if selection is not None else None)
+
+    def _set_antialias(self, on: bool) -> None:
+        """Curves are smoothed except while replies stream: unsmoothed they repaint in about
+        two thirds of the time, and the last redraw after the reply smooths them again."""
+        if on == self._antialias:
+            return
+        self._antialias = on
+        for item in (self.prob_curve, self.entropy_curve, self.divergence_curve, *self.variant_curves):
+            item.opts["antialias"] = on
+            item.curve.opts["antialias"] = on
+            item.curve.update()
+        if on and not self.run_mode:
+            self._set_x_range(self.series.x)  # and fitted to the finished reply
+
+    # One reply -------------------------------------------------------------------------------
+
+    def set_steps(self, steps: list[TokenStep], selected: int | None) -> None:
+        if self.run_mode:
+            self._show_mode(False)
+        self._show_empty(not steps)
+        self.steps, self.selected = steps, selected
+        series = self.series
+        changed = steps is not series.steps or len(steps) != series.n
+        series.update(steps)
+        name = p_label(steps[-1]) if steps else "p(final)"  # a server's numbers: by their stage
+        if self.prob_plot.getAxis("left").labelText != name:  # an axis label costs a relayout
+            self.prob_plot.setLabel("left", name)
+        self._update_stage_choices(series.stages)
+        stage = self.stage.currentText()
+        if changed or stage != self._drawn_stage:
+            full = stage != self._drawn_stage or series.n < self._dots_drawn or steps is not self._drawn_steps
+            if stage != self._drawn_stage:
+                self.entropy_plot.setLabel("left", f"H {stage}")  # an axis label costs a relayout
+            self._drawn_stage, self._drawn_steps = stage, steps
+            self._draw_series(series, stage, full)
+        self._place_selection(steps, selected)
+
+    def _draw_series(self, series: StreamSeries, stage: str, full: bool) -> None:
+        x, p, h = series.x, series.p, series.entropies(stage)
+        # NaN breaks the line: a gap where the stage did not run (or its entropy is unknown).
+        self.prob_curve.setData(x, p)
+        self.entropy_curve.setData(x, h, connect="finite")
+        # Dots are appended (pyqtgraph's addPoints styles only the new ones); beyond
+        # MAX_DOTS tokens the curves are drawn alone.
+        start = 0 if full else self._dots_drawn
+        if full or series.n > MAX_DOTS >= start:
+            for item in (self.prob_points, self.entropy_points, self.argmax_marks):
+                item.clear()
+            start = 0
+        if series.n <= MAX_DOTS:
+            new = slice(start, series.n)
+            ran = start + np.flatnonzero(np.isfinite(h[new]))
+            marks = series.not_argmax
+            marks = marks[marks >= start]
+            self.prob_points.addPoints(x=x[new], y=p[new], brush=pg.mkBrush(self.colors.final), pen=None)
+            self.entropy_points.addPoints(x=x[ran], y=h[ran], brush=pg.mkBrush(self.colors.raw), pen=None)
+            if len(marks):
+                self.argmax_marks.addPoints(x=x[marks], y=p[marks])
+        self._dots_drawn = series.n
+        if [line.value() for line in self.change_lines] != [series.x[i] - 0.5 for i in series.changes]:
+            self._draw_changes(series)
+        self._set_x_range(x)
+
+    def _draw_changes(self, series: StreamSeries) -> None:
+        steps = series.steps
+        for line in self.change_lines:
+            self.prob_plot.removeItem(line)
+        self.change_lines = []
+        for i in series.changes:
+            line = change_marker(steps[i - 1].params, steps[i].params, steps[i].index, self.colors)
+            self.prob_plot.addItem(line)
+            self.change_lines.append(line)
+
+    def _set_x_range(self, x: np.ndarray) -> None:
+        """Show every token (``token_range``); the axis is set only when its range changes."""
+        if len(x) == 0:
+            self.prob_plot.enableAutoRange(x=True)
+            return
+        current, self._x_range = self._x_range, token_range(x, self._x_range, streaming=not self._antialias)
+        if self._x_range != current:
+            self.prob_plot.setXRange(self._x_range[0] - 0.5, self._x_range[1] + 0.5, padding=0)
+
+    def _place_selection(self, steps: list[TokenStep], selected: int | None) -> None:
+        if selected is not None and 0 <= selected < len(steps):
+            self.selection_line.setPos(steps[selected].index)
+            self.selection_line.show()
+        else:
+            self.selection_line.hide()
+
+    # A compare run ------------------------------------------------------------------------------
+
+    def set_run(
+        self,
+        columns: list[list[TokenStep]],
+        labels: list[str],
+        start: int,
+        divergence: tuple[list[int], list[float]],
+        first_difference: int | None,
+        selected: tuple[int, int] | None,
+    ) -> None:
+        """Columns of a compare run from token ``start`` on; ``divergence``: (index, JS nats);
+        ``selected``: (column, index)."""
+        self.columns, self._run = columns, (labels, start, divergence, first_difference, selected)
+        self._show_empty(False)
+        if not self.run_mode:
+            self._show_mode(True)
+        self._redraw_run()
+
+    def _redraw_run(self) -> None:
+        labels, start, (dx, dy), first, selected = self._run
+        while len(self.variant_curves) < len(self.columns):
+            column = len(self.variant_curves)
+            curve = self.prob_plot.plot(
+                [], [], pen=pg.mkPen(variant_color(column, self.colors), width=1.5), antialias=self._antialias
+            )
+            curve.setSymbolSize(5)
+            self.variant_curves.append(curve)
+        for column, curve in enumerate(self.variant_curves):
+            shown = column < len(self.columns)
+            curve.setVisible(shown)
+            if not shown:
+                continue
+            steps = self.columns[column][start:]
+            color = variant_color(column, self.colors)
+            curve.setSymbolBrush(pg.mkBrush(color))
+            curve.setSymbolPen(None)
+            x = np.array([s.index for s in steps], dtype=float)
+            curve.setSymbol("o" if len(steps) <= MAX_RUN_DOTS else None)
+            curve.setData(x, np.array([prob(s.logprob) for s in steps], dtype=float))
+        self.divergence_curve.setData(np.array(dx, dtype=float), np.array(dy, dtype=float), connect="finite")
+        self._set_x_range(np.array([s.index for c in self.columns for s in c[start:]] or dx, dtype=float))
+        if first is not None:
+            self.first_difference.setPos(first - 0.5)
+            self.first_difference.label.setFormat(f"first different token: {first}")
+        self.first_difference.setVisible(first is not None)
+        dots = [f"<span style='color:{variant_color(i, self.colors)}'>●</span> {t}" for i, t in enumerate(labels)]
+        self.legend.setText("  ".join(dots) + "  ·  below: Jensen–Shannon divergence of the columns (mean of pairs)")
+        if selected is not None and selected[0] < len(self.columns):
+            self._place_selection(self.columns[selected[0]], selected[1])
+        else:
+            self.selection_line.hide()
+
+    # Clicks ---------------------------------------------------------------------------------------
+
+    def _on_scene_clicked(self, event) -> None:
+        """A click on either plot selects the nearest token (of the nearest curve in a run)."""
+        for plot in (self.prob_plot, self.entropy_plot):
+            if not plot.sceneBoundingRect().contains(event.scenePos()):
+                continue
+            point = plot.vb.mapSceneToView(event.scenePos())
+            if self.run_mode:
+                self._select_in_run(point.x(), point.y() if plot is self.prob_plot else None)
+            else:
+                index = nearest(self.steps, point.x())
+                if index is not None:
+                    self.token_selected.emit(index)
+            return
+
+    def _select_in_run(self, x: float, y: float | None) -> None:
+        best = None
+        start = self._run[1]
+        for column, steps in enumerate(self.columns):
+            index = nearest(steps, max(x, start))
+            if index is not None and index < start:
+                index = None
+            if index is None:
+                continue
+            distance = abs(prob(steps[index].logprob) - y) if y is not None else column
+            if best is None or distance < best[0]:
+                best = (distance, column, index)
+        if best is not None:
+            self.column_token_selected.emit(best[1], best[2])
