@@ -115,8 +115,9 @@ def test_gemma3_half_precision_is_caught_by_the_fidelity_check(gemma_file):
     """float16 is what the engine used to compute in: the check must see that it is off."""
     half = load(str(gemma_file), precision="float16")
     assert half.precision.dtype == "float16"
-    # A short text: MLX has no half-precision matrix kernels on the CPU, so this is slow.
-    rows = list(check(half, encode_text(half.tokenizer, TEXT)[:10], chunk=64))
+    # Four tokens: MLX has no half-precision matrix kernels on the CPU, so this is slow
+    # (about 10 s a position here); the first positions already move by over 2 nats.
+    rows = list(check(half, encode_text(half.tokenizer, TEXT)[:4], chunk=64))
     summary = summarize("float16", rows)
     print(f"gemma3 float16: top-5 {summary.top5_max_diff:.3f}, KL max {summary.kld_max:.3f}")
     assert not summary.within_tolerance
@@ -135,9 +136,9 @@ def test_gemma3_sliding_window_layers_past_the_window(gemma, gemma_reference, ge
     ids = encode_text(gemma.tokenizer, " ".join(words))[:620]
     assert len(ids) == 620
     reference = real_models.reference_logprobs(gemma_reference, ids)
-    shown = engine_raw_logprobs(gemma, ids, first=561)  # positions 560..618, past the window
+    shown = engine_raw_logprobs(gemma, ids, first=591)  # positions 590..618, past the window
     worst = 0.0
-    for t, ours in zip(range(560, 619), shown, strict=True):
+    for t, ours in zip(range(590, 619), shown, strict=True):
         for token in np.argsort(-reference[t])[:5]:
             worst = max(worst, abs(ours[int(token)] - float(reference[t][token])))
     assert worst <= FIDELITY_TOLERANCE
