@@ -186,7 +186,9 @@ def _set_precision(model: Any, choice: str) -> Precision:
     from engine import precision
 
     chosen = precision.choose(choice, model)
-    if chosen.dtype != chosen.stored or len(precision.float_bytes(model)) > 1:
+    if chosen.dtype != chosen.stored:
+        # Kept as stored when it is the dtype asked for: float32 norms of a float16 file
+        # stay float32, as mlx-lm (and mlx_lm.server) run the same folder.
         precision.apply(model, chosen.dtype)
     return chosen
 

@@ -116,6 +116,7 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
 
     from app.model.precision import SERVER_CHOOSES
     from app.shell.precision_menu import update_precision_menu
+    from engine.remote_servers import KINDS, remote_capabilities
 
     window = open_window(qtbot, profile, str(tiny_folder))
     update_precision_menu(window)
@@ -123,7 +124,8 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
     assert not window.menus.precision.check_action.isEnabled()  # nothing selected yet
     assert "Select a token" in window.menus.precision.check_action.toolTip()
     local = window.model_info
-    window.in_use.info = replace(local, backend="remote", precision="")
+    server = remote_capabilities(KINDS["mlx_lm"], "raw")  # what a server declares
+    window.in_use.info = replace(local, backend="remote", precision="", capabilities=server)
     update_precision_menu(window)
     assert not window.menus.precision.menu.isEnabled()
     assert window.menus.precision.menu.menuAction().toolTip() == SERVER_CHOOSES

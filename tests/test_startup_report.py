@@ -32,5 +32,6 @@ def test_the_app_reports_its_start_up_and_quits(tiny_folder, tmp_path):
     assert data["stages"] and data["stages"][-1][0] == "ready" and data["stages"][-1][2] <= data["model_ready"]
     assert data["max_gap_ms_while_loading"] >= 0
     spans = _stage_spans(data["stages"], data["model_ready"])
-    assert sum(spans.values()) <= data["model_ready"] - data["stages"][0][2] + 1e-3
+    # Each span is rounded to 0.01 s in the report: allow that much per span.
+    assert sum(spans.values()) <= data["model_ready"] - data["stages"][0][2] + 0.005 * len(spans) + 1e-3
     assert list(spans)[-1] == "ready"

@@ -29,11 +29,10 @@ class TokenAxis(pg.AxisItem):
 
 
 def change_lines(before: SamplingParams, after: SamplingParams) -> list[str]:
-    """One line per field that changed: ``"temperature 0.7 → 1.2"``."""
-    return [
-        f"{name} {format_value(getattr(before, name))} → {format_value(getattr(after, name))}"
-        for name in params_diff(before, after)
-    ]
+    """One line per field that changed: ``"temperature 0.7 → 1.2"``; the seed last (a new
+    seed alone makes no marker: what changed the distribution comes first)."""
+    names = sorted(params_diff(before, after), key=lambda name: name == "seed")
+    return [f"{name} {format_value(getattr(before, name))} → {format_value(getattr(after, name))}" for name in names]
 
 
 def format_value(value: Any) -> str:
