@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from engine.cli_fidelity import add_fidelity_command, add_precision_flag
+from engine.cli_fidelity import add_fidelity_command, add_precision_flag, add_text_flags
 from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
@@ -56,12 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_precision_flag(gen)
     add_remote_flags(gen)
     sc = commands.add_parser("score", help="score a given text token by token (teacher-forced) as JSON Lines")
-    sc.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
-    source = sc.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text", help="the text to score")
-    source.add_argument("--file", help="a UTF-8 text file to score")
-    sc.add_argument("--chat", action="store_true", help="the text is the assistant's reply to --prompt")
-    sc.add_argument("--prompt", help="with --chat: the user message the text answers")
+    add_text_flags(sc)
     add_sampling_flags(sc)
     sc.add_argument("--prefill-chunk", type=int, default=128, help=argparse.SUPPRESS)
     add_precision_flag(sc)

@@ -16,14 +16,20 @@ from engine.precision import PRECISIONS, check_choice
 
 def add_fidelity_command(commands) -> None:
     fid = commands.add_parser("fidelity", help="compare the running precision with float32 on a text")
-    fid.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
-    source = fid.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text", help="the text to score")
-    source.add_argument("--file", help="a UTF-8 text file to score")
-    fid.add_argument("--chat", action="store_true", help="the text is the assistant's reply to --prompt")
-    fid.add_argument("--prompt", help="with --chat: the user message the text answers")
+    add_text_flags(fid)
     add_precision_flag(fid)
     fid.add_argument("--prefill-chunk", type=int, default=64, help=argparse.SUPPRESS)
+
+
+def add_text_flags(p: argparse.ArgumentParser) -> None:
+    """The model and a given text (or a chat reply to a prompt): what ``score`` and
+    ``fidelity`` read."""
+    p.add_argument("--model", default="default", help="default | PATH (folder or .gguf) | REPO")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to score")
+    source.add_argument("--file", help="a UTF-8 text file to score")
+    p.add_argument("--chat", action="store_true", help="the text is the assistant's reply to --prompt")
+    p.add_argument("--prompt", help="with --chat: the user message the text answers")
 
 
 def add_precision_flag(p: argparse.ArgumentParser) -> None:

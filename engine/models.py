@@ -186,9 +186,7 @@ def _set_precision(model: Any, choice: str) -> Precision:
     from engine import precision
 
     chosen = precision.choose(choice, model)
-    if chosen.dtype != chosen.stored:
-        # Kept as stored when it is the dtype asked for: float32 norms of a float16 file
-        # stay float32, as mlx-lm (and mlx_lm.server) run the same folder.
+    if precision.needs_cast(model, chosen):
         precision.apply(model, chosen.dtype)
     return chosen
 

@@ -82,13 +82,22 @@ def choose(choice: str, model: Any) -> Precision:
     stored = stored_dtype(model)
     if choice != AUTO:
         return Precision(choice, choice, stored, "chosen by the user")
-    if stored == "float32":
+    sizes = float_bytes(model)
+    extra = sum(n for name, n in sizes.items() if name != "float32")
+    if not extra:
         return Precision(choice, "float32", stored, "the weights are stored in float32")
-    extra = sum(n for name, n in float_bytes(model).items() if name != "float32")
     total = _total_memory()
     if total and _other_bytes(model) + 2 * extra > _MEMORY_SHARE * total:
         return Precision(choice, stored, stored, f"float32 would not fit in memory: {stored} may be off, check it")
     return Precision(choice, "float32", stored, "float32 keeps every logprob within 0.03 nats of the model's")
+
+
+def needs_cast(model: Any, chosen: Precision) -> bool:
+    """float32: any parameter in another float type. A half precision: only when it is not
+    the stored one (a float16 file's float32 norms stay, as mlx-lm runs the folder)."""
+    if chosen.dtype == "float32":
+        return set(float_bytes(model)) - {"float32"} != set()
+    return chosen.dtype != chosen.stored
 
 
 def apply(model: Any, dtype: str) -> None:

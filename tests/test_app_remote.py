@@ -6,7 +6,6 @@ partial reply is kept and saved, the app stays usable)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from app.model.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
-from tests.local_server import free_port, stop, wait_ready  # noqa: E402
+from tests.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
     close_window,
@@ -36,20 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def tiny_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
     """mlx_lm.server serving the tiny model folder (its model id is the folder's path)."""
-    port = free_port()
-    hub = tmp_path_factory.mktemp("hf-hub")
-    log_path = tmp_path_factory.mktemp("mlx-server") / "server.log"
-    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
-    folder = str(Path(tiny_folder).resolve())
-    cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", folder, "--host", "127.0.0.1", "--port", str(port)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, url, log_path)
+    with mlx_lm_server(Path(tiny_folder), tmp_path_factory.mktemp("mlx-server")) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 STANDIN = """

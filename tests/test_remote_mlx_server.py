@@ -10,9 +10,6 @@ for token, and every reported logprob within 1e-3 of the local engine's.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 httpx = pytest.importorskip("httpx")
 
-from tests.local_server import free_port, stop, wait_ready  # noqa: E402
+from tests.local_server import mlx_lm_server  # noqa: E402
 
 TOL = 1e-3
 PROMPT = "The capital of France is"
@@ -34,20 +31,8 @@ N = 8
 def mlx_server(tmp_path_factory: pytest.TempPathFactory):
     from engine.models import resolve
 
-    folder = str(Path(resolve("default")[1]).resolve())
-    port = free_port()
-    hub = tmp_path_factory.mktemp("hf-hub")  # /v1/models scans it; it must exist
-    log_path = tmp_path_factory.mktemp("mlx-server") / "server.log"
-    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", folder, "--host", "127.0.0.1", "--port", str(port)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, url, log_path)
+    with mlx_lm_server(Path(resolve("default")[1]), tmp_path_factory.mktemp("mlx-server")) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 @pytest.fixture(scope="session")
