@@ -18,7 +18,6 @@ from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
 from engine.params import DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
-from engine.precision import check_choice
 from engine.remote_cli import add_remote_flags, generate_remote
 from engine.stages.registry import FIELDS
 
@@ -140,7 +139,6 @@ def generate(args: argparse.Namespace) -> int:
         return generate_remote(args, params, variants)
     if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
-    check_choice(args.precision)
     from engine.models import load
     from engine.prompts import encode_chat, encode_text
     from engine.scheduler import Scheduler

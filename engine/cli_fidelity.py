@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from engine.precision import PRECISIONS, check_choice
+from engine.precision import PRECISIONS
 
 
 def add_fidelity_command(commands) -> None:
@@ -46,7 +46,6 @@ def fidelity_command(args: argparse.Namespace) -> int:
     from engine.codec import CLI
     from engine.errors import EngineError
 
-    check_choice(args.precision)
     if args.chat and not args.prompt:
         raise _UsageError("--chat needs --prompt: the user message the text answers.")
     if args.prefill_chunk <= 0:
@@ -56,18 +55,13 @@ def fidelity_command(args: argparse.Namespace) -> int:
     text = read_text(args)
     from engine.fidelity import check, summarize
     from engine.models import load
-    from engine.prompts import encode_chat, encode_text
+    from engine.prompts import scored_text
     from engine.text import TokenText
 
     loaded = load(args.model, precision=args.precision)
     tokenizer = loaded.tokenizer
-    if args.chat:
-        context = encode_chat(tokenizer, [{"role": "user", "content": args.prompt}])
-        inner = getattr(tokenizer, "_tokenizer", tokenizer)
-        tokens = context + list(inner.encode(text, add_special_tokens=False))
-        first = len(context) - 1
-    else:
-        tokens, first = encode_text(tokenizer, text), 0
+    context, targets = scored_text(tokenizer, text, args.prompt if args.chat else None)
+    tokens, first = context + targets, len(context) - 1
     pieces = TokenText(tokenizer)
     rows = []
     out = sys.stdout

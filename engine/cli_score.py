@@ -16,7 +16,6 @@ from engine.cli import _UsageError, params_from
 from engine.codec import score_done_record, token_record
 from engine.errors import EngineError
 from engine.events import ScoreDone, TokenStep
-from engine.precision import check_choice
 
 
 def read_text(args: argparse.Namespace) -> str:
@@ -35,21 +34,15 @@ def score_command(args: argparse.Namespace) -> int:
     if args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
     text = read_text(args)
-    check_choice(args.precision)
     from engine.dry import BreakerCache
     from engine.models import load
-    from engine.prompts import encode_chat, encode_text
+    from engine.prompts import scored_text
     from engine.score import score
     from engine.text import TokenText
 
     loaded = load(args.model, precision=args.precision)
     tokenizer = loaded.tokenizer
-    if args.chat:
-        context = encode_chat(tokenizer, [{"role": "user", "content": args.prompt}])
-        targets = list(getattr(tokenizer, "_tokenizer", tokenizer).encode(text, add_special_tokens=False))
-    else:
-        tokens = encode_text(tokenizer, text)
-        context, targets = tokens[:1], tokens[1:]
+    context, targets = scored_text(tokenizer, text, args.prompt if args.chat else None)
     pieces = TokenText(tokenizer)
     breakers = BreakerCache(
         loaded.vocab_size, pieces.piece, lambda t: list(tokenizer.encode(t, add_special_tokens=False))

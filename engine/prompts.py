@@ -20,3 +20,14 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]
     rendered = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
     inner = getattr(tokenizer, "_tokenizer", tokenizer)
     return list(inner.encode(rendered, add_special_tokens=False))
+
+
+def scored_text(tokenizer: Any, text: str, prompt: str | None) -> tuple[list[int], list[int]]:
+    """(context, scored tokens) of a given text: with ``prompt``, the text is the assistant's
+    reply to that user message (chat template); else the text's first token is the context."""
+    if prompt is not None:
+        context = encode_chat(tokenizer, [{"role": "user", "content": prompt}])
+        inner = getattr(tokenizer, "_tokenizer", tokenizer)
+        return context, list(inner.encode(text, add_special_tokens=False))
+    tokens = encode_text(tokenizer, text)
+    return tokens[:1], tokens[1:]
