@@ -58,6 +58,8 @@ _LLAMA_CPP_FIELDS = frozenset(
         "dry_sequence_breakers",
         "dynatemp_range",
         "dynatemp_exponent",
+        "mirostat_tau",
+        "mirostat_eta",
         "samplers",
     }
 )
@@ -152,8 +154,9 @@ def stage_for(kind: ServerKind, stage: str, params: SamplingParams) -> str:
 
 
 def unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
-    """Fields set away from their off value that this kind cannot apply. (The stage order
-    is the server's own wherever ``samplers`` is not taken: docs/REMOTE.md.)"""
+    """Fields set away from their off value that this kind cannot apply, and stages it
+    would leave out. (The stage order is the server's own wherever ``samplers`` is not
+    taken: docs/REMOTE.md.)"""
     off = SamplingParams()
     names = [
         "top_k",
@@ -165,7 +168,26 @@ def unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
         "dry_multiplier",
         "dynatemp_range",
     ]
-    return [n for n in names if getattr(params, n) != getattr(off, n) and n not in kind.extra_fields]
+    bad = [n for n in names if getattr(params, n) != getattr(off, n) and n not in kind.extra_fields]
+    return bad + _mirostat_unsupported(kind, params)
+
+
+def _mirostat_unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
+    """llama.cpp's server is the only one with Mirostat 2.0 (``"mirostat": 2``), and its
+    mirostat chain is logit bias, plain temperature, mirostat: every other stage is
+    dropped there, so it is refused rather than silently not applied."""
+    from engine.stages import row_chain
+
+    chain = row_chain(params)
+    if "mirostat_v2" not in chain:
+        return []
+    if "mirostat_tau" not in kind.extra_fields:
+        return ["mirostat_v2 (in samplers)"]
+    why = " with mirostat_v2 (its mirostat chain is logit bias, temperature, mirostat)"
+    others = [s for s in chain if s not in ("bias", "temperature", "mirostat_v2")]
+    if "temperature" in chain and chain.index("temperature") > chain.index("mirostat_v2"):
+        others.append("temperature after mirostat_v2")
+    return [s + why for s in others] + (["dynatemp_range" + why] if params.dynatemp_range else [])
 
 
 _LLAMA_CPP_SAMPLER_NAMES = {"typical_p": "typ_p"}
@@ -213,8 +235,10 @@ def _llama_cpp_fields(params: SamplingParams) -> dict[str, Any]:
     """llama.cpp's own names (tools/server/README.md); its window 0 means off, -1 all."""
     body: dict[str, Any] = {
         "repeat_last_n": params.penalty_window or -1,
-        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers],
+        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers if s != "mirostat_v2"],
     }
+    if "mirostat_v2" in params.samplers:  # llama.cpp's ``mirostat`` replaces the samplers list
+        body.update(mirostat=2, mirostat_tau=params.mirostat_tau, mirostat_eta=params.mirostat_eta)
     if params.typical_p != 1.0:
         body["typical_p"] = params.typical_p
     if params.top_n_sigma:

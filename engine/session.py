@@ -20,7 +20,7 @@ from engine.errors import EngineError
 from engine.events import Event
 from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
-from engine.prompts import encode_chat, encode_text
+from engine.prompts import encode_messages, scored_text
 from engine.scheduler import Scheduler
 
 
@@ -114,11 +114,7 @@ class EngineSession:
 
     def prompt_for(self, messages: Messages) -> list[int]:
         """Chat messages as prompt tokens: the chat template, or plain text without one."""
-        tokenizer = self.scheduler.loaded.tokenizer
-        if self.info is not None and self.info.has_chat_template:
-            return encode_chat(tokenizer, messages)
-        text = "\n\n".join(m["content"] for m in messages if m["content"])
-        return encode_text(tokenizer, text)
+        return encode_messages(self.scheduler.loaded.tokenizer, messages)
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
         prompt = self.prompt_for(messages)
@@ -176,13 +172,7 @@ class EngineSession:
         from engine.score import score
 
         scheduler = self.scheduler
-        tokenizer = scheduler.loaded.tokenizer
-        if prompt is not None:
-            context = self.prompt_for(prompt)
-            targets = list(getattr(tokenizer, "_tokenizer", tokenizer).encode(text, add_special_tokens=False))
-        else:
-            tokens = encode_text(tokenizer, text)
-            context, targets = tokens[:1], tokens[1:]
+        context, targets = scored_text(scheduler.loaded.tokenizer, text, prompt)
         if chunk is None:
             from engine.chunking import first_size
 

@@ -95,6 +95,24 @@ def test_request_fields_per_kind():
     assert logprob_fields(KINDS["mlx_lm"], "text", 5, "auto") == {"logprobs": True, "top_logprobs": 5}
 
 
+def test_mirostat_v2_goes_to_llama_cpp_as_its_mirostat_and_is_refused_elsewhere():
+    miro = SamplingParams(temperature=0.8, samplers=("temperature", "mirostat_v2"), mirostat_tau=4.0, mirostat_eta=0.2)
+    body = sampling_fields(KINDS["llama.cpp"], miro, 5)
+    # llama.cpp's common_sampler_init: mirostat 2 = logit bias, temp, mirostat_v2(tau, eta)
+    assert (body["mirostat"], body["mirostat_tau"], body["mirostat_eta"]) == (2, 4.0, 0.2)
+    assert "mirostat_v2" not in body["samplers"]
+    assert unsupported(KINDS["llama.cpp"], miro) == []
+    assert unsupported(KINDS["llama.cpp"], miro.with_changes(logit_bias={3: -2.0})) == []
+    # the stages llama.cpp's mirostat chain drops are refused, not silently left out
+    with_top_k = miro.with_changes(samplers=("top_k", "temperature", "mirostat_v2"), top_k=40)
+    assert [b.split()[0] for b in unsupported(KINDS["llama.cpp"], with_top_k)] == ["top_k"]
+    assert unsupported(KINDS["llama.cpp"], miro.with_changes(samplers=("mirostat_v2", "temperature")))
+    assert unsupported(KINDS["llama.cpp"], miro.with_changes(dynatemp_range=0.5))
+    for other in ("vllm", "sglang", "mlx_lm", "lmstudio", "ollama", "openai"):
+        assert unsupported(KINDS[other], miro) == ["mirostat_v2 (in samplers)"], other
+    assert "mirostat" not in sampling_fields(KINDS["llama.cpp"], SamplingParams(temperature=0.8), 5)
+
+
 def test_vocab_pieces_decode_to_bytes():
     assert vocab_piece_bytes("Ġthe") == b" the"
     assert vocab_piece_bytes("Ċ") == b"\n"
