@@ -8,12 +8,14 @@ changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from engine.errors import EngineError
 from engine.events import Divergence
 from engine.params import SamplingParams
 from engine.requests import Request, check_params, check_prompt, check_token, check_tokens, new_request
+from engine.stages.carry import check_carry
 
 
 class ContinuationsMixin:
@@ -42,15 +44,20 @@ class ContinuationsMixin:
         output: Sequence[int],
         forced_token: int,
         params: SamplingParams,
+        carry: Mapping[str, Any] | None = None,
     ) -> int:
         """Like :meth:`branch`, for a reply the engine no longer holds (e.g. one saved
         before a restart): generate after ``prompt + output``, starting with ``forced_token``.
-        TokenStep indices continue from ``len(output)``."""
+        TokenStep indices continue from ``len(output)``. ``carry``: the stage state the
+        history cannot rebuild, as :func:`engine.stages.carry.carry_from_steps` gives it for
+        the reply's first ``len(output)`` tokens (None: those stages start afresh)."""
         checked = check_params(params, self.vocab_size)
         self._check_token("forced_token", forced_token)
         prompt = check_tokens(prompt, "prompt", self.vocab_size, allow_empty=True)  # prompt + output is checked whole
         output = check_tokens(output, "output", self.vocab_size, allow_empty=True)
+        carry_in = check_carry(carry)
         request = self._continuation(prompt, output, forced_token, checked)
+        request.carry_in = carry_in
         return self._enqueue(request)
 
     def fork(self, prompt: Sequence[int], variants: Sequence[SamplingParams]) -> list[int]:
@@ -75,14 +82,23 @@ class ContinuationsMixin:
         return self._enqueue_group(requests)
 
     def fork_output(
-        self, prompt: Sequence[int], output: Sequence[int], variants: Sequence[SamplingParams]
+        self,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        variants: Sequence[SamplingParams],
+        carry: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Like :meth:`fork_from`, for a reply the engine no longer holds: each variant
-        draws its own token after ``prompt + output`` (indices continue from ``len(output)``)."""
+        draws its own token after ``prompt + output`` (indices continue from ``len(output)``),
+        starting from the carried state ``carry`` (as in :meth:`continue_output`)."""
         prompt = check_tokens(prompt, "prompt", self.vocab_size, allow_empty=True)  # prompt + output is checked whole
         output = check_tokens(output, "output", self.vocab_size, allow_empty=True)
         checked = self._check_variants(variants)
-        return self._enqueue_group([self._continuation(prompt, output, None, p) for p in checked])
+        carry_in = check_carry(carry)
+        requests = [self._continuation(prompt, output, None, p) for p in checked]
+        for request in requests:
+            request.carry_in = carry_in
+        return self._enqueue_group(requests)
 
     def _check_variants(self, variants: Sequence[SamplingParams]) -> list[SamplingParams]:
         if isinstance(variants, SamplingParams) or not isinstance(variants, Sequence) or not variants:

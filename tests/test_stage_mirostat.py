@@ -4,6 +4,7 @@ carried through the CLI, forks, branches, live changes, scoring and replay."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -15,11 +16,13 @@ import pytest
 
 from engine.batch import SamplingBatch
 from engine.dry import Breakers
+from engine.errors import EngineError
 from engine.events import TokenStep
 from engine.inspection import unpack_row
 from engine.params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.score import score
+from engine.stages.carry import carry_from_steps
 from engine.stages.mirostat_v2 import apply_mirostat_v2
 
 NEG_INF = -np.inf
@@ -203,6 +206,39 @@ def test_generation_follows_mu_and_a_branch_restores_it(tiny, prompt):
     np.testing.assert_allclose([s.logprobs for s in again], [s.logprobs for s in original[k:]], atol=1e-5)
     (forked,) = scheduler.fork_from(rid, k, [MIROSTAT])
     assert [s.token_id for s in steps_of(run(scheduler), forked)] == [s.token_id for s in original[k:]]
+
+
+def test_a_continuation_of_a_stored_reply_rebuilds_mu_from_its_steps(tiny, prompt):
+    # The app continues replies the engine does not hold (saved ones, after a restart):
+    # μ is folded from the stored steps' logprobs after the stage, so the continuation
+    # equals the engine's own branch, which restores μ from its record.
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, MIROSTAT)
+    original = steps_of(run(scheduler), rid)
+    k = 6
+    carry = carry_from_steps(original[:k])
+    assert carry["mirostat_v2"] == pytest.approx(replayed_mu(original, [MIROSTAT] * len(original))[k])
+    output = [s.token_id for s in original[:k]]
+    again = Scheduler(tiny)
+    cont = again.continue_output(prompt, output, original[k].token_id, MIROSTAT, carry=carry)
+    continued = steps_of(run(again), cont)
+    assert [s.token_id for s in continued] == [s.token_id for s in original[k:]]
+    np.testing.assert_allclose([s.logprobs for s in continued], [s.logprobs for s in original[k:]], atol=1e-5)
+    (forked,) = again.fork_output(prompt, output, [MIROSTAT], carry=carry)
+    assert [s.token_id for s in steps_of(run(again), forked)] == [s.token_id for s in original[k:]]
+    # Without the carry μ restarts at 2τ and the stage cuts elsewhere.
+    fresh = again.continue_output(prompt, output, original[k].token_id, MIROSTAT)
+    cut = [s.survivors[s.chain.index("mirostat_v2")] for s in steps_of(run(again), fresh)]
+    assert cut != [s.survivors[s.chain.index("mirostat_v2")] for s in original[k:]]
+    # A stage that was off for a token starts afresh when it joins again.
+    off = [dataclasses.replace(s, params=MIROSTAT.with_changes(samplers=("temperature",))) for s in original[:2]]
+    assert carry_from_steps(original[:3] + off) == {}
+    lp = original[2].logprob_at("mirostat_v2")
+    expected = 2 * MIROSTAT.mirostat_tau - MIROSTAT.mirostat_eta * (-lp / math.log(2) - MIROSTAT.mirostat_tau)
+    assert carry_from_steps(off + original[2:3]) == {"mirostat_v2": pytest.approx(expected)}
+    for bad in ({"top_k": 1.0}, {"mirostat_v2": float("nan")}, {"mirostat_v2": "5"}, [("mirostat_v2", 1.0)]):
+        with pytest.raises(EngineError):
+            again.continue_output(prompt, output, original[k].token_id, MIROSTAT, carry=bad)
 
 
 def test_fork_variants_each_equal_their_solo_run(tiny, prompt):

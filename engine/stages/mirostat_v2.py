@@ -20,9 +20,7 @@ import numpy as np
 
 from engine.params import SamplingParams
 from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext, log_softmax
-from engine.stages.mirostat_v2_spec import SPEC
-
-LN2 = math.log(2.0)
+from engine.stages.mirostat_v2_spec import LN2, SPEC, next_mu
 
 
 def apply_mirostat_v2(logits: mx.array, mu: mx.array) -> mx.array:
@@ -40,12 +38,6 @@ def apply_mirostat_v2(logits: mx.array, mu: mx.array) -> mx.array:
 
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_mirostat_v2(logits, inputs["mirostat_mu"])
-
-
-def next_mu(mu: float, tau: float, eta: float, logprob: float) -> float:
-    """llama.cpp: ``mu -= eta * (observed_surprise - tau)``, the surprise in bits of the token
-    drawn, from the renormalized set (``logprob``: its logprob after this stage, nats)."""
-    return mu - eta * (-logprob / LN2 - tau)
 
 
 class MuRows:

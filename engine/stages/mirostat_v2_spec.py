@@ -7,7 +7,27 @@ where ``samplers`` lists it, and has no neutral value.
 
 from __future__ import annotations
 
-from engine.stages.spec import Field, StageSpec
+import math
+
+from engine.stages.spec import Field, StageSpec, Values
+
+LN2 = math.log(2.0)
+
+
+def next_mu(mu: float, tau: float, eta: float, logprob: float) -> float:
+    """llama.cpp: ``mu -= eta * (observed_surprise - tau)``, the surprise in bits of the token
+    drawn, from the renormalized set (``logprob``: its logprob after this stage, nats)."""
+    return mu - eta * (-logprob / LN2 - tau)
+
+
+def replay_mu(mu: float | None, values: Values, logprob: float | None) -> float:
+    """μ after one recorded token: from 2τ when the stage starts; a token this stage removed
+    (a forced one) or whose logprob was not reported leaves μ where it was, as in generation."""
+    mu = 2.0 * values.mirostat_tau if mu is None else mu
+    if logprob is not None and math.isfinite(logprob):
+        mu = next_mu(mu, values.mirostat_tau, values.mirostat_eta, logprob)
+    return mu
+
 
 SPEC = StageSpec(
     name="mirostat_v2",
@@ -44,4 +64,5 @@ SPEC = StageSpec(
     describe=lambda v: f"τ {v.mirostat_tau:g} · η {v.mirostat_eta:g}",
     label=lambda v: f"mirostat τ {v.mirostat_tau:g}" if "mirostat_v2" in v.samplers else None,
     default_on=False,
+    replay=replay_mu,
 )

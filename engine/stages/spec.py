@@ -89,6 +89,11 @@ class StageSpec:
     """False for ``bias``: always first, not in ``samplers``."""
     marks_greedy: bool = False
     """Greedy rows draw the argmax of the distribution entering this stage (``temperature``)."""
+    replay: Callable[[Any, Values, float | None], Any] | None = None
+    """For state the history alone cannot rebuild (mirostat's μ): the state after one
+    recorded token, from the state before it (None: the stage starts afresh), the token's
+    settings and its logprob after this stage (None: not reported). A continuation of a
+    stored reply rebuilds the carried state with it (:mod:`engine.stages.carry`)."""
 
     def active(self, values: Values) -> bool:
         """Whether the stage runs for a row: in its ``samplers`` (or not reorderable) and not neutral."""
