@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from engine.cli_fidelity import add_fidelity_command, add_precision_flag, add_text_flags
+from engine.cli_kld import add_kld_command
 from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--prefill-chunk", type=int, default=128, help=argparse.SUPPRESS)
     add_precision_flag(sc)
     add_fidelity_command(commands)
+    add_kld_command(commands)
     return parser
 
 
@@ -178,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.cli_fidelity import fidelity_command
 
             return fidelity_command(args)
+        if args.command == "kld":
+            from engine.cli_kld import kld_command
+
+            return kld_command(args)
         return generate(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
