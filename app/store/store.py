@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
+from app.store.rows import Branch, Conversation, Message
 from app.store.schema import (
     COMPARE_SCHEMA,
     INTERRUPTED,
@@ -33,39 +33,6 @@ from app.store.schema import (
 from app.store.serialize import steps_from_json, steps_to_json
 from engine.events import TokenStep
 from engine.params import SamplingParams
-
-
-@dataclass
-class Branch:
-    id: int
-    text: str
-    finish_reason: str | None
-    model: str
-    params: SamplingParams
-    steps: list[TokenStep]
-    model_source: str | None = None
-    precision: str | None = None
-    """What it was computed in (``float32``, ``float16``, ``bfloat16``); None: not recorded."""
-
-
-@dataclass
-class Message:
-    id: int
-    role: str
-    content: str = ""
-    branches: list[Branch] = field(default_factory=list)
-    active: int = 0  # index into branches
-
-    @property
-    def branch(self) -> Branch | None:
-        return self.branches[self.active] if self.branches else None
-
-
-@dataclass
-class Conversation:
-    id: int
-    title: str
-    system_prompt: str
 
 
 class Store:
