@@ -17,7 +17,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
+from app.model.streams import CompareColumn, DivergenceSeries
+from app.store.queries import StoreQueries
 from app.store.rows import Branch, Conversation, Message
 from app.store.schema import (
     COMPARE_SCHEMA,
@@ -30,12 +31,12 @@ from app.store.schema import (
     backup_path,
     has_tables,
 )
-from app.store.serialize import steps_from_json, steps_to_json
+from app.store.serialize import steps_to_json
 from engine.events import TokenStep
 from engine.params import SamplingParams
 
 
-class Store:
+class Store(StoreQueries):
     def __init__(self, path: str | Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.moved_aside: Path | None = None  # set by app.shell.db_open when the old file was moved
@@ -160,13 +161,6 @@ class Store:
         ).fetchone()
         return row[0] if row else None
 
-    def conversation_of_branch(self, branch_id: int) -> int | None:
-        row = self.db.execute(
-            "SELECT m.conversation_id FROM branches b JOIN messages m ON m.id = b.message_id WHERE b.id = ?",
-            (branch_id,),
-        ).fetchone()
-        return row[0] if row else None
-
     # Conversations --------------------------------------------------------------
 
     def new_conversation(self, system_prompt: str, title: str = "New chat") -> Conversation:
@@ -177,16 +171,6 @@ class Store:
         )
         self.db.commit()
         return Conversation(cur.lastrowid, title, system_prompt)
-
-    def conversations(self) -> list[Conversation]:
-        rows = self.db.execute("SELECT id, title, system_prompt FROM conversations ORDER BY updated_at DESC")
-        return [Conversation(*row) for row in rows]
-
-    def conversation(self, conversation_id: int) -> Conversation | None:
-        row = self.db.execute(
-            "SELECT id, title, system_prompt FROM conversations WHERE id = ?", (conversation_id,)
-        ).fetchone()
-        return Conversation(*row) if row else None
 
     def update_conversation(self, conversation_id: int, *, title=None, system_prompt=None) -> None:
         if title is not None:
@@ -270,44 +254,6 @@ class Store:
         self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branch_id, message_id))
         self.db.commit()
 
-    def branches(self, message_id: int) -> list[Branch]:
-        rows = self.db.execute(
-            "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
-            " WHERE message_id = ? ORDER BY id",
-            (message_id,),
-        )
-        return [
-            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source, prec)
-            for bid, text, reason, model, p, s, source, prec in rows
-        ]
-
-    def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:
-        """The messages shown: follow each assistant message's active branch (from the
-        start, or from the messages answering ``after_branch`` on)."""
-        shown: list[Message] = []
-        while True:
-            row = self.db.execute(
-                "SELECT id, content FROM messages WHERE conversation_id = ? AND role = 'user' "
-                "AND after_branch IS ? ORDER BY id DESC LIMIT 1",
-                (conversation_id, after_branch),
-            ).fetchone()
-            if row is None:
-                return shown
-            shown.append(Message(row[0], "user", row[1]))
-            reply = self.db.execute(
-                "SELECT id, active_branch FROM messages WHERE after_message = ? ORDER BY id DESC LIMIT 1",
-                (row[0],),
-            ).fetchone()
-            if reply is None:
-                return shown
-            message = Message(reply[0], "assistant", branches=self.branches(reply[0]))
-            ids = [b.id for b in message.branches]
-            message.active = ids.index(reply[1]) if reply[1] in ids else max(0, len(ids) - 1)
-            shown.append(message)
-            if message.branch is None:
-                return shown
-            after_branch = message.branch.id
-
     # Compare runs ------------------------------------------------------------------------
 
     def add_compare_run(
@@ -356,23 +302,6 @@ class Store:
             )
             self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branches[0].id, message_id))
         return cur.lastrowid, branches
-
-    def compare_runs(self, conversation_id: int) -> list[CompareRun]:
-        rows = self.db.execute(
-            "SELECT r.id, r.message_id, r.prefix_tokens, r.columns, r.divergence, r.kept FROM compare_runs r"
-            " JOIN messages m ON m.id = r.message_id WHERE m.conversation_id = ? ORDER BY r.id",
-            (conversation_id,),
-        )
-        runs = []
-        for run_id, message_id, prefix_tokens, columns, divergence, kept in rows:
-            cols = [
-                CompareColumn(c["label"], SamplingParams.from_dict(c["params"]), branch_key(int(c["branch"])))
-                for c in json.loads(columns)
-            ]
-            run = CompareRun(message_id, cols, prefix_tokens, kept=kept, id=run_id)
-            run.divergence = DivergenceSeries.from_json(divergence)
-            runs.append(run)
-        return runs
 
     def set_compare_kept(self, run_id: int, kept: int | None) -> None:
         """Record the column kept as the reply (None: show the columns again)."""
