@@ -8,17 +8,20 @@ branch switches the rest of the conversation with it.
 The schema version is ``PRAGMA user_version``; ``MIGRATIONS`` bring an older file
 up to ``SCHEMA_VERSION`` one step at a time, each in its own transaction, after a
 copy of the file is written beside it (``<name>.v<old version>.bak``).
+
+This module holds :class:`Store` itself: the connection, opening and migrating the file,
+and the models it was told about. Its writes are :mod:`app.store.writes`, its reads
+:mod:`app.store.queries`, the rows both hand out :mod:`app.store.rows`; they are imported
+from here, as are the schema's names callers use.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
+from app.store.queries import StoreQueries
+from app.store.rows import Branch, Conversation, Message
 from app.store.schema import (
     COMPARE_SCHEMA,
     INTERRUPTED,
@@ -30,45 +33,21 @@ from app.store.schema import (
     backup_path,
     has_tables,
 )
-from app.store.serialize import steps_from_json, steps_to_json
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from app.store.writes import StoreWrites
+
+__all__ = [
+    "INTERRUPTED",
+    "SCHEMA_VERSION",
+    "Branch",
+    "Conversation",
+    "Message",
+    "NewerSchemaError",
+    "Store",
+    "backup_path",
+]
 
 
-@dataclass
-class Branch:
-    id: int
-    text: str
-    finish_reason: str | None
-    model: str
-    params: SamplingParams
-    steps: list[TokenStep]
-    model_source: str | None = None
-    precision: str | None = None
-    """What it was computed in (``float32``, ``float16``, ``bfloat16``); None: not recorded."""
-
-
-@dataclass
-class Message:
-    id: int
-    role: str
-    content: str = ""
-    branches: list[Branch] = field(default_factory=list)
-    active: int = 0  # index into branches
-
-    @property
-    def branch(self) -> Branch | None:
-        return self.branches[self.active] if self.branches else None
-
-
-@dataclass
-class Conversation:
-    id: int
-    title: str
-    system_prompt: str
-
-
-class Store:
+class Store(StoreWrites, StoreQueries):
     def __init__(self, path: str | Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.moved_aside: Path | None = None  # set by app.shell.db_open when the old file was moved
@@ -143,271 +122,3 @@ class Store:
     def integrity(self) -> str:
         """``PRAGMA integrity_check``: "ok", or what is wrong."""
         return "; ".join(row[0] for row in self.db.execute("PRAGMA integrity_check"))
-
-    # The stream journal ------------------------------------------------------------------
-
-    def recover_interrupted(self) -> list[int]:
-        """Turn what the stream journal holds into branches; call once at start, before any
-        reply is written. A reply that was being written (the app stopped mid-reply) becomes
-        a branch marked ``"interrupted"`` with every token saved, and is made its message's
-        active branch; a reply already saved as a branch but whose steps were not written yet
-        gets them from the journal. Returns the ids of the interrupted branches."""
-        recovered: list[int] = []
-        live = self.db.execute(
-            "SELECT id, message_id, model, params, branch, created_at, model_source, precision FROM live_replies"
-            " ORDER BY id"
-        ).fetchall()
-        if not live:
-            return recovered
-        with self.db:
-            for live_id, message_id, model, params, branch, created, source, precision in live:
-                steps = [
-                    row[0]
-                    for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
-                ]
-                steps_json = "[" + ", ".join(steps) + "]"
-                if branch is not None:
-                    if steps:
-                        self.db.execute(
-                            "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (steps_json, branch)
-                        )
-                elif steps and (unwritten := self._unwritten_branch(message_id, created)) is not None:
-                    # Saved as a branch just before the end, its steps not written yet.
-                    self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, unwritten))
-                elif steps:
-                    text = "".join(json.loads(step)["text"] for step in steps)
-                    cur = self.db.execute(
-                        "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                        " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source, precision),
-                    )
-                    self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
-                    recovered.append(cur.lastrowid)
-                self.db.execute("DELETE FROM live_replies WHERE id = ?", (live_id,))
-        return recovered
-
-    def _unwritten_branch(self, message_id: int, since: float) -> int | None:
-        row = self.db.execute(
-            "SELECT id FROM branches WHERE message_id = ? AND steps = '[]' AND created_at >= ? ORDER BY id LIMIT 1",
-            (message_id, since),
-        ).fetchone()
-        return row[0] if row else None
-
-    def conversation_of_branch(self, branch_id: int) -> int | None:
-        row = self.db.execute(
-            "SELECT m.conversation_id FROM branches b JOIN messages m ON m.id = b.message_id WHERE b.id = ?",
-            (branch_id,),
-        ).fetchone()
-        return row[0] if row else None
-
-    # Conversations --------------------------------------------------------------
-
-    def new_conversation(self, system_prompt: str, title: str = "New chat") -> Conversation:
-        now = time.time()
-        cur = self.db.execute(
-            "INSERT INTO conversations(title, system_prompt, created_at, updated_at) VALUES (?, ?, ?, ?)",
-            (title, system_prompt, now, now),
-        )
-        self.db.commit()
-        return Conversation(cur.lastrowid, title, system_prompt)
-
-    def conversations(self) -> list[Conversation]:
-        rows = self.db.execute("SELECT id, title, system_prompt FROM conversations ORDER BY updated_at DESC")
-        return [Conversation(*row) for row in rows]
-
-    def conversation(self, conversation_id: int) -> Conversation | None:
-        row = self.db.execute(
-            "SELECT id, title, system_prompt FROM conversations WHERE id = ?", (conversation_id,)
-        ).fetchone()
-        return Conversation(*row) if row else None
-
-    def update_conversation(self, conversation_id: int, *, title=None, system_prompt=None) -> None:
-        if title is not None:
-            self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
-        if system_prompt is not None:
-            self.db.execute(
-                "UPDATE conversations SET system_prompt = ? WHERE id = ?",
-                (system_prompt, conversation_id),
-            )
-        self._touch(conversation_id)
-
-    def delete_conversation(self, conversation_id: int) -> None:
-        self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-        self.db.commit()
-
-    def _touch(self, conversation_id: int) -> None:
-        self.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (time.time(), conversation_id))
-        self.db.commit()
-
-    # Messages and branches ----------------------------------------------------------
-
-    def add_user_message(self, conversation_id: int, content: str, after_branch: int | None) -> Message:
-        cur = self.db.execute(
-            "INSERT INTO messages(conversation_id, role, content, after_branch, created_at) "
-            "VALUES (?, 'user', ?, ?, ?)",
-            (conversation_id, content, after_branch, time.time()),
-        )
-        self._touch(conversation_id)
-        return Message(cur.lastrowid, "user", content)
-
-    def add_assistant_message(self, conversation_id: int, after_message: int) -> Message:
-        cur = self.db.execute(
-            "INSERT INTO messages(conversation_id, role, after_message, created_at) VALUES (?, 'assistant', ?, ?)",
-            (conversation_id, after_message, time.time()),
-        )
-        self._touch(conversation_id)
-        return Message(cur.lastrowid, "assistant")
-
-    def add_branch(
-        self,
-        message_id: int,
-        steps: list[TokenStep],
-        text: str,
-        finish_reason: str | None,
-        model: str,
-        params: SamplingParams,
-        steps_json: str | None = None,
-        model_source: str | None = None,
-        precision: str | None = None,
-    ) -> Branch:
-        """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
-        with :meth:`set_branch_steps` later writes them once serialized elsewhere.
-        ``model_source`` and ``precision``: default, where ``model`` was last loaded from and
-        what it computes in (:meth:`note_model`); an import passes its own."""
-        source = model_source if model_source is not None else self.model_sources.get(model)
-        # "" (an import that did not record it) stays not recorded, never today's precision.
-        precision = self.model_precisions.get(model) if precision is None else (precision or None)
-        cur = self.db.execute(
-            "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source,"
-            " precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                message_id,
-                text,
-                finish_reason,
-                model,
-                json.dumps(params.to_dict()),
-                steps_to_json(steps) if steps_json is None else steps_json,
-                time.time(),
-                source,
-                precision,
-            ),
-        )
-        self.set_active_branch(message_id, cur.lastrowid)
-        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision)
-
-    def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
-        self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
-        self.db.commit()
-
-    def set_active_branch(self, message_id: int, branch_id: int) -> None:
-        self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branch_id, message_id))
-        self.db.commit()
-
-    def branches(self, message_id: int) -> list[Branch]:
-        rows = self.db.execute(
-            "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
-            " WHERE message_id = ? ORDER BY id",
-            (message_id,),
-        )
-        return [
-            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source, prec)
-            for bid, text, reason, model, p, s, source, prec in rows
-        ]
-
-    def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:
-        """The messages shown: follow each assistant message's active branch (from the
-        start, or from the messages answering ``after_branch`` on)."""
-        shown: list[Message] = []
-        while True:
-            row = self.db.execute(
-                "SELECT id, content FROM messages WHERE conversation_id = ? AND role = 'user' "
-                "AND after_branch IS ? ORDER BY id DESC LIMIT 1",
-                (conversation_id, after_branch),
-            ).fetchone()
-            if row is None:
-                return shown
-            shown.append(Message(row[0], "user", row[1]))
-            reply = self.db.execute(
-                "SELECT id, active_branch FROM messages WHERE after_message = ? ORDER BY id DESC LIMIT 1",
-                (row[0],),
-            ).fetchone()
-            if reply is None:
-                return shown
-            message = Message(reply[0], "assistant", branches=self.branches(reply[0]))
-            ids = [b.id for b in message.branches]
-            message.active = ids.index(reply[1]) if reply[1] in ids else max(0, len(ids) - 1)
-            shown.append(message)
-            if message.branch is None:
-                return shown
-            after_branch = message.branch.id
-
-    # Compare runs ------------------------------------------------------------------------
-
-    def add_compare_run(
-        self,
-        message_id: int,
-        columns: list[tuple[CompareColumn, list[TokenStep], str, str | None]],
-        model: str,
-        prefix_tokens: int,
-        divergence: DivergenceSeries,
-        steps_later: bool = False,
-    ) -> tuple[int, list[Branch]]:
-        """Save every column (its steps, text and finish reason) as a branch of ``message_id``
-        and the run itself, in one transaction; the first column becomes the active branch.
-        Returns the run's id and the branches, in column order. ``steps_later``: the steps
-        are written by :meth:`set_branch_steps` once serialized elsewhere."""
-        now = time.time()
-        source, precision = self.model_sources.get(model), self.model_precisions.get(model)
-        branches: list[Branch] = []
-        saved: list[dict] = []
-        with self.db:
-            for column, steps, text, finish_reason in columns:
-                params = json.dumps(column.params.to_dict())
-                cur = self.db.execute(
-                    "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                    " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        message_id,
-                        text,
-                        finish_reason,
-                        model,
-                        params,
-                        "[]" if steps_later else steps_to_json(steps),
-                        now,
-                        source,
-                        precision,
-                    ),
-                )
-                branches.append(
-                    Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source, precision)
-                )
-                saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
-            cur = self.db.execute(
-                "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"
-                " VALUES (?, ?, ?, ?, NULL, ?)",
-                (message_id, prefix_tokens, json.dumps(saved), divergence.to_json(), now),
-            )
-            self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (branches[0].id, message_id))
-        return cur.lastrowid, branches
-
-    def compare_runs(self, conversation_id: int) -> list[CompareRun]:
-        rows = self.db.execute(
-            "SELECT r.id, r.message_id, r.prefix_tokens, r.columns, r.divergence, r.kept FROM compare_runs r"
-            " JOIN messages m ON m.id = r.message_id WHERE m.conversation_id = ? ORDER BY r.id",
-            (conversation_id,),
-        )
-        runs = []
-        for run_id, message_id, prefix_tokens, columns, divergence, kept in rows:
-            cols = [
-                CompareColumn(c["label"], SamplingParams.from_dict(c["params"]), branch_key(int(c["branch"])))
-                for c in json.loads(columns)
-            ]
-            run = CompareRun(message_id, cols, prefix_tokens, kept=kept, id=run_id)
-            run.divergence = DivergenceSeries.from_json(divergence)
-            runs.append(run)
-        return runs
-
-    def set_compare_kept(self, run_id: int, kept: int | None) -> None:
-        """Record the column kept as the reply (None: show the columns again)."""
-        self.db.execute("UPDATE compare_runs SET kept = ? WHERE id = ?", (kept, run_id))
-        self.db.commit()

@@ -1,0 +1,47 @@
+"""What the store hands out: a conversation, its messages and their reply branches, as plain
+dataclasses.
+
+In a module of their own so that :mod:`app.store.store` (the connection) and the modules
+that read and write the rows (:mod:`app.store.queries`, :mod:`app.store.writes`) share them
+without importing each other; callers import them from :mod:`app.store.store` as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.events import TokenStep
+from engine.params import SamplingParams
+
+
+@dataclass
+class Branch:
+    id: int
+    text: str
+    finish_reason: str | None
+    model: str
+    params: SamplingParams
+    steps: list[TokenStep]
+    model_source: str | None = None
+    precision: str | None = None
+    """What it was computed in (``float32``, ``float16``, ``bfloat16``); None: not recorded."""
+
+
+@dataclass
+class Message:
+    id: int
+    role: str
+    content: str = ""
+    branches: list[Branch] = field(default_factory=list)
+    active: int = 0  # index into branches
+
+    @property
+    def branch(self) -> Branch | None:
+        return self.branches[self.active] if self.branches else None
+
+
+@dataclass
+class Conversation:
+    id: int
+    title: str
+    system_prompt: str
