@@ -20,8 +20,6 @@ from pathlib import Path
 
 from engine.precision import PRECISIONS
 
-_MEMORY_SHARE = 0.75
-
 
 def add_kld_command(commands) -> None:
     k = commands.add_parser("kld", help="KL divergence between two models on the same tokens, token by token")
@@ -181,18 +179,16 @@ class _Run:
         return scored_text(tokenizer, read_text(self.args), self.args.prompt if self.args.chat else None)
 
     def _both_fit(self, base) -> bool:
-        from engine.precision import _other_bytes, _total_memory, float_bytes
+        from engine.errors import EngineError
+        from engine.model_fit import check_fits_beside, loaded_bytes
 
-        used = sum(float_bytes(base.model).values()) + _other_bytes(base.model)
-        total = _total_memory()
-        fits = total == 0 or 2 * used <= _MEMORY_SHARE * total
-        if not fits:
-            print(
-                f"kld: the two models would not fit in memory ({2 * used / 2**30:.1f} GiB): "
-                "the base's distributions go through a file",
-                file=sys.stderr,
-            )
-        return fits
+        source = self.args.model or self.args.base
+        try:
+            check_fits_beside(loaded_bytes(base.model), source, self.args.precision)
+        except EngineError as exc:
+            print(f"kld: {exc} The base's distributions go through a file.", file=sys.stderr)
+            return False
+        return True
 
     @staticmethod
     def _load(source: str, precision: str):

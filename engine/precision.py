@@ -33,7 +33,7 @@ AUTO = "auto"
 PRECISIONS = (AUTO, "float32", "float16", "bfloat16")
 FIDELITY_TOLERANCE = 0.03
 """nats: the largest difference allowed between a top-5 logprob and float32's."""
-_MEMORY_SHARE = 0.75  # of the machine's memory the float32 weights may take
+MEMORY_SHARE = 0.75  # of the machine's memory the float32 weights may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +86,8 @@ def choose(choice: str, model: Any) -> Precision:
     extra = sum(n for name, n in sizes.items() if name != "float32")
     if not extra:
         return Precision(choice, "float32", stored, "the weights are stored in float32")
-    total = _total_memory()
-    if total and _other_bytes(model) + 2 * extra > _MEMORY_SHARE * total:
+    total = total_memory()
+    if total and other_bytes(model) + 2 * extra > MEMORY_SHARE * total:
         return Precision(choice, stored, stored, f"float32 would not fit in memory: {stored} may be off, check it")
     return Precision(choice, "float32", stored, "float32 keeps every logprob within 0.03 nats of the model's")
 
@@ -112,7 +112,7 @@ def _name(dtype: Any) -> str:
     return str(dtype).replace("mlx.core.", "")
 
 
-def _total_memory() -> int:
+def total_memory() -> int:
     """What the device can hold: its recommended working set on a GPU, else the RAM."""
     import mlx.core as mx
 
@@ -126,7 +126,7 @@ def _total_memory() -> int:
         return 0
 
 
-def _other_bytes(model: Any) -> int:
+def other_bytes(model: Any) -> int:
     """Bytes of the non-float parameters (packed quantized weights): they stay as they are."""
     import mlx.core as mx
     from mlx.utils import tree_flatten

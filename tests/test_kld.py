@@ -165,3 +165,18 @@ def test_refusals_are_clear_and_change_nothing(pair, tmp_path):
         BaseFile.open(saved)
     proc = _kld("--base", str(a), "--model", str(b))
     assert proc.returncode == 2 and "--text" in proc.stderr
+
+
+def test_a_pair_that_would_not_fit_goes_through_a_file(pair, monkeypatch):
+    from engine import model_fit
+
+    a, b = pair
+    size = sum(p.stat().st_size for p in b.glob("*.safetensors"))
+    assert model_fit.estimate_bytes(str(b), "auto") == size  # float32 weights: their size on disk
+    together = _kld("--base", str(a), "--model", str(b), "--text", TEXT[:50])
+    monkeypatch.setattr(model_fit, "total_memory", lambda: size)  # room for one of them only
+    with pytest.raises(EngineError, match="needs about"):
+        model_fit.check_fits_beside(size, str(b), "auto")
+    apart = _kld("--base", str(a), "--model", str(b), "--text", TEXT[:50])
+    assert apart.returncode == 0 and "go through a file" in apart.stderr, apart.stderr
+    assert apart.stdout == together.stdout

@@ -43,10 +43,10 @@ def test_auto_computes_in_float32_and_a_forced_dtype_is_kept(half_folder):
 
 def test_auto_keeps_half_precision_where_float32_would_not_fit(half_folder, monkeypatch):
     loaded = load(str(half_folder), precision="float16")
-    monkeypatch.setattr(precision, "_total_memory", lambda: 1000)
+    monkeypatch.setattr(precision, "total_memory", lambda: 1000)
     chosen = precision.choose("auto", loaded.model)
     assert chosen.dtype == "float16" and "not fit" in chosen.reason
-    monkeypatch.setattr(precision, "_total_memory", lambda: 1 << 40)
+    monkeypatch.setattr(precision, "total_memory", lambda: 1 << 40)
     assert precision.choose("auto", loaded.model).dtype == "float32"
 
 
