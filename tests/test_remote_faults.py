@@ -147,7 +147,8 @@ def test_a_reply_streams_with_logprobs_and_unreported_fields_stay_empty(standin)
     s = steps[0]
     assert s.chain == ("raw",) and s.reported_stage == "raw" and s.logprobs == (-0.1,)
     assert s.entropies == (None,) and s.survivors == (None,)  # not reported: None, never NaN or -1
-    assert s.token_id == -1 and s.position is None  # vLLM sends no ids unless asked
+    assert s.token_id is None and s.position is None  # vLLM sends no ids unless asked: not reported
+    assert [c.token_id for c in s.top] == [None, None]
     assert [c.text for c in s.top] == [" t0", " x"] and s.top[0].raw_logit is None and s.top[0].count is None
     done = _finished(events)
     assert done.finish_reason == "length" and done.text == " t0 t1 t2" and done.prompt_tokens == 7
@@ -162,7 +163,8 @@ def test_cli_prints_null_for_what_the_server_does_not_report(standin, capsys):
     assert main(["generate", "--server", _url(standin), "--model", "ok", "--prompt", "hi", "--max-tokens", "2"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     tok, done = records[0], records[-1]
-    assert tok["token_id"] == -1 and tok["entropy"] is None and tok["survivors"] == {"raw": None}
+    assert tok["token_id"] is None and tok["entropy"] is None and tok["survivors"] == {"raw": None}
+    assert [c["token_id"] for c in tok["top"]] == [None, None]  # null, never -1
     assert tok["top"][0]["raw_logit"] is None and tok["logprob"] == tok["raw_logprob"] == -0.1
     assert done["finish_reason"] == "length" and done["prefilled_tokens"] is None and done["prompt_tps"] is None
 
@@ -288,7 +290,7 @@ def test_cancel_closes_the_request_and_branching_sends_the_text(standin):
         assert _finished(events).finish_reason == "cancelled"
         n = len(standin.requests)
         started = backend.continue_reply(
-            MSG, [-1, -1], -1, SamplingParams(max_tokens=4), output_text=" t0 t1", forced_text=" t2"
+            MSG, [None, None], None, SamplingParams(max_tokens=4), output_text=" t0 t1", forced_text=" t2"
         )
         events = _drive(backend)
     finally:
@@ -337,3 +339,63 @@ def test_settings_the_server_cannot_apply_are_refused_before_sending(standin):
         assert not backend.has_work()
     finally:
         backend.close()
+
+
+def _reply(backend, params: SamplingParams) -> list[TokenStep]:
+    backend.start(MSG, params)
+    return [e for e in _drive(backend) if isinstance(e, TokenStep)]
+
+
+def test_token_ids_a_server_does_not_send_stay_none_through_the_codec_the_store_and_exports(standin, tmp_path):
+    """The stand-in is a vLLM look-alike: text, no ids. The ids are None on the steps and
+    their candidates, ``null`` in every record, None again once read back from the store
+    and from an export, and empty cells in the CSV (whose ``chosen`` then goes by text)."""
+    import csv
+
+    from app.store.export import from_records, read_jsonl, write
+    from app.store.export_store import from_store
+    from app.store.serialize import steps_from_json, steps_to_json
+    from app.store.store import Store
+    from engine.codec import CLI, EXPORT, STORE, decode_step, encode_step
+
+    backend = _backend(standin, timeout=5)
+    try:
+        steps = _reply(backend, SamplingParams(max_tokens=3, top_logprobs=2))
+    finally:
+        backend.close()
+
+    def ids(steps_):
+        return [(s.token_id, [c.token_id for c in s.top]) for s in steps_]
+
+    assert ids(steps) == [(None, [None, None])] * 3
+    for style in (CLI, EXPORT, STORE):
+        record = json.loads(json.dumps(encode_step(steps[0], style, steps[0].params.to_dict()), allow_nan=False))
+        assert record["token_id"] is None and [c["token_id"] for c in record["top"]] == [None, None]
+        back = decode_step(record, steps[0].params)
+        assert ids([back]) == ids(steps[:1]) and back.logprobs == steps[0].logprobs
+    assert ids(steps_from_json(steps_to_json(steps))) == ids(steps)
+
+    store = Store(tmp_path / "db.sqlite3")
+    try:
+        conv = store.new_conversation("", "ids")
+        user = store.add_user_message(conv.id, "hi", None)
+        reply = store.add_assistant_message(conv.id, user.id)
+        store.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "ok", steps[0].params)
+        saved = store.thread(conv.id)[-1].branch
+        assert saved is not None and ids(saved.steps) == ids(steps)
+        assert [s.text for s in saved.steps] == [s.text for s in steps]
+        data = from_store(store, conv.id)
+    finally:
+        store.close()
+    write(data, tmp_path / "e.jsonl")
+    tokens = [r for r in read_jsonl(tmp_path / "e.jsonl") if r["type"] == "token"]
+    assert [r["token_id"] for r in tokens] == [None] * 3 and all(
+        c["token_id"] is None for r in tokens for c in r["top"]
+    )
+    imported = from_records(read_jsonl(tmp_path / "e.jsonl")).messages[-1].branches[0].steps
+    assert ids(imported) == ids(steps)
+    write(data, tmp_path / "e.csv")
+    with open(tmp_path / "e.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 * 2 and all(r["token_id"] == "" and r["candidate_id"] == "" for r in rows)
+    assert [r["candidate_text"] for r in rows if r["chosen"] == "1"] == [" t0", " t1", " t2"]
