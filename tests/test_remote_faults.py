@@ -399,3 +399,75 @@ def test_token_ids_a_server_does_not_send_stay_none_through_the_codec_the_store_
         rows = list(csv.DictReader(f))
     assert len(rows) == 3 * 2 and all(r["token_id"] == "" and r["candidate_id"] == "" for r in rows)
     assert [r["candidate_text"] for r in rows if r["chosen"] == "1"] == [" t0", " t1", " t2"]
+
+
+def test_a_branch_from_a_candidate_without_an_id_continues_from_its_text(standin, tmp_path):
+    """The model layer and the worker's own start, against the stand-in (a vLLM look-alike
+    that sends no ids); only the Qt hop between them is left out. A picked candidate
+    without an id becomes a ``ChatJob`` whose ``ForcedToken`` has no id and the candidate's
+    text; ``EngineWorker._start`` hands it to ``RemoteBackend.continue_reply``, and the
+    server is sent the reply's text so far and then the candidate's."""
+    from app.model.chat import ChatModel
+    from app.model.jobs import ChatJob, ForcedToken
+    from app.model.streams import branch_key
+    from app.shell.worker import EngineWorker
+    from app.store.store import Store
+
+    store = Store(tmp_path / "db.sqlite3")
+    model = ChatModel(store)
+    jobs: list[ChatJob] = []
+    model.events.job_submitted.connect(jobs.append)
+    backend = _backend(standin, timeout=5)
+
+    def run(job: ChatJob) -> None:
+        (started,) = EngineWorker._start(backend, job)
+        model.on_job_started(job.tag, started.request_id, len(started.prompt_tokens))
+        for event in _drive(backend):
+            if isinstance(event, TokenStep):
+                model.on_token(job.tag, event)
+            elif isinstance(event, Finished):
+                model.on_finished(job.tag, event)
+
+    params = SamplingParams(max_tokens=3, top_logprobs=2)
+    try:
+        assert model.send("hi", params)
+        run(jobs[-1])
+        (message,) = [m for m in model.thread if m.role == "assistant"]
+        first = message.branch
+        assert [s.text for s in first.steps] == [" t0", " t1", " t2"]
+        assert all(s.token_id is None for s in first.steps)
+        model.select((branch_key(first.id), 1))
+        other = next(c for c in first.steps[1].top if c.text == " x")
+        assert other.token_id is None
+        assert model.pick_token(other.token_id, params, forced_text=other.text)
+        job = jobs[-1]
+        assert job.forced == ForcedToken(None, " x") and job.output == (None,) and job.output_text == " t0"
+        n = len(standin.requests)
+        run(job)
+    finally:
+        backend.close()
+    body = standin.requests[n][1]
+    assert body["messages"][-1] == {"role": "assistant", "content": " t0 x"} and body["max_tokens"] == 1
+    branch = message.branches[-1]
+    assert [s.text for s in branch.steps] == [" t0", " x", " t1"]  # the stand-in counts the " t"s it was sent
+    assert branch.steps[1].forced and branch.steps[1].token_id is None
+    # Saved and read back: the forced token's id is still "not reported".
+    reopened = ChatModel(store)
+    assert reopened.open_conversation(model.conversation.id)
+    saved = reopened.thread[-1].branches[-1].steps
+    assert [(s.token_id, s.text, s.forced) for s in saved[:2]] == [(None, " t0", False), (None, " x", True)]
+    store.close()
+
+
+def test_a_branch_without_an_id_is_refused_by_the_local_engine_with_the_reason():
+    pytest.importorskip("mlx.core")
+    from engine.session import EngineSession, token_ids
+
+    assert token_ids([3, 4]) == [3, 4]
+    with pytest.raises(EngineError, match="token 1 of the reply has none"):
+        token_ids([3, None])
+    session = EngineSession()  # the checks come before the model is needed
+    with pytest.raises(EngineError, match="the picked token has none"):
+        session.continue_reply(MSG, [3], None, SamplingParams(), forced_text=" x")
+    with pytest.raises(EngineError, match="token 0 of the reply has none"):
+        session.continue_reply(MSG, [None], 5, SamplingParams(), output_text=" t0")
