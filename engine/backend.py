@@ -14,7 +14,7 @@ work on either. What differs is how much a step carries:
   ``penalties``, the last stage, ... see ``docs/REMOTE.md``); ``logprobs`` holds the
   chosen token's logprob there (None if the server did not report it); ``entropies``
   and ``survivors`` are None (not reported); each candidate has one logprob,
-  ``raw_logit``/``bias``/``penalty``/``count`` None; ``position`` None; ``token_id`` -1
+  ``raw_logit``/``bias``/``penalty``/``count`` None; ``position`` None; ``token_id`` None
   where the server sends text only (matched by text). No ``Divergence`` events. Read
   stage values with ``TokenStep.logprob_at(stage)``, which is None for a stage the
   server did not report, never with ``raw_logprob`` (that is simply the first stage of
@@ -116,8 +116,8 @@ class Backend(Protocol):
     def continue_reply(
         self,
         messages: Messages,
-        output: Sequence[int],
-        forced_token: int,
+        output: Sequence[int | None],
+        forced_token: int | None,
         params: SamplingParams,
         *,
         output_text: str | None = None,
@@ -127,7 +127,9 @@ class Backend(Protocol):
         (a branch); ``TokenStep.index`` continues from ``len(output)``, and the first step
         is the forced token (``forced=True``). A remote backend continues from text:
         ``output_text`` (the reply's text before the forced token) and ``forced_text``
-        (the forced token's text); the local engine reads the ids and ignores them."""
+        (the forced token's text), so an id of None (a server that did not report it)
+        is fine there. The local engine reads the ids, which must all be ints (an
+        ``EngineError`` says so otherwise), and ignores the texts."""
         ...
 
     def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
@@ -139,13 +141,14 @@ class Backend(Protocol):
     def fork_reply(
         self,
         messages: Messages,
-        output: Sequence[int],
+        output: Sequence[int | None],
         variants: Sequence[SamplingParams],
         *,
         output_text: str | None = None,
     ) -> list[StartedRequest]:
         """Each variant draws its own token after the first ``len(output)`` tokens of a reply
-        ("compare from here"). A remote backend continues from ``output_text``."""
+        ("compare from here"). A remote backend continues from ``output_text`` (the ids may
+        be None there); the local engine needs int ids."""
         ...
 
     def score_text(

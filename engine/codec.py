@@ -15,15 +15,18 @@ any other number and any count as ``None``. A step a server reported carries
 ``"reported_stage"`` in the store and exports (the stage its numbers are; the CLI's record
 keeps its bytes); a record without that key
 existed is recognised as a server's by what it lacks (one stage, no raw logits, no
-entropies) and gets ``chain[0]``. Records that wrote NaN or -1 for "not reported" (the
-store's version 2, older exports) read back as ``None`` too.
+entropies) and gets ``chain[0]``. A token id a server did not report is ``null`` (the
+step's and a candidate's). Records that wrote NaN or -1 for "not reported" (the store's
+version 2, token ids before version 4, older exports and CLI lines) read back as ``None``
+too.
 
 Versions (``"v"``, written by the store; a record without ``"v"`` is a CLI or export
 record, the current version, or a version-1 store record when it has
 ``penalized_logprob``): 1, the release before the stage chain (:mod:`engine.codec_v1`);
 2, keyed by stage name, non-finite ``raw_logit`` / ``bias`` / ``penalty`` written as
 NaN and unknown counts as -1; 3, the same record as the CLI's and the exports', strict
-JSON, with ``rank``. Importable without MLX: the app uses it.
+JSON, with ``rank``; 4, a token id a server did not report is ``null`` rather than -1.
+Importable without MLX: the app uses it.
 """
 
 from __future__ import annotations
@@ -35,10 +38,19 @@ from enum import Enum
 from typing import Any
 
 from engine.codec_v1 import decode_v1
-from engine.events import UNKNOWN_COUNT, Candidate, Divergence, Finished, ScoreDone, TokenStep
+from engine.events import (
+    UNKNOWN_COUNT,
+    UNREPORTED_TOKEN_ID,
+    Candidate,
+    Divergence,
+    Finished,
+    ScoreDone,
+    TokenStep,
+    same_token,
+)
 from engine.params import SamplingParams
 
-CODEC_VERSION = 3
+CODEC_VERSION = 4
 
 
 class RecordType(str, Enum):
@@ -175,6 +187,12 @@ def _counted(value: int | None) -> int | None:
     return None if value is None or int(value) <= UNKNOWN_COUNT else int(value)
 
 
+def _token_id(value: int | None) -> int | None:
+    """A token id that may be unreported: null, or -1 (``UNREPORTED_TOKEN_ID``) as records
+    before version 4 wrote it."""
+    return None if value is None or int(value) <= UNREPORTED_TOKEN_ID else int(value)
+
+
 def _reported_stage(data: Mapping[str, Any], chain: tuple[str, ...]) -> str | None:
     """The stage a server's numbers are: the record's key, or, for a record from before it,
     one stage whose raw logits and entropies are all unknown (the local engine always has
@@ -196,7 +214,7 @@ def decode_candidate(data: Mapping[str, Any], chain: tuple[str, ...], reported: 
     logprobs = data["logprobs"]
     read = _value if reported else _logprob
     return Candidate(
-        token_id=int(data["token_id"]),
+        token_id=_token_id(data["token_id"]),
         text=data["text"],
         raw_logit=_value(data["raw_logit"]),
         logprobs=tuple(read(logprobs.get(s)) for s in chain),
@@ -216,8 +234,12 @@ def _chosen_logprobs(
         # A server's step has no removed chosen token: a null there is "not reported".
         read = _value if reported else _logprob
         return tuple(read(logprobs.get(s)) for s in chain)
-    # A plain CLI record: the chosen token is one of the candidates.
-    chosen = next((c for c in top if c.token_id == data["token_id"]), None)
+    # A plain CLI record: the chosen token is one of the candidates (by text where the
+    # server sent no ids).
+    token_id, text = _token_id(data["token_id"]), data.get("piece", data["text"])
+    chosen = next((c for c in top if same_token(c.token_id, c.text, token_id, text)), None)
+    if chosen is None and reported and len(chain) == 1 and "logprob" in data:
+        return (_value(data["logprob"]),)  # a server's one stage: the record's own logprob
     if chosen is None:
         raise CodecError(f"token record {data.get('index')} has no logprobs and its token is not a candidate.")
     return chosen.logprobs
@@ -240,7 +262,7 @@ def decode_step(data: Mapping[str, Any], params: SamplingParams | None = None, r
         request_id=request_id,
         index=int(data["index"]),
         position=None if position is None or int(position) < 0 else int(position),
-        token_id=int(data["token_id"]),
+        token_id=_token_id(data["token_id"]),
         text=data["text"],
         piece=data.get("piece", data["text"]),
         chain=chain,

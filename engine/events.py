@@ -11,6 +11,10 @@ UNKNOWN_COUNT = -1
 """What the codec's version-2 records (and older app versions) wrote for a count that is
 not known. Events hold ``None`` for it; the codec reads -1 back as ``None``."""
 
+UNREPORTED_TOKEN_ID = -1
+"""What records before the codec's version 4 (and older app versions) wrote for a token id
+a server did not report. Events hold ``None`` for it; the codec reads -1 back as ``None``."""
+
 
 class FinishReason(str, Enum):
     """Why a reply ended. A ``str`` so that JSON, SQLite and comparisons with the plain
@@ -37,7 +41,9 @@ class FinishReason(str, Enum):
 class Candidate:
     """One token of a step's candidate set, with its logprob after every stage of the chain."""
 
-    token_id: int
+    token_id: int | None
+    """None: not reported (a server that sends a token's text without its id); the local
+    engine always has it."""
     text: str
     raw_logit: float | None
     """None: not reported (a server sends no logits)."""
@@ -101,7 +107,10 @@ class TokenStep(ChainValues):
     """Position in the generated output, from 0."""
     position: int | None
     """Position in the whole context (prompt + output); None: not reported (a server)."""
-    token_id: int
+    token_id: int | None
+    """None: not reported (a server that sends a token's text without its id: the step's
+    token is then told apart from its candidates by text, :func:`same_token`); the local
+    engine always has it."""
     text: str
     """Streaming-detokenized delta to append to the output (held back while it may
     be the start of a stop string)."""
@@ -146,6 +155,14 @@ class TokenStep(ChainValues):
         known = [c for c in self.top if c.raw_logit is not None]
         best = max(known, key=lambda c: c.raw_logit or 0.0, default=None)
         return best is None or best.token_id == self.token_id
+
+
+def same_token(a_id: int | None, a_text: str, b_id: int | None, b_text: str) -> bool:
+    """Whether two tokens are the same: by id where either has one, else (a server that
+    sends no ids) by text."""
+    if a_id is not None or b_id is not None:
+        return a_id == b_id
+    return a_text == b_text
 
 
 @dataclass(frozen=True, slots=True)

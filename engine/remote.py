@@ -4,7 +4,8 @@
 SGLang, llama.cpp's server, mlx_lm.server, LM Studio, Ollama). Its ``TokenStep`` holds
 only what the server returned (see :mod:`engine.backend` and ``docs/REMOTE.md``): the
 chosen token's logprob and the top alternatives at the one stage the server reports,
-named in ``chain``; everything else NaN / -1 / None. A failed request ends with a
+named in ``chain``; everything else None (token ids too, where the server sends none).
+A failed request ends with a
 :class:`RemoteFinished` whose ``finish_reason`` is ``"error"``, whose ``error`` says why
 (as the local engine's ``Finished.error``) and whose ``exception`` is the
 :class:`RemoteError` (HTTP status, the server's message); the tokens already emitted
@@ -174,13 +175,16 @@ class RemoteBackend(ServerEmulation):
     def continue_reply(
         self,
         messages: Messages,
-        output: Sequence[int],
-        forced_token: int,
+        output: Sequence[int | None],
+        forced_token: int | None,
         params: SamplingParams,
         *,
         output_text: str | None = None,
         forced_text: str | None = None,
     ) -> StartedRequest:
+        """Continue from text: ``output_text + forced_text``. Only ``len(output)`` is read
+        when ``output_text`` is given; ids (None where the server sent none) are looked up
+        in the tokens this backend has seen only when a text is missing."""
         if output_text is None:
             output_text = self._text_of(output)
         if forced_text is None:
@@ -188,11 +192,10 @@ class RemoteBackend(ServerEmulation):
         forced = (forced_token, forced_text)
         return self._begin(messages, params, output_text + forced_text, len(output), forced)
 
-    def _text_of(self, ids: Sequence[int]) -> str:
-        missing = [t for t in ids if t not in self._pieces]
-        if missing:
+    def _text_of(self, ids: Sequence[int | None]) -> str:
+        if any(t is None or t not in self._pieces for t in ids):
             raise EngineError("a remote reply continues from text: pass output_text and forced_text.")
-        return "".join(self._pieces[t] for t in ids)
+        return "".join(self._pieces[t] for t in ids if t is not None)
 
     def _begin(self, messages: Messages, params: SamplingParams, prefix: str, index: int, forced) -> StartedRequest:
         params = self._checked(params, None)
@@ -316,11 +319,11 @@ class RemoteBackend(ServerEmulation):
 
     def _token_step(self, req: RemoteRequest, token: WireToken) -> TokenStep:
         step = token_step(req, token, stage_for(self._require_kind(), self._stage, req.params))
-        if token.token_id >= 0:
+        if token.token_id is not None:
             self._pieces[token.token_id] = token.piece
         return step
 
-    def _forced_step(self, req: RemoteRequest, token_id: int, text: str) -> TokenStep:
+    def _forced_step(self, req: RemoteRequest, token_id: int | None, text: str) -> TokenStep:
         return forced_step(req, token_id, text, stage_for(self._require_kind(), self._stage, req.params))
 
     def _finish(self, req: RemoteRequest, reason: FinishReason, error: RemoteError | None = None) -> None:

@@ -34,7 +34,7 @@ class ServerEmulation:
 
         def _body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]: ...
 
-        def _text_of(self, ids: Sequence[int]) -> str: ...
+        def _text_of(self, ids: Sequence[int | None]) -> str: ...
 
     def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
         """A server has no fork: one stream per variant, started together (no ``Divergence``:
@@ -45,12 +45,13 @@ class ServerEmulation:
     def fork_reply(
         self,
         messages: Messages,
-        output: Sequence[int],
+        output: Sequence[int | None],
         variants: Sequence[SamplingParams],
         *,
         output_text: str | None = None,
     ) -> list[StartedRequest]:
-        """Each variant continues the reply's text after its first ``len(output)`` tokens."""
+        """Each variant continues the reply's text after its first ``len(output)`` tokens
+        (their ids may be None: a server's reply continues from ``output_text``)."""
         if output_text is None:
             output_text = self._text_of(output)
         return self._fork(messages, variants, output_text, len(output))

@@ -1,9 +1,9 @@
 """The events of a remote request, holding only what the server reported.
 
 Everything a server does not report is ``None`` (the forced token's logprob, entropies,
-survivors, raw logits, bias, penalty, counts, positions; token ids it does not send stay
--1, matched by text); the stage the numbers describe is ``TokenStep.reported_stage``,
-also the step's one-element ``chain``.
+survivors, raw logits, bias, penalty, counts, positions, and the token ids it does not
+send: such a token is matched by text, :func:`engine.events.same_token`); the stage the
+numbers describe is ``TokenStep.reported_stage``, also the step's one-element ``chain``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Candidate, Finished, FinishReason, TokenStep
+from engine.events import Candidate, Finished, FinishReason, TokenStep, same_token
 from engine.params import SamplingParams
 from engine.remote_wire import RemoteError, TextDecoder, WireToken
 
@@ -51,14 +51,14 @@ def _reported(logprob: float) -> float | None:
     return None if math.isnan(logprob) else logprob
 
 
-def _candidate(token_id: int, text: str, logprob: float) -> Candidate:
+def _candidate(token_id: int | None, text: str, logprob: float) -> Candidate:
     return Candidate(token_id, text, None, (_reported(logprob),), None, None, None, None)
 
 
 def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
     """The next token of ``req``; advances its index and text."""
     top = [_candidate(a.token_id, a.text, a.logprob) for a in token.top]
-    if not any(c.token_id == token.token_id and (c.token_id >= 0 or c.text == token.piece) for c in top):
+    if not any(same_token(c.token_id, c.text, token.token_id, token.piece) for c in top):
         top.append(_candidate(token.token_id, token.piece, token.logprob))
     top.sort(key=lambda c: math.inf if c.logprobs[0] is None else -c.logprobs[0])
     step = TokenStep(
@@ -82,8 +82,9 @@ def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
     return step
 
 
-def forced_step(req: RemoteRequest, token_id: int, text: str, stage: str) -> TokenStep:
-    """A branch's forced token: no distribution (the original step at this index has it)."""
+def forced_step(req: RemoteRequest, token_id: int | None, text: str, stage: str) -> TokenStep:
+    """A branch's forced token: no distribution (the original step at this index has it);
+    ``token_id`` None where the server never reported it (the text is what is sent)."""
     return TokenStep(
         req.id, req.index, None, token_id, text, text, (stage,), (None,), (None,), (None,), (), req.params, True,
         reported_stage=stage,

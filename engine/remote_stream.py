@@ -184,14 +184,14 @@ class Transport:
         chosen: list[WireEntry] = []
         if job.companion is None:
             for e in chunk.entries:
-                best = min(e.top, key=lambda a: (-a.logprob, a.token_id), default=None)
+                best = min(e.top, key=lambda a: (-a.logprob, a.token_id is None, a.token_id or 0), default=None)
                 chosen.append(WireEntry(best.token_id, best.raw, best.logprob, e.top) if best else e)
         else:
             ids = await self._post_whole(job.path, job.companion, False)
             if len(ids.entries) != len(chunk.entries) or ids.text != chunk.text:
                 raise RemoteError("mlx_lm.server gave two different replies for the same seed; try again.")
             for e, c in zip(chunk.entries, ids.entries, strict=True):
-                raw = next((a.raw for a in e.top if a.token_id == c.token_id), b"")
+                raw = next((a.raw for a in e.top if c.token_id is not None and a.token_id == c.token_id), b"")
                 chosen.append(WireEntry(c.token_id, raw, c.logprob, e.top))
         chunk.entries = chosen
         self._put(CHUNK, job, chunk)

@@ -37,8 +37,8 @@ class RemoteError(EngineError):
 
 @dataclass(frozen=True, slots=True)
 class WireAlt:
-    token_id: int
-    """-1 when the server does not send ids."""
+    token_id: int | None
+    """None when the server does not send ids."""
     text: str
     logprob: float
     raw: bytes = b""
@@ -48,7 +48,8 @@ class WireAlt:
 class WireEntry:
     """One generated token as the server described it, before texts are assigned."""
 
-    token_id: int
+    token_id: int | None
+    """None when the server does not send ids."""
     raw: bytes
     """The token's bytes as well as they can be read from the server's data."""
     logprob: float
@@ -57,7 +58,8 @@ class WireEntry:
 
 @dataclass(frozen=True, slots=True)
 class WireToken:
-    token_id: int
+    token_id: int | None
+    """None when the server does not send ids."""
     text: str
     """The delta to append to the reply (see the module docstring)."""
     piece: str
@@ -101,17 +103,19 @@ def vocab_piece_bytes(piece: str) -> bytes:
     return piece.replace("▁", " ").encode("utf-8")
 
 
-def _token_id(entry: Mapping[str, Any]) -> int:
+def _token_id(entry: Mapping[str, Any]) -> int | None:
+    """The entry's token id, None when the server did not send one (or sent no usable one)."""
     value = entry.get("id")
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     token = entry.get("token")
     if isinstance(token, str) and token.startswith("token_id:"):  # vLLM's return_tokens_as_token_ids
         try:
-            return int(token[9:])
+            value = int(token[9:])
         except ValueError:
-            return -1
-    return -1
+            return None
+        return value if value >= 0 else None
+    return None
 
 
 def _logprob(entry: Mapping[str, Any]) -> float:

@@ -24,6 +24,18 @@ from engine.prompts import encode_messages, scored_text
 from engine.scheduler import Scheduler
 
 
+def token_ids(output: Sequence[int | None]) -> list[int]:
+    """``output`` as the ids the local engine runs on; an ``EngineError`` where one is None
+    (a reply a server wrote without reporting its token ids)."""
+    missing = next((i for i, t in enumerate(output) if t is None), None)
+    if missing is not None:
+        raise EngineError(
+            f"the local engine runs on token ids, and token {missing} of the reply has none "
+            "(the server that wrote it did not report it)."
+        )
+    return [t for t in output if t is not None]
+
+
 def runtime_versions() -> dict[str, str]:
     import mlx_lm
 
@@ -124,17 +136,24 @@ class EngineSession:
     def continue_reply(
         self,
         messages: Messages,
-        output: Sequence[int],
-        forced_token: int,
+        output: Sequence[int | None],
+        forced_token: int | None,
         params: SamplingParams,
         *,
         output_text: str | None = None,
         forced_text: str | None = None,
     ) -> StartedRequest:
         """Continue a reply after its first ``len(output)`` tokens with ``forced_token``.
-        ``output_text`` and ``forced_text`` are for remote backends; the ids suffice here."""
+        ``output_text`` and ``forced_text`` are for remote backends; the ids suffice here,
+        and must all be ints (``EngineError`` otherwise: a server's reply without ids)."""
+        if forced_token is None:
+            raise EngineError(
+                "the local engine continues from token ids, and the picked token has none "
+                "(the server that wrote it did not report it)."
+            )
+        ids = token_ids(output)
         prompt = self.prompt_for(messages)
-        request_id = self.scheduler.continue_output(prompt, output, forced_token, params)
+        request_id = self.scheduler.continue_output(prompt, ids, forced_token, params)
         return StartedRequest(request_id, tuple(prompt))
 
     def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
@@ -145,14 +164,15 @@ class EngineSession:
     def fork_reply(
         self,
         messages: Messages,
-        output: Sequence[int],
+        output: Sequence[int | None],
         variants: Sequence[SamplingParams],
         *,
         output_text: str | None = None,
     ) -> list[StartedRequest]:
         """Continue a reply after its first ``len(output)`` tokens with each variant
         ("compare from here"); works for replies the engine no longer holds.
-        ``output_text`` is for remote backends; the ids suffice here."""
+        ``output_text`` is for remote backends; the ids suffice here (all ints)."""
+        output = token_ids(output)
         prompt = self.prompt_for(messages)
         ids = self.scheduler.fork_output(prompt, output, variants)
         return [StartedRequest(rid, tuple(prompt)) for rid in ids]
@@ -181,22 +201,23 @@ class EngineSession:
             scheduler.loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, 0, request_id
         )
 
-    def check_fidelity(self, messages: Messages, output: Sequence[int], chunk: int = 64):
+    def check_fidelity(self, messages: Messages, output: Sequence[int | None], chunk: int = 64):
         """A reply (its prompt ``messages`` and tokens ``output``) teacher-forced in the running
         precision and in float32 (:func:`engine.fidelity.check`): a generator of one
         ``TokenFidelity`` per reply token, ``index`` 0 for its first; stop iterating to cancel.
         Summarize with :func:`engine.fidelity.summarize`."""
         from engine.fidelity import check
 
+        ids = token_ids(output)
         context = self.prompt_for(messages)
         first = len(context) - 1
-        rows = check(self.scheduler.loaded, context + list(output), chunk)
+        rows = check(self.scheduler.loaded, context + ids, chunk)
         return (replace(row, index=row.index - first) for row in rows if row.index >= first)
 
     def replay(
         self,
         messages: Messages,
-        output: Sequence[int],
+        output: Sequence[int | None],
         params: SamplingParams | Sequence[SamplingParams],
         chunk: int | None = None,
         request_id: int = 0,
@@ -208,15 +229,14 @@ class EngineSession:
         reply whose settings changed while it was written."""
         from engine.score import score
 
+        ids = token_ids(output)
         scheduler = self.scheduler
         if chunk is None:
             from engine.chunking import first_size
 
             chunk = self._prefill_chunk or first_size()
         context = self.prompt_for(messages)
-        return score(
-            scheduler.loaded, context, list(output), params, scheduler.breakers, scheduler.text, chunk, 0, request_id
-        )
+        return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
 
     def step(self) -> list[Event]:
         return self.scheduler.step() if self._scheduler is not None else []

@@ -218,7 +218,7 @@ def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile
     send(qtbot, window, "once more", SamplingParams(max_tokens=4, top_logprobs=2))
     entry = replies(window)[-1]
     assert not window.last_error and len(entry.steps) == 4
-    assert all(s.token_id == -1 for s in entry.steps)  # vLLM sends no token ids
+    assert all(s.token_id is None for s in entry.steps)  # vLLM sends no token ids: not reported
     # A branch where the server sends no ids: the picked candidate's text is sent.
     window.select_token((entry.stream, 1))
     window._redraw_if_dirty()
@@ -227,6 +227,9 @@ def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     branch = window.thread_messages[-1].branches[-1]
     assert [s.text for s in branch.steps[:2]] == [" t0", " x"] and branch.steps[1].forced
+    assert branch.steps[1].token_id is None  # not reported, and still a branch (not a new reply)
+    # The stand-in continues from the " t"s of the text it is sent: " t0 x" has one.
+    assert [s.text for s in branch.steps[2:]] == [" t1", " t2"]
     close_window(window)
 
 

@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor  # noqa: E402
 from app.model.param_text import format_breakers, parse_breakers  # noqa: E402
 from app.views.chain_view import REMOVED_ROLE, VALUE_ROLE, format_p  # noqa: E402
 from app.views.theme import LIGHT  # noqa: E402
+from engine.events import Candidate, TokenStep  # noqa: E402
 from engine.params import (  # noqa: E402
     DEFAULT_SAMPLERS,
     LLAMA_CPP_SAMPLERS,
@@ -134,6 +135,47 @@ def test_double_click_in_the_chain_view_picks_that_token(qtbot, inspector):
     with qtbot.waitSignal(inspector.token_picked) as picked:
         view.doubleClicked.emit(view.model().index(2, 3))
     assert picked.args == [inspector.candidates[2].token_id]
+
+
+def server_step_without_ids() -> TokenStep:
+    """A server's step that sent texts only (vLLM, SGLang, Ollama): no token ids (None)."""
+
+    def cand(text: str, logprob: float) -> Candidate:
+        return Candidate(None, text, None, (logprob,), None, None, None, None)
+
+    top = (cand("yes", -0.25), cand("no", -1.5), cand("maybe", -2.0))
+    return TokenStep(
+        1, 0, None, None, "no", "no", ("raw",), (-1.5,), (None,), (None,), top, SamplingParams(), reported_stage="raw"
+    )
+
+
+def test_a_server_step_without_token_ids_reads_not_reported_and_picks_by_text(qtbot, inspector):
+    from app.model.remote_labels import NOT_REPORTED
+    from app.views.chat_view import tooltip_for
+
+    step = server_step_without_ids()
+    inspector.show_step(step)
+    inspector.tabs.setCurrentIndex(1)  # the bars and the table
+    table = inspector.table
+    rows = {c.text: r for r, c in enumerate(inspector.candidates)}
+    assert [table.item(r, 1).text() for r in range(table.rowCount())] == [NOT_REPORTED] * 3
+    # The chosen token goes by its text: only "no" is bold, and it alone is the chain view's ▶.
+    assert [table.item(r, 0).font().bold() for r in range(3)] == [c.text == "no" for c in inspector.candidates]
+    chain = inspector.chain_view.model()
+    heads = [chain.headerData(r, Qt.Orientation.Vertical) for r in range(3)]
+    assert heads.count("▶ no") == 1 and "yes" in heads and "maybe" in heads
+    tip = chain.headerData(rows["yes"], Qt.Orientation.Vertical, Qt.ItemDataRole.ToolTipRole)
+    assert tip.startswith(f"id {NOT_REPORTED} ·")
+    # A row picked by hand stays on its token (told apart by text: all ids are None).
+    table.selectRow(rows["maybe"])
+    inspector.show_step(step)
+    assert {i.row() for i in table.selectionModel().selectedRows()} == {rows["maybe"]}
+    # Continuing from a candidate without an id: None goes out, the window reads the text.
+    with qtbot.waitSignal(inspector.token_picked) as picked:
+        inspector._pick_row(rows["yes"])
+    assert picked.args == [None] and inspector.last_pick.text == "yes"
+    hover = tooltip_for(step)
+    assert "yes" in hover and "maybe" in hover and hover.count("no") == 1  # the chosen one only as the head
 
 
 def test_raw_vs_final_tab_still_draws_the_bars(inspector):

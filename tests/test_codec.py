@@ -82,10 +82,13 @@ def token_steps(draw: st.DrawFn) -> TokenStep:
     def per_stage(values: st.SearchStrategy) -> tuple:
         return tuple(draw(st.lists(values, min_size=n, max_size=n)))
 
+    # A server may send a token's text without its id (None: not reported).
+    token_id = st.one_of(st.none(), st.integers(0, 1 << 20)) if reported else st.integers(0, 1 << 20)
+
     def candidate() -> Candidate:
         if reported:
             return Candidate(
-                draw(st.integers(0, 1 << 20)),
+                draw(token_id),
                 draw(st.text(max_size=4)),
                 None,
                 (draw(st.floats(-50, 0)),),
@@ -118,7 +121,7 @@ def token_steps(draw: st.DrawFn) -> TokenStep:
         request_id=-1,
         index=draw(st.integers(0, 10**5)),
         position=None if reported else draw(st.one_of(st.none(), st.integers(0, 10**5))),
-        token_id=draw(st.integers(0, 1 << 20)),
+        token_id=draw(token_id),
         text=draw(st.text(max_size=6)),
         piece=draw(st.text(max_size=6)),
         chain=chain,
@@ -268,6 +271,79 @@ def test_a_version_2_store_record_decodes_to_the_same_steps():
     assert remote.reported_stage == "final" and remote.entropies == (None,) and remote.survivors == (None,)
     assert all(c.raw_logit is None and c.count is None and c.bias is None for c in remote.top)
     assert all(s.reported_stage is None for s in decoded[:-1])
+
+
+def without_ids(step: TokenStep) -> TokenStep:
+    """``step`` as a server that sends no token ids reports it."""
+    return replace(step, token_id=None, top=tuple(replace(c, token_id=None) for c in step.top))
+
+
+def with_minus_one(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as the codec wrote an unreported token id before version 4: -1."""
+    out = {**record, "token_id": -1, "top": [{**c, "token_id": -1} for c in record["top"]]}
+    if "v" in out:
+        out["v"] = 3
+    return out
+
+
+def test_an_unreported_token_id_is_null_in_every_record_and_none_again():
+    step = without_ids(remote_step())
+    for style in (CLI, EXPORT, STORE):
+        record = through_json(encode_step(step, style, step.params.to_dict()))
+        assert record["token_id"] is None and [c["token_id"] for c in record["top"]] == [None, None]
+        back = decode_step(record, step.params)
+        assert back.token_id is None and [c.token_id for c in back.top] == [None, None]
+        assert back.logprobs == step.logprobs  # the CLI's record: the chosen candidate found by text
+    assert encode_step(step, STORE, step.params.to_dict())["v"] == CODEC_VERSION == 4
+
+
+@pytest.mark.parametrize("style", [CLI, EXPORT, STORE])
+def test_an_older_record_with_a_token_id_of_minus_one_reads_it_as_none(style):
+    """Version 3 store records, exports and CLI lines wrote -1 for a token id a server did
+    not report (vLLM, SGLang, Ollama): it reads back as None, the step's and its candidates'."""
+    step = without_ids(remote_step())
+    old = with_minus_one(through_json(encode_step(step, style, step.params.to_dict())))
+    back = decode_step(old, step.params)
+    assert back.token_id is None and [c.token_id for c in back.top] == [None, None]
+    assert comparable(back) == comparable(decode_step(through_json(encode_step(step, style)), step.params))
+
+
+def test_an_old_store_record_of_a_server_without_ids_reads_back_with_none():
+    """The version-2 fixture's server step, as such a server reported it (ids -1 in the
+    store's JSON), and a version-3 array of the same: both read back with None."""
+    v2 = json.loads((DATA / "store_steps_v2.json").read_text())
+    remote = {**v2[-1], "token_id": -1, "top": [{**c, "token_id": -1} for c in v2[-1]["top"]]}
+    step = without_ids(remote_step())
+    v3 = with_minus_one(json.loads(steps_to_json([step]))[0])
+    assert remote["v"] == 2 and v3["v"] == 3
+    for back in steps_from_json(json.dumps([remote, v3])):
+        assert back.token_id is None and [c.token_id for c in back.top] == [None, None]
+        assert back.reported_stage == "final" and back.logprobs == (-0.25,)
+
+
+def test_an_old_database_with_unreported_ids_of_minus_one_opens_with_none(tmp_path):
+    """A database an older app wrote for a server without ids (version-3 records, -1 for
+    the ids) opens, and its steps have None; no column of the schema holds a token id."""
+    from app.store.store import Store
+
+    step = without_ids(remote_step())
+    store = Store(tmp_path / "old.sqlite3")
+    conv = store.new_conversation("", "old")
+    user = store.add_user_message(conv.id, "hi", None)
+    reply = store.add_assistant_message(conv.id, user.id)
+    branch = store.add_branch(reply.id, [step], step.text, "length", "m", step.params)
+    old = json.dumps([with_minus_one(r) for r in json.loads(steps_to_json([step]))])
+    store.set_branch_steps(branch.id, old)
+    store.close()
+    db = sqlite3.connect(str(tmp_path / "old.sqlite3"))
+    (text,) = db.execute("SELECT steps FROM branches WHERE id = ?", (branch.id,)).fetchone()
+    columns = [row[1] for table in ("branches", "live_steps") for row in db.execute(f"PRAGMA table_info({table})")]
+    db.close()
+    assert '"token_id": -1' in text and '"v": 3' in text and not any("token" in c for c in columns)
+    store = Store(tmp_path / "old.sqlite3")
+    (back,) = store.thread(conv.id)[-1].branch.steps
+    store.close()
+    assert back.token_id is None and [c.token_id for c in back.top] == [None, None]
 
 
 def test_a_newer_record_is_refused():

@@ -7,13 +7,14 @@ import math
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from app.model.chat import ChatModel
 from app.model.events import EmitterGroup
-from app.model.jobs import ChatJob, ForkJob
+from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.streams import DivergenceSeries, branch_key
 from app.store.store import Store
 from engine.events import Candidate, Divergence, Finished, TokenStep
@@ -137,7 +138,7 @@ def test_many_live_replies_and_a_selection_that_survives_inserts_and_deletes(sto
     assert model.pick_token(42, GREEDY)
     assert seen.of("cancel_requested") == [(tag,)]
     second = seen.of("job_submitted")[-1][0]
-    assert second.output == (1, 2) and second.forced_token == 42
+    assert second.output == (1, 2) and second.forced == ForcedToken(42, None)  # 42 is not a candidate there
     assert len(model.replies) == 2
     # The selection named a token by its stream: it is still the same token.
     model.select((("reply", tag), 2))
@@ -168,6 +169,49 @@ def test_many_live_replies_and_a_selection_that_survives_inserts_and_deletes(sto
     # Deleting the conversation clears everything.
     model.delete_conversation()
     assert model.selection is None and [e.role for e in model.entries] == ["welcome"]
+
+
+def test_picking_a_token_without_an_id_sends_its_text_or_nothing(store):
+    """A server may send a token's text without its id: the branch job carries the text
+    (``ForcedToken(None, text)``), the earlier ids as None; without any text there is
+    nothing to continue from, and the running reply is left alone."""
+    model = ChatModel(store)
+    seen = Recorder(model.events)
+    model.send("hi", GREEDY)
+    tag = seen.of("job_submitted")[-1][0].tag
+    model.on_job_started(tag, 100, 12)
+    for i in range(3):
+        model.on_token(
+            tag, replace(step(i, 5), token_id=None, top=(Candidate(None, " t5", None, (-0.5,), *[None] * 4),))
+        )
+    model.select((("reply", tag), 2))
+    assert not model.pick_token(None, GREEDY)
+    assert len(seen.of("job_submitted")) == 1 and not seen.of("cancel_requested")
+    assert "neither an id nor a text" in seen.of("status")[-1][0]
+    assert model.pick_token(None, GREEDY, forced_text=" x")
+    job = seen.of("job_submitted")[-1][0]
+    assert job.forced == ForcedToken(None, " x") and job.output == (None, None) and job.output_text == " t5 t5"
+    assert seen.of("cancel_requested") == [(tag,)]
+
+
+def test_a_reply_without_token_ids_is_not_replayed(store):
+    """Replay runs the reply's ids through the local engine: a server's reply without them
+    is refused with the reason rather than sent as None."""
+    from app.model.model_in_use import ModelInUse
+    from app.model.scoring import NO_IDS, Scoring
+
+    model = ChatModel(store)
+    seen = Recorder(model.events)
+    model.send("hello", GREEDY)
+    tag = seen.of("job_submitted")[-1][0].tag
+    model.on_job_started(tag, 100, 12)
+    for i in range(2):
+        model.on_token(tag, replace(step(i, 5), token_id=None))
+    model.on_finished(tag, finished(" t5 t5", generated=2))
+    in_use = ModelInUse(source="default")
+    in_use.info = object()
+    assert Scoring(model, in_use).start_replay(GREEDY) == NO_IDS
+    assert len(seen.of("job_submitted")) == 1
 
 
 def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):

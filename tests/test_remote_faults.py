@@ -147,7 +147,8 @@ def test_a_reply_streams_with_logprobs_and_unreported_fields_stay_empty(standin)
     s = steps[0]
     assert s.chain == ("raw",) and s.reported_stage == "raw" and s.logprobs == (-0.1,)
     assert s.entropies == (None,) and s.survivors == (None,)  # not reported: None, never NaN or -1
-    assert s.token_id == -1 and s.position is None  # vLLM sends no ids unless asked
+    assert s.token_id is None and s.position is None  # vLLM sends no ids unless asked: not reported
+    assert [c.token_id for c in s.top] == [None, None]
     assert [c.text for c in s.top] == [" t0", " x"] and s.top[0].raw_logit is None and s.top[0].count is None
     done = _finished(events)
     assert done.finish_reason == "length" and done.text == " t0 t1 t2" and done.prompt_tokens == 7
@@ -162,7 +163,8 @@ def test_cli_prints_null_for_what_the_server_does_not_report(standin, capsys):
     assert main(["generate", "--server", _url(standin), "--model", "ok", "--prompt", "hi", "--max-tokens", "2"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     tok, done = records[0], records[-1]
-    assert tok["token_id"] == -1 and tok["entropy"] is None and tok["survivors"] == {"raw": None}
+    assert tok["token_id"] is None and tok["entropy"] is None and tok["survivors"] == {"raw": None}
+    assert [c["token_id"] for c in tok["top"]] == [None, None]  # null, never -1
     assert tok["top"][0]["raw_logit"] is None and tok["logprob"] == tok["raw_logprob"] == -0.1
     assert done["finish_reason"] == "length" and done["prefilled_tokens"] is None and done["prompt_tps"] is None
 
@@ -288,7 +290,7 @@ def test_cancel_closes_the_request_and_branching_sends_the_text(standin):
         assert _finished(events).finish_reason == "cancelled"
         n = len(standin.requests)
         started = backend.continue_reply(
-            MSG, [-1, -1], -1, SamplingParams(max_tokens=4), output_text=" t0 t1", forced_text=" t2"
+            MSG, [None, None], None, SamplingParams(max_tokens=4), output_text=" t0 t1", forced_text=" t2"
         )
         events = _drive(backend)
     finally:
@@ -337,3 +339,135 @@ def test_settings_the_server_cannot_apply_are_refused_before_sending(standin):
         assert not backend.has_work()
     finally:
         backend.close()
+
+
+def _reply(backend, params: SamplingParams) -> list[TokenStep]:
+    backend.start(MSG, params)
+    return [e for e in _drive(backend) if isinstance(e, TokenStep)]
+
+
+def test_token_ids_a_server_does_not_send_stay_none_through_the_codec_the_store_and_exports(standin, tmp_path):
+    """The stand-in is a vLLM look-alike: text, no ids. The ids are None on the steps and
+    their candidates, ``null`` in every record, None again once read back from the store
+    and from an export, and empty cells in the CSV (whose ``chosen`` then goes by text)."""
+    import csv
+
+    from app.store.export import from_records, read_jsonl, write
+    from app.store.export_store import from_store
+    from app.store.serialize import steps_from_json, steps_to_json
+    from app.store.store import Store
+    from engine.codec import CLI, EXPORT, STORE, decode_step, encode_step
+
+    backend = _backend(standin, timeout=5)
+    try:
+        steps = _reply(backend, SamplingParams(max_tokens=3, top_logprobs=2))
+    finally:
+        backend.close()
+
+    def ids(steps_):
+        return [(s.token_id, [c.token_id for c in s.top]) for s in steps_]
+
+    assert ids(steps) == [(None, [None, None])] * 3
+    for style in (CLI, EXPORT, STORE):
+        record = json.loads(json.dumps(encode_step(steps[0], style, steps[0].params.to_dict()), allow_nan=False))
+        assert record["token_id"] is None and [c["token_id"] for c in record["top"]] == [None, None]
+        back = decode_step(record, steps[0].params)
+        assert ids([back]) == ids(steps[:1]) and back.logprobs == steps[0].logprobs
+    assert ids(steps_from_json(steps_to_json(steps))) == ids(steps)
+
+    store = Store(tmp_path / "db.sqlite3")
+    try:
+        conv = store.new_conversation("", "ids")
+        user = store.add_user_message(conv.id, "hi", None)
+        reply = store.add_assistant_message(conv.id, user.id)
+        store.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "ok", steps[0].params)
+        saved = store.thread(conv.id)[-1].branch
+        assert saved is not None and ids(saved.steps) == ids(steps)
+        assert [s.text for s in saved.steps] == [s.text for s in steps]
+        data = from_store(store, conv.id)
+    finally:
+        store.close()
+    write(data, tmp_path / "e.jsonl")
+    tokens = [r for r in read_jsonl(tmp_path / "e.jsonl") if r["type"] == "token"]
+    assert [r["token_id"] for r in tokens] == [None] * 3 and all(
+        c["token_id"] is None for r in tokens for c in r["top"]
+    )
+    imported = from_records(read_jsonl(tmp_path / "e.jsonl")).messages[-1].branches[0].steps
+    assert ids(imported) == ids(steps)
+    write(data, tmp_path / "e.csv")
+    with open(tmp_path / "e.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 * 2 and all(r["token_id"] == "" and r["candidate_id"] == "" for r in rows)
+    assert [r["candidate_text"] for r in rows if r["chosen"] == "1"] == [" t0", " t1", " t2"]
+
+
+def test_a_branch_from_a_candidate_without_an_id_continues_from_its_text(standin, tmp_path):
+    """The model layer and the worker's own start, against the stand-in (a vLLM look-alike
+    that sends no ids); only the Qt hop between them is left out. A picked candidate
+    without an id becomes a ``ChatJob`` whose ``ForcedToken`` has no id and the candidate's
+    text; ``EngineWorker._start`` hands it to ``RemoteBackend.continue_reply``, and the
+    server is sent the reply's text so far and then the candidate's."""
+    from app.model.chat import ChatModel
+    from app.model.jobs import ChatJob, ForcedToken
+    from app.model.streams import branch_key
+    from app.shell.worker import EngineWorker
+    from app.store.store import Store
+
+    store = Store(tmp_path / "db.sqlite3")
+    model = ChatModel(store)
+    jobs: list[ChatJob] = []
+    model.events.job_submitted.connect(jobs.append)
+    backend = _backend(standin, timeout=5)
+
+    def run(job: ChatJob) -> None:
+        (started,) = EngineWorker._start(backend, job)
+        model.on_job_started(job.tag, started.request_id, len(started.prompt_tokens))
+        for event in _drive(backend):
+            if isinstance(event, TokenStep):
+                model.on_token(job.tag, event)
+            elif isinstance(event, Finished):
+                model.on_finished(job.tag, event)
+
+    params = SamplingParams(max_tokens=3, top_logprobs=2)
+    try:
+        assert model.send("hi", params)
+        run(jobs[-1])
+        (message,) = [m for m in model.thread if m.role == "assistant"]
+        first = message.branch
+        assert [s.text for s in first.steps] == [" t0", " t1", " t2"]
+        assert all(s.token_id is None for s in first.steps)
+        model.select((branch_key(first.id), 1))
+        other = next(c for c in first.steps[1].top if c.text == " x")
+        assert other.token_id is None
+        assert model.pick_token(other.token_id, params, forced_text=other.text)
+        job = jobs[-1]
+        assert job.forced == ForcedToken(None, " x") and job.output == (None,) and job.output_text == " t0"
+        n = len(standin.requests)
+        run(job)
+    finally:
+        backend.close()
+    body = standin.requests[n][1]
+    assert body["messages"][-1] == {"role": "assistant", "content": " t0 x"} and body["max_tokens"] == 1
+    branch = message.branches[-1]
+    assert [s.text for s in branch.steps] == [" t0", " x", " t1"]  # the stand-in counts the " t"s it was sent
+    assert branch.steps[1].forced and branch.steps[1].token_id is None
+    # Saved and read back: the forced token's id is still "not reported".
+    reopened = ChatModel(store)
+    assert reopened.open_conversation(model.conversation.id)
+    saved = reopened.thread[-1].branches[-1].steps
+    assert [(s.token_id, s.text, s.forced) for s in saved[:2]] == [(None, " t0", False), (None, " x", True)]
+    store.close()
+
+
+def test_a_branch_without_an_id_is_refused_by_the_local_engine_with_the_reason():
+    pytest.importorskip("mlx.core")
+    from engine.session import EngineSession, token_ids
+
+    assert token_ids([3, 4]) == [3, 4]
+    with pytest.raises(EngineError, match="token 1 of the reply has none"):
+        token_ids([3, None])
+    session = EngineSession()  # the checks come before the model is needed
+    with pytest.raises(EngineError, match="the picked token has none"):
+        session.continue_reply(MSG, [3], None, SamplingParams(), forced_text=" x")
+    with pytest.raises(EngineError, match="token 0 of the reply has none"):
+        session.continue_reply(MSG, [None], 5, SamplingParams(), output_text=" t0")

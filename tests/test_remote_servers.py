@@ -141,7 +141,7 @@ def test_legacy_completions_and_llama_cpp_post_sampling_shapes():
         }
     )
     toks = assign_texts(legacy.entries, legacy.text, TextDecoder())
-    assert [t.text for t in toks] == [" a", " b"] and toks[0].top[1].text == " c" and toks[0].token_id == -1
+    assert [t.text for t in toks] == [" a", " b"] and toks[0].top[1].text == " c" and toks[0].token_id is None
     post = parse_chunk(
         {
             "choices": [
@@ -193,6 +193,22 @@ def _drive(backend):
             steps += [e] if isinstance(e, TokenStep) else []
             done = e if isinstance(e, Finished) else done
     return steps, done
+
+
+def test_a_token_id_the_server_does_not_send_is_none():
+    """vLLM's ``token_id:N`` strings and llama.cpp's ``id`` are ids; no id (or a negative
+    one) is None, never -1."""
+    content = [
+        {"token": "token_id:42", "logprob": -0.1, "top_logprobs": [{"token": "token_id:42", "logprob": -0.1}]},
+        {"token": " b", "logprob": -0.2, "top_logprobs": [{"token": " b", "logprob": -0.2}]},
+        {"id": -1, "token": " c", "logprob": -0.3, "top_logprobs": [{"id": 7, "token": " d", "logprob": -0.5}]},
+    ]
+    chunk = parse_chunk({"choices": [{"delta": {"content": " b c"}, "logprobs": {"content": content}}]})
+    assert [(e.token_id, [a.token_id for a in e.top]) for e in chunk.entries] == [
+        (42, [42]),
+        (None, [None]),
+        (None, [7]),
+    ]
 
 
 def test_mlx_lm_greedy_takes_the_most_likely_of_its_unordered_list():

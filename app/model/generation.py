@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from app.model.jobs import ChatJob, ForkJob
+from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.store.serialize import steps_to_json
@@ -68,22 +68,29 @@ class GenerationMixin:
             self._start_run(message, variants)
         return True
 
-    def pick_token(self: ChatModel, token_id: int, params: SamplingParams, forced_text: str | None = None) -> bool:
-        """Continue the selected token's reply from that token, with ``token_id`` instead."""
+    def pick_token(
+        self: ChatModel, token_id: int | None, params: SamplingParams, forced_text: str | None = None
+    ) -> bool:
+        """Continue the selected token's reply from that token, with ``token_id`` instead.
+        ``forced_text``: the picked token's text; a server continues from it, and it is what
+        names a token the server sent without its id (``token_id`` None)."""
         message = self._message_for_continuation(self.selection)
         if message is None or not self.params_ok([("", params)]):
             return False
         stream, index = self.selection
-        for reply in list(self.replies.values()):
-            if reply.message_id == message.id:
-                self.events.cancel_requested(reply.id)
         steps = self.steps_of(stream)
         prefix = steps[:index]
         top = steps[index].top if index < len(steps) else ()
-        picked = forced_text  # the candidate's text (a server may send no ids)
-        if picked is None:
+        picked = forced_text
+        if picked is None and token_id is not None:
             picked = next((c.text for c in top if c.token_id == token_id), None)
-        self._start_reply(message, params, prefix, forced=token_id, forced_text=picked)
+        if token_id is None and picked is None:
+            self.events.status("This token has neither an id nor a text to continue from.")
+            return False
+        for reply in list(self.replies.values()):
+            if reply.message_id == message.id:
+                self.events.cancel_requested(reply.id)
+        self._start_reply(message, params, prefix, forced=ForcedToken(token_id, picked))
         self.events.status("Continuing from the picked token; the earlier reply is kept as a branch.")
         return True
 
@@ -230,18 +237,19 @@ class GenerationMixin:
         message: Message,
         params: SamplingParams,
         prefix=(),
-        forced: int | None = None,
-        forced_text: str | None = None,
+        forced: ForcedToken | None = None,
     ) -> Reply:
+        """A new reply to ``message``; with ``forced``, a branch: ``prefix`` (the reply's steps
+        before it) then that token."""
         params = with_seed(params)  # "random each reply": drawn now, so the reply can be written again
         reply = Reply(self._new_id(), message.id, params, list(prefix), len(prefix))
         self.replies[reply.id] = reply
-        output = tuple(s.token_id for s in prefix)
+        output = tuple(s.token_id for s in prefix)  # None where a server sent no id: text below
         self._follow(reply.key)
         self._refresh()
         self.events.busy_changed(True)
         text = "".join(s.text for s in prefix)
-        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text, forced_text)
+        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text)
         self.events.job_submitted(job)
         return reply
 

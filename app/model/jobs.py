@@ -14,18 +14,29 @@ Messages = tuple[dict[str, str], ...]
 
 
 @dataclass(frozen=True)
+class ForcedToken:
+    """The token a branch starts with (a picked candidate). ``token_id`` is None where a
+    server did not report it; ``text`` is its text (None: not known here), which is what a
+    remote server continues from. The local engine needs the id."""
+
+    token_id: int | None
+    text: str | None = None
+
+
+@dataclass(frozen=True)
 class ChatJob:
-    """One reply. ``output`` + ``forced_token``: continue a reply after its first
-    ``len(output)`` tokens with ``forced_token`` (a picked candidate)."""
+    """One reply. With ``forced`` (a branch): continue a reply after its first
+    ``len(output)`` tokens with that token; without, a new reply."""
 
     tag: int
     messages: Messages
     params: SamplingParams
-    output: tuple[int, ...] = ()
-    forced_token: int | None = None
+    output: tuple[int | None, ...] = ()
+    """The reply's tokens before the forced one; None where a server did not report an id
+    (a remote backend reads only their number and ``output_text``)."""
+    forced: ForcedToken | None = None
     output_text: str | None = None
-    """The text of ``output`` and of the forced token: a remote server continues from text."""
-    forced_text: str | None = None
+    """The text of ``output``: a remote server continues from text."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,6 @@ class ForkJob:
     tags: tuple[int, ...]
     messages: Messages
     variants: tuple[SamplingParams, ...]
-    output: tuple[int, ...] = ()
+    output: tuple[int | None, ...] = ()
     output_text: str | None = None
     """The text of ``output`` (a remote server continues from text)."""

@@ -13,7 +13,7 @@ import ipaddress
 import math
 from urllib.parse import urlsplit
 
-from engine.events import Candidate, TokenStep
+from engine.events import Candidate, TokenStep, same_token
 
 NOT_REPORTED = "not reported"
 STAGE_CHOICES = ("auto", "raw", "penalties", "final", "sglang")
@@ -73,12 +73,13 @@ def step_stage_label(step: TokenStep) -> str:
     )
 
 
-def sort_key(step: TokenStep, cand: Candidate) -> tuple[float, int]:
-    """Raw rank where raw logits are known, else the first reported stage's rank."""
+def sort_key(step: TokenStep, cand: Candidate) -> tuple[float, bool, int]:
+    """Raw rank where raw logits are known, else the first reported stage's rank (ties: by
+    id, the tokens without one last)."""
     value = cand.raw_logit
     if value is None:
         value = cand.logprobs[0] if cand.logprobs and cand.logprobs[0] is not None else -math.inf
-    return (-value, cand.token_id)
+    return (-value, cand.token_id is None, cand.token_id or 0)
 
 
 def fmt_or_not_reported(value: float, fmt: str = "{:.3f}") -> str:
@@ -110,6 +111,9 @@ def plain_http_warning(url: str) -> str:
 
 def is_chosen(step: TokenStep, cand: Candidate) -> bool:
     """Whether ``cand`` is the step's token (by text where the server sends no ids)."""
-    if step.token_id >= 0 or cand.token_id >= 0:
-        return cand.token_id == step.token_id
-    return cand.text == step.piece
+    return same_token(cand.token_id, cand.text, step.token_id, step.piece)
+
+
+def token_id_text(token_id: int | None) -> str:
+    """A token id as shown: the number, or "not reported" (a server that sent none)."""
+    return NOT_REPORTED if token_id is None else str(token_id)

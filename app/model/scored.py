@@ -85,4 +85,7 @@ def replay_job(model, stream, params: SamplingParams, tag: int) -> ReplayJob | N
     steps = model.steps_of(stream)
     if message is None or message.role != "assistant" or not steps:
         return None
-    return ReplayJob(tag, model.context_for(message), tuple(s.token_id for s in steps), params)
+    ids = tuple(s.token_id for s in steps)
+    if any(t is None for t in ids):
+        return None  # a server's reply without token ids: nothing to replay
+    return ReplayJob(tag, model.context_for(message), tuple(t for t in ids if t is not None), params)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 NOT_SAVED = "Select a token of a saved reply to replay it."
 NO_REPLAY = "Replay a reply first (Chat → Replay under the current settings)."
+NO_IDS = "The selected reply came from a server that did not report its token ids: it cannot be replayed."
 EXPORTS = ("reply", "conversation", "compare", "scored")
 
 
@@ -97,6 +98,8 @@ class Scoring:
             return NOT_SAVED
         if self.replay is not None and self.replay.done is None:
             return ""
+        if any(s.token_id is None for s in model.steps_of(stream)):
+            return NO_IDS
         job = replay_job(model, stream, params, model._new_id())
         if job is None:
             return NOT_SAVED

@@ -148,8 +148,11 @@ class PrecisionCheck(QObject):
         branch = message.branch if message is not None else None
         if branch is not None and branch.model != info.name:
             return f"The selected reply was written by {branch.model}: load it to check the reply."
-        if not model.steps_of(stream):
+        steps = model.steps_of(stream)
+        if not steps:
             return "The selected reply has no tokens."
+        if any(s.token_id is None for s in steps):
+            return "The selected reply came from a server that did not report its token ids."
         return ""
 
     def start(self) -> PrecisionJob | None:

@@ -119,4 +119,6 @@ def continue_interrupted(window: MainWindow) -> bool:
     branch = message.branch
     last = len(branch.steps) - 1
     window.model.select((branch_key(branch.id), last))
-    return window.model.pick_token(branch.steps[last].token_id, branch.steps[last].params)
+    step = branch.steps[last]
+    # The text too: a server's reply continues from text, and may have no token ids.
+    return window.model.pick_token(step.token_id, step.params, forced_text=step.text)

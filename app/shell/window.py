@@ -244,9 +244,10 @@ class MainWindow(QMainWindow):
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
 
-    def pick_token(self, token_id: int) -> None:
+    def pick_token(self, token_id: int | None) -> None:
         """Continue the selected token's reply with ``token_id`` instead: with the settings of
-        the compare column it belongs to, else the main settings."""
+        the compare column it belongs to, else the main settings. None: a token a server
+        sent without its id, named by the inspector's last pick (its text)."""
         if self.model_info is None or self.model.selection is None:
             return
         run = self.model.run_of(self.model.selection[0])

@@ -184,16 +184,16 @@ class EngineWorker(QObject):
             if job.output:
                 return session.fork_reply(messages, job.output, list(job.variants), output_text=job.output_text)
             return session.fork(messages, list(job.variants))
-        if job.forced_token is None:
+        if job.forced is None:
             return [session.start(messages, job.params)]
         return [
             session.continue_reply(
                 messages,
                 job.output,
-                job.forced_token,
+                job.forced.token_id,
                 job.params,
                 output_text=job.output_text,
-                forced_text=job.forced_text,
+                forced_text=job.forced.text,
             )
         ]
 

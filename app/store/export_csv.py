@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.codec import RecordType
+from engine.events import same_token
 
 CSV_COLUMNS = (
     "message",
@@ -33,7 +34,8 @@ CSV_COLUMNS = (
 
 
 def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """One row per token × candidate × stage (``logprob`` empty once removed)."""
+    """One row per token × candidate × stage (``logprob`` empty once removed; ``token_id``
+    and ``candidate_id`` empty where a server did not report the id)."""
     for r in recs:
         if r.get("type") != RecordType.TOKEN:
             continue
@@ -51,7 +53,7 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
                     "candidate_rank": k + 1,
                     "candidate_id": c["token_id"],
                     "candidate_text": c["text"],
-                    "chosen": int(c["token_id"] == r["token_id"]),
+                    "chosen": int(same_token(c["token_id"], c["text"], r["token_id"], r.get("piece", r["text"]))),
                     "stage": stage,
                     "stage_index": si,
                     "logprob": c["logprobs"].get(stage),

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
-from app.model.remote_labels import NOT_REPORTED, is_chosen, sort_key
+from app.model.remote_labels import NOT_REPORTED, is_chosen, sort_key, token_id_text
 from app.model.textfmt import prob, visible
 from app.views.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
@@ -205,7 +205,7 @@ class ChainModel(QAbstractTableModel):
             return font
         if role == Qt.ItemDataRole.ToolTipRole:
             if cand.raw_logit is None:
-                return f"id {cand.token_id} · rank {section + 1} · raw logit {NOT_REPORTED}"
+                return f"id {token_id_text(cand.token_id)} · rank {section + 1} · raw logit {NOT_REPORTED}"
             return f"id {cand.token_id} · raw rank {section + 1} · raw logit {cand.raw_logit:.3f}"
         return None
 

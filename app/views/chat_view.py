@@ -19,7 +19,7 @@ from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent, QTextCursor, 
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.model.chat import ChatModel
-from app.model.remote_labels import p_label
+from app.model.remote_labels import is_chosen, p_label
 from app.model.streams import StreamKey, TokenRef
 from app.model.textfmt import escape, percent, visible
 from app.views.chat_doc import ChatDocument
@@ -238,7 +238,7 @@ def tooltip_for(step: TokenStep) -> str:
     lines = [head]
     if step.forced:
         lines.append("<i>picked by hand</i>")
-    others = [cand for cand in step.top if cand.token_id != step.token_id][:5]
+    others = [cand for cand in step.top if not is_chosen(step, cand)][:5]
     for cand in others:
         lines.append(f"&nbsp;&nbsp;{escape(visible(cand.text))} &nbsp; {percent(cand.logprob)}")
     return "<br>".join(lines)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
-from app.model.remote_labels import p_label, stage_label, step_stage_label
+from app.model.remote_labels import NOT_REPORTED, p_label, stage_label, step_stage_label
 from app.model.textfmt import escape, percent, visible
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
@@ -45,7 +45,7 @@ one reads ten tables a second. A token picked by hand is shown at once."""
 
 
 class InspectorWidget(QWidget):
-    token_picked = Signal(int)  # continue the reply with this token id
+    token_picked = Signal(object)  # continue the reply with this token id (None: not reported; see last_pick)
     token_banned = Signal(int)
 
     def __init__(self) -> None:
@@ -183,7 +183,7 @@ class InspectorWidget(QWidget):
             self._emit_pick(self.candidates[row])
 
     def _emit_pick(self, cand: Candidate) -> None:
-        # A server may send no token ids (-1): the window reads the text from here.
+        # A server may send no token ids (None): the window reads the text from here.
         self.last_pick = cand
         self.token_picked.emit(cand.token_id)
 
@@ -196,7 +196,11 @@ class InspectorWidget(QWidget):
         pick = QAction(f"Continue with “{visible(cand.text)}”", menu)
         pick.triggered.connect(lambda: self._emit_pick(cand))
         ban = QAction(f"Ban “{visible(cand.text)}” (logit bias −100)", menu)
-        ban.triggered.connect(lambda: self.token_banned.emit(cand.token_id))
+        if cand.token_id is None:  # a logit bias names an id, and the server sent none
+            ban.setText(f"Ban “{visible(cand.text)}”: its token id was {NOT_REPORTED}")
+            ban.setEnabled(False)
+        else:
+            ban.triggered.connect(lambda: self.token_banned.emit(cand.token_id))
         menu.addAction(pick)
         menu.addAction(ban)
         if view is self.table:

@@ -17,7 +17,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableWidget, QTableWidgetItem
 
 from app.model.inspector_settings import COUNT_NOTE, FINAL_NOTE, PENALTY_NOTE
-from app.model.remote_labels import NOT_REPORTED, is_chosen
+from app.model.remote_labels import NOT_REPORTED, is_chosen, token_id_text
 from app.model.textfmt import percent, visible
 from app.views.theme import Colors
 from engine.events import Candidate, TokenStep
@@ -40,7 +40,7 @@ def row_values(step: TokenStep, cand: Candidate) -> list[str]:
     raw_lp = step.logprob_at("raw", cand)
     return [
         visible(cand.text),
-        str(cand.token_id) if cand.token_id >= 0 else NOT_REPORTED,
+        token_id_text(cand.token_id),
         NOT_REPORTED if cand.raw_logit is None else f"{cand.raw_logit:.3f}",
         NOT_REPORTED if raw_lp is None else percent(raw_lp),
         NOT_REPORTED if cand.logprob is None else percent(cand.logprob),
@@ -49,6 +49,12 @@ def row_values(step: TokenStep, cand: Candidate) -> list[str]:
         _effect(cand.penalty, "{:+.3f}"),
         NOT_REPORTED if cand.count is None else (str(cand.count) if cand.count else ""),
     ]
+
+
+def row_key(cand: Candidate) -> tuple[int | None, str]:
+    """What names a row's token across steps: its id, and its text where a server sent no id
+    (rows of tokens without ids are then still told apart)."""
+    return (cand.token_id, "" if cand.token_id is not None else cand.text)
 
 
 def _effect(value: float | None, fmt: str) -> str:
@@ -60,7 +66,7 @@ def _effect(value: float | None, fmt: str) -> str:
 class CandidateTable(QTableWidget):
     def __init__(self) -> None:
         super().__init__(0, len(COLUMNS))
-        self.ids: list[int] = []  # the token id of each row
+        self.ids: list[tuple[int | None, str]] = []  # the token of each row: (id, text), by text without an id
         for col, name in enumerate(COLUMNS):
             item = QTableWidgetItem(name)
             item.setToolTip(HEADER_TIPS.get(name, ""))
@@ -84,7 +90,7 @@ class CandidateTable(QTableWidget):
             return
         self._name_final_column(step)
         rows = [row_values(step, cand) for cand in candidates]
-        self.ids = [cand.token_id for cand in candidates]
+        self.ids = [row_key(cand) for cand in candidates]
         self.setRowCount(len(rows))
         for row, (cand, values) in enumerate(zip(candidates, rows, strict=True)):
             chosen = is_chosen(step, cand)
@@ -122,14 +128,14 @@ class CandidateTable(QTableWidget):
             widest = max((cells.horizontalAdvance(r[col]) for r in rows), default=0)
             self.setColumnWidth(col, max(widest + CELL_PAD, heads.horizontalAdvance(name) + HEADER_PAD))
 
-    def selected_ids(self) -> set[int]:
+    def selected_ids(self) -> set[tuple[int | None, str]]:
         rows = {index.row() for index in self.selectionModel().selectedRows()}
         return {self.ids[r] for r in rows if r < len(self.ids)}
 
-    def _select_ids(self, ids: set[int]) -> None:
+    def _select_ids(self, ids: set[tuple[int | None, str]]) -> None:
         selection = QItemSelection()
-        for row, token_id in enumerate(self.ids):
-            if token_id in ids:
+        for row, key in enumerate(self.ids):
+            if key in ids:
                 selection.select(self.model().index(row, 0), self.model().index(row, len(COLUMNS) - 1))
         flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
         self.selectionModel().select(selection, flags)
