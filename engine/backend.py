@@ -26,7 +26,7 @@ the app asks instead of the backend's type.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,6 +122,7 @@ class Backend(Protocol):
         *,
         output_text: str | None = None,
         forced_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
     ) -> StartedRequest:
         """Continue a reply after its first ``len(output)`` tokens with ``forced_token``
         (a branch); ``TokenStep.index`` continues from ``len(output)``, and the first step
@@ -129,7 +130,10 @@ class Backend(Protocol):
         ``output_text`` (the reply's text before the forced token) and ``forced_text``
         (the forced token's text), so an id of None (a server that did not report it)
         is fine there. The local engine reads the ids, which must all be ints (an
-        ``EngineError`` says so otherwise), and ignores the texts."""
+        ``EngineError`` says so otherwise), and ignores the texts. ``carry``: the stage
+        state the history cannot rebuild (mirostat's μ) as
+        :func:`engine.stages.carry.carry_from_steps` folds it from the reply's steps; a
+        server keeps its own and ignores it."""
         ...
 
     def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
@@ -145,10 +149,12 @@ class Backend(Protocol):
         variants: Sequence[SamplingParams],
         *,
         output_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
     ) -> list[StartedRequest]:
         """Each variant draws its own token after the first ``len(output)`` tokens of a reply
         ("compare from here"). A remote backend continues from ``output_text`` (the ids may
-        be None there); the local engine needs int ids."""
+        be None there); the local engine needs int ids. ``carry`` as in
+        :meth:`continue_reply`."""
         ...
 
     def score_text(

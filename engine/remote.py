@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import queue
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -181,10 +181,12 @@ class RemoteBackend(ServerEmulation):
         *,
         output_text: str | None = None,
         forced_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
     ) -> StartedRequest:
         """Continue from text: ``output_text + forced_text``. Only ``len(output)`` is read
         when ``output_text`` is given; ids (None where the server sent none) are looked up
-        in the tokens this backend has seen only when a text is missing."""
+        in the tokens this backend has seen only when a text is missing. ``carry`` is
+        ignored: a server keeps its sampler's state itself."""
         if output_text is None:
             output_text = self._text_of(output)
         if forced_text is None:

@@ -10,7 +10,7 @@ not give: those calls raise with the reason the backend's ``capabilities`` decla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.backend import Messages, StartedRequest
@@ -49,9 +49,11 @@ class ServerEmulation:
         variants: Sequence[SamplingParams],
         *,
         output_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
     ) -> list[StartedRequest]:
         """Each variant continues the reply's text after its first ``len(output)`` tokens
-        (their ids may be None: a server's reply continues from ``output_text``)."""
+        (their ids may be None: a server's reply continues from ``output_text``); ``carry``
+        is ignored (a server keeps its sampler's state)."""
         if output_text is None:
             output_text = self._text_of(output)
         return self._fork(messages, variants, output_text, len(output))

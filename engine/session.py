@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -142,6 +143,7 @@ class EngineSession:
         *,
         output_text: str | None = None,
         forced_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
     ) -> StartedRequest:
         """Continue a reply after its first ``len(output)`` tokens with ``forced_token``.
         ``output_text`` and ``forced_text`` are for remote backends; the ids suffice here,
@@ -153,7 +155,7 @@ class EngineSession:
             )
         ids = token_ids(output)
         prompt = self.prompt_for(messages)
-        request_id = self.scheduler.continue_output(prompt, ids, forced_token, params)
+        request_id = self.scheduler.continue_output(prompt, ids, forced_token, params, carry=carry)
         return StartedRequest(request_id, tuple(prompt))
 
     def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
@@ -168,13 +170,14 @@ class EngineSession:
         variants: Sequence[SamplingParams],
         *,
         output_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
     ) -> list[StartedRequest]:
         """Continue a reply after its first ``len(output)`` tokens with each variant
         ("compare from here"); works for replies the engine no longer holds.
         ``output_text`` is for remote backends; the ids suffice here (all ints)."""
         output = token_ids(output)
         prompt = self.prompt_for(messages)
-        ids = self.scheduler.fork_output(prompt, output, variants)
+        ids = self.scheduler.fork_output(prompt, output, variants, carry=carry)
         return [StartedRequest(rid, tuple(prompt)) for rid in ids]
 
     def score_text(

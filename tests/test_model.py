@@ -376,3 +376,37 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
     assert other.open_conversation(conversation)
     assert other.conversation.title.startswith("[export] ")
     assert [s.token_id for s in other.entries[-1].steps] == [7, 8, 9]
+
+
+def test_a_branch_and_compare_from_here_carry_mirostats_mu(store):
+    """The engine continues a reply from its ids; μ, which they cannot rebuild, travels in
+    the job, folded from the stored steps' logprobs after the stage (2τ, then each token)."""
+    miro = SamplingParams(samplers=("temperature", "mirostat_v2"), mirostat_tau=3.0, mirostat_eta=0.5, max_tokens=8)
+    model = ChatModel(store)
+    seen = Recorder(model.events)
+    model.send("tell me", miro)
+    tag = seen.of("job_submitted")[-1][0].tag
+    assert seen.of("job_submitted")[-1][0].carry is None
+    model.on_job_started(tag, 100, 12)
+    lps = [-1.0, -3.0, -0.2, -2.5]
+    for i, lp in enumerate(lps):
+        s = step(i, i + 1, miro)
+        top = (replace(s.top[0], logprobs=(lp, lp, lp)),)
+        chain = ("raw", "temperature", "mirostat_v2")
+        model.on_token(
+            tag, replace(s, chain=chain, logprobs=(lp,) * 3, entropies=(1.0,) * 3, survivors=(9,) * 3, top=top)
+        )
+    model.on_finished(tag, finished())
+    mu = 6.0
+    for lp in lps[:3]:
+        mu -= 0.5 * (-lp / math.log(2) - 3.0)
+    base = branch_key(model.thread[-1].branch.id)
+    assert model.compare_from((base, 3), [("a", miro), ("b", miro.with_changes(mirostat_tau=2.0))])
+    fork = seen.of("job_submitted")[-1][0]
+    assert isinstance(fork, ForkJob) and fork.carry == {"mirostat_v2": pytest.approx(mu)}
+    for t in fork.tags:
+        model.on_finished(t, finished(reason="cancelled", generated=0))
+    model.select((base, 3))
+    assert model.pick_token(7, miro)
+    job = seen.of("job_submitted")[-1][0]
+    assert job.output == (1, 2, 3) and job.carry == {"mirostat_v2": pytest.approx(mu)}

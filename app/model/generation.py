@@ -19,6 +19,7 @@ from app.store.serialize import steps_to_json
 from app.store.store import Message
 from engine.events import Divergence, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
+from engine.stages.carry import carry_from_steps
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
@@ -249,7 +250,8 @@ class GenerationMixin:
         self._refresh()
         self.events.busy_changed(True)
         text = "".join(s.text for s in prefix)
-        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text)
+        carry = carry_from_steps(prefix) or None  # mirostat's μ as the reply left it
+        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text, carry)
         self.events.job_submitted(job)
         return reply
 
@@ -269,7 +271,8 @@ class GenerationMixin:
         output = tuple(s.token_id for s in prefix)
         params = tuple(c.params for c in run.columns)
         text = "".join(s.text for s in prefix)
-        self.events.job_submitted(ForkJob(run.group, tags, self.context_for(message), params, output, text))
+        carry = carry_from_steps(prefix) or None
+        self.events.job_submitted(ForkJob(run.group, tags, self.context_for(message), params, output, text, carry))
         return run
 
     def _save_reply(self: ChatModel, reply: Reply, finished: Finished) -> None:

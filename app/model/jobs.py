@@ -6,7 +6,9 @@ when the job is made). Keep these narrow: a remote backend answers the same jobs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from engine.params import SamplingParams
 
@@ -37,6 +39,9 @@ class ChatJob:
     forced: ForcedToken | None = None
     output_text: str | None = None
     """The text of ``output``: a remote server continues from text."""
+    carry: Mapping[str, Any] | None = None
+    """Stage state the history cannot rebuild (mirostat's μ), folded from the steps of
+    ``output`` (:func:`engine.stages.carry.carry_from_steps`); None: it starts afresh."""
 
 
 @dataclass(frozen=True)
@@ -53,3 +58,5 @@ class ForkJob:
     output: tuple[int | None, ...] = ()
     output_text: str | None = None
     """The text of ``output`` (a remote server continues from text)."""
+    carry: Mapping[str, Any] | None = None
+    """As :attr:`ChatJob.carry`, for every variant."""

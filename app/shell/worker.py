@@ -182,7 +182,9 @@ class EngineWorker(QObject):
         messages = list(job.messages)
         if isinstance(job, ForkJob):
             if job.output:
-                return session.fork_reply(messages, job.output, list(job.variants), output_text=job.output_text)
+                return session.fork_reply(
+                    messages, job.output, list(job.variants), output_text=job.output_text, carry=job.carry
+                )
             return session.fork(messages, list(job.variants))
         if job.forced is None:
             return [session.start(messages, job.params)]
@@ -194,6 +196,7 @@ class EngineWorker(QObject):
                 job.params,
                 output_text=job.output_text,
                 forced_text=job.forced.text,
+                carry=job.carry,
             )
         ]
 
