@@ -185,6 +185,29 @@ class Backend(Protocol):
         ``engine.fidelity.TokenFidelity`` per reply token."""
         ...
 
+    def load_second(self, source: str, precision: str = "auto", progress: ProgressFn | None = None) -> Any:
+        """Load a second model beside the running one to compare with
+        (``capabilities.compare_models``): refused with the numbers when it would not fit,
+        or when its vocabulary differs. Returns an ``engine.session_compare.SecondModel``."""
+        ...
+
+    def second_model(self) -> Any:
+        """The second model held (``SecondModel``), or None."""
+        ...
+
+    def release_second(self) -> None:
+        """Free the second model."""
+        ...
+
+    def compare_reply(self, messages: Messages, output: Sequence[int], top: int = 10, chunk: int = 64) -> Iterator[Any]:
+        """A reply under the running model and the second: one ``engine.kld.TokenKLD`` per
+        reply token (KL(running ‖ second) and both top lists); stop iterating to cancel."""
+        ...
+
+    def compare_text(self, text: str, prompt: Messages | None = None, top: int = 10, chunk: int = 64) -> Iterator[Any]:
+        """A given text (scored as ``score_text`` scores it) under both models."""
+        ...
+
     def step(self) -> list[Event]:
         """The events since the last call. Local: runs one decode step. Remote: returns
         what the server sent, waiting at most a few tens of milliseconds for it."""

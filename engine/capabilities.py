@@ -17,6 +17,7 @@ NAMES = (
     "score",
     "replay",
     "fidelity",
+    "compare_models",
     "precision",
     "layers",
     "full_chain",
@@ -41,6 +42,9 @@ class Capabilities:
     """``replay``: a stored reply re-scored under other settings."""
     fidelity: bool = False
     """``check_fidelity``: the running precision measured against float32."""
+    compare_models: bool = False
+    """``load_second`` / ``compare_reply`` / ``compare_text``: the same tokens under a second
+    local model, compared over the whole vocabulary."""
     precision: bool = False
     """``load`` honours its ``precision`` argument (the model computes here)."""
     layers: bool = False
@@ -79,6 +83,7 @@ LOCAL_CAPABILITIES = Capabilities(
     score=True,
     replay=True,
     fidelity=True,
+    compare_models=True,
     precision=True,
     layers=True,
     full_chain=True,

@@ -72,6 +72,21 @@ class ServerEmulation:
     def check_fidelity(self, *args: Any, **kwargs: Any):
         raise EngineError(self._refused("fidelity"))
 
+    def load_second(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("compare_models"))
+
+    def second_model(self) -> None:
+        return None
+
+    def release_second(self) -> None:
+        """Nothing is held: a server cannot compare models."""
+
+    def compare_reply(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("compare_models"))
+
+    def compare_text(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("compare_models"))
+
     def _refused(self, name: str) -> str:
         reason = self.capabilities.reason(name)
         return f"{name}: {reason}" if reason else f"{name} is not available."

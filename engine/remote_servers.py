@@ -337,6 +337,7 @@ def remote_capabilities(kind: ServerKind, stage: str) -> Capabilities:
             ("score", f"scoring a given text: {only}"),
             ("replay", f"replaying a reply under other settings: {only}"),
             ("fidelity", "the server chooses its own precision; it cannot be compared with float32 here."),
+            ("compare_models", "a server sends only its top logprobs: the KL divergence needs whole distributions."),
             ("precision", "the server chooses its own precision."),
             ("layers", f"{kind.title} does not say the model's architecture, vocabulary or context."),
             ("full_chain", f"{kind.title} reports one stage ({stage}): no entropies, survivors or other stages."),

@@ -23,6 +23,7 @@ from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
 from engine.prompts import encode_messages, scored_text
 from engine.scheduler import Scheduler
+from engine.session_compare import CompareModelsMixin
 
 
 def token_ids(output: Sequence[int | None]) -> list[int]:
@@ -81,7 +82,7 @@ def describe_quantization(loaded) -> str:
     return str(weight.dtype).replace("mlx.core.", "") if weight is not None else "unknown"
 
 
-class EngineSession:
+class EngineSession(CompareModelsMixin):
     """The local backend (:class:`engine.backend.Backend`): one MLX model and its scheduler."""
 
     def __init__(self, prefill_chunk: int | None = None, max_batch_size: int = 8) -> None:

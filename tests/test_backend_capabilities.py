@@ -61,7 +61,8 @@ def run(backend, limit: float = 60.0) -> list:
 
 
 def test_the_protocol_declares_every_call_the_worker_makes():
-    for call in ("start", "continue_reply", "fork", "fork_reply", "score_text", "replay", "check_fidelity"):
+    calls = ("start", "continue_reply", "fork", "fork_reply", "score_text", "replay", "check_fidelity")
+    for call in (*calls, "load_second", "compare_reply", "compare_text", "release_second"):
         assert call in PROTOCOL_CALLS
     assert isinstance(Backend.__dict__["capabilities"], property)
     source = inspect.getsource(__import__("app.shell.worker", fromlist=["x"]))
@@ -96,7 +97,9 @@ def test_remote_backend_declares_what_a_server_does(remote):
     assert caps.fork and caps.network
     assert set(caps.missing()) == set(NAMES) - {"fork", "network"}
     assert "penalties" in caps.reason("full_chain")  # the stage mlx_lm.server reports
-    for call, name in (("score_text", "score"), ("replay", "replay"), ("check_fidelity", "fidelity")):
+    refused = [("score_text", "score"), ("replay", "replay"), ("check_fidelity", "fidelity")]
+    refused += [("load_second", "compare_models"), ("compare_text", "compare_models")]
+    for call, name in refused:
         with pytest.raises(EngineError) as err:
             getattr(remote, call)("text", SamplingParams())
         assert caps.reason(name) in str(err.value)

@@ -180,3 +180,35 @@ def test_a_pair_that_would_not_fit_goes_through_a_file(pair, monkeypatch):
     apart = _kld("--base", str(a), "--model", str(b), "--text", TEXT[:50])
     assert apart.returncode == 0 and "go through a file" in apart.stderr, apart.stderr
     assert apart.stdout == together.stdout
+
+
+def test_the_session_compares_a_reply_and_a_text_with_a_second_model(pair, monkeypatch):
+    from engine import model_fit
+    from engine.session import EngineSession
+
+    a, b = pair
+    session = EngineSession()
+    session.load(str(a))
+    assert session.capabilities.compare_models
+    with pytest.raises(EngineError, match="load the model to compare with first"):
+        list(session.compare_text(TEXT))
+    second = session.load_second(str(b))
+    assert second.source == str(b) and second.precision == "float32"
+    rows = list(session.compare_text(TEXT, top=3))
+    direct = _kld("--base", str(a), "--model", str(b), "--text", TEXT, "--top", "3")
+    records = [json.loads(line) for line in direct.stdout.splitlines()][:-1]
+    assert [r.token_id for r in rows] == [r["token_id"] for r in records]
+    np.testing.assert_allclose([r.kld for r in rows], [r["kld"] for r in records], atol=1e-5)
+    messages = [{"role": "user", "content": "hi"}]
+    reply = [r["token_id"] for r in records[:6]]
+    replied = list(session.compare_reply(messages, reply))
+    assert [r.index for r in replied] == list(range(6)) and [r.token_id for r in replied] == reply
+    # Refusals leave the running model (and nothing else) loaded.
+    running = session.scheduler.loaded
+    with pytest.raises(EngineError, match="different|vocabulary"):
+        session.load_second("default")
+    assert session.second_model() is None and session.scheduler.loaded is running
+    monkeypatch.setattr(model_fit, "total_memory", lambda: 1000)
+    with pytest.raises(EngineError, match="needs about"):
+        session.load_second(str(b))
+    assert session.scheduler.loaded is running
