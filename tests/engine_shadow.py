@@ -18,6 +18,7 @@ from engine.events import Divergence, Finished, PrefillProgress, TokenStep
 from engine.models import LoadedModel, load
 from engine.params import SamplingParams
 from engine.scheduler import Scheduler
+from engine.stages.carry import carry_from_steps
 
 # Cache kinds: llama = KVCache; lfm2 = ArraysCache (recurrent) + KVCache;
 # gemma3_text = RotatingKVCache (window 16, wraps) + KVCache.
@@ -153,6 +154,10 @@ class Spec:
     texts: list[str] = field(default_factory=list)
     finished: Finished | None = None
     cancelled: bool = False
+    earlier_steps: list[TokenStep] | None = None
+    """The steps of ``earlier`` where the engine made them (a branch, a fork_from): the
+    solo replay folds the carried stage state (mirostat's μ) from them, as the app does."""
+    steps: list[TokenStep] = field(default_factory=list)
 
     @property
     def offset(self) -> int:
@@ -193,9 +198,9 @@ def replay(loaded: LoadedModel, spec: Spec, prefill_chunk: int, speculate: bool,
     if spec.kind in ("insert", "fork") or (spec.kind == "fork_from" and not spec.earlier):
         rid = scheduler.insert(spec.base, spec.params)
     elif spec.kind in ("branch", "continue"):
-        rid = scheduler.continue_output(spec.base, spec.earlier, spec.forced, spec.params)
+        rid = scheduler.continue_output(spec.base, spec.earlier, spec.forced, spec.params, carry=_carry(spec))
     elif spec.kind == "fork_from":  # fork_output: fork_from for a reply the scheduler does not hold
-        (rid,) = scheduler.fork_output(spec.base, spec.earlier, [spec.params])
+        (rid,) = scheduler.fork_output(spec.base, spec.earlier, [spec.params], carry=_carry(spec))
     else:
         raise AssertionError(spec.kind)
     changes = list(spec.changes)
@@ -220,6 +225,12 @@ def replay(loaded: LoadedModel, spec: Spec, prefill_chunk: int, speculate: bool,
         if finished is None:
             apply_due()
     return Replay(tokens, steps, finished)
+
+
+def _carry(spec: Spec) -> dict | None:
+    """A branch restores its original's carried state; the solo replay, a continuation of a
+    reply it does not hold, rebuilds it from the original's steps (None: afresh)."""
+    return carry_from_steps(spec.earlier_steps) if spec.earlier_steps else None
 
 
 def describe_mismatch(spec: Spec, solo: Replay, decode: Callable) -> str:

@@ -530,6 +530,8 @@ class EngineMachine(RuleBasedStateMachine):
             return
         earlier = source.earlier + source.tokens[: position - source.offset]
         self.note_group(ids, variants, "fork_from", source.base, earlier)
+        for rid in ids:
+            self.specs[rid].earlier_steps = _steps_before(source, position)
 
     @rule(data=st.data())
     @rule_named("fork_output")
@@ -579,6 +581,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.next_id += 1
         earlier = source.earlier + source.tokens[: position - source.offset]
         spec = self.new_spec(rid, "branch", source.base, earlier, forced)
+        spec.earlier_steps = _steps_before(source, position)
         assert spec.params == params, "a branch continues with its original's parameters"
 
     @rule(data=st.data())
@@ -690,6 +693,7 @@ class EngineMachine(RuleBasedStateMachine):
             self.check_numbers(spec, event)
             spec.tokens.append(event.token_id)
             spec.texts.append(event.text)
+            spec.steps.append(event)
         elif isinstance(event, Finished):
             assert spec.finished is None, f"a second Finished for request {spec.id}"
             assert event.finish_reason != "error", f"an exception inside the step ended request {spec.id}: {event}"
@@ -861,6 +865,12 @@ class EngineMachine(RuleBasedStateMachine):
             if same and not spec.cancelled:
                 same = solo.finished is not None and solo.finished.finish_reason == spec.finished.finish_reason
             assert same, describe_mismatch(spec, solo, self.main.text.decode)
+
+
+def _steps_before(source: Spec, position: int) -> list[TokenStep]:
+    """The steps of ``source``'s output before ``position``, its own earlier ones first (a
+    continue_output's caller-given output has none: the engine started afresh after it)."""
+    return (source.earlier_steps or []) + source.steps[: position - source.offset]
 
 
 def fuzz_settings(examples: int = EXAMPLES, steps: int = STEPS, **overrides) -> settings:
