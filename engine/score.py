@@ -70,12 +70,13 @@ def score(
     start = len(context)
     state = _PositionState(full, start, per_token[0], breakers, loaded.vocab_size)
     decoder = StreamDecoder(text.decode)
-    caches = kv.new_request_cache(loaded.model)
+    caches = kv.new_request_cache(loaded.model, loaded.kv)
     nll: list[float] = []
     # Position p (start <= p < len(full)) is predicted by the logits at p - 1.
     for a in range(0, len(full) - 1, chunk):
         b = min(a + chunk, len(full) - 1)
         logits = loaded.model(mx.array(full[a:b])[None], cache=caches)[0]
+        kv.after_forward(caches, loaded.kv)
         rows = [p for p in range(a + 1, b + 1) if p >= start]
         yield PrefillProgress(request_id, b, len(full) - 1)
         if not rows:
