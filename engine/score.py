@@ -7,7 +7,10 @@ by the stages' own state objects (penalty counts over the window, DRY's repeats,
 coin for that index, mirostat's μ following each scored token in order), and the
 token the text has is taken as the drawn one. The numbers therefore equal what
 ``generate`` reports for the same tokens, and re-scoring a saved reply under other
-settings ("replay") is exact: the raw logits depend only on the tokens.
+settings ("replay") is exact: the raw logits depend only on the tokens. With a quantized
+KV cache (``LoadedModel.kv``) that holds when it quantizes from the first token (start 0);
+with a later start, scoring's chunks may convert the cache at another token than
+generation did (docs/ENGINE.md, "Quantized KV cache").
 """
 
 from __future__ import annotations
