@@ -32,6 +32,7 @@ FIGURES = [
     "gui_scaling",
     "startup",
     "precision",
+    "kvquant",
 ]
 
 
@@ -80,6 +81,7 @@ def run_figures(only: list[str]) -> dict:
         "gui_scaling": lambda: __import__("bench.gui_scaling", fromlist=["gui_scaling"]).gui_scaling(),
         "startup": lambda: __import__("bench.startup", fromlist=["startup"]).startup(),
         "precision": lambda: __import__("bench.precision_cost", fromlist=["x"]).precision_cost(),
+        "kvquant": lambda: __import__("bench.kv_quantization", fromlist=["x"]).kv_quantization(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -202,6 +204,15 @@ def table(r: dict) -> str:
                     f"{row['float16']['decode_tps']} tok/s, prefill {cell['prefill_tps']} / "
                     f"{row['float16']['prefill_tps']} tok/s | | decode {cell['decode_vs_float16']}, "
                     f"prefill {cell['prefill_vs_float16']}"
+                )
+    if "kvquant" in r:
+        for context, row in r["kvquant"]["by_context"].items():
+            for name in ("8bit", "4bit"):
+                cell, none = row[name], row["none"]
+                lines.append(
+                    f"17 KV cache {name} / unquantized, {context}-token context | {cell['nbytes']} / "
+                    f"{none['nbytes']} bytes, decode {cell['decode_tps']} / {none['decode_tps']} tok/s | | "
+                    f"bytes {cell['bytes_vs_none']}, decode {cell['decode_vs_none']}"
                 )
     return "\n".join(lines)
 

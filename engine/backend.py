@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.capabilities import LOCAL_CAPABILITIES, Capabilities
 from engine.events import Event
+from engine.kv_quantization import KV_OFF, KVQuantization
 from engine.params import SamplingParams
 
 Messages = Sequence[dict[str, str]]
@@ -68,6 +69,8 @@ class ModelInfo:
     """What was asked for: ``auto`` or a dtype (``engine.precision.PRECISIONS``)."""
     precision_reason: str = ""
     """Why ``precision`` was chosen, in one sentence."""
+    kv: KVQuantization = KV_OFF
+    """How the KV cache is quantized (local only; off for a remote server: it does not say)."""
     server: str = ""
     """Remote only: the server kind (``vllm``, ``sglang``, ``llama.cpp``, ``mlx_lm``,
     ``lmstudio``, ``ollama``, ``openai``)."""

@@ -7,7 +7,12 @@ batch with mlx-lm's own ``merge`` (left-padded ``BatchKVCache`` /
 ``BatchRotatingKVCache``, stacked ``ArraysCache``), and the batch is kept in step with
 the rows by mlx-lm's ``filter`` / ``extend`` / ``extract``.
 
-Reuse depends on the kind. A ``KVCache`` can be cut back to any shorter prefix; a
+With a quantized KV cache (``LoadedModel.kv``, :mod:`engine.cache_quantized`) a
+request's ``KVCache`` layers become mlx-lm's ``QuantizedKVCache`` and the batch's
+``BatchQuantizedKVCache``; the batch is one kind, so a row joining it is made its kind.
+
+Reuse depends on the kind. A ``KVCache`` can be cut back to any shorter prefix (a quantized one to
+any prefix at least as long as when it converted); a
 ``RotatingKVCache`` only while its window has not wrapped; recurrent state
 (``ArraysCache``) never: it is reused only at exactly the tokens it holds. The
 :class:`PrefixStore` therefore keeps, besides the caches of finished requests, a
@@ -24,15 +29,37 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import ArraysCache, BatchKVCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import (
+    ArraysCache,
+    BatchKVCache,
+    CacheList,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+)
+
+from engine import cache_quantized as quant
+from engine.kv_quantization import KV_OFF, KVQuantization
 
 LayerCaches = list[Any]
 
 BATCHABLE = (KVCache, RotatingKVCache, ArraysCache, CacheList)
 
 
-def new_request_cache(model: Any) -> LayerCaches:
-    return make_prompt_cache(model)
+def new_request_cache(model: Any, kv: KVQuantization = KV_OFF) -> LayerCaches:
+    """A request's caches; with ``kv`` on and ``kv.start == 0`` already quantized."""
+    return quant.new_caches(model, kv) if kv.enabled else make_prompt_cache(model)
+
+
+def after_forward(caches: LayerCaches, kv: KVQuantization) -> None:
+    """After a request's forward pass: quantize its layers when due (in place)."""
+    quant.quantize_when_due(caches, kv)
+
+
+def after_batch_forward(batch: list | None, kv: KVQuantization) -> None:
+    """After the batch's forward pass: quantize it when its longest row is due (in place)."""
+    quant.quantize_batch_when_due(batch, kv)
 
 
 def unsupported_kinds(caches: LayerCaches) -> list[str]:
@@ -67,6 +94,9 @@ def can_cut(cache: Any, length: int, held: int) -> bool:
         return True
     if isinstance(cache, KVCache):
         return length <= cache.offset
+    if isinstance(cache, QuantizedKVCache):
+        # Before it converted, the original computed these tokens unquantized.
+        return quant.quantized_at(cache) <= length <= cache.offset
     if isinstance(cache, RotatingKVCache):
         # Not yet wrapped: the keys are in temporal order and nothing was evicted.
         return cache.offset < cache.max_size and cache._idx == cache.offset and length <= cache.offset
@@ -86,6 +116,8 @@ def cut(cache: Any, length: int, held: int) -> Any:
         fresh = KVCache()
         fresh.keys, fresh.values, fresh.offset = cache.keys[..., :length, :], cache.values[..., :length, :], length
         return fresh
+    if isinstance(cache, QuantizedKVCache):
+        return quant.cut_quantized(cache, length)
     if isinstance(cache, RotatingKVCache):
         fresh = RotatingKVCache(cache.max_size, cache.keep)
         if length == held and not can_cut(cache, length - 1, held):  # wrapped: copy it whole
@@ -102,9 +134,18 @@ def cut(cache: Any, length: int, held: int) -> Any:
     raise TypeError(f"cannot copy a {type(cache).__name__}")
 
 
-def cuttable(caches: LayerCaches, held: int) -> bool:
-    """Whether every layer can be cut back to any shorter prefix."""
-    return held <= 1 or all(can_cut(c, 1, held) for c in caches)
+def cut_floor(caches: LayerCaches, held: int) -> int | None:
+    """The shortest prefix (>= 1) every layer can be cut back to; None when only ``held``."""
+    floors = [_floor(c, held) for c in caches]
+    return None if None in floors else max([1, *floors])
+
+
+def _floor(cache: Any, held: int) -> int | None:
+    if isinstance(cache, CacheList):
+        return cut_floor(list(cache.caches), held)
+    if isinstance(cache, QuantizedKVCache):
+        return max(1, quant.quantized_at(cache))
+    return 1 if can_cut(cache, 1, held) else None
 
 
 # The batch ------------------------------------------------------------------------------
@@ -125,7 +166,7 @@ class BatchCache(BatchKVCache):
 
 def _note_padding(batch: list) -> list:
     """One host read per change of the batch's rows, never per step."""
-    plain = [c for c in batch if isinstance(c, BatchCache)]
+    plain = [c for c in batch if isinstance(c, BatchCache | quant.BatchQuantizedKVCache)]
     if plain:
         unpadded = int(mx.max(plain[0].left_padding).item()) == 0
         for cache in plain:
@@ -136,16 +177,23 @@ def _note_padding(batch: list) -> list:
 def to_batch(caches: LayerCaches, copies: int = 1) -> list:
     """One request's caches as a batch of ``copies`` rows (mlx-lm's ``merge`` for each kind,
     which copies the data, so the rows of a fork never share a buffer)."""
-    return _note_padding(
-        [BatchCache.merge([c] * copies) if type(c) is KVCache else c.merge([c] * copies) for c in caches]
-    )
+    return _note_padding([_merge(c, copies) for c in caches])
+
+
+def _merge(cache: Any, copies: int) -> Any:
+    if type(cache) is KVCache:
+        return BatchCache.merge([cache] * copies)
+    if isinstance(cache, QuantizedKVCache):
+        return quant.BatchQuantizedKVCache.merge([cache] * copies)
+    return cache.merge([cache] * copies)
 
 
 def extend_batch(batch: list | None, other: list) -> list:
     if batch is None:
         return other
-    for mine, theirs in zip(batch, other, strict=True):
-        mine.extend(theirs)
+    for i, theirs in enumerate(other):
+        batch[i] = quant.same_kind(batch[i], theirs)  # a batch holding a quantized row is quantized
+        batch[i].extend(theirs)
     return _note_padding(batch)
 
 
@@ -177,10 +225,11 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class _Entry:
     tokens: tuple[int, ...]
     caches: LayerCaches
-    cuttable: bool
+    floor: int | None
+    """The shortest prefix it can be cut back to (None: only all of it)."""
 
     def usable(self, length: int) -> bool:
-        return length == len(self.tokens) or (self.cuttable and length < len(self.tokens))
+        return length == len(self.tokens) or (self.floor is not None and self.floor <= length < len(self.tokens))
 
 
 class PrefixStore:
@@ -195,7 +244,7 @@ class PrefixStore:
     def add(self, tokens: Sequence[int], caches: LayerCaches) -> None:
         if self.capacity <= 0 or not tokens:
             return
-        entry = _Entry(tuple(tokens), caches, cuttable(caches, len(tokens)))
+        entry = _Entry(tuple(tokens), caches, cut_floor(caches, len(tokens)))
         for key, old in list(self._entries.items()):
             if old.tokens[: len(entry.tokens)] == entry.tokens and old.usable(len(entry.tokens)):
                 return  # an entry already gives these tokens

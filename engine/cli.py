@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from engine.cli_fidelity import add_fidelity_command, add_precision_flag, add_text_flags
+from engine.cli_fidelity import add_fidelity_command, add_kv_flags, add_precision_flag, add_text_flags, kv_from
 from engine.cli_kld import add_kld_command
 from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
@@ -54,12 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--prefill-chunk", type=int, default=None, help=argparse.SUPPRESS)
     add_precision_flag(gen)
+    add_kv_flags(gen)
     add_remote_flags(gen)
     sc = commands.add_parser("score", help="score a given text token by token (teacher-forced) as JSON Lines")
     add_text_flags(sc)
     add_sampling_flags(sc)
     sc.add_argument("--prefill-chunk", type=int, default=128, help=argparse.SUPPRESS)
     add_precision_flag(sc)
+    add_kv_flags(sc)
     add_fidelity_command(commands)
     add_kld_command(commands)
     return parser
@@ -137,7 +139,10 @@ def variants_from(args: argparse.Namespace, params: SamplingParams) -> list[Samp
 def generate(args: argparse.Namespace) -> int:
     params = params_from(args)  # validate before the slow model load
     variants = variants_from(args, params) if args.variant else None
+    kv = kv_from(args)
     if args.server:
+        if kv.enabled:
+            raise _UsageError("--kv-bits is for a local model: a server quantizes its own KV cache.")
         return generate_remote(args, params, variants)
     if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
@@ -145,7 +150,7 @@ def generate(args: argparse.Namespace) -> int:
     from engine.prompts import encode_chat, encode_text
     from engine.scheduler import Scheduler
 
-    loaded = load(args.model, precision=args.precision)
+    loaded = load(args.model, precision=args.precision, kv=kv)
     rows = len(variants) if variants else len(args.prompt)
     scheduler = Scheduler(loaded, max_batch_size=max(1, rows), prefill_chunk=args.prefill_chunk)
     if args.chat:

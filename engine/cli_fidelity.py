@@ -2,7 +2,9 @@
 
 One ``token`` record per scored token (``index``, ``token_id``, ``text``, ``kld`` =
 KL(float32 ‖ running) over the whole vocabulary in nats, ``top5_max_diff``,
-``top_agrees``, ``logprob``, ``logprob_float32``), then one ``summary``.
+``top_agrees``, ``logprob``, ``logprob_float32``), then one ``summary``. With ``--kv-bits``
+the running pass quantizes its KV cache (the float32 pass does not), and the summary names
+the setting (``kv_bits``, ``kv_group_size``, ``quantized_kv_start``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 import sys
 
+from engine.kv_quantization import KV_BITS, KV_GROUP_SIZES, KVQuantization
 from engine.precision import PRECISIONS
 
 
@@ -18,6 +21,7 @@ def add_fidelity_command(commands) -> None:
     fid = commands.add_parser("fidelity", help="compare the running precision with float32 on a text")
     add_text_flags(fid)
     add_precision_flag(fid)
+    add_kv_flags(fid)
     fid.add_argument("--prefill-chunk", type=int, default=64, help=argparse.SUPPRESS)
 
 
@@ -41,6 +45,41 @@ def add_precision_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_kv_flags(p: argparse.ArgumentParser, whose: str = "the model's") -> None:
+    """mlx-lm's KV-cache quantization flags (``engine.kv_quantization``)."""
+    p.add_argument(
+        "--kv-bits",
+        type=int,
+        default=None,
+        choices=KV_BITS,
+        help=f"quantize {whose} KV cache to this many bits (default: not quantized)",
+    )
+    p.add_argument(
+        "--kv-group-size",
+        type=int,
+        default=64,
+        choices=KV_GROUP_SIZES,
+        help="with --kv-bits: numbers sharing one scale (default 64)",
+    )
+    p.add_argument(
+        "--quantized-kv-start",
+        type=int,
+        default=0,
+        help="with --kv-bits: quantize once a request holds this many tokens (default 0: from the first)",
+    )
+
+
+def kv_from(args: argparse.Namespace) -> KVQuantization:
+    """The flags as a checked setting (a bad value is a usage error)."""
+    from engine.cli import _UsageError
+    from engine.errors import EngineError
+
+    try:
+        return KVQuantization(args.kv_bits, args.kv_group_size, args.quantized_kv_start)
+    except EngineError as exc:
+        raise _UsageError(str(exc)) from None
+
+
 def fidelity_command(args: argparse.Namespace) -> int:
     from engine.cli import _UsageError
     from engine.codec import CLI
@@ -50,6 +89,7 @@ def fidelity_command(args: argparse.Namespace) -> int:
         raise _UsageError("--chat needs --prompt: the user message the text answers.")
     if args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    kv = kv_from(args)
     from engine.cli_score import read_text
 
     text = read_text(args)
@@ -58,7 +98,7 @@ def fidelity_command(args: argparse.Namespace) -> int:
     from engine.prompts import scored_text
     from engine.text import TokenText
 
-    loaded = load(args.model, precision=args.precision)
+    loaded = load(args.model, precision=args.precision, kv=kv)
     tokenizer = loaded.tokenizer
     context, targets = scored_text(tokenizer, text, args.prompt if args.chat else None)
     tokens, first = context + targets, len(context) - 1
@@ -83,7 +123,7 @@ def fidelity_command(args: argparse.Namespace) -> int:
         out.write(json.dumps(record) + "\n")
         out.flush()
     summary = summarize(loaded.precision.dtype, rows)
-    out.write(json.dumps(summary_json(summary, loaded.precision.reason)) + "\n")
+    out.write(json.dumps({**summary_json(summary, loaded.precision.reason), **loaded.kv.to_dict()}) + "\n")
     return 0
 
 

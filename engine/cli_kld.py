@@ -7,6 +7,9 @@ One ``token`` record per scored token — ``index``, ``token_id``, ``text``, ``k
 Both models stay loaded when they fit in memory; otherwise, or with ``--save-base``, the
 base's distributions go through a file first and the base is freed before the model loads.
 Progress goes to stderr; Ctrl+C prints the summary of what was done and exits 130.
+``--kv-bits`` (with ``--kv-group-size``, ``--quantized-kv-start``) quantizes the compared
+model's KV cache only: without ``--model`` that is the base's own weights (shared, loaded
+once), so the comparison is the KV-cache quantization's cost; the summary names it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.cli_fidelity import add_kv_flags
 from engine.precision import PRECISIONS
 
 
@@ -27,6 +31,7 @@ def add_kld_command(commands) -> None:
     k.add_argument("--model", help="the model compared with it (default: the base, in --precision)")
     k.add_argument("--base-precision", default="auto", choices=PRECISIONS, help="what the base computes in")
     k.add_argument("--precision", default="auto", choices=PRECISIONS, help="what the model computes in")
+    add_kv_flags(k, whose="the compared model's (not the base's)")
     source = k.add_mutually_exclusive_group()
     source.add_argument("--text", help="the text to score")
     source.add_argument("--file", help="a UTF-8 text file to score")
@@ -40,8 +45,10 @@ def add_kld_command(commands) -> None:
 
 def kld_command(args: argparse.Namespace) -> int:
     from engine.cli import _UsageError
+    from engine.cli_fidelity import kv_from
     from engine.errors import EngineError
 
+    args.kv = kv_from(args)
     if args.chat and not args.prompt:
         raise _UsageError("--chat needs --prompt: the user message the text answers.")
     if args.base_file is None and args.text is None and args.file is None:
@@ -66,22 +73,35 @@ class _Run:
         try:
             if args.base_file:
                 base_file = BaseFile.open(Path(args.base_file))
-                model = self._load(args.model or args.base, args.precision)
+                model = self._load(args.model or args.base, args.precision, args.kv)
                 tokens, first = self._tokens(model, base_file)
                 self._check_model(base_file.vocab, model, tokens)
                 return self._compare(base_file.rows(args.prefill_chunk), model, tokens, first, base_file.header)
             base = self._load(args.base, args.base_precision)
             tokens, first = self._tokens(base, None)
             about = {"base": base.name, "base_precision": base.precision.dtype, "first": first}
-            if args.save_base and args.model is None and args.precision == args.base_precision:
+            same_weights = args.model is None and args.precision == args.base_precision
+            if args.save_base and same_weights and not args.kv.enabled:
                 self._save(base, tokens, Path(args.save_base), about)
                 self.out.write(json.dumps({"type": "saved", "path": args.save_base, "tokens": len(tokens)}) + "\n")
                 return 0
+            from engine.kld import logprob_rows
+
+            if same_weights and args.kv.enabled:  # the base's own weights with a quantized KV cache: loaded once
+                model = base.with_kv(args.kv)
+                print(
+                    f"kld: the model is the base, its own weights with a {args.kv.describe()} KV cache", file=sys.stderr
+                )
+                if args.save_base:
+                    self._save(base, tokens, Path(args.save_base), about)
+                    rows = BaseFile.open(Path(args.save_base)).rows(args.prefill_chunk)
+                else:
+                    rows = logprob_rows(base, tokens, args.prefill_chunk)
+                return self._compare(rows, model, tokens, first, about)
             if args.save_base or not self._both_fit(base):
                 return self._through_file(base, tokens, first, about)
-            model = self._load(args.model or args.base, args.precision)
+            model = self._load(args.model or args.base, args.precision, args.kv)
             self._check_model(base.vocab_size, model, tokens)
-            from engine.kld import logprob_rows
 
             return self._compare(logprob_rows(base, tokens, args.prefill_chunk), model, tokens, first, about)
         except KeyboardInterrupt:
@@ -98,7 +118,7 @@ class _Run:
             vocab = base.vocab_size
             del base
             gc.collect()  # the base's weights go before the model's come
-            model = self._load(self.args.model or self.args.base, self.args.precision)
+            model = self._load(self.args.model or self.args.base, self.args.precision, self.args.kv)
             self._check_model(vocab, model, tokens)
             stored = BaseFile.open(target)
             return self._compare(stored.rows(self.args.prefill_chunk), model, tokens, first, about)
@@ -114,7 +134,7 @@ class _Run:
         from engine.text import TokenText
 
         self.about = {k: v for k, v in about.items() if k != "first"}
-        self.about.update(model=model.name, precision=model.precision.dtype)
+        self.about.update(model=model.name, precision=model.precision.dtype, **model.kv.to_dict())
         pieces = TokenText(model.tokenizer)
         model_rows = logprob_rows(model, tokens, self.args.prefill_chunk)
         total = len(tokens) - 1 - first
@@ -191,11 +211,12 @@ class _Run:
         return True
 
     @staticmethod
-    def _load(source: str, precision: str):
+    def _load(source: str, precision: str, kv=None):
         from engine.models import load
 
-        print(f"kld: loading {source} ({precision})", file=sys.stderr)
-        return load(source, precision=precision)
+        quantized = f", KV cache {kv.describe()}" if kv is not None and kv.enabled else ""
+        print(f"kld: loading {source} ({precision}{quantized})", file=sys.stderr)
+        return load(source, precision=precision, kv=kv)
 
 
 def _token_record(row, piece) -> dict:

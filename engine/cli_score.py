@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import _UsageError, params_from
+from engine.cli_fidelity import kv_from
 from engine.codec import score_done_record, token_record
 from engine.errors import EngineError
 from engine.events import ScoreDone, TokenStep
@@ -33,6 +34,7 @@ def score_command(args: argparse.Namespace) -> int:
         raise _UsageError("--chat needs --prompt: the user message the text answers.")
     if args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    kv = kv_from(args)
     text = read_text(args)
     from engine.dry import BreakerCache
     from engine.models import load
@@ -40,7 +42,7 @@ def score_command(args: argparse.Namespace) -> int:
     from engine.score import score
     from engine.text import TokenText
 
-    loaded = load(args.model, precision=args.precision)
+    loaded = load(args.model, precision=args.precision, kv=kv)
     tokenizer = loaded.tokenizer
     context, targets = scored_text(tokenizer, text, args.prompt if args.chat else None)
     pieces = TokenText(tokenizer)

@@ -7,7 +7,8 @@ for each chunk (memory: the float parameters once more, in float32), and each pa
 keeps its own KV cache. Per scored token: KL(float32 ‖ running) over the whole
 vocabulary, the largest |Δ logprob| over float32's top 5, and whether the top token
 agrees. Only the raw distribution is compared: every sampling stage is a function of
-it.
+it. With a quantized KV cache (``LoadedModel.kv``) the running pass quantizes its cache as
+generation does and the float32 pass does not: the check measures both together.
 """
 
 from __future__ import annotations
@@ -108,12 +109,13 @@ def check(
     model = loaded.model
     own = model.parameters()
     as32 = _float32_copy(own)
-    caches = (kv.new_request_cache(model), kv.new_request_cache(model))
+    caches = (kv.new_request_cache(model, loaded.kv), kv.new_request_cache(model))
     try:
         for a in range(0, len(full) - 1, chunk):
             b = min(a + chunk, len(full) - 1)
             window = mx.array(full[a:b])[None]
             running = _logprobs(model, window, caches[0])
+            kv.after_forward(caches[0], loaded.kv)
             model.update(as32)
             reference = _logprobs(model, window, caches[1])
             model.update(own)

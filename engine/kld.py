@@ -66,11 +66,13 @@ def compare(base: np.ndarray, model: np.ndarray, targets: Sequence[int], start: 
 
 def logprob_rows(loaded: LoadedModel, tokens: Sequence[int], chunk: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(a, rows)`` per chunk: the model's raw logprobs ``[b − a, V]`` at positions a..b−1
-    of ``tokens`` (each predicting the next token), one KV cache for the whole text."""
-    cache = kv.new_request_cache(loaded.model)
+    of ``tokens`` (each predicting the next token), one KV cache for the whole text (quantized
+    as ``loaded.kv`` says)."""
+    cache = kv.new_request_cache(loaded.model, loaded.kv)
     for a in range(0, len(tokens) - 1, chunk):
         b = min(a + chunk, len(tokens) - 1)
         logits = loaded.model(mx.array(tokens[a:b])[None], cache=cache)[0].astype(mx.float32)
+        kv.after_forward(cache, loaded.kv)
         out = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         mx.eval(out)
         yield a, np.array(out)

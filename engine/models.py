@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import platformdirs
 
 from engine.errors import ModelLoadError
 from engine.gguf import convert_gguf
+from engine.kv_quantization import KV_OFF, KVQuantization, check_kv
 from engine.precision import AUTO, Precision, check_choice
 
 ProgressFn = Callable[[str, float], None]
@@ -50,6 +51,20 @@ class LoadedModel:
     config: dict[str, Any] = field(default_factory=dict)
     precision: Precision = Precision(AUTO, "float32", "float32", "")
     """What the model computes in (``engine.precision``)."""
+    kv: KVQuantization = KV_OFF
+    """How its KV cache is quantized (``engine.kv_quantization``); every path that runs the
+    model (scheduler, scoring, fidelity, kld) reads it from here. Set it with :meth:`with_kv`."""
+
+    def with_kv(self, kv: KVQuantization | None) -> LoadedModel:
+        """This model with another KV-cache setting (the weights shared, nothing copied),
+        checked against the model: EngineError naming what cannot take it (a sliding-window
+        ``RotatingKVCache``, head widths that are not a multiple of the group size)."""
+        checked = check_kv(kv)
+        if checked.enabled:
+            from engine.cache_quantized import check_model
+
+            check_model(self.model, checked)
+        return replace(self, kv=checked)
 
 
 def cache_root() -> Path:
@@ -148,10 +163,18 @@ def resolve(source: str, progress: ProgressFn | None = None) -> tuple[str, str]:
     raise ModelLoadError(source, "no such file or folder, and not a Hugging Face repo id")
 
 
-def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None, precision: str = AUTO) -> LoadedModel:
-    """Load a model to compute in ``precision`` (``engine.precision.PRECISIONS``).
-    Raises ModelLoadError naming the source and the reason, EngineError for a bad precision."""
+def load(
+    source: str = DEFAULT_MODEL,
+    progress: ProgressFn | None = None,
+    precision: str = AUTO,
+    kv: KVQuantization | None = None,
+) -> LoadedModel:
+    """Load a model to compute in ``precision`` (``engine.precision.PRECISIONS``) with its KV
+    cache quantized as ``kv`` says (None: off). Raises ModelLoadError naming the source and
+    the reason, EngineError for a bad precision or KV setting (a bad value before loading
+    anything; one the model cannot take once it is loaded, see :meth:`LoadedModel.with_kv`)."""
     check_choice(precision)
+    kv = check_kv(kv)
     report = progress or (lambda stage, fraction: None)
     name, target = resolve(source, progress)
     report("loading weights", 0.95)
@@ -168,8 +191,7 @@ def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None, precis
     eos = set(tokenizer.eos_token_ids or ())
     if tokenizer.eos_token_id is not None:
         eos.add(tokenizer.eos_token_id)
-    report("ready", 1.0)
-    return LoadedModel(
+    loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
         name=name,
@@ -180,6 +202,11 @@ def load(source: str = DEFAULT_MODEL, progress: ProgressFn | None = None, precis
         config=config,
         precision=chosen,
     )
+    if kv.enabled:
+        report("checking the quantized KV cache", 0.99)
+        loaded = loaded.with_kv(kv)
+    report("ready", 1.0)
+    return loaded
 
 
 def _set_precision(model: Any, choice: str) -> Precision:

@@ -19,6 +19,7 @@ import mlx.core as mx
 
 from engine import cache as kv
 from engine.batch import SamplingBatch
+from engine.cache_quantized import check_kinds
 from engine.chunking import ChunkSizer
 from engine.continuations import ContinuationsMixin
 from engine.divergence import group_pairs, pair_divergences
@@ -67,6 +68,9 @@ class Scheduler(ContinuationsMixin):
                 f"this model uses {', '.join(unsupported)} caches, which mlx-lm cannot batch "
                 "(batched: KVCache, RotatingKVCache, ArraysCache, CacheList)."
             )
+        check_kinds(caches, loaded.kv)
+        self.kv = loaded.kv
+        """The model's KV-cache quantization, fixed for this scheduler (its caches and prefix store)."""
         self.cache_kinds = kv.kinds(caches)
         # Sliding windows wrap and recurrent state cannot be cut back: keep prompt ends.
         self._checkpoint_prompts = self.cache_kinds != ["KVCache"]
@@ -237,12 +241,13 @@ class Scheduler(ContinuationsMixin):
         if request.caches is None:
             request.reused, request.caches = self.prefix_store.lookup(request.prompt)
             if request.caches is None:
-                request.caches = kv.new_request_cache(self.model)
+                request.caches = kv.new_request_cache(self.model, self.kv)
             request.prefilled = request.reused
         start = request.prefilled
         chunk = request.prompt[start : start + self.chunks.size(busy=bool(self._active))]
         began = time.perf_counter()
         logits = self.model(mx.array(chunk)[None], cache=request.caches)
+        kv.after_forward(request.caches, self.kv)
         request.prefilled += len(chunk)
         request.fed = request.prefilled
         if request.prefill_remaining() > 0:
@@ -296,6 +301,7 @@ class Scheduler(ContinuationsMixin):
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
+            kv.after_batch_forward(self._batch, self.kv)
             for request in self._active:
                 request.fed += 1
         ahead = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
@@ -340,6 +346,7 @@ class Scheduler(ContinuationsMixin):
         if speculate:
             mx.async_eval(packed_device)
             self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
+            kv.after_batch_forward(self._batch, self.kv)
             mx.async_eval(self._prefetched)
             for request in requests:
                 request.fed += 1

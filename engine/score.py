@@ -7,7 +7,10 @@ by the stages' own state objects (penalty counts over the window, DRY's repeats,
 coin for that index, mirostat's μ following each scored token in order), and the
 token the text has is taken as the drawn one. The numbers therefore equal what
 ``generate`` reports for the same tokens, and re-scoring a saved reply under other
-settings ("replay") is exact: the raw logits depend only on the tokens.
+settings ("replay") is exact: the raw logits depend only on the tokens. With a quantized
+KV cache (``LoadedModel.kv``) that holds when it quantizes from the first token (start 0);
+with a later start, scoring's chunks may convert the cache at another token than
+generation did (docs/ENGINE.md, "Quantized KV cache").
 """
 
 from __future__ import annotations
@@ -70,12 +73,13 @@ def score(
     start = len(context)
     state = _PositionState(full, start, per_token[0], breakers, loaded.vocab_size)
     decoder = StreamDecoder(text.decode)
-    caches = kv.new_request_cache(loaded.model)
+    caches = kv.new_request_cache(loaded.model, loaded.kv)
     nll: list[float] = []
     # Position p (start <= p < len(full)) is predicted by the logits at p - 1.
     for a in range(0, len(full) - 1, chunk):
         b = min(a + chunk, len(full) - 1)
         logits = loaded.model(mx.array(full[a:b])[None], cache=caches)[0]
+        kv.after_forward(caches, loaded.kv)
         rows = [p for p in range(a + 1, b + 1) if p >= start]
         yield PrefillProgress(request_id, b, len(full) - 1)
         if not rows:

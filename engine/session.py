@@ -19,6 +19,7 @@ from engine.backend import Messages, ModelInfo, StartedRequest
 from engine.capabilities import LOCAL_CAPABILITIES, Capabilities
 from engine.errors import EngineError
 from engine.events import Event
+from engine.kv_quantization import KVQuantization
 from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
 from engine.prompts import encode_messages, scored_text
@@ -98,9 +99,12 @@ class EngineSession(CompareModelsMixin):
         """Everything but the network: the model and the whole chain are here."""
         return LOCAL_CAPABILITIES
 
-    def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
-        """Load ``source`` to compute in ``precision``; on failure the previous model stays in use."""
-        loaded = load(source, progress, precision)
+    def load(
+        self, source: str, progress: ProgressFn | None = None, precision: str = "auto", kv: KVQuantization | None = None
+    ) -> ModelInfo:
+        """Load ``source`` to compute in ``precision`` with its KV cache quantized as ``kv``
+        says (None: off); on failure the previous model stays in use."""
+        loaded = load(source, progress, precision, kv=kv)
         scheduler = Scheduler(loaded, max_batch_size=self._max_batch_size, prefill_chunk=self._prefill_chunk)
         self._loaded, self._scheduler = loaded, scheduler
         self.info = ModelInfo(
@@ -117,6 +121,7 @@ class EngineSession(CompareModelsMixin):
             precision=loaded.precision.dtype,
             precision_choice=loaded.precision.choice,
             precision_reason=loaded.precision.reason,
+            kv=loaded.kv,
         )
         return self.info
 

@@ -93,12 +93,13 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-def write_tiny_arch(folder: Path, model_type: str, seed: int = 0) -> Path:
-    """An mlx-lm folder of ``model_type`` with random weights (float32)."""
+def write_tiny_arch(folder: Path, model_type: str, seed: int = 0, overrides: dict | None = None) -> Path:
+    """An mlx-lm folder of ``model_type`` with random weights (float32); ``overrides``
+    replace entries of its config (e.g. wider heads)."""
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     vocab_size = tokenizer.get_vocab_size() + 3
-    config = {"model_type": model_type, "vocab_size": vocab_size, **CONFIGS[model_type]}
+    config = {"model_type": model_type, "vocab_size": vocab_size, **CONFIGS[model_type], **(overrides or {})}
     config["eos_token_id"] = [tokenizer.token_to_id("<|im_end|>")]
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     model = module.Model(module.ModelArgs.from_dict(config))
