@@ -106,10 +106,15 @@ class Backend(Protocol):
         ``capabilities.reason(name)``."""
         ...
 
-    def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
+    def load(
+        self, source: str, progress: ProgressFn | None = None, precision: str = "auto", kv: Any = None
+    ) -> ModelInfo:
         """Local: load a model (``default``, a path, a repo id) to compute in ``precision``
-        (``engine.precision``). Remote: choose the server's model ``source`` (an id from its
-        ``/v1/models``); ``precision`` is the server's business and ignored."""
+        (``engine.precision``) with its KV cache as ``kv`` says (an
+        ``engine.kv_quantization.KVQuantization``; None: off). Remote: choose the server's
+        model ``source`` (an id from its ``/v1/models``); ``precision`` is the server's
+        business and ignored, and a ``kv`` that quantizes is refused (the server's cache is
+        its own)."""
         ...
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
@@ -188,10 +193,14 @@ class Backend(Protocol):
         ``engine.fidelity.TokenFidelity`` per reply token."""
         ...
 
-    def load_second(self, source: str, precision: str = "auto", progress: ProgressFn | None = None) -> Any:
+    def load_second(
+        self, source: str, precision: str = "auto", progress: ProgressFn | None = None, kv: Any = None
+    ) -> Any:
         """Load a second model beside the running one to compare with
-        (``capabilities.compare_models``): refused with the numbers when it would not fit,
-        or when its vocabulary differs. Returns an ``engine.session_compare.SecondModel``."""
+        (``capabilities.compare_models``), its KV cache as ``kv`` (an
+        ``engine.kv_quantization.KVQuantization``; the running model's own weights with
+        another ``kv`` are shared): refused with the numbers when it would not fit, or when
+        its vocabulary differs. Returns an ``engine.session_compare.SecondModel``."""
         ...
 
     def second_model(self) -> Any:

@@ -137,8 +137,13 @@ class RemoteBackend(ServerEmulation):
         self.models = model_ids(models)
         return self.models
 
-    def load(self, source: str, progress: ProgressFn | None = None, precision: str = "auto") -> ModelInfo:
-        """Use the server's model ``source`` (``""``: its first); the server chooses its own precision."""
+    def load(
+        self, source: str, progress: ProgressFn | None = None, precision: str = "auto", kv: Any = None
+    ) -> ModelInfo:
+        """Use the server's model ``source`` (``""``: its first); the server chooses its own
+        precision and KV cache (a ``kv`` that quantizes is refused, before connecting)."""
+        if kv is not None and getattr(kv, "enabled", False):
+            raise EngineError("a server keeps its own KV cache: its quantization is set on the server.")
         models = self.connect()
         if not source and models:
             source = models[0]

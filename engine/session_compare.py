@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from engine.backend import Messages
 from engine.errors import EngineError
 from engine.kld import TokenKLD, logprob_rows, pair_rows
+from engine.kv_quantization import KVQuantization
 from engine.model_fit import check_fits_beside, loaded_bytes
 from engine.models import LoadedModel, ProgressFn, load
 from engine.prompts import scored_text
@@ -30,6 +31,8 @@ class SecondModel:
     name: str
     source: str
     precision: str
+    kv: str = "off"
+    """Its KV cache (``KVQuantization.describe``): ``off``, ``8-bit (group 64)``, ..."""
 
 
 class CompareModelsMixin:
@@ -38,21 +41,33 @@ class CompareModelsMixin:
     _second: LoadedModel | None = None
     _second_source: str = ""
 
-    def load_second(self, source: str, precision: str = "auto", progress: ProgressFn | None = None) -> SecondModel:
-        """Load ``source`` in ``precision`` beside the running model (the one held before is
-        released first). Refused before loading when it would not fit, after loading when
-        its vocabulary differs; either way the running model is untouched."""
+    def load_second(
+        self,
+        source: str,
+        precision: str = "auto",
+        progress: ProgressFn | None = None,
+        kv: KVQuantization | None = None,
+    ) -> SecondModel:
+        """Load ``source`` in ``precision``, its KV cache quantized as ``kv`` says, beside the
+        running model (the one held before is released first). The running model's own
+        source and precision with another ``kv`` shares its weights (nothing is loaded).
+        Refused before loading when it would not fit, after loading when its vocabulary
+        differs; either way the running model is untouched."""
         running = self.scheduler.loaded
         self.release_second()
-        check_fits_beside(loaded_bytes(running.model), source, precision)
-        second = load(source, progress, precision)
+        same_weights = precision in (running.precision.choice, running.precision.dtype)
+        if self.info is not None and source == self.info.source and same_weights:
+            second = running.with_kv(kv)
+        else:
+            check_fits_beside(loaded_bytes(running.model), source, precision)
+            second = load(source, progress, precision, kv=kv)
         _check_same_vocabulary(running, second)
         self._second, self._second_source = second, source
         return self.second_model()
 
     def second_model(self) -> SecondModel | None:
         s = self._second
-        return SecondModel(s.name, self._second_source, s.precision.dtype) if s is not None else None
+        return SecondModel(s.name, self._second_source, s.precision.dtype, s.kv.describe()) if s is not None else None
 
     def release_second(self) -> None:
         self._second = None

@@ -212,3 +212,23 @@ def test_the_session_compares_a_reply_and_a_text_with_a_second_model(pair, monke
     with pytest.raises(EngineError, match="needs about"):
         session.load_second(str(b))
     assert session.scheduler.loaded is running
+
+
+def test_the_session_compares_with_its_own_weights_and_a_quantized_kv_cache(tmp_path):
+    from engine.kv_quantization import KVQuantization
+    from engine.session import EngineSession
+    from tests.test_kv_quantization import WIDE
+    from tests.tiny_archs import write_tiny_arch
+
+    folder = write_tiny_arch(tmp_path / "wide", "llama", overrides=WIDE)  # heads wide enough for groups of 64
+    session = EngineSession()
+    session.load(str(folder))
+    running = session.scheduler.loaded
+    second = session.load_second(str(folder), kv=KVQuantization(bits=4))
+    assert second.kv == "4-bit (group 64)" and session._second.model is running.model  # weights shared
+    four = [r.kld for r in session.compare_text(TEXT)]
+    session.load_second(str(folder), kv=KVQuantization(bits=8))
+    eight = [r.kld for r in session.compare_text(TEXT)]
+    assert 0 < np.mean(eight) < np.mean(four)
+    session.load_second(str(folder))
+    assert max(r.kld for r in session.compare_text(TEXT)) < 1e-6  # the same model, the same cache
