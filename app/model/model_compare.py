@@ -289,7 +289,13 @@ class ModelComparisons:
     # What the views show --------------------------------------------------------------------
 
     def of(self, stream: StreamKey | None) -> Comparison | None:
-        return self.results.get(stream) if stream is not None else None
+        """``stream``'s comparison while the stream still holds the compared tokens (a
+        deleted conversation's branch id may be given to a new reply)."""
+        found = self.results.get(stream) if stream is not None else None
+        steps = self.chat.steps_of(stream) if found is not None else None
+        if found is None or steps is None or len(steps) != len(found.rows):
+            return None
+        return found if all(s.token_id == r.token_id for s, r in zip(steps, found.rows, strict=True)) else None
 
     def selected(self) -> tuple[Comparison, Any | None] | None:
         """The selected reply's comparison and the selected token's row (None: not compared)."""

@@ -45,6 +45,7 @@ class CompareModels(QObject):
         self.comparisons = ModelComparisons(window.model, window.in_use)
         self.dialog: CompareModelsDialog | None = None
         self.last: Comparison | None = None  # the last one finished (the dialog exports it)
+        self._shown: tuple = ()  # what refresh drew last
         engine = window.engine
         self.runner = CompareRunner(engine.worker)
         self.runner.moveToThread(engine.thread)
@@ -87,6 +88,9 @@ class CompareModels(QObject):
         # The usual question: the same model in the other precision (float16 beside float32).
         precision = "float16" if info.precision == "float32" else "float32"
         label = f"{info.name} · {info.precision}"
+        if self.dialog is not None:  # one at a time (nothing runs: unavailable() says so)
+            self.dialog.close()
+            self.dialog.deleteLater()
         self.dialog = CompareModelsDialog(label, sources, precision, self.window)
         self.dialog.compare_requested.connect(self.start)
         self.dialog.cancel_requested.connect(self.cancel)
@@ -196,10 +200,15 @@ class CompareModels(QObject):
     # The views --------------------------------------------------------------------------------
 
     def refresh(self, bring_forward: bool = False) -> None:
-        """The timeline row, the inspector tab and the summary line for the selection."""
+        """The timeline row, the inspector tab and the summary line for the selection (redrawn
+        only when they change: the model's events come often while a reply streams)."""
         found = self.comparisons.selected()
         comparison, row = found if found is not None else (None, None)
         selection = self.window.model.selection
+        shown = (id(comparison), id(row), selection[1] if comparison is not None else None)
+        if shown == self._shown and not bring_forward:
+            return
+        self._shown = shown
         self.kld_row.show(comparison, selection[1] if selection is not None else None)
         self.window.inspector.show_models(comparison, row, bring_forward)
         line = comparison.summary_line() if comparison is not None else ""

@@ -366,6 +366,7 @@ class MainWindow(QMainWindow):
             self._closed = True
             self.clock.timer.stop()
             save_settings(self)
+            self.compare_models.cancel()  # its generator is closed before the engine's thread ends
             started = time.perf_counter()
             self.engine.stop()
             self.shutdown_seconds = time.perf_counter() - started

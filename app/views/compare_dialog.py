@@ -51,7 +51,8 @@ def result_html(c: Comparison) -> str:
         ("PPL ratio", f"{s['ppl_ratio']:.4f} ± {s['ppl_ratio_se']:.4f}"),
     )
     cells = "".join(f"<tr><td>{k}&nbsp;&nbsp;</td><td><b>{v}</b></td></tr>" for k, v in rows)
-    worst = ", ".join(f"{r.index} <code>{escape(visible(c.piece(r.token_id)))}</code> {num(r.kld)}" for r in c.worst())
+    pieces = {r.index: escape(visible(c.piece(r.token_id))) for r in c.worst()}
+    worst = ", ".join(f"#{r.index} <code>{pieces[r.index]}</code>: {num(r.kld)}" for r in c.worst())
     return f"<table>{cells}</table><p>Largest KLD: {worst}</p>"
 
 
@@ -181,6 +182,7 @@ class CompareModelsDialog(QDialog):
         self._say(f"Compared {n} tokens: the timeline's KLD row and the inspector's Models tab show each one.")
         self.result.setText(result_html(comparison))
         self.export_button.show()
+        self.adjustSize()  # the summary is taller than the dialog as first laid out
 
     def _say(self, html: str, color: str | None = None) -> None:
         self.message.setText(f"<span style='color:{color}'>{html}</span>" if color else html)

@@ -77,7 +77,7 @@ class KldRow:
             self.plot.addItem(label)
             self.labels.append(label)
         top = float(y.max()) if len(y) else 1.0
-        self.plot.setYRange(0, top * 1.25 if top > 0 else 1.0, padding=0)
+        self.plot.setYRange(0, top * 1.7 if top > 0 else 1.0, padding=0)  # room for the labels
         self.plot.setTitle(
             f"<span style='font-size:9pt'>{escape(comparison.title)} per token · "
             f"<span style='color:{WORST_COLOR}'>○</span> the {len(worst)} largest</span>"
