@@ -3,7 +3,8 @@
 One ``token`` record per scored token — ``index``, ``token_id``, ``text``, ``kld``
 (KL(base ‖ model) over the whole vocabulary, nats), ``same_top``, ``p_base``, ``p_model``,
 ``logprob_base``, ``logprob_model``, ``top_base`` and ``top_model`` (``token_id``,
-``text``, ``logprob`` each) — then one ``summary`` (:func:`engine.kld_stats.summarize`).
+``text``, ``logprob`` each) — then one ``summary`` (:func:`engine.kld_stats.summarize`);
+both shaped by :mod:`engine.kld_records`, which the app's Compare models export shares.
 Both models stay loaded when they fit in memory; otherwise, or with ``--save-base``, the
 base's distributions go through a file first and the base is freed before the model loads.
 Progress goes to stderr; Ctrl+C prints the summary of what was done and exits 130.
@@ -131,6 +132,7 @@ class _Run:
 
     def _compare(self, base_rows, model, tokens, first: int, about: dict) -> int:
         from engine.kld import logprob_rows, pair_rows
+        from engine.kld_records import token_record
         from engine.text import TokenText
 
         self.about = {k: v for k, v in about.items() if k != "first"}
@@ -140,7 +142,7 @@ class _Run:
         total = len(tokens) - 1 - first
         for row in pair_rows(base_rows, model_rows, tokens, first, self.args.top):
             self.rows.append(row)
-            self.out.write(json.dumps(_token_record(row, pieces.piece)) + "\n")
+            self.out.write(json.dumps(token_record(row, pieces.piece)) + "\n")
             self.out.flush()
             if len(self.rows) % 16 == 0:
                 _progress("compare", len(self.rows), total)
@@ -148,17 +150,9 @@ class _Run:
         return 0
 
     def _summary(self, interrupted: bool) -> None:
-        from engine.codec import CLI
-        from engine.kld_stats import summarize
+        from engine.kld_records import summary_record
 
-        stats = summarize(
-            [r.kld for r in self.rows],
-            [-r.logprob_base for r in self.rows],
-            [-r.logprob_model for r in self.rows],
-            [r.same_top for r in self.rows],
-        )
-        numbers = {k: _rounded(v, CLI.number) for k, v in stats.items()}
-        record = {"type": "summary", **getattr(self, "about", {}), **numbers, "interrupted": interrupted}
+        record = summary_record(self.rows, getattr(self, "about", {}), interrupted)
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
 
@@ -217,38 +211,6 @@ class _Run:
         quantized = f", KV cache {kv.describe()}" if kv is not None and kv.enabled else ""
         print(f"kld: loading {source} ({precision}{quantized})", file=sys.stderr)
         return load(source, precision=precision, kv=kv)
-
-
-def _token_record(row, piece) -> dict:
-    import math
-
-    from engine.codec import CLI
-
-    def top(entries):
-        return [{"token_id": t, "text": piece(t), "logprob": CLI.number(lp)} for t, lp in entries]
-
-    return {
-        "type": "token",
-        "index": row.index,
-        "token_id": row.token_id,
-        "text": piece(row.token_id),
-        "kld": CLI.number(row.kld),
-        "same_top": row.same_top,
-        "p_base": CLI.number(math.exp(row.logprob_base)),
-        "p_model": CLI.number(math.exp(row.logprob_model)),
-        "logprob_base": CLI.number(row.logprob_base),
-        "logprob_model": CLI.number(row.logprob_model),
-        "top_base": top(row.top_base),
-        "top_model": top(row.top_model),
-    }
-
-
-def _rounded(value, number):
-    if isinstance(value, dict):
-        return {k: number(v) for k, v in value.items()}
-    if isinstance(value, float):
-        return number(value)
-    return value
 
 
 def _progress(what: str, done: int, total: int) -> None:

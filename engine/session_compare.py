@@ -11,7 +11,6 @@ running model's, serves both). It stays loaded for the next comparison until
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -70,8 +69,10 @@ class CompareModelsMixin:
         return SecondModel(s.name, self._second_source, s.precision.dtype, s.kv.describe()) if s is not None else None
 
     def release_second(self) -> None:
+        # Dropping the reference frees the weights (MLX arrays are reference-counted). No
+        # gc.collect() here: on the engine's thread a collection that reaches Qt objects
+        # deadlocks with the GUI thread.
         self._second = None
-        gc.collect()  # its weights go now, not at some later collection
 
     def compare_reply(
         self, messages: Messages, output: Sequence[int], top: int = 10, chunk: int = 64

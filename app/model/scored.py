@@ -48,6 +48,15 @@ class ReplayRun:
     done: ScoreDone | None = None
 
 
+SCORE_LABEL = "Scored text: "
+
+
+def score_label(text: str) -> str:
+    """The user turn of a text scored without a prompt (the one with a prompt is the prompt):
+    the start of the text's first line."""
+    return SCORE_LABEL + text.strip().splitlines()[0][:50]
+
+
 def start_score(model, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:
     """A new conversation whose first turn's reply is ``text``, scored; None when it cannot."""
     text = text.strip("\n")
@@ -58,8 +67,7 @@ def start_score(model, text: str, params: SamplingParams, prompt: str | None = N
         model.events.status("A reply is still being written: stop it first (Esc).")
         return None
     model.new_chat()
-    first_line = text.strip().splitlines()[0][:50]
-    label = prompt if prompt else f"Scored text: {first_line}"
+    label = prompt if prompt else score_label(text)
     message = model._add_turn(label, [("", params)])
     if message is None:
         return None

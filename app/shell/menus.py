@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
 
+from app.shell.compare_models import add_compare_action
 from app.shell.layout import reset_layout
 from app.shell.logging_setup import show_log
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
@@ -30,7 +31,7 @@ def _action(window: MainWindow, menu: QMenu, text: str, slot, shortcut=None) -> 
 
 class Menus:
     """What the menus keep after they are built: the submenus filled when shown, the theme
-    group, the precision items and the dialogs they opened last. The window holds it as
+    group, the precision items, Compare models… and the dialogs they opened last. The window holds it as
     ``window.menus``."""
 
     def __init__(self) -> None:
@@ -38,6 +39,7 @@ class Menus:
         self.recent_menu: QMenu | None = None
         self.theme_group: QActionGroup | None = None
         self.precision: PrecisionMenu | None = None
+        self.compare_action: QAction | None = None
         self.delete_box: QMessageBox | None = None
         self.log_dialog = None
 
@@ -84,6 +86,7 @@ def build_menus(window: MainWindow) -> Menus:
     model_menu.addSeparator()
     # Precision ▸, Check precision… (app/shell/precision_menu.py)
     menus.precision = add_precision_menu(window, model_menu)
+    menus.compare_action = add_compare_action(window, model_menu)  # app/shell/compare_models.py
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

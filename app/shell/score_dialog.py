@@ -222,6 +222,8 @@ def add_file_actions(window: MainWindow, menu: QMenu) -> None:
         ("scored", "This scored text…"),
     ):
         _act(window, export, label, lambda w=what: controller(window).export(w))
+    # Models → Compare models…'s records (app/shell/compare_models.py)
+    _act(window, export, "This model comparison…", lambda: window.compare_models.export())
     export.addSeparator()
     _act(window, export, "Timeline plot (PNG, SVG)…", lambda: controller(window).export_plot("timeline"))
     _act(window, export, "Inspector (PNG, SVG)…", lambda: controller(window).export_plot("inspector"))

@@ -24,6 +24,7 @@ from app.model.model_in_use import ModelInUse
 from app.model.streams import TokenRef
 from app.shell.background import QtBackground
 from app.shell.capability_gate import CapabilityGate
+from app.shell.compare_models import CompareModels
 from app.shell.engine_link import EngineLink
 from app.shell.layout import DockMemory, set_minimum_sizes
 from app.shell.menus import build_menus
@@ -150,6 +151,7 @@ class MainWindow(QMainWindow):
         self.engine = self.link.engine
         self.loader = ModelLoader(self)
         self.precision_check = PrecisionCheck(self)  # Models → Check precision…
+        self.compare_models = CompareModels(self)  # Models → Compare models…
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
@@ -240,6 +242,7 @@ class MainWindow(QMainWindow):
 
     def stop(self) -> None:
         self.precision_check.cancel()
+        self.compare_models.cancel()
         if self.model.busy():
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
@@ -363,6 +366,7 @@ class MainWindow(QMainWindow):
             self._closed = True
             self.clock.timer.stop()
             save_settings(self)
+            self.compare_models.cancel()  # its generator is closed before the engine's thread ends
             started = time.perf_counter()
             self.engine.stop()
             self.shutdown_seconds = time.perf_counter() - started

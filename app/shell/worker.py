@@ -13,7 +13,8 @@ Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes
 with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
 worker calls only the calls of ``engine.backend.Backend`` on its session and decides by
 the session's ``capabilities``, never by its type, so any backend can stand in for it
-(the precision check, ``app.shell.precision_check``, calls ``check_fidelity``).
+(the precision check, ``app.shell.precision_check``, calls ``check_fidelity``; Compare
+models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``).
 
 A load names the precision to compute in (``engine.precision``: the Models → Precision
 choice saved for that model); a server ignores it.
@@ -83,6 +84,12 @@ class EngineWorker(QObject):
         None; call on the worker's thread (``app.shell.precision_check`` does)."""
         session = self._session
         return session if session is not None and session.capabilities.fidelity else None
+
+    def compare_session(self):
+        """The session if it can compare models (``capabilities.compare_models``), else None;
+        call on the worker's thread (``app.shell.compare_runner`` does)."""
+        session = self._session
+        return session if session is not None and session.capabilities.compare_models else None
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):

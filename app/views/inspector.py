@@ -3,7 +3,8 @@
 Two tabs over the same candidates in the same order (their ``raw`` rank):
 *Chain* (``app.views.chain_view``), every candidate's probability after every stage that
 ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
-with the bias and penalty effect and the numbers. Double-click a candidate in
+with the bias and penalty effect and the numbers; a token of a reply compared with a second
+model adds *Models* (``app.views.compare_tokens``), both models' top tokens. Double-click a candidate in
 either (or use its context menu) to continue the reply from it.
 """
 
@@ -29,6 +30,7 @@ from app.model.remote_labels import NOT_REPORTED, p_label, stage_label, step_sta
 from app.model.textfmt import escape, percent, visible
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
+from app.views.compare_tokens import CompareTokensView
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
 from engine.events import Candidate, TokenStep
@@ -36,7 +38,7 @@ from engine.events import Candidate, TokenStep
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
 
-CHAIN_TAB, BARS_TAB = 0, 1
+CHAIN_TAB, BARS_TAB, MODELS_TAB = 0, 1, 2
 PLACEHOLDER = "Send a message: the latest token's candidates show here."
 INSPECTOR_MS = 100
 """Following the newest token of a streaming reply, at most 10 redraws a second (the chat
@@ -76,6 +78,10 @@ class InspectorWidget(QWidget):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.chain_view, "Chain")
         self.tabs.addTab(self.bars, "Raw vs final")
+        # Models → Compare models…: shown only for a token of a compared reply (show_models).
+        self.models_view = CompareTokensView()
+        self.tabs.addTab(self.models_view, "Models")
+        self.tabs.setTabVisible(MODELS_TAB, False)
         self.tabs.currentChanged.connect(lambda _: self._redraw())
         for view in (self.chain_view, self.table):
             view.doubleClicked.connect(lambda index: self._pick_row(index.row()))
@@ -91,6 +97,17 @@ class InspectorWidget(QWidget):
     def set_colors(self, colors: Colors) -> None:
         self.colors = colors
         self._redraw()
+
+    def show_models(self, comparison, row, bring_forward: bool = False) -> None:
+        """The selected token under both compared models (``app.views.compare_tokens``); the
+        tab is there only while the token's reply has a comparison."""
+        self.models_view.show_token(comparison, row, self.colors)
+        shown = comparison is not None
+        if not shown and self.tabs.currentIndex() == MODELS_TAB:
+            self.tabs.setCurrentIndex(CHAIN_TAB)
+        self.tabs.setTabVisible(MODELS_TAB, shown)
+        if shown and bring_forward:
+            self.tabs.setCurrentIndex(MODELS_TAB)
 
     def bind(self, model: ChatModel, clock: RedrawClock | None = None) -> None:
         """Show the model's selected token; redrawn at most ~30 times a second while a reply

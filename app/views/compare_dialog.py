@@ -1,0 +1,200 @@
+"""The Compare models dialog: which second model (a folder, a GGUF file, a repo id or
+``default``) and how it computes, then the load's and the comparison's progress, a refusal
+in the engine's own words, and the result — llama-perplexity's summary of the reply under
+both models, the worst tokens, and an export.
+
+The settings are rows of one form (:meth:`CompareModelsDialog.settings` reads them into an
+``app.model.model_compare.CompareSettings``): a further load setting (the KV cache's
+quantization) is one more row there. The dialog only shows; the shell's
+``app.shell.compare_models`` runs the job and calls the ``show_*`` methods.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.model.model_compare import CompareSettings, Comparison, num
+from app.model.precision import CHOICE_LABELS, CHOICE_TIPS
+from app.model.textfmt import escape, visible
+from engine.precision import PRECISIONS
+
+REFUSED_COLOR = "#b42318"
+SOURCE_TIP = "A model folder, a .gguf file, a Hugging Face repo id, or default (the bundled model)."
+
+
+def result_html(c: Comparison) -> str:
+    """The summary as a small table (rich text), the worst tokens under it."""
+    s = c.stats
+    pct = s["kld_percentiles"]
+    rows = (
+        ("Running model", escape(c.base.label)),
+        ("Compared with", escape(c.second.label)),
+        ("Tokens", str(s["tokens"])),
+        ("Mean KLD", f"{num(s['kld_mean'])} ± {num(s['kld_mean_se'])} nats"),
+        ("Median · 99th pct · max", f"{num(s['kld_median'])} · {num(pct.get('p99', 0.0))} · {num(s['kld_max'])}"),
+        ("Same most likely token", f"{100 * s['same_top']:.1f}% ± {100 * s['same_top_se']:.1f}%"),
+        ("RMS Δp", f"{100 * s['dp_rms']:.2f}% ± {100 * s['dp_rms_se']:.2f}%"),
+        ("PPL running · compared", f"{num(s['ppl_base'])} · {num(s['ppl_model'])}"),
+        ("PPL ratio", f"{s['ppl_ratio']:.4f} ± {s['ppl_ratio_se']:.4f}"),
+    )
+    cells = "".join(f"<tr><td>{k}&nbsp;&nbsp;</td><td><b>{v}</b></td></tr>" for k, v in rows)
+    pieces = {r.index: escape(visible(c.piece(r.token_id))) for r in c.worst()}
+    worst = ", ".join(f"#{r.index} <code>{pieces[r.index]}</code>: {num(r.kld)}" for r in c.worst())
+    return f"<table>{cells}</table><p>Largest KLD: {worst}</p>"
+
+
+class CompareModelsDialog(QDialog):
+    compare_requested = Signal(object)  # CompareSettings
+    cancel_requested = Signal()
+    export_requested = Signal()
+
+    def __init__(self, running: str, sources: list[str], precision: str, parent: QWidget | None = None) -> None:
+        """``running``: the running model's label; ``sources``: the choices offered first
+        (the running model's own source first); ``precision``: the one chosen at first."""
+        super().__init__(parent)
+        self.setWindowTitle("Compare models")
+        self.running = False
+        layout = QVBoxLayout(self)
+        self.intro = QLabel(
+            f"The selected reply's tokens under the running model, <b>{escape(running)}</b>, and a second "
+            "model sharing its vocabulary: KL divergence per token over the whole vocabulary."
+        )
+        self.intro.setWordWrap(True)
+        layout.addWidget(self.intro)
+        form = QFormLayout()
+        self.source = QComboBox()
+        self.source.setEditable(True)
+        self.source.addItems(sources)
+        self.source.setToolTip(SOURCE_TIP)
+        self.source.setMinimumContentsLength(36)
+        pick = QHBoxLayout()
+        pick.addWidget(self.source, 1)
+        self.folder_button = QPushButton("Folder…")
+        self.folder_button.clicked.connect(self._pick_folder)
+        self.gguf_button = QPushButton("GGUF…")
+        self.gguf_button.clicked.connect(self._pick_gguf)
+        pick.addWidget(self.folder_button)
+        pick.addWidget(self.gguf_button)
+        form.addRow("Second model", pick)
+        self.precision = QComboBox()
+        for choice in PRECISIONS:
+            self.precision.addItem(CHOICE_LABELS[choice], choice)
+            self.precision.setItemData(self.precision.count() - 1, CHOICE_TIPS[choice], Qt.ItemDataRole.ToolTipRole)
+        self.precision.setCurrentIndex(max(0, self.precision.findData(precision)))
+        form.addRow("Precision", self.precision)
+        self.form = form  # a further load setting is one more row
+        layout.addLayout(form)
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.result = QLabel("")
+        self.result.setTextFormat(Qt.TextFormat.RichText)
+        self.result.setWordWrap(True)
+        self.result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        for widget in (self.progress, self.message, self.result):
+            layout.addWidget(widget)
+        layout.addStretch(1)
+        buttons = QDialogButtonBox()
+        self.export_button = buttons.addButton("Export…", QDialogButtonBox.ButtonRole.ActionRole)
+        self.export_button.setToolTip("The per-token records and the summary: JSON Lines or CSV")
+        self.export_button.clicked.connect(self.export_requested.emit)
+        self.export_button.hide()
+        self.compare_button = buttons.addButton("Compare", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.compare_button.setDefault(True)
+        self.compare_button.clicked.connect(lambda: self.compare_requested.emit(self.settings()))
+        self.close_button = buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self.close_button.clicked.connect(self._close_clicked)
+        layout.addWidget(buttons)
+        self.resize(560, 300)
+
+    def settings(self) -> CompareSettings:
+        return CompareSettings(self.source.currentText().strip(), self.precision.currentData())
+
+    def _pick_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "A model folder to compare with")
+        if folder:
+            self.source.setCurrentText(folder)
+
+    def _pick_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "A GGUF file to compare with", "", "GGUF models (*.gguf)")
+        if path:
+            self.source.setCurrentText(path)
+
+    # What the shell reports ----------------------------------------------------------------
+
+    def _set_running(self, running: bool) -> None:
+        self.running = running
+        for widget in (self.source, self.precision, self.folder_button, self.gguf_button, self.compare_button):
+            widget.setEnabled(not running)
+        self.close_button.setText("Cancel" if running else "Close")
+        self.progress.setVisible(running)
+
+    def show_started(self, settings: CompareSettings) -> None:
+        self._set_running(True)
+        self.result.setText("")
+        self.export_button.hide()
+        self._say(f"Loading {escape(settings.words())}…")
+
+    def show_loading(self, stage: str, fraction: float) -> None:
+        if fraction < 0:
+            self.progress.setRange(0, 0)  # a busy bar: a stage of unknown length
+        else:
+            self.progress.setRange(0, 100)
+            self.progress.setValue(int(100 * fraction))
+        self._say(f"Loading the second model: {escape(stage)}…")
+
+    def show_loaded(self, label: str) -> None:
+        self.progress.setRange(0, 100)
+        self.progress.setValue(0)
+        self._say(f"Comparing with {escape(label)}…")
+
+    def show_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, 100)
+        self.progress.setValue(int(100 * done / max(total, 1)))
+        self.progress.setFormat(f"{done}/{total} tokens")
+
+    def show_refused(self, message: str) -> None:
+        self._set_running(False)
+        self._say(escape(message), REFUSED_COLOR)
+
+    def show_cancelled(self) -> None:
+        self._set_running(False)
+        self._say("Cancelled: nothing was compared.")
+
+    def show_result(self, comparison: Comparison) -> None:
+        self._set_running(False)
+        n = len(comparison.rows)
+        self._say(f"Compared {n} tokens: the timeline's KLD row and the inspector's Models tab show each one.")
+        self.result.setText(result_html(comparison))
+        self.export_button.show()
+        self.adjustSize()  # the summary is taller than the dialog as first laid out
+
+    def _say(self, html: str, color: str | None = None) -> None:
+        self.message.setText(f"<span style='color:{color}'>{html}</span>" if color else html)
+
+    def _close_clicked(self) -> None:
+        if self.running:
+            self.cancel_requested.emit()  # Cancel: the dialog stays, to choose again
+        else:
+            self.reject()
+
+    def reject(self) -> None:
+        """Esc and the window's close button close the dialog, stopping a comparison that runs."""
+        if self.running:
+            self.cancel_requested.emit()
+        super().reject()
