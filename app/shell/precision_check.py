@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from app.model.reply_checks import selected_reply_problem
 from app.shell.worker import describe
 
 if TYPE_CHECKING:
@@ -139,21 +140,7 @@ class PrecisionCheck(QObject):
             return info.capabilities.reason("fidelity")
         if self.running is not None:
             return "A precision check is running (Esc stops it)."
-        stream = model.selection[0] if model.selection else None
-        if stream is None:
-            return "Select a token of a reply to check that reply."
-        if stream[0] != "branch":
-            return "The reply is still being written: check it once it has ended."
-        message = model.message_of(stream)
-        branch = message.branch if message is not None else None
-        if branch is not None and branch.model != info.name:
-            return f"The selected reply was written by {branch.model}: load it to check the reply."
-        steps = model.steps_of(stream)
-        if not steps:
-            return "The selected reply has no tokens."
-        if any(s.token_id is None for s in steps):
-            return "The selected reply came from a server that did not report its token ids."
-        return ""
+        return selected_reply_problem(model, info.name, "check", "Select a token of a reply to check that reply.")
 
     def start(self) -> PrecisionJob | None:
         reason = self.unavailable()
