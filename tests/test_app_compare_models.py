@@ -180,6 +180,7 @@ def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
     exported = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     piece = TokenText(model_b.tokenizer).piece
     about = {"base": "tiny-a", "base_precision": "float32", "model": "tiny-b", "precision": "float32"}
+    about |= {"kv_bits": None, "kv_group_size": 64, "quantized_kv_start": 0}  # as the CLI's summary
     expected = [token_record(r, piece) for r in rows] + [summary_record(rows, about, False)]
     assert exported == expected
     csv = window.compare_models.export(path=str(tmp_path / "compare.csv"))

@@ -49,9 +49,9 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     asked: list[str] = []
 
     class Recording(EngineSession):
-        def load(self, source, progress=None, precision="auto"):
+        def load(self, source, progress=None, precision="auto", kv=None):
             asked.append(precision)
-            return super().load(source, progress, precision)
+            return super().load(source, progress, precision, kv=kv)
 
     from app.shell.window import MainWindow
 

@@ -153,8 +153,8 @@ class FailingSession:
         from engine.session import EngineSession
 
         class _Session(EngineSession):
-            def load(self, source, progress=None, precision="auto"):
-                info = super().load(source, progress, precision)
+            def load(self, source, progress=None, precision="auto", kv=None):
+                info = super().load(source, progress, precision, kv=kv)
                 self.flaky = Flaky(self.scheduler.model, fail_at)
                 self.scheduler.model = self.flaky
                 return info

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.model.events import EmitterGroup
+from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
+from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
 from app.model.scored import SCORE_LABEL
 from app.model.streams import StreamKey
 from engine.events import FinishReason
 from engine.kld_records import statistics, summary_record, token_record
+from engine.kv_quantization import KV_OFF
 from engine.precision import AUTO
 
 if TYPE_CHECKING:
@@ -39,18 +42,22 @@ RUNNING = "A comparison is running: Cancel in its dialog stops it."
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """The second model: where it comes from and how it computes. A further load setting
-    (the KV cache's quantization) becomes a field here, in :meth:`load_options` and in
-    :meth:`words`; the worker passes :meth:`load_options` to ``load_second`` as they are."""
+    """The second model: where it comes from and how it computes, its KV cache included
+    (``kv_bits``: 0 off, else 8 or 4, as Models → KV cache offers). A further load setting
+    becomes a field here, in :meth:`load_options` and in :meth:`words`; the worker passes
+    :meth:`load_options` to ``load_second`` as they are. The running model's own source and
+    precision with another KV cache shares its weights in the engine (nothing is loaded)."""
 
     source: str
     precision: str = AUTO
+    kv_bits: int = OFF
 
     def load_options(self) -> dict[str, Any]:
-        return {"precision": self.precision}
+        return {"precision": self.precision, "kv": kv_setting(self.kv_bits)}
 
     def words(self) -> str:
-        return f"{self.source} ({self.precision})"
+        kv = f", KV cache {KV_LABELS.get(self.kv_bits, f'{self.kv_bits}-bit')}" if self.kv_bits else ""
+        return f"{self.source} ({self.precision}{kv})"
 
 
 @dataclass(frozen=True)
@@ -76,10 +83,13 @@ class ModelIdentity:
     name: str
     precision: str
     source: str = ""
+    kv: str = ""
+    """Its KV cache when quantized, as the status bar names it (``KV 8-bit``); "" when not."""
 
     @property
     def label(self) -> str:
-        return f"{self.name} · {self.precision}" if self.precision else self.name
+        label = f"{self.name} · {self.precision}" if self.precision else self.name
+        return f"{label} · {self.kv}" if self.kv else label
 
 
 @dataclass
@@ -112,12 +122,14 @@ class Comparison:
         return f"KL({self.base.label} ‖ {self.second.label})"
 
     def about(self) -> dict[str, str]:
-        """The summary record's names, as ``python -m engine kld`` writes them."""
+        """The summary record's names, as ``python -m engine kld`` writes them: the second
+        model's ``kv_bits`` (None when off), ``kv_group_size`` and ``quantized_kv_start`` too."""
         return {
             "base": self.base.name,
             "base_precision": self.base.precision,
             "model": self.second.name,
             "precision": self.second.precision,
+            **(kv_setting(self.settings.kv_bits) or KV_OFF).to_dict(),
         }
 
     def records(self) -> list[dict]:
@@ -242,7 +254,7 @@ class ModelComparisons:
             return job
         info = self.in_use.info
         self.running, self._stream = job, self.chat.selection[0]
-        self._base = ModelIdentity(info.name, info.precision, self.in_use.source or "")
+        self._base = ModelIdentity(info.name, info.precision, self.in_use.source or "", kv_label(info.kv))
         self._second = None
         self.events.started(job)
         return job
@@ -262,9 +274,10 @@ class ModelComparisons:
             self.events.loading(stage, fraction)
 
     def on_loaded(self, tag: int, second: Any) -> None:
-        """The worker's ``SecondModel`` (name, source, precision)."""
+        """The worker's ``SecondModel`` (name, source, precision, KV cache)."""
         if self._mine(tag):
-            self._second = ModelIdentity(second.name, second.precision, second.source)
+            kv = second_kv_label(getattr(second, "kv", ""))
+            self._second = ModelIdentity(second.name, second.precision, second.source, kv)
             self.events.loaded(self._second)
 
     def on_progress(self, tag: int, done: int, total: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.model.kv_cache import about_kv, kv_label
 from engine.precision import AUTO, FIDELITY_TOLERANCE, PRECISIONS
 
 SETTINGS_KEY = "precision_by_model"
@@ -69,8 +70,12 @@ def precision_words(precision: str | None) -> str:
 
 
 def model_label(info: Any) -> str:
-    """The status bar's words for a local model: ``SmolLM2 · float32``."""
-    return f"{info.name} · {info.precision}" if getattr(info, "precision", "") else info.name
+    """The status bar's words for a local model: ``SmolLM2 · float32``, and its KV cache when
+    that is quantized (``SmolLM2 · float32 · KV 8-bit``)."""
+    if not getattr(info, "precision", ""):
+        return info.name
+    kv = kv_label(getattr(info, "kv", None))
+    return f"{info.name} · {info.precision}" + (f" · {kv}" if kv else "")
 
 
 def about_precision(info: Any) -> str:
@@ -79,7 +84,8 @@ def about_precision(info: Any) -> str:
         return "Precision: chosen by the server (not reported)."
     asked = f" ({info.precision_choice})" if info.precision_choice and info.precision_choice != info.precision else ""
     reason = f": {info.precision_reason}" if info.precision_reason else ""
-    return f"Computes in {info.precision}{asked}{reason}."
+    kv = about_kv(getattr(info, "kv", None))
+    return f"Computes in {info.precision}{asked}{reason}." + (f" {kv}" if kv else "")
 
 
 def verdict(summary: Any) -> str:

@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QLabel, QMenu
 
 from app.model.model_compare import CompareJob, CompareSettings, Comparison, ModelComparisons
+from app.model.precision import model_label
 from app.shell.compare_runner import CompareRunner
 from app.shell.worker import describe
 from app.views.compare_dialog import CompareModelsDialog
@@ -87,11 +88,11 @@ class CompareModels(QObject):
         sources = list(dict.fromkeys([running, "default", *recent_models(self.window)]))
         # The usual question: the same model in the other precision (float16 beside float32).
         precision = "float16" if info.precision == "float32" else "float32"
-        label = f"{info.name} · {info.precision}"
+        label = model_label(info)
         if self.dialog is not None:  # one at a time (nothing runs: unavailable() says so)
             self.dialog.close()
             self.dialog.deleteLater()
-        self.dialog = CompareModelsDialog(label, sources, precision, self.window)
+        self.dialog = CompareModelsDialog(label, sources, precision, self.window, running_precision=info.precision)
         self.dialog.compare_requested.connect(self.start)
         self.dialog.cancel_requested.connect(self.cancel)
         self.dialog.export_requested.connect(lambda: self.export(self.last))

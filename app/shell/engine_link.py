@@ -16,7 +16,7 @@ from engine.events import Divergence, Finished, TokenStep
 
 
 class EngineLink(QObject):
-    request_load = Signal(str, str)  # source, precision (engine.precision.PRECISIONS)
+    request_load = Signal(str, str, object)  # source, precision (engine.precision.PRECISIONS), KVQuantization or None
     request_submit = Signal(object)
     request_cancel = Signal(int)
     request_update = Signal(int, object)

@@ -10,6 +10,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
 
 from app.shell.compare_models import add_compare_action
+from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
 from app.shell.layout import reset_layout
 from app.shell.logging_setup import show_log
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
@@ -31,7 +32,7 @@ def _action(window: MainWindow, menu: QMenu, text: str, slot, shortcut=None) -> 
 
 class Menus:
     """What the menus keep after they are built: the submenus filled when shown, the theme
-    group, the precision items, Compare models… and the dialogs they opened last. The window holds it as
+    group, the precision and KV cache items, Compare models… and the dialogs they opened last. The window holds it as
     ``window.menus``."""
 
     def __init__(self) -> None:
@@ -39,6 +40,7 @@ class Menus:
         self.recent_menu: QMenu | None = None
         self.theme_group: QActionGroup | None = None
         self.precision: PrecisionMenu | None = None
+        self.kv_cache: KVCacheMenu | None = None
         self.compare_action: QAction | None = None
         self.delete_box: QMessageBox | None = None
         self.log_dialog = None
@@ -86,6 +88,8 @@ def build_menus(window: MainWindow) -> Menus:
     model_menu.addSeparator()
     # Precision ▸, Check precision… (app/shell/precision_menu.py)
     menus.precision = add_precision_menu(window, model_menu)
+    # KV cache ▸ beside it (app/shell/kv_cache_menu.py)
+    menus.kv_cache = add_kv_cache_menu(window, model_menu, before=menus.precision.check_action)
     menus.compare_action = add_compare_action(window, model_menu)  # app/shell/compare_models.py
 
     view_menu = bar.addMenu("&View")

@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QAbstractButton, QMessageBox
 
 from app.model.precision import model_label
+from app.shell.kv_cache_menu import revert_after_failure, update_kv_cache_menu
 from app.shell.logging_setup import note_model
 from app.shell.menus import recent_models
 from app.shell.precision_menu import update_precision_menu
@@ -55,12 +56,16 @@ class ModelLoader(QObject):
     # Requests ---------------------------------------------------------------------------------
 
     def load(self, source: str) -> None:
-        """Load ``source`` in the precision chosen for it (read when the load is sent, so a load
-        that waited for a reply uses the latest choice)."""
+        """Load ``source`` in the precision and with the KV cache chosen for it (read when the
+        load is sent, so a load that waited for a reply uses the latest choices)."""
+        from app.model.kv_cache import kv_setting
+        from app.shell.kv_cache_menu import saved_kv
         from app.shell.precision_menu import saved_choice
 
         def send() -> None:
-            self.window.link.request_load.emit(source, saved_choice(self.window.settings, source))
+            settings = self.window.settings
+            kv = kv_setting(saved_kv(settings, source))
+            self.window.link.request_load.emit(source, saved_choice(settings, source), kv)
 
         self.when_idle(source, lambda: self._start(source, send))
 
@@ -129,6 +134,7 @@ class ModelLoader(QObject):
         remote = reports_one_stage(info)
         self.in_use.label = status_text(info) if remote else model_label(info)
         update_precision_menu(window)
+        update_kv_cache_menu(window)
         window.status.model_ready(self.in_use.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
         window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
@@ -147,6 +153,7 @@ class ModelLoader(QObject):
         window = self.window
         # The previous model stays in use: its label, not the failed load's last stage.
         window.status.model_failed(self.in_use.label, f"Could not load {source}.")
+        revert_after_failure(window, source)  # a refused KV setting: the menu says what runs
         if window.model_info is None:
             window.model.set_welcome_state("No model is loaded: choose one in the Models menu.")
         window.show_error(f"Could not load {source}.\n\n{describe(exc)}")

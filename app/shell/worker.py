@@ -17,7 +17,9 @@ the session's ``capabilities``, never by its type, so any backend can stand in f
 models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``).
 
 A load names the precision to compute in (``engine.precision``: the Models → Precision
-choice saved for that model); a server ignores it.
+choice saved for that model) and the KV cache's quantization (an
+``engine.kv_quantization.KVQuantization`` or None: the Models → KV cache choice); a server
+ignores the precision and refuses a KV cache that quantizes.
 """
 
 from __future__ import annotations
@@ -106,8 +108,8 @@ class EngineWorker(QObject):
             self._timer.timeout.connect(self._step)
         return self._session
 
-    @Slot(str, str)
-    def load_model(self, source: str, precision: str = "auto") -> None:
+    @Slot(str, str, object)
+    def load_model(self, source: str, precision: str = "auto", kv: Any = None) -> None:
         if self._session is not None and not self._session.capabilities.load_files:
             # A model file on a backend that serves its own models: back to the local
             # engine (kept aside while the server was in use).
@@ -118,7 +120,7 @@ class EngineWorker(QObject):
             if session.has_work():
                 session.cancel_all()
                 self._flush_events(session.step())
-            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f), precision)
+            info = session.load(source, lambda stage, f: self.model_progressed.emit(stage, f), precision, kv=kv)
         except Exception as exc:  # the worker is the one place that catches broadly
             self.model_failed.emit(source, exc)
             return

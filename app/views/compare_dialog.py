@@ -4,8 +4,11 @@ in the engine's own words, and the result — llama-perplexity's summary of the 
 both models, the worst tokens, and an export.
 
 The settings are rows of one form (:meth:`CompareModelsDialog.settings` reads them into an
-``app.model.model_compare.CompareSettings``): a further load setting (the KV cache's
-quantization) is one more row there. The dialog only shows; the shell's
+``app.model.model_compare.CompareSettings``): the source, the precision and the KV cache (Off,
+8-bit, 4-bit, as Models → KV cache offers); a further load setting is one more row there.
+Choosing a quantized KV cache for the running model's own source sets the running precision,
+so the comparison is the running model against its own quantized cache (its weights shared:
+nothing is loaded). The dialog only shows; the shell's
 ``app.shell.compare_models`` runs the job and calls the ``show_*`` methods.
 """
 
@@ -26,6 +29,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
+from app.model.kv_cache import CHOICE_TIPS as KV_TIPS
+from app.model.kv_cache import CHOICES as KV_CHOICES
+from app.model.kv_cache import OFF
 from app.model.model_compare import CompareSettings, Comparison, num
 from app.model.precision import CHOICE_LABELS, CHOICE_TIPS
 from app.model.textfmt import escape, visible
@@ -33,6 +40,10 @@ from engine.precision import PRECISIONS
 
 REFUSED_COLOR = "#b42318"
 SOURCE_TIP = "A model folder, a .gguf file, a Hugging Face repo id, or default (the bundled model)."
+KV_TIP = (
+    "The second model's KV cache. The running model's own source in its own precision with a quantized "
+    "cache shares the running weights (nothing is loaded): what the quantized cache alone changes."
+)
 
 
 def result_html(c: Comparison) -> str:
@@ -61,10 +72,21 @@ class CompareModelsDialog(QDialog):
     cancel_requested = Signal()
     export_requested = Signal()
 
-    def __init__(self, running: str, sources: list[str], precision: str, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        running: str,
+        sources: list[str],
+        precision: str,
+        parent: QWidget | None = None,
+        running_precision: str = "",
+    ) -> None:
         """``running``: the running model's label; ``sources``: the choices offered first
-        (the running model's own source first); ``precision``: the one chosen at first."""
+        (the running model's own source first); ``precision``: the one chosen at first;
+        ``running_precision``: what the running model computes in (set when a quantized KV
+        cache is chosen for its own source)."""
         super().__init__(parent)
+        self.running_source = sources[0] if sources else ""
+        self.running_precision = running_precision
         self.setWindowTitle("Compare models")
         self.running = False
         layout = QVBoxLayout(self)
@@ -95,6 +117,13 @@ class CompareModelsDialog(QDialog):
             self.precision.setItemData(self.precision.count() - 1, CHOICE_TIPS[choice], Qt.ItemDataRole.ToolTipRole)
         self.precision.setCurrentIndex(max(0, self.precision.findData(precision)))
         form.addRow("Precision", self.precision)
+        self.kv = QComboBox()
+        for bits in KV_CHOICES:
+            self.kv.addItem(KV_LABELS[bits], bits)
+            self.kv.setItemData(self.kv.count() - 1, KV_TIPS[bits], Qt.ItemDataRole.ToolTipRole)
+        self.kv.setToolTip(KV_TIP)
+        self.kv.currentIndexChanged.connect(self._kv_chosen)
+        form.addRow("KV cache", self.kv)
         self.form = form  # a further load setting is one more row
         layout.addLayout(form)
         self.progress = QProgressBar()
@@ -123,7 +152,14 @@ class CompareModelsDialog(QDialog):
         self.resize(560, 300)
 
     def settings(self) -> CompareSettings:
-        return CompareSettings(self.source.currentText().strip(), self.precision.currentData())
+        return CompareSettings(self.source.currentText().strip(), self.precision.currentData(), self.kv.currentData())
+
+    def _kv_chosen(self, _index: int) -> None:
+        """A quantized cache for the running model's own source: in its own precision, so the
+        comparison measures the cache alone (and shares the running weights)."""
+        own = self.source.currentText().strip() == self.running_source
+        if self.kv.currentData() != OFF and own and self.running_precision:
+            self.precision.setCurrentIndex(max(0, self.precision.findData(self.running_precision)))
 
     def _pick_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "A model folder to compare with")
@@ -139,7 +175,8 @@ class CompareModelsDialog(QDialog):
 
     def _set_running(self, running: bool) -> None:
         self.running = running
-        for widget in (self.source, self.precision, self.folder_button, self.gguf_button, self.compare_button):
+        widgets = (self.source, self.precision, self.kv, self.folder_button, self.gguf_button, self.compare_button)
+        for widget in widgets:
             widget.setEnabled(not running)
         self.close_button.setText("Cancel" if running else "Close")
         self.progress.setVisible(running)
