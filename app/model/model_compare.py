@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from app.model.events import EmitterGroup
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
+from app.model.reply_checks import selected_reply_problem
 from app.model.scored import SCORE_LABEL
 from app.model.streams import StreamKey
 from engine.events import FinishReason
@@ -200,20 +201,8 @@ class ModelComparisons:
             return info.capabilities.reason("compare_models")
         if self.running is not None:
             return RUNNING
-        stream = model.selection[0] if model.selection else None
-        if stream is None:
-            return "Select a token of a reply or a scored text to compare it."
-        if stream[0] != "branch":
-            return "The reply is still being written: compare it once it has ended."
-        branch = self._branch(stream)
-        if branch is not None and branch.model != info.name:
-            return f"The selected reply was written by {branch.model}: load it to compare the reply."
-        steps = model.steps_of(stream)
-        if not steps:
-            return "The selected reply has no tokens."
-        if any(s.token_id is None for s in steps):
-            return "The selected reply came from a server that did not report its token ids."
-        return ""
+        hint = "Select a token of a reply or a scored text to compare it."
+        return selected_reply_problem(model, info.name, "compare", hint)
 
     def _branch(self, stream: StreamKey):
         message = self.chat.message_of(stream)
