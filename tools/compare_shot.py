@@ -2,7 +2,8 @@
 
 Runs the app offscreen in a throwaway profile with ``--model`` (default: the default model),
 sends ``--prompt`` greedily for ``--max-tokens`` tokens, compares the reply with ``--second``
-(default: the same model) computing in ``--precision`` (default float16), selects the token
+(default: the same model) computing in ``--precision`` (default float16), its KV cache
+quantized with ``--kv-bits`` (default off), selects the token
 of largest KL divergence and saves the window: the timeline's KLD row and the inspector's
 Models tab side by side, the summary line in the status bar. Half precision is slow on a
 CPU (MLX has no half-precision matrix kernels there): keep the reply short.
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--second", default=None, help="the model to compare with (default: --model)")
     p.add_argument("--precision", default="float16", help="what the second model computes in")
+    p.add_argument("--kv-bits", type=int, default=0, choices=(0, 8, 4), help="the second model's KV cache (0: off)")
     p.add_argument("--prompt", default="Write one sentence about the sea.")
     p.add_argument("--max-tokens", type=int, default=12)
     p.add_argument("--timeline-height", type=int, default=360, help="height of the timeline dock (px)")
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     dialog.source.setCurrentText(args.second or args.model)
     dialog.precision.setCurrentIndex(dialog.precision.findData(args.precision))
+    dialog.kv.setCurrentIndex(max(0, dialog.kv.findData(args.kv_bits)))  # after the precision: it may set it
     dialog.compare_button.click()
     comparison = None
     if wait(lambda: not dialog.running):
