@@ -1,0 +1,106 @@
+"""The logit lens (engine/lens.py) against transformers' float32 run of the same GGUF file
+with forward hooks on its decoder layers (final norm + lm_head on each layer's output),
+and its own invariants on tiny models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.errors import EngineError
+from engine.lens import lens
+from engine.prompts import encode_text
+from tests import real_models
+
+TEXT = "The capital of France is Paris. It is known for the Eiffel Tower."
+
+
+def reference_lens(model, ids: list[int]) -> list[np.ndarray]:
+    """Per layer (0 = the embeddings' output, then each decoder layer's), the log-softmax of
+    lm_head(norm(h)) at every position: transformers' own modules, hooked."""
+    import torch
+
+    states = []
+    hooks = [model.model.embed_tokens.register_forward_hook(lambda m, i, o: states.append(o))]
+    for layer in model.model.layers:
+        hooks.append(layer.register_forward_hook(lambda m, i, o: states.append(o[0] if isinstance(o, tuple) else o)))
+    try:
+        with torch.no_grad():
+            model(torch.tensor([ids]))
+            out = [torch.log_softmax(model.lm_head(model.model.norm(h))[0].float(), -1).numpy() for h in states]
+    finally:
+        for h in hooks:
+            h.remove()
+    return out
+
+
+@pytest.mark.slow
+def test_default_model_layer_by_layer_against_transformers(smollm):
+    ids = encode_text(smollm.tokenizer, TEXT)
+    reference = reference_lens(real_models.transformers_float32(real_models.smollm_gguf()), ids)
+    positions = [3, 9, len(ids) - 1]
+    worst = 0.0
+    for p in lens(smollm, ids, positions, top=5):
+        assert len(p.layers) == len(reference)
+        for layer in p.layers:
+            ref = reference[layer.layer][p.position]
+            top = [i for i, _ in layer.top]
+            assert top[0] == int(np.argmax(ref)) or abs(ref[top[0]] - ref.max()) < 0.03
+            diff = max(abs(lp - ref[i]) for i, lp in layer.top)
+            worst = max(worst, diff)
+    print(f"largest top-5 difference over layers: {worst:.4f}")
+    assert worst < 0.03
+
+
+def test_the_last_layer_is_the_models_logits_and_positions_agree(tiny):
+    ids = tiny.tokenizer.encode("the cat sat on the mat and the dog ran")
+    logits = np.array(tiny.model(mx.array(ids)[None])[0], np.float64)
+    alone = {p.position: p for p in lens(tiny, ids, [len(ids) - 1])}
+    together = {p.position: p for p in lens(tiny, ids, [2, 5, len(ids) - 1])}
+    last = together[len(ids) - 1]
+    final = logits[-1] - np.logaddexp.reduce(logits[-1])
+    assert [i for i, _ in last.layers[-1].top] == list(np.argsort(-final)[:10])
+    np.testing.assert_allclose([lp for _, lp in last.layers[-1].top], np.sort(final)[::-1][:10], atol=1e-4)
+    assert last.layers[-1].kl_final == 0.0 and last.layers[-1].rank_final_top1 == 1
+    for a, b in zip(alone[len(ids) - 1].layers, last.layers, strict=True):  # one pass or several: the same
+        assert a.top[0][0] == b.top[0][0] and a.kl_final == pytest.approx(b.kl_final, abs=1e-4)
+    assert len(last.layers) == tiny.config["num_hidden_layers"] + 1
+    early = together[2]
+    assert early.chosen == ids[3] and early.chosen_is_next and not last.chosen_is_next
+    tops = [layer.top[0][0] for layer in early.layers]
+    if early.decided_at is not None:
+        assert all(t == early.chosen for t in tops[early.decided_at :])
+        assert early.decided_at == 0 or tops[early.decided_at - 1] != early.chosen
+    with pytest.raises(EngineError):
+        list(lens(tiny, ids, [len(ids)]))
+
+
+def test_cli_prints_one_record_per_layer(tiny_folder):
+    args = [
+        sys.executable,
+        "-m",
+        "engine",
+        "lens",
+        "--model",
+        str(tiny_folder),
+        "--prompt",
+        "the cat sat",
+        "--top",
+        "3",
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    layers = [r for r in records if r["type"] == "layer"]
+    (position,) = [r for r in records if r["type"] == "position"]
+    assert [r["layer"] for r in layers] == list(range(len(layers)))
+    assert all(len(r["top"]) == 3 and {"token_id", "text", "logprob"} <= set(r["top"][0]) for r in layers)
+    assert layers[-1]["kl_final"] == 0.0 and layers[-1]["rank_final_top1"] == 1
+    assert position["chosen_is_next"] is False and position["chosen"] == layers[-1]["top"][0]["token_id"]
+    bad = subprocess.run([*args, "--position", "99"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ")
