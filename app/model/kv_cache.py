@@ -10,9 +10,9 @@ and from the first token: off (the default), 8-bit and 4-bit. A choice is a numb
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from app.model.per_model import PerModelChoice
 from engine.kv_quantization import KVQuantization
 
 SETTINGS_KEY = "kv_cache_by_model"
@@ -33,30 +33,8 @@ CHOICE_TIPS = {
 }
 
 
-def read_choices(value: Any) -> dict[str, int]:
-    """The saved choices (the setting's JSON text); anything unreadable reads as none saved."""
-    try:
-        data = json.loads(value) if isinstance(value, str) else {}
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): v for k, v in data.items() if type(v) is int and v in CHOICES}
-
-
-def choice_for(choices: dict[str, int], source: str | None) -> int:
-    """The bits saved for ``source``, else off (0)."""
-    return choices.get(source or "", OFF)
-
-
-def with_choice(choices: dict[str, int], source: str, bits: int) -> dict[str, int]:
-    """``choices`` with ``source``'s set to ``bits`` (off, the default, is not stored)."""
-    if type(bits) is not int or bits not in CHOICES:
-        raise ValueError(f"the KV cache must be one of {', '.join(map(str, CHOICES))} bits, got {bits!r}.")
-    out = {k: v for k, v in choices.items() if k != source}
-    if bits != OFF:
-        out[source] = bits
-    return out
+CHOICE = PerModelChoice(SETTINGS_KEY, CHOICES, OFF, "the KV cache (bits)")
+read_choices, choice_for, with_choice = CHOICE.read, CHOICE.choice_for, CHOICE.with_choice
 
 
 def kv_setting(bits: int) -> KVQuantization | None:

@@ -9,10 +9,10 @@ and says what a model, or a saved reply, was computed in.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from app.model.kv_cache import about_kv, kv_label
+from app.model.per_model import PerModelChoice
 from engine.precision import AUTO, FIDELITY_TOLERANCE, PRECISIONS
 
 SETTINGS_KEY = "precision_by_model"
@@ -38,30 +38,8 @@ CHOICE_TIPS = {
 }
 
 
-def read_choices(value: Any) -> dict[str, str]:
-    """The saved choices (the setting's JSON text); anything unreadable reads as none saved."""
-    try:
-        data = json.loads(value) if isinstance(value, str) else {}
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): v for k, v in data.items() if v in PRECISIONS}
-
-
-def choice_for(choices: dict[str, str], source: str | None) -> str:
-    """The choice saved for ``source``, else ``auto``."""
-    return choices.get(source or "", AUTO)
-
-
-def with_choice(choices: dict[str, str], source: str, choice: str) -> dict[str, str]:
-    """``choices`` with ``source``'s set to ``choice`` (``auto``, the default, is not stored)."""
-    if choice not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {choice!r}.")
-    out = {k: v for k, v in choices.items() if k != source}
-    if choice != AUTO:
-        out[source] = choice
-    return out
+CHOICE = PerModelChoice(SETTINGS_KEY, PRECISIONS, AUTO, "precision")
+read_choices, choice_for, with_choice = CHOICE.read, CHOICE.choice_for, CHOICE.with_choice
 
 
 def precision_words(precision: str | None) -> str:

@@ -12,7 +12,6 @@ model stays, and the saved choice goes back to what that model runs with
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,15 +20,12 @@ from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QMenu
 
 from app.model.kv_cache import (
+    CHOICE,
     CHOICE_LABELS,
     CHOICE_TIPS,
     CHOICES,
     SERVER_KEEPS,
-    SETTINGS_KEY,
     bits_of,
-    choice_for,
-    read_choices,
-    with_choice,
 )
 from app.shell.precision_menu import current_source, is_server
 
@@ -43,12 +39,11 @@ MENU_TIP = (
 
 def saved_kv(settings: QSettings, source: str | None) -> int:
     """The bits chosen for ``source``'s KV cache (0, off, unless one was chosen)."""
-    return choice_for(read_choices(settings.value(SETTINGS_KEY, "{}")), source)
+    return CHOICE.saved(settings, source)
 
 
 def save_kv(settings: QSettings, source: str, bits: int) -> None:
-    choices = with_choice(read_choices(settings.value(SETTINGS_KEY, "{}")), source, bits)
-    settings.setValue(SETTINGS_KEY, json.dumps(choices))
+    CHOICE.save(settings, source, bits)
 
 
 @dataclass

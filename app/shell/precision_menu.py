@@ -8,7 +8,6 @@ was started with, so the submenu is disabled while one is in use.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,13 +16,10 @@ from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QMenu
 
 from app.model.precision import (
+    CHOICE,
     CHOICE_LABELS,
     CHOICE_TIPS,
     SERVER_CHOOSES,
-    SETTINGS_KEY,
-    choice_for,
-    read_choices,
-    with_choice,
 )
 from engine.precision import PRECISIONS
 
@@ -35,12 +31,11 @@ MENU_TIP = "What the model computes in. Auto is float32 where it fits in memory:
 
 def saved_choice(settings: QSettings, source: str | None) -> str:
     """The precision chosen for ``source`` (``auto`` unless one was chosen)."""
-    return choice_for(read_choices(settings.value(SETTINGS_KEY, "{}")), source)
+    return CHOICE.saved(settings, source)
 
 
 def save_choice(settings: QSettings, source: str, choice: str) -> None:
-    choices = with_choice(read_choices(settings.value(SETTINGS_KEY, "{}")), source, choice)
-    settings.setValue(SETTINGS_KEY, json.dumps(choices))
+    CHOICE.save(settings, source, choice)
 
 
 @dataclass
