@@ -114,10 +114,10 @@ def check(
         for a in range(0, len(full) - 1, chunk):
             b = min(a + chunk, len(full) - 1)
             window = mx.array(full[a:b])[None]
-            running = _logprobs(model, window, caches[0])
+            running = raw_logprobs(model, window, caches[0])
             kv.after_forward(caches[0], loaded.kv)
             model.update(as32)
-            reference = _logprobs(model, window, caches[1])
+            reference = raw_logprobs(model, window, caches[1])
             model.update(own)
             yield from compare(running, reference, full[a + 1 : b + 1], a)
             if progress is not None:
@@ -126,7 +126,9 @@ def check(
         model.update(own)
 
 
-def _logprobs(model, window: mx.array, cache) -> np.ndarray:
+def raw_logprobs(model, window: mx.array, cache) -> np.ndarray:
+    """One forward pass of ``window`` ``[1, T]`` through ``cache``: the raw log-softmax
+    ``[T, V]`` float32 on the host (the fidelity check's and the model comparison's rows)."""
     logits = model(window, cache=cache)[0].astype(mx.float32)
     out = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     mx.eval(out)

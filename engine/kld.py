@@ -21,6 +21,7 @@ import numpy as np
 
 from engine import cache as kv
 from engine.errors import EngineError
+from engine.fidelity import raw_logprobs
 from engine.models import LoadedModel
 
 MAGIC = b"LSCOPE-KLD-BASE\n"
@@ -71,11 +72,9 @@ def logprob_rows(loaded: LoadedModel, tokens: Sequence[int], chunk: int) -> Iter
     cache = kv.new_request_cache(loaded.model, loaded.kv)
     for a in range(0, len(tokens) - 1, chunk):
         b = min(a + chunk, len(tokens) - 1)
-        logits = loaded.model(mx.array(tokens[a:b])[None], cache=cache)[0].astype(mx.float32)
+        rows = raw_logprobs(loaded.model, mx.array(tokens[a:b])[None], cache)
         kv.after_forward(cache, loaded.kv)
-        out = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        mx.eval(out)
-        yield a, np.array(out)
+        yield a, rows
 
 
 class BaseFile:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from app.model.events import EmitterGroup
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
-from app.model.reply_checks import selected_reply_problem
+from app.model.reply_checks import branch_of, selected_reply_problem
 from app.model.scored import SCORE_LABEL
 from app.model.streams import StreamKey
 from engine.events import FinishReason
@@ -204,10 +204,6 @@ class ModelComparisons:
         hint = "Select a token of a reply or a scored text to compare it."
         return selected_reply_problem(model, info.name, "compare", hint)
 
-    def _branch(self, stream: StreamKey):
-        message = self.chat.message_of(stream)
-        return next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
-
     def job_for(self, settings: CompareSettings) -> CompareJob | str:
         """The job comparing the selected reply with ``settings``' model, or why there is none."""
         if reason := self.unavailable():
@@ -215,7 +211,7 @@ class ModelComparisons:
         model = self.chat
         stream = model.selection[0]
         message = model.message_of(stream)
-        branch = self._branch(stream)
+        branch = branch_of(model, stream)
         output = tuple(s.token_id for s in model.steps_of(stream))
         self._tag += 1
         if (text := self._scored_text(message, branch)) is not None:
