@@ -220,6 +220,20 @@ class Backend(Protocol):
         """A given text (scored as ``score_text`` scores it) under both models."""
         ...
 
+    def lens_reply(
+        self, messages: Messages, output: Sequence[int], positions: Sequence[int] | None = None, top: int = 10
+    ) -> Iterator[Any]:
+        """The logit lens (``capabilities.logit_lens``) at ``positions`` of a reply (index 0:
+        the distribution its first token was drawn from; None: every token): one
+        ``engine.lens.LensPosition`` each, in order; stop iterating to cancel."""
+        ...
+
+    def lens_text(
+        self, text: str, prompt: Messages | None = None, positions: Sequence[int] | None = None, top: int = 10
+    ) -> Iterator[Any]:
+        """The logit lens at ``positions`` of a given text (tokenized as ``score_text`` does)."""
+        ...
+
     def step(self) -> list[Event]:
         """The events since the last call. Local: runs one decode step. Remote: returns
         what the server sent, waiting at most a few tens of milliseconds for it."""

@@ -18,6 +18,7 @@ NAMES = (
     "replay",
     "fidelity",
     "compare_models",
+    "logit_lens",
     "precision",
     "layers",
     "full_chain",
@@ -45,6 +46,8 @@ class Capabilities:
     compare_models: bool = False
     """``load_second`` / ``compare_reply`` / ``compare_text``: the same tokens under a second
     local model, compared over the whole vocabulary."""
+    logit_lens: bool = False
+    """``lens_reply`` / ``lens_text``: each layer's next-token distribution (the weights are here)."""
     precision: bool = False
     """``load`` honours its ``precision`` argument (the model computes here)."""
     layers: bool = False
@@ -84,6 +87,7 @@ LOCAL_CAPABILITIES = Capabilities(
     replay=True,
     fidelity=True,
     compare_models=True,
+    logit_lens=True,
     precision=True,
     layers=True,
     full_chain=True,

@@ -87,6 +87,12 @@ class ServerEmulation:
     def compare_text(self, *args: Any, **kwargs: Any):
         raise EngineError(self._refused("compare_models"))
 
+    def lens_reply(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("logit_lens"))
+
+    def lens_text(self, *args: Any, **kwargs: Any):
+        raise EngineError(self._refused("logit_lens"))
+
     def _refused(self, name: str) -> str:
         reason = self.capabilities.reason(name)
         return f"{name}: {reason}" if reason else f"{name} is not available."

@@ -25,6 +25,7 @@ from engine.params import SamplingParams
 from engine.prompts import encode_messages, scored_text
 from engine.scheduler import Scheduler
 from engine.session_compare import CompareModelsMixin
+from engine.session_lens import LensMixin
 
 
 def token_ids(output: Sequence[int | None]) -> list[int]:
@@ -83,7 +84,7 @@ def describe_quantization(loaded) -> str:
     return str(weight.dtype).replace("mlx.core.", "") if weight is not None else "unknown"
 
 
-class EngineSession(CompareModelsMixin):
+class EngineSession(CompareModelsMixin, LensMixin):
     """The local backend (:class:`engine.backend.Backend`): one MLX model and its scheduler."""
 
     def __init__(self, prefill_chunk: int | None = None, max_batch_size: int = 8) -> None:

@@ -99,6 +99,7 @@ def test_remote_backend_declares_what_a_server_does(remote):
     assert "penalties" in caps.reason("full_chain")  # the stage mlx_lm.server reports
     refused = [("score_text", "score"), ("replay", "replay"), ("check_fidelity", "fidelity")]
     refused += [("load_second", "compare_models"), ("compare_text", "compare_models")]
+    refused += [("lens_reply", "logit_lens"), ("lens_text", "logit_lens")]
     for call, name in refused:
         with pytest.raises(EngineError) as err:
             getattr(remote, call)("text", SamplingParams())

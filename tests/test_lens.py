@@ -104,3 +104,36 @@ def test_cli_prints_one_record_per_layer(tiny_folder):
     assert position["chosen_is_next"] is False and position["chosen"] == layers[-1]["top"][0]["token_id"]
     bad = subprocess.run([*args, "--position", "99"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and bad.stderr.startswith("error: ")
+
+
+def test_the_session_reads_a_reply_counted_from_its_first_token(tiny_folder):
+    """A reply the engine generated: at each of its tokens the lens's last layer is the
+    distribution the step reports under ``raw``, and its chosen token the one drawn."""
+    from engine.events import TokenStep
+    from engine.params import SamplingParams
+    from engine.session import EngineSession
+
+    session = EngineSession()
+    session.load(str(tiny_folder))
+    assert session.capabilities.logit_lens and not session.capabilities.reason("logit_lens")
+    messages = [{"role": "user", "content": "the cat sat"}]
+    session.start(messages, SamplingParams(max_tokens=6, top_logprobs=5))
+    steps = []
+    while session.has_work():
+        steps += [e for e in session.step() if isinstance(e, TokenStep)]
+    output = [s.token_id for s in steps]
+    rows = list(session.lens_reply(messages, output, top=5))
+    assert [r.position for r in rows] == list(range(len(output)))
+    for step, row in zip(steps, rows, strict=True):
+        assert row.chosen == step.token_id and row.chosen_is_next
+        assert all(layer.position == step.index for layer in row.layers)
+        raw = sorted(step.top, key=lambda c: -c.logprobs[0])[:5]
+        assert [t for t, _ in row.layers[-1].top] == [c.token_id for c in raw]
+        np.testing.assert_allclose([lp for _, lp in row.layers[-1].top], [c.logprobs[0] for c in raw], atol=1e-3)
+    (after,) = session.lens_reply(messages, output, positions=[len(output)])
+    assert after.position == len(output) and not after.chosen_is_next
+    for bad in ([len(output) + 1], [3, 1], []):
+        with pytest.raises(EngineError, match="positions"):
+            list(session.lens_reply(messages, output, positions=bad))
+    text_rows = list(session.lens_text("the cat sat on the mat", positions=[0, 2]))
+    assert [r.position for r in text_rows] == [0, 2]
