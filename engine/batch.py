@@ -18,9 +18,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.inspection import RowInspection, pack_step
+from engine.inspection import RowInspection, pack_step, side_stream
 from engine.params import SamplingParams
-from engine.sampler import columns, group_aliases, group_chain, gumbel_noise, run_chain, step_key
+from engine.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, run_chain, step_key
 from engine.stages import STAGES, row_chain
 from engine.stages.base import Accepted, Rows, RowsState, StateContext
 
@@ -34,6 +34,7 @@ class _Group:
     chain: tuple[str, ...]
     aliases: frozenset[str]
     columns: dict[str, mx.array]
+    forms: tuple[str | None, ...]
 
 
 @dataclass
@@ -174,18 +175,21 @@ class SamplingBatch:
             noise = None
             if not all(self.params[r].greedy for r in rows):
                 noise = gumbel_noise([step_key(self.params[r].seed, indices[r]) for r in rows], self.vocab)
-            result = run_chain(group.rows.take(logits), group.chain, inputs, noise, group.aliases)
+            result = run_chain(group.rows.take(logits), group.chain, inputs, noise, group.aliases, group.forms)
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
                 result.tokens = mx.where(override >= 0, override, result.tokens)
             tokens_parts.append(result.tokens)
-            packed_parts.append(pack_step(result, inputs.get("counts"), top_n))
+            with mx.stream(side_stream()):
+                packed_parts.append(pack_step(result, inputs.get("counts"), top_n))
             final_parts.append(result.outputs[-1])
         tokens, packed, final = tokens_parts[0], packed_parts[0], final_parts[0]
         if len(groups) > 1:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
-            tokens, packed, final = (mx.concatenate(p)[back] for p in (tokens_parts, packed_parts, final_parts))
+            tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
+            with mx.stream(side_stream()):
+                packed = mx.concatenate(packed_parts)[back]
         return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final)
 
     def _plan(self) -> list[_Group]:
@@ -200,5 +204,6 @@ class SamplingBatch:
                 chain = group_chain(params)
                 index = None if whole else mx.array(rows, dtype=mx.int32)
                 aliases = group_aliases(params, chain)
-                self._groups.append(_Group(Rows(rows, index), chain, aliases, columns(params, chain)))
+                forms = group_forms(params, chain)
+                self._groups.append(_Group(Rows(rows, index), chain, aliases, columns(params, chain), forms))
         return self._groups

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
@@ -51,7 +52,20 @@ def _distribution_stats(logits: mx.array) -> tuple[mx.array, mx.array, mx.array,
     return top, log_z, mx.maximum(h, 0.0), survivors
 
 
-distribution_stats = mx.compile(_distribution_stats)
+_SIDE: dict[str, mx.Stream] = {}
+
+
+def side_stream() -> mx.Stream:
+    """The stream the inspection pack is built on, one per device, beside the default stream
+    that runs the chain, the draw and the next forward pass. The pack needs only the chain's
+    outputs and the next token needs only the draw, so with the pack on its own stream the
+    next forward pass does not queue behind it: the two overlap (on the CPU backend each
+    stream has its own thread; on a GPU, its own queue)."""
+    device = mx.default_device()
+    key = str(device)
+    if key not in _SIDE:
+        _SIDE[key] = mx.new_stream(device)
+    return _SIDE[key]
 
 
 def _top_indices(values: mx.array, n: int) -> mx.array:
@@ -67,9 +81,25 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
     """[B, _HEAD + S * (1 + _PER_SLOT)] float32, S = 2 * top_n + 1 candidate slots:
     the top ``top_n`` of ``raw``, of the last stage, and the drawn token. Each distinct
     distribution (a stage that was the identity for every row repeats its input) is
-    normalized once."""
-    sources = result.sources()
-    raw, last, tokens = result.outputs[0], result.outputs[sources[-1]], result.tokens
+    normalized once. Compiled once per chain shape (its stages, which outputs repeat an
+    input, ``top_n``, whether counts are reported): a few fused kernels instead of a
+    hundred small ones, which is what a step costs on a GPU."""
+    key = (result.chain, tuple(result.sources()), top_n, counts is not None)
+    fn = _PACKERS.get(key)
+    if fn is None:
+        fn = _PACKERS[key] = mx.compile(partial(_pack, result.chain, key[1], top_n))
+        while len(_PACKERS) > 64:
+            _PACKERS.pop(next(iter(_PACKERS)))
+    return fn(result.outputs, result.tokens, counts if counts is not None else mx.array(0.0))
+
+
+_PACKERS: dict[tuple, Callable] = {}
+
+
+def _pack(
+    chain: tuple[str, ...], sources: tuple[int, ...], top_n: int, outputs: list[mx.array], tokens: mx.array, counts
+) -> mx.array:
+    raw, last = outputs[0], outputs[sources[-1]]
     batch = tokens.shape[0]
     chosen = tokens[:, None].astype(mx.int32)
     index = chosen
@@ -88,7 +118,7 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
     per_source: dict[int, tuple[mx.array, mx.array, mx.array]] = {}
     entropies, survivors, stage_lps = [], [], []
     for name in STAGE_NAMES:
-        position = 0 if name == "raw" else (result.chain.index(name) + 1 if name in result.chain else None)
+        position = 0 if name == "raw" else (chain.index(name) + 1 if name in chain else None)
         if position is None:
             entropies.append(nan_row)
             survivors.append(nan_row)
@@ -96,8 +126,8 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
             continue
         source = sources[position]
         if source not in per_source:
-            out = result.outputs[source]
-            top, log_z, h, n = distribution_stats(out)
+            out = outputs[source]
+            top, log_z, h, n = _distribution_stats(out)
             per_source[source] = (h, n, (gather(out) - top) - log_z)
         h, n, lps = per_source[source]
         entropies.append(h)
@@ -105,20 +135,20 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
         stage_lps.append(lps)
     extra = [
         gather(raw),
-        _effect(result, "bias", gather, zeros),
-        _effect(result, "penalties", gather, zeros),
-        gather(counts).astype(mx.float32) if counts is not None else zeros,
+        _effect(chain, outputs, "bias", gather, zeros),
+        _effect(chain, outputs, "penalties", gather, zeros),
+        gather(counts).astype(mx.float32) if counts.ndim == 2 else zeros,
     ]
     head = mx.stack([tokens.astype(mx.float32), *entropies, *survivors], axis=1)
     return mx.concatenate([head, index.astype(mx.float32), *extra, *stage_lps], axis=1)
 
 
-def _effect(result: ChainResult, stage: str, gather, zeros: mx.array) -> mx.array:
+def _effect(chain: tuple[str, ...], outputs: list[mx.array], stage: str, gather, zeros: mx.array) -> mx.array:
     """How much ``stage`` changed each candidate's logit (0 when it did not run)."""
-    if stage not in result.chain:
+    if stage not in chain:
         return zeros
-    i = result.chain.index(stage)
-    return gather(result.outputs[i + 1] - result.outputs[i])
+    i = chain.index(stage)
+    return gather(outputs[i + 1] - outputs[i])
 
 
 @dataclass(frozen=True, slots=True)

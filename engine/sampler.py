@@ -67,8 +67,8 @@ def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, nois
     return mx.where(greedy, best, mx.argmax(final + noise, axis=-1)).astype(mx.int32)
 
 
-def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool):
-    key = (chain, aliases, use_noise)
+def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool, forms: tuple[str | None, ...]):
+    key = (chain, aliases, use_noise, forms)
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
         return _COMPILED[key]
@@ -78,11 +78,11 @@ def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool):
         logits = raw.astype(mx.float32)
         outputs = [logits]
         entering = None
-        for name in chain:
+        for name, form in zip(chain, forms, strict=True):
             if STAGES[name].spec.marks_greedy:
                 entering = logits
             if name not in aliases:
-                logits = STAGES[name].apply(logits, inputs)
+                logits = STAGES[name].apply_form(form)(logits, inputs)
             outputs.append(logits)
         tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
         return outputs, tokens
@@ -100,12 +100,15 @@ def run_chain(
     inputs: Mapping[str, mx.array],
     noise: mx.array | None = None,
     aliases: frozenset[str] = frozenset(),
+    forms: Sequence[str | None] | None = None,
 ) -> ChainResult:
     """One sampling step. logits: [B, V] of any float dtype; ``inputs`` holds every input
     the chain's stages read ([B, 1] columns, [B, V] state) and ``greedy`` [B] bool.
-    Stages in ``aliases`` are the identity for every row (see :func:`group_aliases`)."""
+    Stages in ``aliases`` are the identity for every row (see :func:`group_aliases`);
+    ``forms`` names each stage's form (:func:`group_forms`; None: the general one)."""
     chain = tuple(chain)
-    fn = _compiled(chain, frozenset(aliases), noise is not None)
+    forms = tuple(forms) if forms is not None else (None,) * len(chain)
+    fn = _compiled(chain, frozenset(aliases), noise is not None, forms)
     outputs, tokens = fn(logits, dict(inputs), noise if noise is not None else mx.array(0.0))
     return ChainResult(chain, list(outputs), tokens, frozenset(aliases))
 
@@ -121,6 +124,11 @@ def group_aliases(params: Sequence[SamplingParams], chain: Sequence[str]) -> fro
     """The stages of ``chain`` that leave every row's logits as they are (e.g. temperature
     when every row is greedy): not computed, their output is their input."""
     return frozenset(name for name in chain if all(STAGES[name].is_identity(p) for p in params))
+
+
+def group_forms(params: Sequence[SamplingParams], chain: Sequence[str]) -> tuple[str | None, ...]:
+    """Each stage's cheapest form that every row allows (``Stage.forms``; None: general)."""
+    return tuple(STAGES[name].form_for(params) for name in chain)
 
 
 def columns(params: Sequence[SamplingParams], chain: Sequence[str]) -> dict[str, mx.array]:

@@ -32,7 +32,7 @@ from engine.inspection import pack_step, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.requests import check_prompt
-from engine.sampler import columns, group_aliases, group_chain, run_chain
+from engine.sampler import columns, group_aliases, group_chain, group_forms, run_chain
 from engine.stages import STAGES, row_chain
 from engine.stages.base import Accepted, Rows, StateContext
 from engine.text import TokenText
@@ -177,7 +177,8 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     for key in per_position[0]:
         inputs[key] = mx.concatenate([p[key] for p in per_position], axis=0)
     targets = mx.array([full[p] for p in rows], dtype=mx.int32)
-    result = run_chain(logits, chain, inputs, aliases=group_aliases([params], chain))
+    aliases, forms = group_aliases([params], chain), group_forms([params], chain)
+    result = run_chain(logits, chain, inputs, aliases=aliases, forms=forms)
     result.tokens = targets
     raw = result.outputs[0]
     rank = mx.sum(raw > mx.take_along_axis(raw, targets[:, None], axis=-1), axis=-1) + 1

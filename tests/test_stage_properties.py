@@ -212,3 +212,25 @@ def test_xtc_coin_is_uniform_and_apart_from_the_draw():
     coins = np.array([xtc_coin(7, i) for i in range(4000)])
     assert abs(coins.mean() - 0.5) < 0.02 and abs((coins < 0.25).mean() - 0.25) < 0.03
     assert len({xtc_coin(s, 0) for s in range(200)}) == 200
+
+
+@given(logits(), st.lists(st.integers(0, 300), min_size=4, max_size=4), st.floats(0.05, 3.0))
+@SETTINGS
+def test_each_stages_cheaper_form_gives_the_general_forms_values(x, ks, temperature):
+    """``Stage.forms``: top_k through a partial selection (ties and -inf included, k past
+    the vocabulary) and temperature without its dynamic part equal the general ``apply``."""
+    from engine.stages.temperature import apply_plain_temperature, apply_temperature
+    from engine.stages.top_k import BOUND, apply_bounded_top_k, apply_top_k
+
+    rows = x.shape[0]
+    k = mx.array(np.array([min(v, BOUND) for v in ks[:rows]], np.int32).reshape(-1, 1))
+    general = np.array(apply_top_k(mx.array(x), k))
+    np.testing.assert_array_equal(np.array(apply_bounded_top_k(mx.array(x), k)), general)
+    t = mx.array(np.array([[temperature if i % 2 else 0.0] for i in range(rows)], np.float32))
+    zero = mx.zeros((rows, 1))
+    plain = np.array(apply_plain_temperature(mx.array(x), t))
+    np.testing.assert_array_equal(plain, np.array(apply_temperature(mx.array(x), t, zero, zero + 1.0)))
+    chosen = [STAGES[name].form_for([SamplingParams(top_k=40, temperature=0.7)]) for name in ("top_k", "temperature")]
+    assert chosen == ["bounded", "plain"]
+    assert STAGES["top_k"].form_for([SamplingParams(top_k=40), SamplingParams(top_k=BOUND + 1)]) is None
+    assert STAGES["temperature"].form_for([SamplingParams(temperature=0.7, dynatemp_range=0.3)]) is None

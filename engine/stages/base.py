@@ -110,10 +110,21 @@ class Stage:
     identity: Callable[[SamplingParams], bool] | None = None
     """Whether the stage leaves a row's logits exactly as they are (default: its values are
     neutral). A stage that is the identity for every row of a group is not computed at all."""
+    forms: tuple[tuple[str, Callable[[SamplingParams], bool], Callable[[mx.array, Inputs], mx.array]], ...] = ()
+    """Cheaper forms of ``apply`` that give the same values for the rows that allow them:
+    ``(name, whether a row allows it, the function)``. A group whose every row allows a form
+    runs the first such (the chain is compiled once per form), else ``apply``."""
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def form_for(self, params: Sequence[SamplingParams]) -> str | None:
+        """The first form every row of ``params`` allows, or None (the general ``apply``)."""
+        return next((name for name, allows, _ in self.forms if all(allows(p) for p in params)), None)
+
+    def apply_form(self, form: str | None) -> Callable[[mx.array, Inputs], mx.array]:
+        return next((fn for name, _, fn in self.forms if name == form), self.apply)
 
     def active(self, params: SamplingParams) -> bool:
         """Whether this stage runs for a row with these parameters."""

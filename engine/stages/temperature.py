@@ -63,10 +63,26 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_temperature(logits, inputs["temperature"], inputs["dynatemp_range"], inputs["dynatemp_exponent"])
 
 
+def apply_plain_temperature(logits: mx.array, temperature: mx.array) -> mx.array:
+    """``logits / T`` (``T = 0``: divided by 1): :func:`apply_temperature` where no row has a
+    dynamic range, without computing the entropy it would not use."""
+    return logits / mx.where(temperature > 0, temperature, 1.0)
+
+
+def _plain(p: SamplingParams) -> bool:
+    return p.dynatemp_range == 0.0 or p.temperature == 0.0
+
+
 def _identity(p: SamplingParams) -> bool:
     # Greedy rows divide by 1 and ignore dynamic temperature: the stage only marks where
     # their argmax is taken.
     return p.temperature == 0.0 or (p.temperature == 1.0 and p.dynatemp_range == 0.0)
 
 
-STAGE = Stage(SPEC, _apply, _columns, identity=_identity)
+STAGE = Stage(
+    SPEC,
+    _apply,
+    _columns,
+    identity=_identity,
+    forms=(("plain", _plain, lambda logits, inputs: apply_plain_temperature(logits, inputs["temperature"])),),
+)
