@@ -33,23 +33,37 @@ def entropy(logprobs: mx.array) -> mx.array:
     return -mx.sum(terms, axis=-1)
 
 
-def _distribution_stats(logits: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
-    """(max [B, 1], log Z [B, 1], entropy [B], surviving tokens [B]) with one exp over [B, V]:
-    a logprob is ``(l - max) - log Z``, exact to float32 even for large logits (``l - lse``
-    carries an ulp of the largest logit).
+def _distribution_stats(
+    logits: mx.array, parent: tuple[mx.array, mx.array, mx.array] | None = None
+) -> tuple[tuple[mx.array, mx.array, mx.array, mx.array], tuple[mx.array, mx.array, mx.array]]:
+    """``((max [B, 1], log Z [B, 1], entropy [B], surviving tokens [B]), (max, shift, exp))``
+    with at most one exp over [B, V]: a logprob is ``(l - max) - log Z``, exact to float32
+    even for large logits (``l - lse`` carries an ulp of the largest logit).
 
     ``H = log Z - sum(e * s) / Z`` with ``s = l - max`` and ``e = exp(s)``: exp is the
     costly pass on the CPU backend, so it is taken once (and the shift keeps the
-    subtraction well conditioned).
+    subtraction well conditioned). ``parent`` (the previous distribution's max, shift and
+    exp) is reused when these logits are the parent's with tokens removed and its most
+    likely token kept (:data:`KEEPS_TOP`): the same max, so the same shift and exp values
+    on the survivors, and no exp at all.
     """
-    top = mx.max(logits, axis=-1, keepdims=True)
-    shifted = logits - top
-    e = mx.exp(shifted)
+    finite = logits > float("-inf")
+    if parent is None:
+        top = mx.max(logits, axis=-1, keepdims=True)
+        shifted = logits - top
+        e = mx.exp(shifted)
+    else:
+        top, shifted, e = parent
+        e = mx.where(finite, e, 0.0)
     z = mx.sum(e, axis=-1, keepdims=True)
     log_z = mx.log(z)
     h = log_z[:, 0] - mx.sum(mx.where(e > 0, e * shifted, 0.0), axis=-1) / z[:, 0]
-    survivors = mx.sum(logits > float("-inf"), axis=-1).astype(mx.float32)
-    return top, log_z, mx.maximum(h, 0.0), survivors
+    survivors = mx.sum(finite, axis=-1).astype(mx.float32)
+    return (top, log_z, mx.maximum(h, 0.0), survivors), (top, shifted, e)
+
+
+KEEPS_TOP = frozenset({"top_k", "top_p", "min_p", "top_n_sigma"})
+"""Stages whose output is their input with tokens removed, the most likely one always kept."""
 
 
 _SIDE: dict[str, mx.Stream] = {}
@@ -116,6 +130,11 @@ def _pack(
         return mx.take_along_axis(values, index, axis=-1)
 
     per_source: dict[int, tuple[mx.array, mx.array, mx.array]] = {}
+    exps: dict[int, tuple[mx.array, mx.array, mx.array]] = {}
+    for i in sorted(set(sources)):  # each distinct distribution in chain order, its parent first
+        parent = exps.get(sources[i - 1]) if i > 0 and chain[i - 1] in KEEPS_TOP else None
+        (top, log_z, h, n), exps[i] = _distribution_stats(outputs[i], parent)
+        per_source[i] = (h, n, (gather(outputs[i]) - top) - log_z)
     entropies, survivors, stage_lps = [], [], []
     for name in STAGE_NAMES:
         position = 0 if name == "raw" else (chain.index(name) + 1 if name in chain else None)
@@ -124,12 +143,7 @@ def _pack(
             survivors.append(nan_row)
             stage_lps.append(nan_slots)
             continue
-        source = sources[position]
-        if source not in per_source:
-            out = outputs[source]
-            top, log_z, h, n = _distribution_stats(out)
-            per_source[source] = (h, n, (gather(out) - top) - log_z)
-        h, n, lps = per_source[source]
+        h, n, lps = per_source[sources[position]]
         entropies.append(h)
         survivors.append(n)
         stage_lps.append(lps)

@@ -127,8 +127,12 @@ def group_aliases(params: Sequence[SamplingParams], chain: Sequence[str]) -> fro
 
 
 def group_forms(params: Sequence[SamplingParams], chain: Sequence[str]) -> tuple[str | None, ...]:
-    """Each stage's cheapest form that every row allows (``Stage.forms``; None: general)."""
-    return tuple(STAGES[name].form_for(params) for name in chain)
+    """Each stage's cheapest form that every row allows (``Stage.forms``, ``chain_forms``;
+    None: the general one)."""
+    forms: list[str | None] = []
+    for i, name in enumerate(chain):
+        forms.append(STAGES[name].form_for(params, chain[:i], forms))
+    return tuple(forms)
 
 
 def columns(params: Sequence[SamplingParams], chain: Sequence[str]) -> dict[str, mx.array]:

@@ -234,3 +234,82 @@ def test_each_stages_cheaper_form_gives_the_general_forms_values(x, ks, temperat
     assert chosen == ["bounded", "plain"]
     assert STAGES["top_k"].form_for([SamplingParams(top_k=40), SamplingParams(top_k=BOUND + 1)]) is None
     assert STAGES["temperature"].form_for([SamplingParams(temperature=0.7, dynatemp_range=0.3)]) is None
+
+
+@st.composite
+def after_top_k(draw) -> tuple[np.ndarray, np.ndarray]:
+    """Logits through a top_k of at most 256 (what the bounded forms of top_p and typical_p
+    receive): past 256 tokens, many tied with the k-th (a small pool of values), so the
+    tail outside the 256 largest is exercised."""
+    from engine.stages.top_k import BOUND, apply_bounded_top_k
+
+    rows, vocab = draw(st.integers(1, 3)), draw(st.integers(2, 700))
+    pool = draw(st.lists(finite, min_size=1, max_size=6))
+    cell = st.one_of(st.sampled_from(pool), st.sampled_from(pool), finite, st.just(NEG_INF))
+    x = np.array(draw(st.lists(cell, min_size=rows * vocab, max_size=rows * vocab)), np.float32).reshape(rows, vocab)
+    x[:, 0] = np.where(np.isfinite(x).any(axis=1), x[:, 0], 1.0)
+    k = np.array(draw(st.lists(st.integers(1, BOUND), min_size=rows, max_size=rows)), np.int32).reshape(-1, 1)
+    return np.array(apply_bounded_top_k(mx.array(x), mx.array(k))), k
+
+
+@given(after_top_k(), st.floats(0.01, 1.0))
+@SETTINGS
+def test_top_p_and_typical_p_on_what_top_k_left_equal_their_general_forms(pair, p):
+    """The bounded forms read the 256 largest values and the tie tail instead of sorting the
+    vocabulary; they keep the same tokens (a row may differ only where the general form
+    itself changes within 1e-5 of p: the two sum the mass in another order)."""
+    from engine.stages.top_p import apply_top_p, apply_top_p_bounded
+    from engine.stages.typical_p import apply_typical_p, apply_typical_p_bounded
+
+    x, _ = pair
+    column = mx.full((x.shape[0], 1), p)
+    for general, bounded in ((apply_top_p, apply_top_p_bounded), (apply_typical_p, apply_typical_p_bounded)):
+        fast = np.isfinite(np.array(bounded(mx.array(x), column)))
+        for row in range(x.shape[0]):
+            near = [
+                np.isfinite(np.array(general(mx.array(x[row : row + 1]), mx.full((1, 1), q))))[0]
+                for q in (p, p - 1e-5, p + 1e-5)
+            ]
+            assert any(np.array_equal(fast[row], n) for n in near), (general.__name__, row)
+
+
+def test_the_chain_with_its_forms_equals_the_chain_without_them():
+    """A whole step on a real-size vocabulary: the forms the group gets change no output."""
+    from engine.sampler import group_chain, group_forms, run_chain
+    from tests.chain_util import fresh_state_inputs
+
+    logits = mx.random.normal((3, 49_152), key=mx.random.key(5)) * 4
+    every = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.02, "typical_p": 0.95, "top_n_sigma": 2.0}
+    params = [SamplingParams(seed=i, **every) for i in range(3)]
+    chain = group_chain(params)
+    assert set(f for f in group_forms(params, chain) if f) == {"bounded", "plain"}
+    inputs = columns(params, chain)
+    inputs.update(fresh_state_inputs(params, chain, 49_152))
+    noise = gumbel_noise([step_key(p.seed, 0) for p in params], 49_152)
+    fast = run_chain(logits, chain, inputs, noise, forms=group_forms(params, chain))
+    slow = run_chain(logits, chain, inputs, noise)
+    for a, b in zip(fast.outputs, slow.outputs, strict=True):
+        np.testing.assert_array_equal(np.isfinite(np.array(a)), np.isfinite(np.array(b)))
+        np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-6)
+    assert np.array(fast.tokens).tolist() == np.array(slow.tokens).tolist()
+
+
+def test_bounded_forms_count_the_tokens_tied_past_the_256_largest():
+    """500 tokens tied at the k-th value: the tail outside the 256 largest holds most of
+    the mass, so a form that forgot it would keep other tokens."""
+    from engine.stages.top_k import apply_bounded_top_k
+    from engine.stages.top_p import apply_top_p, apply_top_p_bounded
+    from engine.stages.typical_p import apply_typical_p, apply_typical_p_bounded
+
+    x = np.full((1, 1000), -3.0, np.float32)
+    x[0, :10] = np.linspace(4.0, 1.0, 10)
+    x[0, 10:510] = 0.0
+    kept = apply_bounded_top_k(mx.array(x), mx.array([[50]], dtype=mx.int32))
+    assert int(np.isfinite(np.array(kept)).sum()) == 510
+    for p in (0.05, 0.3, 0.5, 0.8, 0.95, 0.999):
+        column = mx.array([[p]])
+        for general, bounded in ((apply_top_p, apply_top_p_bounded), (apply_typical_p, apply_typical_p_bounded)):
+            want = np.isfinite(np.array(general(kept, column)))
+            np.testing.assert_array_equal(
+                np.isfinite(np.array(bounded(kept, column))), want, err_msg=f"{general.__name__} {p}"
+            )

@@ -114,17 +114,34 @@ class Stage:
     """Cheaper forms of ``apply`` that give the same values for the rows that allow them:
     ``(name, whether a row allows it, the function)``. A group whose every row allows a form
     runs the first such (the chain is compiled once per form), else ``apply``."""
+    chain_forms: tuple[
+        tuple[
+            str,
+            Callable[[Sequence[SamplingParams], Sequence[str], Sequence[str | None]], bool],
+            Callable[[mx.array, Inputs], mx.array],
+        ],
+        ...,
+    ] = ()
+    """Forms that depend on the stages before this one: ``(name, whether the group's rows,
+    the stages before it and their forms allow it, the function)``; tried after ``forms``."""
 
     @property
     def name(self) -> str:
         return self.spec.name
 
-    def form_for(self, params: Sequence[SamplingParams]) -> str | None:
-        """The first form every row of ``params`` allows, or None (the general ``apply``)."""
-        return next((name for name, allows, _ in self.forms if all(allows(p) for p in params)), None)
+    def form_for(
+        self, params: Sequence[SamplingParams], before: Sequence[str] = (), forms: Sequence[str | None] = ()
+    ) -> str | None:
+        """The first form the rows of ``params`` allow after the stages ``before`` (in their
+        ``forms``), or None (the general ``apply``)."""
+        own = next((name for name, allows, _ in self.forms if all(allows(p) for p in params)), None)
+        if own is not None:
+            return own
+        return next((name for name, allows, _ in self.chain_forms if allows(params, before, forms)), None)
 
     def apply_form(self, form: str | None) -> Callable[[mx.array, Inputs], mx.array]:
-        return next((fn for name, _, fn in self.forms if name == form), self.apply)
+        every = (*self.forms, *self.chain_forms)
+        return next((fn for name, _, fn in every if name == form), self.apply)
 
     def active(self, params: SamplingParams) -> bool:
         """Whether this stage runs for a row with these parameters."""

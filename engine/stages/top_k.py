@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import mlx.core as mx
 
 from engine.params import SamplingParams
@@ -35,6 +37,33 @@ def apply_bounded_top_k(logits: mx.array, top_k: mx.array) -> mx.array:
     kth = mx.take_along_axis(ordered, mx.clip(top_k - 1, 0, bound - 1), axis=-1)
     kth = mx.where(top_k > 0, kth, NEG_INF)
     return mx.where(logits < kth, NEG_INF, logits)
+
+
+KEEPS_VALUES = frozenset({"temperature", "top_n_sigma", "typical_p", "top_p", "min_p", "xtc"})
+"""Stages that only remove tokens or divide every logit of a row by one positive number:
+after them the output of a bounded ``top_k`` is still *bounded* (below)."""
+
+
+def after_bounded_top_k(params: Sequence[SamplingParams], before: Sequence[str], forms: Sequence[str | None]) -> bool:
+    """Whether the logits reaching a stage are *bounded* for every row: their finite values
+    outside the ``BOUND`` largest all equal the ``BOUND``-th largest. A ``bounded`` top_k
+    with k >= 1 leaves them so (every value above its k-th largest is among the k - 1
+    largest; the rest it keeps equal the k-th), and :data:`KEEPS_VALUES` keep them so."""
+    for name, form in zip(reversed(before), reversed(forms), strict=True):
+        if name == "top_k":
+            return form == "bounded" and all(p.top_k >= 1 for p in params)
+        if name not in KEEPS_VALUES:
+            return False
+    return False
+
+
+def bounded_view(logits: mx.array) -> tuple[mx.array, mx.array]:
+    """For *bounded* logits: their ``BOUND`` largest, sorted descending [B, M], and how many
+    finite values lie outside them [B, 1] float32 (each equal to the last of the M)."""
+    bound = min(BOUND, logits.shape[-1])
+    ordered = sort_descending(mx.topk(logits, bound, axis=-1))
+    finite = mx.sum(logits > NEG_INF, axis=-1, keepdims=True)
+    return ordered, mx.maximum(finite - bound, 0).astype(mx.float32)
 
 
 def _bounded(p: SamplingParams) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask, log_softmax
+from engine.stages.top_k import after_bounded_top_k, bounded_view
 from engine.stages.typical_p_spec import SPEC
 
 
@@ -30,8 +31,47 @@ def apply_typical_p(logits: mx.array, typical_p: mx.array) -> mx.array:
     return mx.where(keep, logits, NEG_INF)
 
 
+def apply_typical_p_bounded(logits: mx.array, typical_p: mx.array) -> mx.array:
+    """:func:`apply_typical_p` for *bounded* logits (``engine.stages.top_k.after_bounded_top_k``):
+    the entropy, the order by typicality and the mass are read from the 256 largest values
+    plus one entry standing for the tail (the values tied with the 256th: one typicality,
+    their summed mass), not from a sort of the whole vocabulary. A tie block's members
+    share one threshold value, so counting it as one entry picks the same threshold."""
+    ordered, tail = bounded_view(logits)
+    top, last = ordered[:, :1], ordered[:, -1:]
+    log_z = top + mx.log(mx.sum(mx.exp(ordered - top), axis=-1, keepdims=True) + tail * mx.exp(last - top))
+    finite = ordered > NEG_INF
+    lp = ordered - log_z
+    probs = mx.exp(lp)
+    lp_last = last - log_z
+    tail_mass = tail * mx.exp(lp_last)
+    entropy = -mx.sum(mx.where(finite, probs * lp, 0.0), axis=-1, keepdims=True)
+    entropy = entropy - mx.where(tail > 0, tail_mass * lp_last, 0.0)
+    devs = mx.concatenate(
+        [
+            mx.where(finite, mx.abs(-lp - entropy), float("inf")),
+            mx.where(tail > 0, mx.abs(-lp_last - entropy), float("inf")),
+        ],
+        axis=-1,
+    )
+    masses = mx.concatenate([probs, tail_mass], axis=-1)
+    order = mx.argsort(devs, axis=-1)
+    sorted_devs = mx.take_along_axis(devs, order, axis=-1)
+    mass = mx.cumsum(mx.take_along_axis(masses, order, axis=-1), axis=-1)
+    at = mx.minimum(mx.sum(mass < typical_p, axis=-1, keepdims=True), devs.shape[-1] - 1)
+    threshold = mx.take_along_axis(sorted_devs, at, axis=-1)
+    shifted = mx.where(finite_mask(logits), mx.abs(-(logits - log_z) - entropy), float("inf"))
+    keep = (shifted <= threshold) | (typical_p >= 1.0)
+    return mx.where(keep, logits, NEG_INF)
+
+
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
     return apply_typical_p(logits, inputs["typical_p"])
 
 
-STAGE = Stage(SPEC, _apply, lambda p: {"typical_p": p.typical_p})
+STAGE = Stage(
+    SPEC,
+    _apply,
+    lambda p: {"typical_p": p.typical_p},
+    chain_forms=(("bounded", after_bounded_top_k, lambda x, inputs: apply_typical_p_bounded(x, inputs["typical_p"])),),
+)
