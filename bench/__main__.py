@@ -33,6 +33,7 @@ FIGURES = [
     "startup",
     "precision",
     "kvquant",
+    "gemma",
 ]
 
 
@@ -82,6 +83,7 @@ def run_figures(only: list[str]) -> dict:
         "startup": lambda: __import__("bench.startup", fromlist=["startup"]).startup(),
         "precision": lambda: __import__("bench.precision_cost", fromlist=["x"]).precision_cost(),
         "kvquant": lambda: __import__("bench.kv_quantization", fromlist=["x"]).kv_quantization(),
+        "gemma": lambda: throughput.real_vocabulary(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -145,6 +147,10 @@ def table(r: dict) -> str:
                 f"{row['classic_step_ms']} ms | costliest: {', '.join(f'{k} {v} ms' for k, v in costly)} | "
                 f"{row['ratio']} (<= 1.1)"
             )
+            lines.append(
+                f"9 sampled (temperature, top-k, top-p) / greedy, batch {size} | {row['sampled_step_ms']} / "
+                f"{row['greedy_step_ms']} ms | | {row['sampled_over_greedy']} (<= 1.1)"
+            )
     if "dry_cost" in r:
         for history, row in r["dry_cost"]["by_history"].items():
             lines.append(
@@ -205,6 +211,17 @@ def table(r: dict) -> str:
                     f"{row['float16']['prefill_tps']} tok/s | | decode {cell['decode_vs_float16']}, "
                     f"prefill {cell['prefill_vs_float16']}"
                 )
+    if "gemma" in r:
+        g = r["gemma"]
+        if isinstance(g, str):
+            lines.append(f"18 Gemma 3 (V = 262,144) | {g} | |")
+        else:
+            d, o = g["decode"], g["overhead"]["by_batch"]["1"]
+            lines.append(
+                f"18 Gemma 3 {g['model']} ({g['precision']}), decode batch 1 | {d['ours_tps']} tok/s | "
+                f"{d['mlx_lm_tps']} tok/s | {d['ratio']} (>= 1.0); outside the forward pass "
+                f"{o['outside_forward_share']} of {o['step_ms']} ms"
+            )
     if "kvquant" in r:
         for context, row in r["kvquant"]["by_context"].items():
             for name in ("8bit", "4bit"):
