@@ -81,17 +81,20 @@ class EngineWorker(QObject):
         self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
         self._score_timer: QTimer | None = None
 
-    def fidelity_session(self):
-        """The session if it can run the precision check (its capabilities say so), else
-        None; call on the worker's thread (``app.shell.precision_check`` does)."""
+    def session_with(self, capability: str):
+        """The session if its ``capabilities`` say it can do ``capability`` (an
+        ``engine.capabilities`` name), else None; call on the worker's thread (the runners
+        beside the worker do: ``app.shell.stepped_runner``)."""
         session = self._session
-        return session if session is not None and session.capabilities.fidelity else None
+        return session if session is not None and getattr(session.capabilities, capability) else None
+
+    def fidelity_session(self):
+        """The session if it can run the precision check (``app.shell.precision_check``)."""
+        return self.session_with("fidelity")
 
     def compare_session(self):
-        """The session if it can compare models (``capabilities.compare_models``), else None;
-        call on the worker's thread (``app.shell.compare_runner`` does)."""
-        session = self._session
-        return session if session is not None and session.capabilities.compare_models else None
+        """The session if it can compare models (``app.shell.compare_runner``)."""
+        return self.session_with("compare_models")
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):
