@@ -43,9 +43,7 @@ class CompareRunner(SteppedRunner):
         self._done = []
         self._begin(job)  # the load is the first piece: a cancel queued before it applies
 
-    @Slot(int)
-    def cancel(self, tag: int) -> None:
-        super().cancel(tag)
+    def _after_cancel(self, tag: int) -> None:
         if self._owner == tag:  # cancelled, even if it ended before the cancel arrived
             self.release()
 

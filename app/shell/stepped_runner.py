@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 class SteppedRunner(QObject):
     """Subclasses call :meth:`_begin` from their ``start`` slot and implement :meth:`_advance`
     (one piece of ``job``; they call :meth:`_end` once the job is done). A job is any object
-    with a ``tag``."""
+    with a ``tag``. Slots are not overridden (see :meth:`cancel`): the hooks are plain methods."""
 
     failed = Signal(int, object)  # tag, exception
 
@@ -47,8 +47,15 @@ class SteppedRunner(QObject):
 
     @Slot(int)
     def cancel(self, tag: int) -> None:
+        # Subclasses extend this through _after_cancel, never by overriding the slot: PySide6
+        # (6.11) connects an overriding @Slot directly, so it would run on the caller's thread.
         if self._job is not None and self._job.tag == tag:
             self._end()
+        self._after_cancel(tag)
+
+    def _after_cancel(self, tag: int) -> None:
+        """What the cancelled job ``tag`` must not leave behind, even one that ended before
+        the cancel arrived (nothing here)."""
 
     def _end(self) -> None:
         """Close the generator (the engine puts back whatever it changed for the job)."""
