@@ -14,7 +14,8 @@ with the tag, and a fork's ``Divergence`` with its group tag and its pairs as ta
 worker calls only the calls of ``engine.backend.Backend`` on its session and decides by
 the session's ``capabilities``, never by its type, so any backend can stand in for it
 (the precision check, ``app.shell.precision_check``, calls ``check_fidelity``; Compare
-models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``).
+models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``; the logit
+lens, ``app.shell.lens_runner``, ``lens_reply`` and ``lens_text``).
 
 A load names the precision to compute in (``engine.precision``: the Models → Precision
 choice saved for that model) and the KV cache's quantization (an
