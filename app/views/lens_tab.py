@@ -157,6 +157,11 @@ class LayersView(QWidget):
             line.setVisible(grid.decided_at is not None)
             line.setPos(grid.decided_at if grid.decided_at is not None else 0)
             plot.getPlotItem().setXRange(-0.5, grid.layers + 0.5, padding=0)
+            axis = plot.getPlotItem().getAxis("bottom")
+            if grid.layers < 10:  # whole layers only; pyqtgraph's own spacing is fine past ten
+                axis.setTickSpacing(1, 1)
+            else:
+                axis.setTickSpacing()
             plot.getPlotItem().setYRange(0, max(1e-6, float(values.max())) * 1.08, padding=0)
         self._show(True, False, False, True)
 
