@@ -328,7 +328,7 @@ def _visible(text: str) -> str:
 
 
 def test_a_prompt_less_scored_text_is_rebuilt_whole_from_its_label():
-    from app.model.model_compare import whole_text
+    from app.model.reply_checks import whole_text
     from app.model.scored import score_label
 
     text = "the cat sat on the mat"

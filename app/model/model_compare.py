@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any
 from app.model.events import EmitterGroup
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
-from app.model.reply_checks import branch_of, selected_reply_problem
-from app.model.scored import SCORE_LABEL
+from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_problem
 from app.model.streams import StreamKey
-from engine.events import FinishReason
 from engine.kld_records import statistics, summary_record, token_record
 from engine.kv_quantization import KV_OFF
 from engine.precision import AUTO
@@ -151,21 +149,6 @@ class Comparison:
         )
 
 
-def whole_text(label: str, scored: str) -> str | None:
-    """The text a prompt-less score started from, its context token included: the saved
-    reply holds the scored tokens' text only, and the user turn (``score_label``) the start
-    of the text's first line, so the context is what of that line comes before the scored
-    text. None when the turn is not such a label. The worker checks every token it
-    compares against the reply's own, so a text rebuilt wrongly is refused, never compared."""
-    if not label.startswith(SCORE_LABEL):
-        return None
-    line = label[len(SCORE_LABEL) :]
-    for k in range(len(line)):
-        if scored.startswith(line[k:]):
-            return line[:k] + scored
-    return None
-
-
 def num(value: float) -> str:
     """Three significant digits; a divergence of 1e-5 stays readable (``1.23e-05``)."""
     if value is None or not math.isfinite(value):
@@ -214,21 +197,9 @@ class ModelComparisons:
         branch = branch_of(model, stream)
         output = tuple(s.token_id for s in model.steps_of(stream))
         self._tag += 1
-        if (text := self._scored_text(message, branch)) is not None:
+        if (text := prompt_less_text(model, message, branch)) is not None:
             return CompareJob(self._tag, settings, output, text=text)
         return CompareJob(self._tag, settings, output, messages=model.context_for(message))
-
-    def _scored_text(self, message, branch) -> str | None:
-        """A text scored without a prompt, whole: its first token was its context, so the
-        worker tokenizes it again (``compare_text``) rather than rendering a chat. None for
-        anything else (a reply, a text scored as the reply to a prompt)."""
-        scored = branch.finish_reason == FinishReason.SCORED or (branch.steps and branch.steps[0].rank is not None)
-        if not scored:
-            return None
-        thread = self.chat.thread
-        at = thread.index(message) if message in thread else 0
-        user = thread[at - 1] if at > 0 else None
-        return whole_text(user.content, branch.text) if user is not None else None
 
     # Running --------------------------------------------------------------------------------
 

@@ -1,10 +1,15 @@
-"""Why the selected reply cannot be checked or compared (Check precision…, Compare
-models…): both run a saved reply of the loaded local model through the engine again, so
-they refuse the same things in the same words. Qt-free."""
+"""Why the selected reply cannot be checked, compared or read layer by layer (Check
+precision…, Compare models…, the logit lens): each runs a saved reply of the loaded local
+model through the engine again, so they refuse the same things in the same words; and the
+text a prompt-less scored reply started from, which Compare models and the logit lens
+tokenize again. Qt-free."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from app.model.scored import SCORE_LABEL
+from engine.events import FinishReason
 
 
 def branch_of(chat: Any, stream: Any) -> Any:
@@ -31,3 +36,31 @@ def selected_reply_problem(chat: Any, model_name: str, verb: str, select_hint: s
     if any(s.token_id is None for s in steps):
         return "The selected reply came from a server that did not report its token ids."
     return ""
+
+
+def whole_text(label: str, scored: str) -> str | None:
+    """The text a prompt-less score started from, its context token included: the saved
+    reply holds the scored tokens' text only, and the user turn (``score_label``) the start
+    of the text's first line, so the context is what of that line comes before the scored
+    text. None when the turn is not such a label. The worker checks every token it
+    reads again against the reply's own, so a text rebuilt wrongly is refused, never used."""
+    if not label.startswith(SCORE_LABEL):
+        return None
+    line = label[len(SCORE_LABEL) :]
+    for k in range(len(line)):
+        if scored.startswith(line[k:]):
+            return line[:k] + scored
+    return None
+
+
+def prompt_less_text(chat: Any, message: Any, branch: Any) -> str | None:
+    """A text scored without a prompt, whole: its first token was its context, so the worker
+    tokenizes it again (``compare_text``, ``lens_text``) rather than rendering a chat. None
+    for anything else (a reply, a text scored as the reply to a prompt)."""
+    scored = branch.finish_reason == FinishReason.SCORED or (branch.steps and branch.steps[0].rank is not None)
+    if not scored:
+        return None
+    thread = chat.thread
+    at = thread.index(message) if message in thread else 0
+    user = thread[at - 1] if at > 0 else None
+    return whole_text(user.content, branch.text) if user is not None else None

@@ -1,8 +1,9 @@
 """Compare models on the engine's thread: load the second model, then score the reply's tokens
 under both, one chunk per event of the worker's loop.
 
-``CompareRunner`` lives on the worker's thread beside ``EngineWorker`` (as the precision
-check's ``FidelityRunner`` does) and calls ``EngineSession.load_second`` then
+``CompareRunner`` lives on the worker's thread beside ``EngineWorker`` (a
+:class:`app.shell.stepped_runner.SteppedRunner`, as the precision check's and the logit
+lens's runners are) and calls ``EngineSession.load_second`` then
 ``compare_reply`` / ``compare_text``. The load runs in an event of its own and the rows
 are pulled one forward chunk per event, so a cancel queued meanwhile applies at the next
 step; a cancelled job's second model is released (its late results are dropped by the GUI's
@@ -17,45 +18,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import Signal, Slot
 
 from app.model.model_compare import CompareJob, CompareSettings
+from app.shell.stepped_runner import SteppedRunner
 from engine.errors import EngineError
 
 
-class CompareRunner(QObject):
+class CompareRunner(SteppedRunner):
     loading = Signal(int, str, float)  # tag, stage, fraction (< 0: unknown length)
     loaded = Signal(int, object)  # tag, engine.session_compare.SecondModel
     progressed = Signal(int, int, int)  # tag, tokens done, tokens in all
     finished = Signal(int, object, object)  # tag, [TokenKLD], {token_id: text}
-    failed = Signal(int, object)  # tag, exception
 
     def __init__(self, worker) -> None:
-        super().__init__()
-        self._worker = worker
-        self._job: CompareJob | None = None
-        self._rows: Any = None
+        super().__init__(worker)
         self._done: list = []
         self._session: Any = None  # the session holding the second model
         self._held: CompareSettings | None = None  # what the second model held was loaded as
         self._owner = -1  # the tag of the last job that used it
-        self._timer: QTimer | None = None
 
     @Slot(object)
     def start(self, job: CompareJob) -> None:
-        self._end()
-        self._job, self._rows, self._done = job, None, []
-        if self._timer is None:
-            self._timer = QTimer(self)
-            self._timer.setSingleShot(True)
-            self._timer.setInterval(0)
-            self._timer.timeout.connect(self._step)
-        self._timer.start()  # the load is the first step: a cancel queued before it applies
+        self._done = []
+        self._begin(job)  # the load is the first piece: a cancel queued before it applies
 
-    @Slot(int)
-    def cancel(self, tag: int) -> None:
-        if self._job is not None and self._job.tag == tag:
-            self._end()
+    def _after_cancel(self, tag: int) -> None:
         if self._owner == tag:  # cancelled, even if it ended before the cancel arrived
             self.release()
 
@@ -66,29 +54,15 @@ class CompareRunner(QObject):
             self._session.release_second()
         self._session, self._held, self._owner = None, None, -1
 
-    def _end(self) -> None:
-        if self._rows is not None and hasattr(self._rows, "close"):
-            self._rows.close()
-        self._job, self._rows = None, None
+    def _advance(self, job: CompareJob) -> None:
+        if self._rows is None:
+            self._rows = self._load(job)
+        else:
+            self._pull(job)
 
-    @Slot()
-    def _step(self) -> None:
-        job = self._job
-        if job is None:
-            return
-        try:
-            if self._rows is None:
-                self._rows = self._load(job)
-            else:
-                self._pull(job)
-        except Exception as exc:  # like the worker: every failure goes back to the GUI
-            self._end()
-            if self._owner == job.tag:
-                self.release()  # a comparison that broke keeps nothing loaded for it
-            self.failed.emit(job.tag, exc)
-            return
-        if self._job is job:
-            self._timer.start()
+    def _after_failure(self, job: CompareJob) -> None:
+        if self._owner == job.tag:
+            self.release()  # a comparison that broke keeps nothing loaded for it
 
     def _load(self, job: CompareJob):
         """Load (or keep) the second model and start the comparison's generator."""

@@ -13,6 +13,7 @@ from app.shell.compare_models import add_compare_action
 from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
 from app.shell.layout import reset_layout
 from app.shell.logging_setup import show_log
+from app.shell.logit_lens import add_lens_action
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
 from app.shell.recovery import continue_interrupted
 from app.shell.score_dialog import add_chat_actions, add_file_actions
@@ -32,8 +33,8 @@ def _action(window: MainWindow, menu: QMenu, text: str, slot, shortcut=None) -> 
 
 class Menus:
     """What the menus keep after they are built: the submenus filled when shown, the theme
-    group, the precision and KV cache items, Compare models… and the dialogs they opened last. The window holds it as
-    ``window.menus``."""
+    group, the precision and KV cache items, Compare models…, Logit lens of every token and
+    the dialogs they opened last. The window holds it as ``window.menus``."""
 
     def __init__(self) -> None:
         self.conversations_menu: QMenu | None = None
@@ -42,6 +43,7 @@ class Menus:
         self.precision: PrecisionMenu | None = None
         self.kv_cache: KVCacheMenu | None = None
         self.compare_action: QAction | None = None
+        self.lens_action: QAction | None = None
         self.delete_box: QMessageBox | None = None
         self.log_dialog = None
 
@@ -91,6 +93,7 @@ def build_menus(window: MainWindow) -> Menus:
     # KV cache ▸ beside it (app/shell/kv_cache_menu.py)
     menus.kv_cache = add_kv_cache_menu(window, model_menu, before=menus.precision.check_action)
     menus.compare_action = add_compare_action(window, model_menu)  # app/shell/compare_models.py
+    menus.lens_action = add_lens_action(window, model_menu)  # app/shell/logit_lens.py
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

@@ -2,7 +2,7 @@
 in float32 (``EngineSession.check_fidelity``), on the engine's thread, then a dialog.
 
 ``FidelityRunner`` lives on the worker's thread beside ``EngineWorker`` and steps the check
-one chunk per event (a zero-timeout timer, like scoring), so a cancel queued meanwhile
+one chunk per event (an :class:`app.shell.stepped_runner.SteppedRunner`), so a cancel queued meanwhile
 applies at the next chunk; it sends back plain data: the rows (``TokenFidelity``, frozen
 dataclasses of numbers) and their summary, computed there with ``engine.fidelity.summarize``
 (the app does not import MLX). ``PrecisionCheck`` is its GUI-thread end: what can be
@@ -13,11 +13,12 @@ checked, the progress in the status bar, Esc to stop, errors in a dialog, the re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.model.reply_checks import selected_reply_problem
+from app.shell.stepped_runner import SteppedRunner
 from app.shell.worker import describe
 
 if TYPE_CHECKING:
@@ -35,69 +36,35 @@ class PrecisionJob:
     """The reply's token ids."""
 
 
-class FidelityRunner(QObject):
+class FidelityRunner(SteppedRunner):
     progressed = Signal(int, int, int)  # tag, tokens done, tokens in all
     finished = Signal(int, object, object)  # tag, [TokenFidelity], FidelitySummary
-    failed = Signal(int, object)  # tag, exception
 
     def __init__(self, worker) -> None:
-        super().__init__()
-        self._worker = worker
-        self._job: PrecisionJob | None = None
-        self._rows: Any = None
+        super().__init__(worker)
         self._done: list = []
         self._precision = ""
-        self._timer: QTimer | None = None
 
     @Slot(object)
     def start(self, job: PrecisionJob) -> None:
-        self.cancel(self._job.tag if self._job is not None else -1)
-        session = self._worker.fidelity_session()
-        try:
+        self._done = []
+        self._begin(job)
+
+    def _advance(self, job: PrecisionJob) -> None:
+        """The check's generator first, then at most ``CHUNK`` rows per piece."""
+        if self._rows is None:
+            session = self._worker.fidelity_session()
             if session is None or session.info is None:
                 raise RuntimeError("the precision check needs a model loaded here (a server does not say).")
             self._precision = session.info.precision
             self._rows = iter(session.check_fidelity(list(job.messages), list(job.output), CHUNK))
-        except Exception as exc:  # like the worker: every failure goes back to the GUI
-            self.failed.emit(job.tag, exc)
-            return
-        self._job, self._done = job, []
-        if self._timer is None:
-            self._timer = QTimer(self)
-            self._timer.setSingleShot(True)
-            self._timer.setInterval(0)
-            self._timer.timeout.connect(self._step)
-        self._timer.start()
-
-    @Slot(int)
-    def cancel(self, tag: int) -> None:
-        if self._job is not None and self._job.tag == tag:
-            self._end()
-
-    def _end(self) -> None:
-        if self._rows is not None and hasattr(self._rows, "close"):
-            self._rows.close()  # the check puts the model's own parameters back
-        self._job, self._rows = None, None
-
-    @Slot()
-    def _step(self) -> None:
-        """One chunk: pull at most ``CHUNK`` rows, then yield to the event loop."""
-        job = self._job
-        if job is None:
-            return
-        try:
-            for _ in range(CHUNK):
-                row = next(self._rows, None)
-                if row is None:
-                    self._finish(job)
-                    return
-                self._done.append(row)
-        except Exception as exc:
-            self._end()
-            self.failed.emit(job.tag, exc)
-            return
+        for _ in range(CHUNK):
+            row = next(self._rows, None)
+            if row is None:
+                self._finish(job)
+                return
+            self._done.append(row)
         self.progressed.emit(job.tag, len(self._done), len(job.output))
-        self._timer.start()
 
     def _finish(self, job: PrecisionJob) -> None:
         from engine.fidelity import summarize  # on the engine's thread: it imports MLX

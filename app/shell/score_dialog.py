@@ -224,6 +224,8 @@ def add_file_actions(window: MainWindow, menu: QMenu) -> None:
         _act(window, export, label, lambda w=what: controller(window).export(w))
     # Models → Compare models…'s records (app/shell/compare_models.py)
     _act(window, export, "This model comparison…", lambda: window.compare_models.export())
+    # The logit lens's per-layer records (app/shell/logit_lens.py)
+    _act(window, export, "This logit lens…", lambda: window.logit_lens.export(), "logit_lens")
     export.addSeparator()
     _act(window, export, "Timeline plot (PNG, SVG)…", lambda: controller(window).export_plot("timeline"))
     _act(window, export, "Inspector (PNG, SVG)…", lambda: controller(window).export_plot("inspector"))

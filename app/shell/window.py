@@ -27,6 +27,7 @@ from app.shell.capability_gate import CapabilityGate
 from app.shell.compare_models import CompareModels
 from app.shell.engine_link import EngineLink
 from app.shell.layout import DockMemory, set_minimum_sizes
+from app.shell.logit_lens import LogitLensController
 from app.shell.menus import build_menus
 from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
 from app.shell.precision_check import PrecisionCheck
@@ -152,6 +153,7 @@ class MainWindow(QMainWindow):
         self.loader = ModelLoader(self)
         self.precision_check = PrecisionCheck(self)  # Models → Check precision…
         self.compare_models = CompareModels(self)  # Models → Compare models…
+        self.logit_lens = LogitLensController(self)  # the inspector's Layers tab, the decided-at row
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
@@ -243,6 +245,7 @@ class MainWindow(QMainWindow):
     def stop(self) -> None:
         self.precision_check.cancel()
         self.compare_models.cancel()
+        self.logit_lens.cancel(by_user=True)
         if self.model.busy():
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
@@ -367,6 +370,7 @@ class MainWindow(QMainWindow):
             self.clock.timer.stop()
             save_settings(self)
             self.compare_models.cancel()  # its generator is closed before the engine's thread ends
+            self.logit_lens.cancel()  # likewise
             started = time.perf_counter()
             self.engine.stop()
             self.shutdown_seconds = time.perf_counter() - started

@@ -14,7 +14,8 @@ with the tag, and a fork's ``Divergence`` with its group tag and its pairs as ta
 worker calls only the calls of ``engine.backend.Backend`` on its session and decides by
 the session's ``capabilities``, never by its type, so any backend can stand in for it
 (the precision check, ``app.shell.precision_check``, calls ``check_fidelity``; Compare
-models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``).
+models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``; the logit
+lens, ``app.shell.lens_runner``, ``lens_reply`` and ``lens_text``).
 
 A load names the precision to compute in (``engine.precision``: the Models → Precision
 choice saved for that model) and the KV cache's quantization (an
@@ -81,17 +82,20 @@ class EngineWorker(QObject):
         self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
         self._score_timer: QTimer | None = None
 
-    def fidelity_session(self):
-        """The session if it can run the precision check (its capabilities say so), else
-        None; call on the worker's thread (``app.shell.precision_check`` does)."""
+    def session_with(self, capability: str):
+        """The session if its ``capabilities`` say it can do ``capability`` (an
+        ``engine.capabilities`` name), else None; call on the worker's thread (the runners
+        beside the worker do: ``app.shell.stepped_runner``)."""
         session = self._session
-        return session if session is not None and session.capabilities.fidelity else None
+        return session if session is not None and getattr(session.capabilities, capability) else None
+
+    def fidelity_session(self):
+        """The session if it can run the precision check (``app.shell.precision_check``)."""
+        return self.session_with("fidelity")
 
     def compare_session(self):
-        """The session if it can compare models (``capabilities.compare_models``), else None;
-        call on the worker's thread (``app.shell.compare_runner`` does)."""
-        session = self._session
-        return session if session is not None and session.capabilities.compare_models else None
+        """The session if it can compare models (``app.shell.compare_runner``)."""
+        return self.session_with("compare_models")
 
     # The session is created on the worker thread: MLX objects belong to their thread.
     def _ensure_session(self):

@@ -4,8 +4,10 @@ Two tabs over the same candidates in the same order (their ``raw`` rank):
 *Chain* (``app.views.chain_view``), every candidate's probability after every stage that
 ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
 with the bias and penalty effect and the numbers; a token of a reply compared with a second
-model adds *Models* (``app.views.compare_tokens``), both models' top tokens. Double-click a candidate in
-either (or use its context menu) to continue the reply from it.
+model adds *Models* (``app.views.compare_tokens``), both models' top tokens; *Layers*
+(``app.views.lens_tab``, filled by ``app.shell.logit_lens``) is the logit lens: what each
+layer of the running model would have predicted there. Double-click a candidate in
+either of the first two (or use its context menu) to continue the reply from it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from app.model.textfmt import escape, percent, visible
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
 from app.views.compare_tokens import CompareTokensView
+from app.views.lens_tab import LayersView
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
 from engine.events import Candidate, TokenStep
@@ -38,7 +41,7 @@ from engine.events import Candidate, TokenStep
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
 
-CHAIN_TAB, BARS_TAB, MODELS_TAB = 0, 1, 2
+CHAIN_TAB, BARS_TAB, MODELS_TAB, LAYERS_TAB = 0, 1, 2, 3
 PLACEHOLDER = "Send a message: the latest token's candidates show here."
 INSPECTOR_MS = 100
 """Following the newest token of a streaming reply, at most 10 redraws a second (the chat
@@ -82,6 +85,9 @@ class InspectorWidget(QWidget):
         self.models_view = CompareTokensView()
         self.tabs.addTab(self.models_view, "Models")
         self.tabs.setTabVisible(MODELS_TAB, False)
+        # The logit lens: computed when this tab is in view (app.shell.logit_lens fills it).
+        self.layers_view = LayersView()
+        self.tabs.addTab(self.layers_view, "Layers")
         self.tabs.currentChanged.connect(lambda _: self._redraw())
         for view in (self.chain_view, self.table):
             view.doubleClicked.connect(lambda index: self._pick_row(index.row()))
@@ -96,6 +102,7 @@ class InspectorWidget(QWidget):
 
     def set_colors(self, colors: Colors) -> None:
         self.colors = colors
+        self.layers_view.set_colors(colors)
         self._redraw()
 
     def show_models(self, comparison, row, bring_forward: bool = False) -> None:

@@ -1,0 +1,252 @@
+"""The logit lens (issue 22), the GUI's end: the inspector's *Layers* tab, Models → Logit lens
+of every token (the timeline's *decided at layer* row), and File → Export → This logit lens….
+
+``LogitLensController`` owns the model layer's :class:`app.model.logit_lens.LogitLens` (what
+was read, per reply and position, and why a reply cannot be read) and the
+:class:`app.shell.lens_runner.LensRunner` moved to the engine's thread. The tab computes on
+demand: while it is the inspector's tab in view and a token of a saved reply is selected,
+the token's position is read unless it was already (then it shows at once), with a progress
+bar and *Cancel*; the menu's job reads every token, its progress in the status bar (Esc
+stops it), its row filling in as positions arrive. The runner's signals arrive on this
+QObject's slots (queued onto the GUI thread) and go to the model layer, whose events update
+the views; errors go to the tab and the status bar (and an error box for the menu's job).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFileDialog, QMenu
+
+from app.model.logit_lens import CANCELLED, RUNNING_EVERY, LensJob, LogitLens
+from app.shell.lens_runner import LensRunner
+from app.shell.worker import describe
+from app.store.export_lens import lens_records, write_lens
+from app.views.inspector import LAYERS_TAB
+from app.views.lens_timeline import DecidedRow
+
+if TYPE_CHECKING:
+    from app.shell.window import MainWindow
+
+ACTION_TEXT = "Logit lens of every token"
+ACTION_TIP = (
+    "Read every token of the selected reply through each layer of the running model: the layer "
+    "each token was decided at, as a timeline row (the inspector's Layers tab shows one token)."
+)
+NOTHING_TO_EXPORT = "Nothing to export: select a token of a reply and open the inspector's Layers tab first."
+REFRESH_MS = 100
+
+
+class LogitLensController(QObject):
+    request_start = Signal(object)  # LensJob
+    request_cancel = Signal(int)
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.lens = LogitLens(window.model, window.in_use)
+        engine = window.engine
+        self.runner = LensRunner(engine.worker)
+        self.runner.moveToThread(engine.thread)
+        self.request_start.connect(self.runner.start)
+        self.request_cancel.connect(self.runner.cancel)
+        self.runner.position_ready.connect(self._on_position)
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        engine.worker.model_loaded.connect(self._on_model_loaded)
+        self.view = window.inspector.layers_view
+        self.view.cancel_requested.connect(lambda: self.cancel(by_user=True))
+        self.view.retry_requested.connect(self.retry)
+        self.row = DecidedRow(window.timeline, window.model.select_index)
+        events = self.lens.events
+        events.progressed.connect(self._show_progress)
+        events.finished.connect(self._show_finished)
+        events.failed.connect(self._show_failure)
+        events.cancelled.connect(lambda job: self._hide_progress(job))
+        self._refreshes = window.clock.throttler(self.refresh, REFRESH_MS)
+        events.position.connect(lambda *_: self._refreshes.request())
+        window.inspector.tabs.currentChanged.connect(lambda _: self.refresh())
+        window.inspector_dock.visibilityChanged.connect(lambda _: self.refresh())
+        model = window.model
+        model.events.selection_changed.connect(lambda _: self._refreshes.request(urgent=not model.follow_latest))
+        for name in ("entries_changed", "conversation_changed", "stream_renamed"):
+            getattr(model.events, name).connect(lambda *_: self._refreshes.request())
+
+    # Starting and stopping ------------------------------------------------------------------------
+
+    def read_every_token(self) -> LensJob | None:
+        """Models → Logit lens of every token, for the selected reply; None (and why, in the
+        status bar) when it cannot be."""
+        if reason := self.lens.every_unavailable():
+            self.window.status.show_message(f"Logit lens: {reason}", 8000)
+            return None
+        self.cancel()  # a token the Layers tab was reading: this job reads it too
+        job = self._start(None)
+        if job is not None:
+            self._show_progress(0, job.total)
+        return job
+
+    def _start(self, positions: tuple[int, ...] | None) -> LensJob | None:
+        job = self.lens.start(positions)
+        if isinstance(job, str):
+            self.window.status.show_message(f"Logit lens: {job}", 8000)
+            return None
+        self.request_start.emit(job)
+        self.refresh()
+        return job
+
+    def cancel(self, by_user: bool = False) -> bool:
+        """Stop the running job (the tab's Cancel, Esc, a model load); what it read stays.
+        True if one was running."""
+        job = self.lens.cancel(by_user)
+        if job is None:
+            return False
+        self.request_cancel.emit(job.tag)
+        if by_user:
+            self.window.status.show_message("Logit lens: cancelled.")
+        self.refresh()
+        return True
+
+    def retry(self) -> None:
+        """The tab's "Read the layers again" after a cancel or a failure."""
+        selection = self.window.model.selection
+        if selection is not None:
+            self.lens.forget_declined(*selection)
+        self.refresh()
+
+    # The runner's signals (queued onto this thread) -----------------------------------------------
+
+    @Slot(int, object, object)
+    def _on_position(self, tag: int, row, texts: dict) -> None:
+        self.lens.on_position(tag, row, texts)
+
+    @Slot(int)
+    def _on_finished(self, tag: int) -> None:
+        self.lens.on_finished(tag)
+
+    @Slot(int, object)
+    def _on_failed(self, tag: int, exc: BaseException) -> None:
+        self.lens.on_failed(tag, describe(exc))
+
+    def _on_model_loaded(self, _info) -> None:
+        running = self.lens.running
+        self.lens.clear()  # its numbers were the model's before
+        if running is not None:
+            self.request_cancel.emit(running.tag)
+        self.refresh()
+
+    # The model layer's events ----------------------------------------------------------------------
+
+    def _show_progress(self, done: int, total: int) -> None:
+        job = self.lens.running
+        if job is not None and job.every:
+            progress = self.window.status.progress
+            progress.setRange(0, 100)
+            progress.setValue(int(100 * done / max(total, 1)))
+            progress.setFormat(f"lens {done}/{total}")
+            progress.show()
+            if done == 0:
+                self.window.status.show_message("Logit lens: reading every token through the layers… (Esc stops)", 0)
+
+    def _hide_progress(self, job: LensJob) -> None:
+        if job.every:
+            self.window.status.progress.hide()
+            self.window.status.show_message("")
+
+    def _show_finished(self, job: LensJob) -> None:
+        self._hide_progress(job)
+        if job.every:
+            found = self.lens.of(self.window.model.selection[0]) if self.window.model.selection else None
+            layers = f", {found.layers} layers" if found is not None else ""
+            self.window.status.show_message(f"Logit lens: every token read ({job.total} tokens{layers}).", 10000)
+        self.refresh()
+
+    def _show_failure(self, job: LensJob, message: str) -> None:
+        self._hide_progress(job)
+        self.window.status.show_message(f"Logit lens: {message}", 10000)
+        if job.every:  # asked for from the menu: said where it cannot be missed
+            self.window.show_error(f"Logit lens: {message}")
+        self.refresh()
+
+    # The views -------------------------------------------------------------------------------------
+
+    def tab_shown(self) -> bool:
+        inspector = self.window.inspector
+        return inspector.tabs.currentIndex() == LAYERS_TAB and inspector.isVisible()
+
+    def refresh(self) -> None:
+        """The timeline's row, and the Layers tab when it is in view (starting the selected
+        token's read-out when nothing read it yet)."""
+        found, _ = self.lens.selected()
+        selection = self.window.model.selection
+        self.row.show(found, selection[1] if selection is not None else None)
+        if self.tab_shown():
+            self._fill_tab()
+
+    def _fill_tab(self) -> None:
+        lens, view = self.lens, self.view
+        if reason := lens.unavailable():
+            view.show_message(reason)
+            return
+        stream, index = self.window.model.selection
+        found, row = lens.selected()
+        if row is not None:
+            view.show_position(found, row)
+            return
+        if (why := lens.declined.get((stream, index))) is not None:
+            view.show_message(f"Token {index}: {why}", error=why != CANCELLED, retry=True)
+            return
+        running = lens.running
+        if running is not None and (running.every or lens.covers(stream, index)):
+            done, total = lens.progress()
+            if not running.every:
+                view.show_busy(f"<b>Token {index}</b>: reading it through every layer…", 0, 1)
+            elif lens.covers(stream, index):
+                view.show_busy(
+                    f"<b>Token {index}</b>: reading every token of the reply through the layers…", done, total
+                )
+            else:
+                view.show_busy(f"<b>Token {index}</b>: waiting. {RUNNING_EVERY}", done, total)
+            return
+        if running is not None:
+            self.cancel()  # another token's read-out, no longer in view
+        self._start((index,))
+
+    # Export ----------------------------------------------------------------------------------------
+
+    def export(self, path: str | None = None) -> Path | None:
+        """Every position of the selected reply read so far: ``python -m engine lens``'s records."""
+        found, _ = self.lens.selected()
+        if found is None or not found.rows:
+            self.window.status.show_message(NOTHING_TO_EXPORT, 8000)
+            return None
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(
+                self.window, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
+            )
+            if not path:
+                return None
+        written = write_lens(lens_records(found.ordered(), found.piece), path)
+        self.window.status.show_message(f"Exported the logit lens of {len(found.rows)} tokens to {path}")
+        return written
+
+
+def add_lens_action(window: MainWindow, menu: QMenu) -> QAction:
+    """Models → Logit lens of every token, enabled when the selected reply can be read (its
+    tooltip says why not, a server's reason included), checked each time the menu opens."""
+    action = QAction(ACTION_TEXT, window)
+    action.triggered.connect(lambda _=False: window.logit_lens.read_every_token())
+    menu.addAction(action)
+    menu.aboutToShow.connect(lambda: update_lens_action(window, action))
+    return action
+
+
+def update_lens_action(window: MainWindow, action: QAction) -> None:
+    controller = getattr(window, "logit_lens", None)  # made once the worker is
+    reason = controller.lens.every_unavailable() if controller is not None else "No model is loaded."
+    action.setEnabled(not reason)
+    action.setToolTip(reason or ACTION_TIP)
+    action.setStatusTip(reason or ACTION_TIP)

@@ -1,0 +1,85 @@
+"""A job on the engine's thread, advanced one piece per event of the worker's loop.
+
+Check precision… (``app.shell.precision_check.FidelityRunner``), Compare models…
+(``app.shell.compare_runner.CompareRunner``) and the logit lens
+(``app.shell.lens_runner.LensRunner``) each pull an engine generator — forward chunks,
+compared tokens, lens positions — on the worker's thread. They share this shape: a
+``QObject`` moved to that thread beside ``EngineWorker``, reached through queued signals,
+whose zero-timeout single-shot timer runs one piece (``_advance``) per event and re-arms
+itself. The worker's decode timer is another zero-timeout timer of the same loop, so a reply
+being written keeps streaming: its steps run between the pieces, and a cancel queued
+meanwhile applies before the next piece. Every failure goes back to the GUI as the
+exception itself (``failed``), never silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+
+class SteppedRunner(QObject):
+    """Subclasses call :meth:`_begin` from their ``start`` slot and implement :meth:`_advance`
+    (one piece of ``job``; they call :meth:`_end` once the job is done). A job is any object
+    with a ``tag``. Slots are not overridden (see :meth:`cancel`): the hooks are plain methods."""
+
+    failed = Signal(int, object)  # tag, exception
+
+    def __init__(self, worker: Any) -> None:
+        super().__init__()
+        self._worker = worker
+        self._job: Any = None
+        self._rows: Any = None  # the engine's generator, made by the first piece
+        self._timer: QTimer | None = None
+
+    def _begin(self, job: Any) -> None:
+        """Drop what runs and run ``job``: its first piece in an event of its own, so a cancel
+        queued before it applies."""
+        self._end()
+        self._job, self._rows = job, None
+        if self._timer is None:
+            self._timer = QTimer(self)
+            self._timer.setSingleShot(True)
+            self._timer.setInterval(0)
+            self._timer.timeout.connect(self._step)
+        self._timer.start()
+
+    @Slot(int)
+    def cancel(self, tag: int) -> None:
+        # Subclasses extend this through _after_cancel, never by overriding the slot: PySide6
+        # (6.11) connects an overriding @Slot directly, so it would run on the caller's thread.
+        if self._job is not None and self._job.tag == tag:
+            self._end()
+        self._after_cancel(tag)
+
+    def _after_cancel(self, tag: int) -> None:
+        """What the cancelled job ``tag`` must not leave behind, even one that ended before
+        the cancel arrived (nothing here)."""
+
+    def _end(self) -> None:
+        """Close the generator (the engine puts back whatever it changed for the job)."""
+        if self._rows is not None and hasattr(self._rows, "close"):
+            self._rows.close()
+        self._job, self._rows = None, None
+
+    @Slot()
+    def _step(self) -> None:
+        job = self._job
+        if job is None:
+            return
+        try:
+            self._advance(job)
+        except Exception as exc:  # like the worker: every failure goes back to the GUI
+            self._end()
+            self._after_failure(job)
+            self.failed.emit(job.tag, exc)
+            return
+        if self._job is job:  # neither finished nor cancelled by the piece
+            self._timer.start()
+
+    def _advance(self, job: Any) -> None:
+        raise NotImplementedError
+
+    def _after_failure(self, job: Any) -> None:
+        """What a failed job must not leave behind (nothing here)."""
