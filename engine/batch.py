@@ -18,7 +18,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.inspection import RowInspection, pack_step, side_stream
+from engine.inspection import RowInspection, pack_step
 from engine.params import SamplingParams
 from engine.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, run_chain, step_key
 from engine.stages import STAGES, row_chain
@@ -180,16 +180,13 @@ class SamplingBatch:
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
                 result.tokens = mx.where(override >= 0, override, result.tokens)
             tokens_parts.append(result.tokens)
-            with mx.stream(side_stream()):
-                packed_parts.append(pack_step(result, inputs.get("counts"), top_n))
+            packed_parts.append(pack_step(result, inputs.get("counts"), top_n))
             final_parts.append(result.outputs[-1])
         tokens, packed, final = tokens_parts[0], packed_parts[0], final_parts[0]
         if len(groups) > 1:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
-            tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
-            with mx.stream(side_stream()):
-                packed = mx.concatenate(packed_parts)[back]
+            tokens, packed, final = (mx.concatenate(p)[back] for p in (tokens_parts, packed_parts, final_parts))
         return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final)
 
     def _plan(self) -> list[_Group]:

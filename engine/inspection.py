@@ -66,22 +66,6 @@ KEEPS_TOP = frozenset({"top_k", "top_p", "min_p", "top_n_sigma"})
 """Stages whose output is their input with tokens removed, the most likely one always kept."""
 
 
-_SIDE: dict[str, mx.Stream] = {}
-
-
-def side_stream() -> mx.Stream:
-    """The stream the inspection pack is built on, one per device, beside the default stream
-    that runs the chain, the draw and the next forward pass. The pack needs only the chain's
-    outputs and the next token needs only the draw, so with the pack on its own stream the
-    next forward pass does not queue behind it: the two overlap (on the CPU backend each
-    stream has its own thread; on a GPU, its own queue)."""
-    device = mx.default_device()
-    key = str(device)
-    if key not in _SIDE:
-        _SIDE[key] = mx.new_stream(device)
-    return _SIDE[key]
-
-
 def _top_indices(values: mx.array, n: int) -> mx.array:
     n = min(n, values.shape[-1])
     return mx.argpartition(-values, kth=n - 1, axis=-1)[:, :n]
@@ -96,8 +80,8 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
     the top ``top_n`` of ``raw``, of the last stage, and the drawn token. Each distinct
     distribution (a stage that was the identity for every row repeats its input) is
     normalized once. Compiled once per chain shape (its stages, which outputs repeat an
-    input, ``top_n``, whether counts are reported): a few fused kernels instead of a
-    hundred small ones, which is what a step costs on a GPU."""
+    input, ``top_n``, whether counts are reported): fused kernels instead of a hundred
+    small ones, which is what a step costs on a GPU."""
     key = (result.chain, tuple(result.sources()), top_n, counts is not None)
     fn = _PACKERS.get(key)
     if fn is None:

@@ -26,7 +26,7 @@ from engine.divergence import group_pairs, pair_divergences
 from engine.dry import BreakerCache
 from engine.errors import EngineError
 from engine.events import Event, Finished, FinishReason, PrefillProgress
-from engine.inspection import RowInspection, side_stream, to_host, unpack_row
+from engine.inspection import RowInspection, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.requests import (
@@ -341,13 +341,10 @@ class Scheduler(ContinuationsMixin):
         pairs = group_pairs([r.group for r in requests])
         packed_device = sampled.packed
         if pairs:  # the divergences ride along in the step's one transfer
-            with mx.stream(side_stream()):
-                js = pair_divergences(sampled.final, pairs)
-                packed_device = mx.concatenate([packed_device.reshape(-1), js])
+            js = pair_divergences(sampled.final, pairs)
+            packed_device = mx.concatenate([packed_device.reshape(-1), js])
         if speculate:
-            # The draw first, then the next forward pass on the default stream; the pack runs
-            # on the side stream meanwhile (engine.inspection.side_stream).
-            mx.async_eval(sampled.tokens, packed_device)
+            mx.async_eval(packed_device)
             self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
             kv.after_batch_forward(self._batch, self.kv)
             mx.async_eval(self._prefetched)
