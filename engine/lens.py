@@ -13,7 +13,8 @@ architecture whose blocks cannot be walked so is refused with its name.
 Cost: one forward pass over the tokens up to the last position asked for (from the first
 position asked for when :func:`lens_continued` is given a cache holding the tokens before
 it), in which the model's head runs at that last position only; then, ``GROUP`` positions
-at a time, one unembedding of all L + 1 layers' rows together and the summaries on the host.
+at a time (fewer for a large vocabulary), one unembedding of all L + 1 layers' rows
+together and the summaries on the host.
 
 On the CPU backend the unembedding's matrix product runs on the host with NumPy's BLAS
 (the model's code still runs around it, through a stand-in for its ``lm_head`` / tied
@@ -40,7 +41,10 @@ from engine.models import LoadedModel
 
 NORM_NAMES = ("norm", "final_layernorm", "final_norm", "ln_f", "embedding_norm")
 GROUP = 16
-"""Positions read out together: (L + 1) × GROUP × V float32 values at a time."""
+"""Positions read out together: (L + 1) × GROUP × V float32 values at a time, fewer where
+that would pass ``READ_OUT_VALUES``."""
+READ_OUT_VALUES = 1 << 25
+"""At most this many logits (128 MiB of float32) in one read-out, unless one position needs more."""
 HOST_HEAD_BYTES = 1 << 30
 """The largest float32 copy of the head kept on the host between read-outs (CPU backend)."""
 HOST_HEAD: bool | None = None
@@ -345,8 +349,9 @@ def _lens(
     if not np.allclose(check, np.array(raw.astype(mx.float32)), atol=1e-3, rtol=1e-3):
         arch = _arch(loaded)
         raise EngineError(f"the logit lens cannot walk a {arch} model: its last layer does not give its logits.")
-    for a in range(0, len(positions), GROUP):  # L + 1 distributions of V per position: a few at a time
-        group = positions[a : a + GROUP]
+    size = max(1, min(GROUP, READ_OUT_VALUES // (len(states) * check.shape[-1])))
+    for a in range(0, len(positions), size):  # L + 1 distributions of V per position: a few at a time
+        group = positions[a : a + size]
         h = mx.concatenate([s[a : a + len(group)] for s in states])
         logits = _head_logits(loaded, h).reshape(len(states), len(group), -1)
         yield from _summaries(group, logits, tokens, top)

@@ -1,7 +1,7 @@
 """Properties of the logit lens on random token sequences (tiny model): a position read out
-together with others (one batch of read-out rows, several groups) is the position read
-alone, and the lens continued from a cached prefix (the prefix store's copy) is the lens of
-one full pass."""
+together with others (in groups of 1, 3 or 16 positions, or one at a time where the
+read-out's values are capped) is the position read alone, and the lens continued from a
+cached prefix (the prefix store's copy) is the lens of one full pass."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def text_and_positions(draw, vocab: int):
 def test_a_position_read_with_others_is_the_position_read_alone(tiny, data):
     tokens, positions = data.draw(text_and_positions(tiny.vocab_size))
     group = data.draw(st.sampled_from([1, 3, lens_module.GROUP]))
+    budget = data.draw(st.sampled_from([1, lens_module.READ_OUT_VALUES]))  # 1: a position at a time
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(lens_module, "GROUP", group)  # several groups of read-out rows
+        patch.setattr(lens_module, "READ_OUT_VALUES", budget)
         together = list(lens(tiny, tokens, positions, top=5))
     for p in data.draw(st.lists(st.sampled_from(positions), min_size=1, max_size=3, unique=True)):
         (alone,) = lens(tiny, tokens, [p], top=5)
