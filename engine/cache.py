@@ -81,6 +81,14 @@ def kinds(caches: LayerCaches) -> list[str]:
     return sorted(names)
 
 
+def quantized_layers(caches: LayerCaches) -> bool:
+    """Whether any layer (a ``CacheList``'s too) holds quantized keys and values."""
+    return any(
+        quantized_layers(list(c.caches)) if isinstance(c, CacheList) else isinstance(c, QuantizedKVCache)
+        for c in caches
+    )
+
+
 def eval_caches(caches: LayerCaches) -> None:
     mx.eval([v for _, v in tree_flatten([c.state for c in caches]) if isinstance(v, mx.array)])
 
@@ -258,16 +266,31 @@ class PrefixStore:
     def lookup(self, prompt: Sequence[int]) -> tuple[int, LayerCaches | None]:
         """(reused length, caches) for the longest stored prefix of ``prompt`` that can be
         restored. At least the last prompt token is left to prefill: its logits start decoding."""
-        best_key, best = None, 0
-        for key, entry in self._entries.items():
-            n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
-            if n > best and entry.usable(n):
-                best_key, best = key, n
+        best_key, best = self._longest(prompt, len(prompt) - 1)
         if best_key is None:
             return 0, None
         self._entries.move_to_end(best_key)
         entry = self._entries[best_key]
         return best, [cut(c, best, len(entry.tokens)) for c in entry.caches]
+
+    def peek(self, tokens: Sequence[int], limit: int) -> tuple[int, LayerCaches | None]:
+        """(length, caches) for the longest stored prefix of ``tokens`` of at most ``limit``
+        tokens that can be restored, for a reader beside the scheduler (the logit lens):
+        copies as :meth:`lookup` gives, and the LRU order left as it is, so reading changes
+        neither an entry nor which entry the scheduler keeps."""
+        best_key, best = self._longest(tokens, limit)
+        if best_key is None:
+            return 0, None
+        entry = self._entries[best_key]
+        return best, [cut(c, best, len(entry.tokens)) for c in entry.caches]
+
+    def _longest(self, tokens: Sequence[int], limit: int) -> tuple[int | None, int]:
+        best_key, best = None, 0
+        for key, entry in self._entries.items():
+            n = min(common_prefix(entry.tokens, tokens), limit)
+            if n > best and entry.usable(n):
+                best_key, best = key, n
+        return best_key, best
 
     def clear(self) -> None:
         self._entries.clear()

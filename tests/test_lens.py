@@ -1,6 +1,7 @@
 """The logit lens (engine/lens.py) against transformers' float32 run of the same GGUF file
-with forward hooks on its decoder layers (final norm + lm_head on each layer's output),
-and its own invariants on tiny models."""
+with forward hooks on its decoder layers (final norm + lm_head, + final-logit softcapping
+where the config has it, on each layer's output) — the default model (llama) and Gemma 3
+270M — and its own invariants on tiny models."""
 
 from __future__ import annotations
 
@@ -14,29 +15,55 @@ import pytest
 
 from engine.errors import EngineError
 from engine.lens import lens
+from engine.models import load
 from engine.prompts import encode_text
 from tests import real_models
 
 TEXT = "The capital of France is Paris. It is known for the Eiffel Tower."
+GEMMA_TEXT = "The quick brown fox jumps over the lazy dog, and the cat sleeps in the sun."
 
 
 def reference_lens(model, ids: list[int]) -> list[np.ndarray]:
     """Per layer (0 = the embeddings' output, then each decoder layer's), the log-softmax of
-    lm_head(norm(h)) at every position: transformers' own modules, hooked."""
+    lm_head(norm(h)) at every position (softcapped as the model caps its logits):
+    transformers' own modules, hooked. Gemma's ``embed_tokens`` is its scaled embedding
+    (``Gemma3TextScaledWordEmbedding``: the lookup times ``embed_scale`` = √hidden), so its
+    output is the input of the first block, as the lens's layer 0 is."""
     import torch
 
     states = []
     hooks = [model.model.embed_tokens.register_forward_hook(lambda m, i, o: states.append(o))]
     for layer in model.model.layers:
         hooks.append(layer.register_forward_hook(lambda m, i, o: states.append(o[0] if isinstance(o, tuple) else o)))
+    cap = getattr(model.config, "final_logit_softcapping", None)
     try:
         with torch.no_grad():
             model(torch.tensor([ids]))
-            out = [torch.log_softmax(model.lm_head(model.model.norm(h))[0].float(), -1).numpy() for h in states]
+            out = []
+            for h in states:
+                logits = model.lm_head(model.model.norm(h))[0].float()
+                if cap:
+                    logits = torch.tanh(logits / cap) * cap
+                out.append(torch.log_softmax(logits, -1).numpy())
     finally:
         for h in hooks:
             h.remove()
     return out
+
+
+def per_layer_differences(rows, reference: list[np.ndarray]) -> list[float]:
+    """Per layer, the largest difference over ``rows``' positions between the reference's
+    top-5 logprobs and the engine's at the same token ids (each must be in its top 100)."""
+    worst = [0.0] * len(reference)
+    for row in rows:
+        assert len(row.layers) == len(reference)
+        for layer in row.layers:
+            ref = reference[layer.layer][row.position]
+            engine = dict(layer.top)
+            for token in np.argsort(-ref, kind="stable")[:5]:
+                assert int(token) in engine, (row.position, layer.layer, int(token))
+                worst[layer.layer] = max(worst[layer.layer], abs(engine[int(token)] - float(ref[token])))
+    return worst
 
 
 @pytest.mark.slow
@@ -55,6 +82,35 @@ def test_default_model_layer_by_layer_against_transformers(smollm):
             worst = max(worst, diff)
     print(f"largest top-5 difference over layers: {worst:.4f}")
     assert worst < 0.03
+
+
+@pytest.mark.slow
+def test_gemma_layer_by_layer_against_transformers(tmp_path_factory):
+    """Gemma 3 270M Q4_K_M (sliding windows, scaled embeddings): every position of a short
+    text, every layer, against transformers' hooked float32 run — as it is, and with its
+    embedding scale √640 rounded to bfloat16 as mlx-lm's gemma3_text computes it (25.25
+    against transformers' float32 25.2982): that rounding, not the lens, is most of the
+    first comparison's difference (measured: layer 1 0.294 → 0.040, the last 0.031 → 0.005)."""
+    import torch
+
+    gemma_file = real_models.gemma_gguf(tmp_path_factory.mktemp("gemma"))
+    loaded = load(str(gemma_file))
+    ids = encode_text(loaded.tokenizer, GEMMA_TEXT)
+    assert 15 <= len(ids) <= 22
+    rows = list(lens(loaded, ids, range(len(ids)), top=100))
+    model = real_models.transformers_float32(gemma_file)
+    embed = model.model.embed_tokens
+    assert float(embed.embed_scale) == pytest.approx(640**0.5)  # its output is the scaled embedding
+    as_is = per_layer_differences(rows, reference_lens(model, ids))
+    embed.embed_scale.fill_(float(torch.tensor(640**0.5).to(torch.bfloat16)))
+    same_scale = per_layer_differences(rows, reference_lens(model, ids))
+    print("per-layer largest top-5 difference (nats), as is:", " ".join(f"{w:.4f}" for w in as_is))
+    print("the same with mlx-lm's bfloat16 √640:", " ".join(f"{w:.4f}" for w in same_scale))
+    # 1.5× what was measured (2026-11-25, this CPU): as is 0.294 at layer 1, the rest ≤ 0.041;
+    # with the same scale 0.040 at layer 1, the rest ≤ 0.015, the last layer 0.005.
+    assert max(as_is) <= 0.45 and max(as_is[2:]) <= 0.065 and as_is[-1] <= 0.05
+    assert max(same_scale) <= 0.06 and max(same_scale[2:]) <= 0.025 and same_scale[-1] <= 0.03
+    assert as_is[0] <= 0.002  # layer 0: the norm cancels the embedding's scale
 
 
 def test_the_last_layer_is_the_models_logits_and_positions_agree(tiny):
