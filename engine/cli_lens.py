@@ -1,7 +1,7 @@
 """``python -m engine lens``: the logit lens at a prompt position, one record per layer.
 
 ``{"type": "layer", "position", "layer", "top": [{"token_id", "text", "logprob"}],
-"entropy", "kl_final", "rank_final_top1", "rank_chosen", "chosen_logprob"}`` for layers 0
+"entropy", "kl_final", "rank_final_top1", "rank_chosen", "chosen_logprob", "final_top_logprobs"}`` for layers 0
 (the embedding output) … L, then ``{"type": "position", "position", "chosen", "text",
 "chosen_is_next", "decided_at"}``. The default position is the last prompt token: the
 distribution of the first generated token, whose "chosen" token is then the final top-1.
@@ -28,8 +28,8 @@ def add_lens_command(commands) -> None:
 
 
 def lens_command(args: argparse.Namespace) -> int:
-    from engine.codec import CLI
     from engine.lens import lens
+    from engine.lens_records import lens_records
     from engine.models import load
     from engine.prompts import encode_chat, encode_text
     from engine.text import TokenText
@@ -45,27 +45,7 @@ def lens_command(args: argparse.Namespace) -> int:
     piece = TokenText(tokenizer).piece
     out = sys.stdout
     for p in lens(loaded, tokens, positions, args.top):
-        for layer in p.layers:
-            record = {
-                "type": "layer",
-                "position": layer.position,
-                "layer": layer.layer,
-                "top": [{"token_id": t, "text": piece(t), "logprob": CLI.number(lp)} for t, lp in layer.top],
-                "entropy": CLI.number(layer.entropy),
-                "kl_final": CLI.number(layer.kl_final),
-                "rank_final_top1": layer.rank_final_top1,
-                "rank_chosen": layer.rank_chosen,
-                "chosen_logprob": CLI.number(layer.chosen_logprob),
-            }
+        for record in lens_records([p], piece):
             out.write(json.dumps(record) + "\n")
-        summary = {
-            "type": "position",
-            "position": p.position,
-            "chosen": p.chosen,
-            "text": piece(p.chosen),
-            "chosen_is_next": p.chosen_is_next,
-            "decided_at": p.decided_at,
-        }
-        out.write(json.dumps(summary) + "\n")
         out.flush()
     return 0

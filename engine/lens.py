@@ -68,6 +68,9 @@ class LensLayer:
     """Where the last layer's most likely token ranks here (1 = first)."""
     rank_chosen: int
     chosen_logprob: float
+    final_top_logprobs: tuple[float, ...] = ()
+    """The logprobs here of the last layer's ``top`` tokens, in the last layer's order: how
+    each final candidate fared at this layer, inside this layer's list or not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +369,7 @@ def _summaries(group: list[int], logits: np.ndarray, tokens: list[int], top: int
     chosen = np.array([tokens[p + 1] if nxt[k] else int(final_top[k]) for k, p in enumerate(group)])
     rank_final, _ = _rank(lp, final_top)
     rank_chosen, chosen_lp = _rank(lp, chosen)
+    finals = np.take_along_axis(lp, np.broadcast_to(ids[-1][None], ids.shape), axis=-1)
     for k, p in enumerate(group):
         layers = tuple(
             LensLayer(
@@ -377,6 +381,7 @@ def _summaries(group: list[int], logits: np.ndarray, tokens: list[int], top: int
                 rank_final_top1=int(rank_final[layer, k]),
                 rank_chosen=int(rank_chosen[layer, k]),
                 chosen_logprob=float(chosen_lp[layer, k]),
+                final_top_logprobs=tuple(finals[layer, k].tolist()),
             )
             for layer in range(lp.shape[0])
         )

@@ -115,12 +115,16 @@ def test_the_layers_tab_shows_what_engine_lens_computes_and_caches_it(qtbot, pro
     assert grid.probs.shape == (3, COLUMNS + (want.chosen not in final))
     assert grid.tokens[grid.chosen_column] == want.chosen
     assert grid.labels == tuple(visible(session.token_text(t)) for t in grid.tokens)
-    for layer, expected in enumerate(want.layers):  # the chosen token's column is exact at every layer
+    for layer, expected in enumerate(want.layers):  # every cell is the engine's number at that layer
         assert grid.probs[layer, grid.chosen_column] == pytest.approx(math.exp(expected.chosen_logprob), rel=1e-4)
-        listed = dict(expected.top)
+        at_layer = dict(zip(final_ids := [t for t, _ in want.layers[-1].top], expected.final_top_logprobs, strict=True))
+        assert len(final_ids) == len(expected.final_top_logprobs) and not np.isnan(grid.probs[layer]).any()
         for c, token in enumerate(grid.tokens):
             if token != want.chosen:
-                assert math.isnan(grid.probs[layer, c]) == (token not in listed)
+                assert grid.probs[layer, c] == pytest.approx(math.exp(at_layer[token]), rel=1e-4, abs=1e-12)
+        for token, lp in expected.top:  # a final candidate in this layer's own list: the same number
+            if token in at_layer:
+                assert at_layer[token] == pytest.approx(lp, abs=1e-6)
     header = view.header.text()
     assert "Token 4" in header and decided_words(grid).split(";")[0] in header
     if want.decided_at is not None:

@@ -3,9 +3,11 @@ heat map's grid (layers × candidates), the curves under it, and the header's wo
 
 The columns are the last layer's most likely tokens (the reply's distribution under ``raw``)
 plus the chosen token when it is not among them; a cell is that token's probability at that
-layer. The engine reports each layer's ``TOP`` most likely tokens and the chosen token's
-probability at every layer, so a candidate outside a layer's list is known only to be below
-its last entry (``floors``) and is drawn so, never given a made-up number.
+layer. The engine reports each layer's ``TOP`` most likely tokens, and at every layer the
+probabilities of the last layer's ``TOP`` and of the chosen token
+(``LensLayer.final_top_logprobs``, ``chosen_logprob``), so every column has a number at every
+layer. A row without them (read before they existed) shows a candidate outside a layer's
+list as below its last entry (``floors``), never with a made-up number.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def lens_grid(row: Any, piece: Callable[[int], str], columns: int = COLUMNS) -> 
         tokens.append(row.chosen)
     probs = np.full((len(layers), len(tokens)), np.nan)
     floors = np.zeros(len(layers))
+    finals = [t for t, _ in layers[-1].top]
     for k, layer in enumerate(layers):
         listed = dict(layer.top)
+        listed.update(zip(finals, getattr(layer, "final_top_logprobs", ()), strict=False))
         for c, token in enumerate(tokens):
             logprob = layer.chosen_logprob if token == row.chosen else listed.get(token)
             if logprob is not None:
