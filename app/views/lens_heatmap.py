@@ -3,9 +3,10 @@ at the top, layer 0 — the embedding output — at the bottom) × candidates (c
 layer's most likely tokens, and the chosen token when it is not among them).
 
 A cell is the token's probability at that layer, coloured as the chain view colours its
-cells (square-root scale, so a 1 % token is still visible beside a 90 % one). A candidate
-outside a layer's list of most likely tokens is known only to be below that list's last
-entry: its cell is hatched and reads ``<0.3%``. The chosen token's column is framed; the
+cells (square-root scale, so a 1 % token is still visible beside a 90 % one). Every layer
+carries the final candidates' numbers (``LensLayer.final_top_logprobs``); in a row read
+before it did, a candidate outside a layer's list is known only to be below that list's
+last entry: its cell is hatched and reads ``<0.3%``. The chosen token's column is framed; the
 layer from which it stays the most likely is marked by a dashed line under it and a bold
 layer number; on the right, each layer's own most likely token, orange where it is not the
 chosen one. Painted by hand rather than as a table: every layer fits the tab's height

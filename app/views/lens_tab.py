@@ -12,6 +12,7 @@ still being written, an error), the reason in words instead. The shell
 
 from __future__ import annotations
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
@@ -23,10 +24,9 @@ from app.views.lens_heatmap import DIFFERS, LensHeatmap
 from app.views.theme import LIGHT, Colors
 
 PLOT_HEIGHT = 130
-LEGEND = (
-    "Cell: the token's probability at that layer · hatched: not among that layer's most likely "
-    "tokens (below the last of them) · framed: the chosen token · dashed line: where it was decided"
-)
+LEGEND = "Cell: the token's probability at that layer · framed: the chosen token · dashed line: where it was decided"
+HATCHED = " · hatched: not among that layer's most likely tokens (below the last of them)"
+"""Only rows read before each layer carried the final candidates' numbers have such cells."""
 KL_COLOR = "#9467bd"  # Compare models' KLD row uses it: a divergence, in both places
 ERROR_COLOR = "#d93025"
 
@@ -148,6 +148,7 @@ class LayersView(QWidget):
         others = f"<br><span style='color:{DIFFERS}'>{escape(others)}</span>" if others else ""
         self.header.setText(f"<b>Token {row.position}</b> &nbsp;<code>{token}</code> &nbsp; {decided}{others}")
         self.heatmap.set_grid(grid, self.colors)
+        self.legend.setText(LEGEND + (HATCHED if np.isnan(grid.probs).any() else ""))
         layers = list(range(grid.layers + 1))
         for plot, curve, line, values in (
             (self.entropy_plot, self.entropy_curve, self.entropy_line, grid.entropy),
