@@ -37,6 +37,7 @@ import mlx.nn as nn
 import numpy as np
 
 from engine.errors import EngineError
+from engine.lens_stats import log_softmax_entropy_kl, rank, top_n
 from engine.models import LoadedModel
 
 NORM_NAMES = ("norm", "final_layernorm", "final_norm", "ln_f", "embedding_norm")
@@ -51,8 +52,6 @@ HOST_HEAD: bool | None = None
 """Compute the head's product on the host: None = on the CPU backend (tests force it)."""
 _CHUNK = 8192
 """Rows of the head dequantized at a time."""
-_BLOCK = 64
-"""The top N is searched among the N blocks of this many tokens with the largest maxima."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,13 +361,13 @@ def _lens(
 
 def _summaries(group: list[int], logits: np.ndarray, tokens: list[int], top: int) -> Iterator[LensPosition]:
     """``LensPosition``s of ``group`` from its logits ``[L + 1, G, V]`` (overwritten)."""
-    lp, entropy, kl = _log_softmax_entropy_kl(logits)
-    ids, values = _top(lp, top)
+    lp, entropy, kl = log_softmax_entropy_kl(logits)
+    ids, values = top_n(lp, top)
     final_top = ids[-1, :, 0]
     nxt = [p + 1 < len(tokens) for p in group]
     chosen = np.array([tokens[p + 1] if nxt[k] else int(final_top[k]) for k, p in enumerate(group)])
-    rank_final, _ = _rank(lp, final_top)
-    rank_chosen, chosen_lp = _rank(lp, chosen)
+    rank_final, _ = rank(lp, final_top)
+    rank_chosen, chosen_lp = rank(lp, chosen)
     finals = np.take_along_axis(lp, np.broadcast_to(ids[-1][None], ids.shape), axis=-1)
     for k, p in enumerate(group):
         layers = tuple(
@@ -391,62 +390,3 @@ def _summaries(group: list[int], logits: np.ndarray, tokens: list[int], top: int
                 break
             decided = layer
         yield LensPosition(p, int(chosen[k]), nxt[k], decided, layers)
-
-
-def _log_softmax_entropy_kl(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Log-softmax (in ``logits``' place), entropy and KL(final ‖ layer) of ``[L + 1, G, V]``
-    logits (the last layer is the final one); one exp per value, sums pairwise in float32."""
-    top = logits.max(-1, keepdims=True)
-    e = np.subtract(logits, top)
-    np.exp(e, out=e)
-    total = e.sum(-1, keepdims=True)
-    lp = logits
-    lp -= top + np.log(total)
-    p_final = e[-1] / total[-1]
-    np.multiply(e, lp, out=e)
-    entropy = -(e.sum(-1) / total[..., 0])
-    np.subtract(lp[-1][None], lp, out=e)
-    e *= p_final[None]
-    kl = e.sum(-1)
-    return lp, entropy, kl
-
-
-def _top(lp: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``n`` best (token id, logprob) of each row of ``lp`` ``[..., V]``, best first, a tie
-    going to the lower id (as a stable sort of ``-lp`` orders them). Only the ``n`` blocks of
-    ``_BLOCK`` tokens with the largest maxima can hold them; a row where an exact tie at the
-    n-th value reaches outside those blocks is sorted whole."""
-    shape, vocab = lp.shape[:-1], lp.shape[-1]
-    flat = lp.reshape(-1, vocab)
-    n = min(n, vocab)
-    whole = vocab // _BLOCK * _BLOCK
-    maxima = [flat[:, :whole].reshape(len(flat), -1, _BLOCK).max(-1)] if whole else []
-    if whole < vocab:
-        maxima.append(flat[:, whole:].max(-1, keepdims=True))
-    blocks = np.concatenate(maxima, axis=1)
-    k = min(n, blocks.shape[1])
-    best = np.argpartition(-blocks, k - 1, axis=-1)[:, :k]
-    candidates = (best[..., None] * _BLOCK + np.arange(_BLOCK)).reshape(len(flat), -1)
-    inside = candidates < vocab
-    candidates = np.where(inside, candidates, vocab)
-    values = np.take_along_axis(flat, np.minimum(candidates, vocab - 1), axis=-1)
-    values[~inside] = -np.inf
-    order = np.lexsort((candidates, -values), axis=-1)[:, :n]
-    ids = np.take_along_axis(candidates, order, axis=-1)
-    tops = np.take_along_axis(values, order, axis=-1)
-    at_least = tops[:, -1:]
-    for row in np.nonzero((flat >= at_least).sum(-1) != ((values >= at_least) & inside).sum(-1))[0]:
-        ids[row] = np.argsort(-flat[row], kind="stable")[:n]
-        tops[row] = flat[row, ids[row]]
-    return ids.reshape(*shape, n), tops.reshape(*shape, n)
-
-
-def _rank(lp: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where ``tokens[g]`` ranks in each row ``lp[l, g]`` (1 = first; a tie goes to the lower
-    id, as in :func:`_top`) and its logprob there."""
-    at = np.broadcast_to(tokens[None, :, None], (*lp.shape[:2], 1))
-    value = np.take_along_axis(lp, at, axis=-1)
-    rank = (lp > value).sum(-1) + 1
-    for layer, k in zip(*np.nonzero((lp == value).sum(-1) > 1), strict=True):
-        rank[layer, k] += int((lp[layer, k, : tokens[k]] == value[layer, k, 0]).sum())
-    return rank, value[..., 0]
