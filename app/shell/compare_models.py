@@ -106,7 +106,8 @@ class CompareModels(QObject):
             return None
         if self.dialog is not None:
             self.dialog.show_started(settings)
-        self._status_progress(0, 0, f"Loading {settings.words()} to compare… (Esc stops)")
+        waits = "Waiting for the reply being written, then loading" if self.window.busy() else "Loading"
+        self._status_progress(0, 0, f"{waits} {settings.words()} to compare… (Esc stops)")
         collect_here()
         self.request_start.emit(job)
         return job

@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu
 
-from app.model.logit_lens import CANCELLED, RUNNING_EVERY, LensJob, LogitLens
+from app.model.logit_lens import CANCELLED, RUNNING_EVERY, WAITS_FOR_REPLY, LensJob, LogitLens
 from app.shell.lens_runner import LensRunner
 from app.shell.worker import describe
 from app.store.export_lens import lens_records, write_lens
@@ -202,7 +202,9 @@ class LogitLensController(QObject):
         running = lens.running
         if running is not None and (running.every or lens.covers(stream, index)):
             done, total = lens.progress()
-            if not running.every:
+            if self.window.busy():  # the worker runs the job's pieces once the reply has ended
+                view.show_busy(f"<b>Token {index}</b>: {WAITS_FOR_REPLY}", done, total or 1)
+            elif not running.every:
                 view.show_busy(f"<b>Token {index}</b>: reading it through every layer…", 0, 1)
             elif lens.covers(stream, index):
                 view.show_busy(
