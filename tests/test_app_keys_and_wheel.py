@@ -11,9 +11,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QContextMenuEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
+from app.model.textfmt import visible  # noqa: E402
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
@@ -85,4 +87,41 @@ def test_tab_goes_round_the_window_and_out_of_the_message_box(qtbot, profile, ti
     # Ctrl+Tab leaves the message box too (the usual way out of a text box that takes Tab).
     assert press(qtbot, Qt.Key.Key_Tab, Qt.KeyboardModifier.ControlModifier) is window.central.send_button
     assert window.composer.toPlainText() == "a question"
+    close_window(window)
+
+
+# 10. A double-click on a candidate's name continues the reply ------------------------------------------
+
+
+def test_double_click_on_a_candidates_name_branches(qtbot, profile, tiny_folder):  # noqa: F811
+    window = reply_window(qtbot, profile, tiny_folder)
+    (message,) = [m for m in window.thread_messages if m.role == "assistant"]
+    stream = ("branch", message.branch.id)
+    window.model.select((stream, 2))
+    window._redraw_if_dirty()
+    view = window.inspector.chain_view
+    chosen = message.branch.steps[2].token_id
+    row = next(r for r, c in enumerate(window.inspector.candidates) if c.token_id != chosen)
+    picked = window.inspector.candidates[row].token_id
+    header = view.verticalHeader()  # the candidates' names
+    assert header.isVisible()
+    point = QPoint(header.width() // 2, header.sectionViewportPosition(row) + header.sectionSize(row) // 2)
+    # A right-click on the name offers what it offers on the row's numbers.
+    offered: list[list[str]] = []
+
+    def read_menu() -> None:
+        menu = QApplication.activePopupWidget()
+        offered.append([a.text() for a in menu.actions()])
+        menu.close()
+
+    QTimer.singleShot(0, read_menu)
+    reason = QContextMenuEvent.Reason.Mouse
+    QApplication.sendEvent(header.viewport(), QContextMenuEvent(reason, point, header.viewport().mapToGlobal(point)))
+    name = window.inspector.candidates[row].text
+    assert offered and offered[0][0] == f"Continue with “{visible(name)}”", offered
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=point)
+    qtbot.mouseDClick(header.viewport(), Qt.MouseButton.LeftButton, pos=point)
+    qtbot.waitUntil(lambda: len(window.thread_messages[-1].branches) == 2 and not window.busy(), timeout=TIMEOUT)
+    new = window.thread_messages[-1].branch
+    assert new.steps[2].token_id == picked and new.steps[2].forced
     close_window(window)
