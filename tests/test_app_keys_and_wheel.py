@@ -11,8 +11,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QPoint, QSettings, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QContextMenuEvent  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.model.textfmt import visible  # noqa: E402
@@ -125,3 +126,50 @@ def test_double_click_on_a_candidates_name_branches(qtbot, profile, tiny_folder)
     new = window.thread_messages[-1].branch
     assert new.steps[2].token_id == picked and new.steps[2].forced
     close_window(window)
+
+
+# 11. The wheel over the Sampling dock scrolls it -------------------------------------------------------
+
+
+def wheel_over(widget: QWidget, delta: int) -> None:
+    """A real wheel event (through the window system) with the pointer over ``widget``."""
+    top = widget.window()
+    point = widget.mapTo(top, widget.rect().center())
+    QTest.wheelEvent(top.windowHandle(), point, QPoint(0, delta))
+    QApplication.processEvents()
+
+
+def test_the_wheel_scrolls_the_sampling_panel_and_changes_only_a_focused_field(qtbot, tmp_path):
+    from app.views.sampling_panel import SamplingPanel
+
+    panel = SamplingPanel(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    panel.resize(340, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    controls = panel.controls
+    controls.set_params(SamplingParams(temperature=0.7))
+    bar = controls.scroll.verticalScrollBar()
+    assert bar.maximum() > 0, "the panel must be taller than its dock for this test"
+    field = controls.fields["temperature"]
+    unfocused = [field.spin, field.slider, controls.presets, panel.count]
+    panel.set_compare(True, 3)
+    panel.compare.setFocus()  # the focus elsewhere in the panel
+    for widget in unfocused:
+        if controls.scroll.widget().isAncestorOf(widget):
+            controls.scroll.ensureWidgetVisible(widget)
+        QApplication.processEvents()
+        before = (bar.value(), controls.current, panel.count.value(), controls.presets.currentText())
+        down = bar.value() < bar.maximum()
+        wheel_over(widget, -120 if down else 120)
+        assert controls.current.temperature == 0.7, type(widget).__name__
+        assert (controls.current, panel.count.value(), controls.presets.currentText()) == before[1:]
+        if controls.scroll.widget().isAncestorOf(widget):
+            assert bar.value() != before[0], f"the panel did not scroll over {type(widget).__name__}"
+        assert not widget.hasFocus()
+    # A field with the focus (clicked, or reached by Tab) takes the wheel as before.
+    controls.scroll.ensureWidgetVisible(field.spin)
+    QApplication.processEvents()
+    field.spin.setFocus()
+    wheel_over(field.spin, -120)
+    assert controls.current.temperature == pytest.approx(0.69)
