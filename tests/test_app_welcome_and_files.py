@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QDir, Qt, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication, QFileDialog  # noqa: E402
 
 from engine.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
@@ -51,4 +51,82 @@ def test_the_welcome_speaks_of_a_question_only_while_one_is_in_the_box(qtbot, pr
     press(qtbot, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
     press(qtbot, Qt.Key.Key_Delete)
     assert EMPTY_WORDS in shown_text(window)
+    close_window(window)
+
+
+# 13. File dialogs open where the last one of their kind was answered, after a restart too ---------
+
+
+def answer_file_dialog(path: str | None) -> list[str]:
+    """Answer the next file dialog with ``path`` (None: cancel it); returns, once it has been
+    answered, the folder it opened in."""
+    opened: list[str] = []
+
+    def answer() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, QFileDialog):
+            QTimer.singleShot(20, answer)  # not shown yet
+            return
+        opened.append(dialog.directory().absolutePath())
+        if path is None:
+            dialog.reject()
+            return
+        dialog.selectFile(path)
+        dialog.accept()
+
+    QTimer.singleShot(0, answer)
+    return opened
+
+
+def trigger(window, *titles: str) -> None:
+    """Choose a menu item by its titles (``"File", "Export", "This reply…"``), as a click would."""
+    menu = next(a.menu() for a in window.menuBar().actions() if a.text().replace("&", "") == titles[0])
+    for title in titles[1:-1]:
+        menu = next(a.menu() for a in menu.actions() if a.text() == title)
+    next(a for a in menu.actions() if a.text() == titles[-1]).trigger()
+
+
+def test_file_dialogs_open_in_the_last_folder_of_their_kind_after_a_restart(
+    qtbot,
+    profile,  # noqa: F811
+    tiny_folder,
+    tmp_path,
+    monkeypatch,
+):
+    monkeypatch.chdir(tmp_path)  # where Qt's dialogs opened every time
+    db, settings = profile
+    window = open_window(qtbot, profile, str(tiny_folder))
+    window.controls.set_params(SamplingParams(max_tokens=2))
+    window.send()
+    qtbot.waitUntil(lambda: window.model.conversation is not None and not window.busy(), timeout=TIMEOUT)
+    home = QDir.homePath()
+    # A model folder: the dialog opens at home the first time, then where that folder is.
+    opened = answer_file_dialog(str(tiny_folder))
+    trigger(window, "Models", "Open model folder…")
+    assert opened == [home]
+    qtbot.waitUntil(lambda: window.model_info is not None and not window.busy(), timeout=TIMEOUT)
+    # An export, written into a folder of its own.
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    window.model.select((("branch", window.thread_messages[-1].branch.id), 0))
+    opened = answer_file_dialog(str(exports / "reply.jsonl"))
+    trigger(window, "File", "Export", "This reply…")
+    assert opened == [home] and (exports / "reply.jsonl").is_file()
+    close_window(window)
+
+    # A restart: the same settings file, read anew.
+    from PySide6.QtCore import QSettings
+
+    settings.sync()
+    again = QSettings(settings.fileName(), QSettings.Format.IniFormat)
+    window = open_window(qtbot, (db, again), str(tiny_folder))
+    opened = answer_file_dialog(None)
+    trigger(window, "Models", "Open GGUF file…")  # the same kind as model folders
+    assert opened == [str(tiny_folder.parent)]
+    opened = answer_file_dialog(None)
+    trigger(window, "File", "Open export…")  # exports are opened where they were written
+    assert opened == [str(exports)]
+    opened = answer_file_dialog(None)
+    trigger(window, "File", "Export", "Timeline plot (PNG, SVG)…")  # another kind: not used yet
+    assert opened == [home]
     close_window(window)

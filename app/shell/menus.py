@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
+from PySide6.QtWidgets import QInputDialog, QMenu, QMessageBox
 
 from app.shell.compare_models import add_compare_action
 from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
@@ -17,6 +17,7 @@ from app.shell.logit_lens import add_lens_action
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
 from app.shell.recovery import continue_interrupted
 from app.shell.score_dialog import add_chat_actions, add_file_actions
+from app.views.file_dialogs import MODELS
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow
@@ -169,13 +170,13 @@ def fill_recent(window: MainWindow, menu: QMenu) -> None:
 
 
 def open_folder(window: MainWindow) -> None:
-    folder = QFileDialog.getExistingDirectory(window, "Open mlx-lm model folder")
+    folder = window.folders.open_folder(window, MODELS, "Open mlx-lm model folder")
     if folder:
         window.load_model(folder)
 
 
 def open_gguf(window: MainWindow) -> None:
-    path, _ = QFileDialog.getOpenFileName(window, "Open GGUF file", "", "GGUF models (*.gguf)")
+    path = window.folders.open_file(window, MODELS, "Open GGUF file", "GGUF models (*.gguf)")
     if path:
         window.load_model(path)
 

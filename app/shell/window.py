@@ -38,6 +38,7 @@ from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
 from app.store.stream import StreamJournal
 from app.views.chat_panel import ChatPanel
+from app.views.file_dialogs import Folders
 from app.views.inspector import InspectorWidget
 from app.views.sampling_panel import SamplingPanel
 from app.views.status import StatusWidgets
@@ -63,6 +64,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Logitscope")
         self.setWindowIcon(app_icon())
         self.settings = settings or QSettings("Logitscope", "Logitscope")
+        self.folders = Folders(self.settings)  # each kind of file dialog opens where it last did
         self.store = open_window_store(
             db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
         )
