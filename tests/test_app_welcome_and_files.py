@@ -5,6 +5,8 @@ would; file dialogs are Qt's own, answered by typing a path into them."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -129,4 +131,36 @@ def test_file_dialogs_open_in_the_last_folder_of_their_kind_after_a_restart(
     opened = answer_file_dialog(None)
     trigger(window, "File", "Export", "Timeline plot (PNG, SVG)…")  # another kind: not used yet
     assert opened == [home]
+    close_window(window)
+
+
+# 15. Conversations with the same title are told apart --------------------------------------------
+
+
+def test_open_conversation_tells_conversations_with_the_same_title_apart(qtbot, profile, tiny_folder):  # noqa: F811
+    window = open_window(qtbot, profile, str(tiny_folder))
+    no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
+    question = window.composer.toPlainText()
+    made = []
+    for turns, max_tokens in ((1, 3), (2, 5)):
+        window.new_chat()
+        for _ in range(turns):
+            window.controls.set_params(SamplingParams(max_tokens=max_tokens, logit_bias=no_eos))
+            window.composer.setPlainText(question)
+            window.send()
+            qtbot.waitUntil(lambda: window.model.conversation is not None and not window.busy(), timeout=TIMEOUT)
+        qtbot.waitUntil(lambda: all(m.branch.steps for m in window.thread_messages if m.role == "assistant"))
+        made.append(window.model.conversation.id)
+    window.background.wait()  # the replies' steps are written to the store
+    menu = window.menus.conversations_menu
+    menu.aboutToShow.emit()
+    texts = [a.text() for a in menu.actions()]
+    assert len(texts) == 2 and len(set(texts)) == 2, texts  # not two identical titles
+    newer, older = texts
+    for text, turns, tokens in ((newer, "2 turns", "10 tokens"), (older, "1 turn", "3 tokens")):
+        assert text.startswith(question) and "tiny-llama" in text and turns in text and tokens in text, text
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", text), text
+    assert question in menu.actions()[0].toolTip()
+    menu.actions()[1].trigger()  # the shorter, older one
+    assert window.model.conversation.id == made[0]
     close_window(window)

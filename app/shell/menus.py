@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QInputDialog, QMenu, QMessageBox
 
+from app.model.conversation_labels import conversation_label, conversation_tooltip
 from app.shell.compare_models import add_compare_action
 from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
 from app.shell.layout import reset_layout
@@ -120,11 +121,14 @@ def build_menus(window: MainWindow) -> Menus:
 
 def fill_conversations(window: MainWindow, menu: QMenu) -> None:
     menu.clear()
-    conversations = window.store.conversations()[:30]
+    conversations = window.store.conversation_list(30)
     if not conversations:  # an empty submenu looks broken: say why it is empty
         menu.addAction("No conversations").setEnabled(False)
+    menu.setToolTipsVisible(True)
     for conversation in conversations:
-        action = menu.addAction(conversation.title)
+        # Titles repeat (the first question): when, which model and how long tell them apart.
+        action = menu.addAction(conversation_label(conversation))
+        action.setToolTip(conversation_tooltip(conversation))
         action.triggered.connect(lambda _=False, c=conversation.id: window.open_conversation(c))
 
 
