@@ -164,3 +164,42 @@ def test_open_conversation_tells_conversations_with_the_same_title_apart(qtbot, 
     menu.actions()[1].trigger()  # the shorter, older one
     assert window.model.conversation.id == made[0]
     close_window(window)
+
+
+# 20. Where a model's loading progress shows, as the README says -----------------------------------
+
+
+def test_load_progress_shows_where_the_readme_says(qtbot, profile, tiny_folder):  # noqa: F811
+    from pathlib import Path
+
+    from app.shell.window import MainWindow
+
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert "its progress in the status bar, and in the chat's welcome until a model is ready" in readme
+    assert "Conversion and loading show their progress in the status bar" in readme
+    db, settings = profile
+    window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder))
+    qtbot.addWidget(window)
+    seen: list[tuple[str, str]] = []  # (the chat's last line, the status bar's message) at each change
+
+    def note(*_args) -> None:
+        window._redraw_if_dirty()
+        seen.append((window.chat.toPlainText().splitlines()[-1], window.statusBar().currentMessage()))
+
+    window.model.events.entries_changed.connect(note)
+    window.statusBar().messageChanged.connect(note)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
+    # The first load: in the chat's welcome and in the status bar.
+    assert any(line.startswith("Loading the model (") and status.startswith("Model: ") for line, status in seen), seen
+    # A later load, with a conversation in the chat: in the status bar (and its progress bar).
+    window.controls.set_params(SamplingParams(max_tokens=2))
+    window.send()
+    qtbot.waitUntil(lambda: window.model.conversation is not None and not window.busy(), timeout=TIMEOUT)
+    seen.clear()
+    window.load_model(str(tiny_folder))
+    assert window.status.progress.isVisible()
+    qtbot.waitUntil(lambda: any(status.startswith("Loaded ") for _, status in seen), timeout=TIMEOUT)
+    assert any(status == "Model: loading weights…" for _, status in seen), seen
+    assert not any("Loading the model" in line for line, _ in seen)
+    close_window(window)
