@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog, QMenu
+from PySide6.QtWidgets import QMenu
 
 from app.model.logit_lens import CANCELLED, RUNNING_EVERY, WAITS_FOR_REPLY, LensJob, LogitLens
 from app.shell.lens_runner import LensRunner
 from app.shell.worker import describe
 from app.store.export_lens import lens_records, write_lens
+from app.views.file_dialogs import EXPORTS
 from app.views.inspector import LAYERS_TAB
 from app.views.lens_timeline import DecidedRow
 
@@ -226,8 +227,8 @@ class LogitLensController(QObject):
             self.window.status.show_message(NOTHING_TO_EXPORT, 8000)
             return None
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
+            path = self.window.folders.save_file(
+                self.window, EXPORTS, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
             )
             if not path:
                 return None

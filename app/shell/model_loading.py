@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QAbstractButton, QMessageBox
 
+from app.model.model_in_use import ready_words
 from app.model.precision import model_label
 from app.shell.kv_cache_menu import revert_after_failure, update_kv_cache_menu
 from app.shell.logging_setup import note_model
@@ -52,6 +53,8 @@ class ModelLoader(QObject):
         worker.model_failed.connect(self._on_failed)
         worker.job_finished.connect(self._on_job_finished)
         window.model.events.busy_changed.connect(self._on_busy_changed)
+        # The welcome speaks of "the question below" only while the message box holds one.
+        window.composer.textChanged.connect(self.refresh_welcome)
 
     # Requests ---------------------------------------------------------------------------------
 
@@ -142,12 +145,20 @@ class ModelLoader(QObject):
         if not info.capabilities.load_files:
             # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            window.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
+            self.refresh_welcome()
             return
         window.settings.setValue("model", info.source)
         recent = [info.source] + [r for r in recent_models(window) if r != info.source]
         window.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
-        window.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
+        self.refresh_welcome()
+
+    def refresh_welcome(self) -> None:
+        """The welcome's words for the model in use and what the message box holds now."""
+        if self.in_use.info is None:
+            return
+        words = ready_words(self.in_use.info, bool(self.window.composer.toPlainText().strip()))
+        if words != self.window.model.welcome_state:  # not at every keystroke: a redraw each time
+            self.window.model.set_welcome_state(words)
 
     def _on_failed(self, source: str, exc: BaseException) -> None:
         window = self.window

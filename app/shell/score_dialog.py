@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDialog, QFileDialog, QLabel, QMenu
+from PySide6.QtWidgets import QDialog, QLabel, QMenu
 
 from app.model.scoring import NO_REPLAY, Scoring, replay_words, score_words
+from app.views.file_dialogs import EXPORTS, PLOTS
 from app.views.plot_export import save_plot
 from app.views.score_views import ReplayOverlay, ScoreTextDialog, SurprisalRow
 from engine.events import ScoreDone, TokenStep
@@ -145,8 +146,8 @@ class ScoreController(QObject):
             self.window.status.show_message(f"Nothing to export as {what}: select a saved token first.")
             return None
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, f"Export {what}", f"{what}.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
+            path = self.window.folders.save_file(
+                self.window, EXPORTS, f"Export {what}", f"{what}.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
             )
             if not path:
                 return None
@@ -156,8 +157,8 @@ class ScoreController(QObject):
 
     def export_plot(self, which: str, path: str | None = None) -> Path | None:
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, f"Export the {which}", f"{which}.png", "PNG (*.png);;SVG (*.svg)"
+            path = self.window.folders.save_file(
+                self.window, PLOTS, f"Export the {which}", f"{which}.png", "PNG (*.png);;SVG (*.svg)"
             )
             if not path:
                 return None
@@ -171,7 +172,7 @@ class ScoreController(QObject):
 
         window = self.window
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(window, "Open export", "", "JSON Lines (*.jsonl);;All files (*)")
+            path = window.folders.open_file(window, EXPORTS, "Open export", "JSON Lines (*.jsonl);;All files (*)")
             if not path:
                 return None
         try:
@@ -192,7 +193,7 @@ def controller(window: MainWindow) -> ScoreController:
 
 
 def score_text_dialog(window: MainWindow) -> None:
-    dialog = ScoreTextDialog(window)
+    dialog = ScoreTextDialog(window, window.folders)
     if dialog.exec() == QDialog.DialogCode.Accepted:
         controller(window).score_text(dialog.text.toPlainText(), dialog.prompt.text().strip() or None)
 

@@ -33,10 +33,12 @@ from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
 from app.shell.precision_check import PrecisionCheck
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.score_dialog import ScoreController
+from app.shell.tab_order import focus_next
 from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
 from app.store.stream import StreamJournal
 from app.views.chat_panel import ChatPanel
+from app.views.file_dialogs import Folders
 from app.views.inspector import InspectorWidget
 from app.views.sampling_panel import SamplingPanel
 from app.views.status import StatusWidgets
@@ -62,6 +64,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Logitscope")
         self.setWindowIcon(app_icon())
         self.settings = settings or QSettings("Logitscope", "Logitscope")
+        self.folders = Folders(self.settings)  # each kind of file dialog opens where it last did
         self.store = open_window_store(
             db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
         )
@@ -342,6 +345,10 @@ class MainWindow(QMainWindow):
     @property
     def thread_messages(self):
         return self.model.thread
+
+    def focusNextPrevChild(self, next: bool) -> bool:  # noqa: A002, N802 (Qt's names)
+        """Tab and Shift+Tab: the window's own order (``app/shell/tab_order.py``)."""
+        return focus_next(self, next) or super().focusNextPrevChild(next)
 
     def show_exception(self, exc: BaseException) -> None:
         """An error from the worker: a parameter the engine refused is outlined in the panel too."""

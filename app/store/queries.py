@@ -11,7 +11,7 @@ import json
 import sqlite3
 
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
-from app.store.rows import Branch, Conversation, Message
+from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.serialize import steps_from_json
 from engine.params import SamplingParams
 
@@ -24,6 +24,22 @@ class StoreQueries:
     def conversations(self) -> list[Conversation]:
         rows = self.db.execute("SELECT id, title, system_prompt FROM conversations ORDER BY updated_at DESC")
         return [Conversation(*row) for row in rows]
+
+    def conversation_list(self, limit: int = 30) -> list[ConversationSummary]:
+        """The ``limit`` conversations written to last, each with what tells it apart from
+        another of the same title (``json_array_length`` counts a reply's steps in SQLite,
+        without decoding them)."""
+        rows = self.db.execute(
+            "SELECT c.id, c.title, c.updated_at,"
+            " (SELECT b.model FROM messages m JOIN branches b ON b.message_id = m.id"
+            "  WHERE m.conversation_id = c.id ORDER BY b.id DESC LIMIT 1),"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'),"
+            " (SELECT COALESCE(SUM(json_array_length(b.steps)), 0) FROM messages m"
+            "  JOIN branches b ON b.id = m.active_branch WHERE m.conversation_id = c.id)"
+            " FROM conversations c ORDER BY c.updated_at DESC, c.id DESC LIMIT ?",
+            (limit,),
+        )
+        return [ConversationSummary(*row) for row in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
         row = self.db.execute(

@@ -45,3 +45,20 @@ class Conversation:
     id: int
     title: str
     system_prompt: str
+
+
+@dataclass
+class ConversationSummary:
+    """What tells a conversation apart in a list: when it was last written to, by which
+    model, and how long it is."""
+
+    id: int
+    title: str
+    updated_at: float
+    """Seconds since the epoch."""
+    model: str | None
+    """The model of its latest reply; None before the first."""
+    turns: int
+    """Messages sent (in every branch)."""
+    tokens: int
+    """Tokens of the replies shown (each reply's active branch)."""

@@ -21,7 +21,7 @@ import sqlite3
 from pathlib import Path
 
 from app.store.queries import StoreQueries
-from app.store.rows import Branch, Conversation, Message
+from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.schema import (
     COMPARE_SCHEMA,
     INTERRUPTED,
@@ -40,6 +40,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Branch",
     "Conversation",
+    "ConversationSummary",
     "Message",
     "NewerSchemaError",
     "Store",

@@ -239,6 +239,7 @@ class ChainView(QTableView):
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setTabKeyNavigation(False)  # Tab leaves the table (arrows move in it)
         self.setShowGrid(False)
         self.setWordWrap(False)
         rows = self.verticalHeader()

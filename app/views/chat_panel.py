@@ -27,11 +27,22 @@ MIN_HEIGHT = 260
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
+    """Enter sends, Shift+Enter starts a new line; Tab and Shift+Tab (Ctrl+Tab too) move the
+    focus on: a tab character is rare in a chat message, and a box that keeps Tab blocks
+    keyboard-only use of the window."""
 
     submitted = Signal()
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTabChangesFocus(True)
+
     def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Tab, Qt.Key.Key_Backtab):
+            # Plain Tab never gets here (tabChangesFocus); Ctrl+Tab would, and would be typed.
+            back = event.key() == Qt.Key.Key_Backtab or bool(event.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+            self.focusNextPrevChild(not back)
+            return
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.submitted.emit()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from PySide6.QtCore import QMimeData, QPoint, QUrl, Signal
+from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl, Signal
 from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
@@ -40,6 +40,10 @@ class ChatView(QTextBrowser):
     def __init__(self) -> None:
         super().__init__()
         self.setOpenLinks(False)
+        # Links by mouse only: with keyboard access Tab walks every token's link, hundreds of
+        # stops before the focus could leave the chat.
+        flags = Qt.TextInteractionFlag
+        self.setTextInteractionFlags(flags.TextSelectableByMouse | flags.LinksAccessibleByMouse)
         self.setMouseTracking(True)
         self.anchorClicked.connect(self._on_anchor)
         self.writer = ChatDocument(self.document())

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QSettings, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -37,6 +37,7 @@ from app.model.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, is_reserved
 from app.views.chain_editor import ChainEditor
 from app.views.lines_edit import LinesEdit
 from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field
+from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import SamplingParams, SamplingParamsError
 
 STOP_TIP = (
@@ -89,6 +90,7 @@ class SamplingControls(QWidget):
         self.presets = QComboBox()
         self.presets.activated.connect(lambda _: self.apply_preset(self.presets.currentText()))
         self.presets.setMinimumContentsLength(10)
+        wheel_only_when_focused(self.presets)
         self.presets.currentTextChanged.connect(self._update_delete)
         self.save_button = QPushButton("Save…")
         self.save_button.setToolTip("Save these settings as a preset of your own")
@@ -132,6 +134,7 @@ class SamplingControls(QWidget):
         self.scroll = scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # not a Tab stop: its fields are (and scroll into view)
         scroll.setWidget(inner)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QMenu,
     QTabWidget,
@@ -93,6 +94,12 @@ class InspectorWidget(QWidget):
             view.doubleClicked.connect(lambda index: self._pick_row(index.row()))
             view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda pos, v=view: self._on_menu(v, pos))
+        # The chain view's candidate names are its row headers: a double-click or a right-click
+        # there does what it does on the row's numbers.
+        names = self.chain_view.verticalHeader()
+        names.sectionDoubleClicked.connect(self._pick_row)
+        names.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        names.customContextMenuRequested.connect(lambda pos: self._on_menu(self.chain_view, pos, names))
         self.bars.plots.scene().sigMouseClicked.connect(self._on_plot_click)
 
         layout = QVBoxLayout(self)
@@ -211,11 +218,12 @@ class InspectorWidget(QWidget):
         self.last_pick = cand
         self.token_picked.emit(cand.token_id)
 
-    def _on_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
-        index: QModelIndex = view.indexAt(pos)
-        if not index.isValid() or index.row() >= len(self.candidates):
+    def _on_menu(self, view: QAbstractItemView, pos: QPoint, names: QHeaderView | None = None) -> None:
+        """The candidate's menu: at ``pos`` in ``view``, or in its row headers ``names``."""
+        row = names.logicalIndexAt(pos) if names is not None else view.indexAt(pos).row()
+        if not 0 <= row < len(self.candidates):
             return
-        cand = self.candidates[index.row()]
+        cand = self.candidates[row]
         menu = QMenu(self)
         pick = QAction(f"Continue with “{visible(cand.text)}”", menu)
         pick.triggered.connect(lambda: self._emit_pick(cand))
@@ -231,4 +239,4 @@ class InspectorWidget(QWidget):
             copy = QAction("Copy selected rows (Ctrl+C)", menu)
             copy.triggered.connect(self.table.copy_rows)
             menu.addAction(copy)
-        menu.exec(view.viewport().mapToGlobal(pos))
+        menu.exec((names or view).viewport().mapToGlobal(pos))

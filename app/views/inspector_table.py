@@ -73,6 +73,7 @@ class CandidateTable(QTableWidget):
             self.setHorizontalHeaderItem(col, item)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setTabKeyNavigation(False)  # Tab leaves the table (arrows move in it)
         self.setWordWrap(False)
         self.verticalHeader().setVisible(False)
         rows = self.verticalHeader()

@@ -22,6 +22,7 @@ from app.model.streams import COLUMN_NAMES
 from app.views.controls import SamplingControls
 from app.views.param_fields import ClampingSpinBox
 from app.views.theme import LIGHT, Colors, variant_color
+from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import SamplingParams
 
 DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
@@ -42,6 +43,7 @@ class SamplingPanel(QWidget):
         self.count.setValue(3)
         self.count.setSuffix(" settings")
         self.count.setToolTip("How many settings to compare")
+        wheel_only_when_focused(self.count)
         self.tabs = QTabBar()
         self.tabs.setExpanding(False)
         self.stack = QStackedWidget()

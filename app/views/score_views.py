@@ -15,7 +15,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -25,13 +24,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.model.replay import Replay
+from app.views.file_dialogs import TEXTS, Folders
 from app.views.timeline import TimelineWidget
 from engine.events import TokenStep
 
 
 class ScoreTextDialog(QDialog):
-    def __init__(self, parent=None) -> None:
+    def __init__(self, parent=None, folders: Folders | None = None) -> None:
         super().__init__(parent)
+        self.folders = folders or Folders(None)  # where Open .txt / .md… opens
         self.setWindowTitle("Score text")
         self.resize(640, 420)
         layout = QVBoxLayout(self)
@@ -54,7 +55,7 @@ class ScoreTextDialog(QDialog):
         layout.addWidget(buttons)
 
     def open_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a text", "", "Text (*.txt *.md);;All files (*)")
+        path = self.folders.open_file(self, TEXTS, "Open a text", "Text (*.txt *.md);;All files (*)")
         if path:
             self.load(path)
 
