@@ -187,7 +187,8 @@ class Scoring:
         if what == "scored":
             return self._scored_data(model.selection[0])
         model.background.wait()  # a reply's steps reach the store once serialized
-        data = from_store(model.store, model.conversation.id, self.in_use.source)
+        # The journal holds only what is being written now: the start recovered the rest.
+        data = from_store(model.store, model.conversation.id, self.in_use.source, journal=False)
         if what == "conversation":
             return data
         stream: StreamKey = model.selection[0]
@@ -223,7 +224,8 @@ class Scoring:
         source = {"name": branch.model, "source": branch.model_source or self.in_use.source}
         source["precision"] = branch.precision
         prompt = score_prompt(user.content) if user is not None else None
-        return scored(branch.text, prompt, branch.steps[0].params, branch.steps, self.done_of.get(stream), source)
+        done, interrupted = self.done_of.get(stream), branch.finish_reason == FinishReason.INTERRUPTED
+        return scored(branch.text, prompt, branch.steps[0].params, branch.steps, done, source, interrupted)
 
     def export(self, what: str, path: str | Path, data: ExportData | None = None) -> Path | None:
         """Write File → Export ``what`` (or ``data``, its :meth:`export_data` read before) to
