@@ -45,11 +45,15 @@ def score_words(done: ScoreDone) -> str:
 
 
 def replay_words(result: Replay) -> str:
+    """What a replay found, said when it finishes (the status bar, the timeline's legend):
+    at how many of the reply's tokens the new settings' most likely token is the original
+    settings', at how many it is not, and how many of the reply's tokens they would remove."""
+    total, differs, removed = len(result.steps), len(result.differs), len(result.removed)
     first = result.first_change
-    where = "nowhere" if first is None else f"first at token {first}"
+    where = "no change" if first is None else f"first change at token {first}"
     return (
-        f"Replay: removed {len(result.removed)} tokens, most likely token differs at "
-        f"{len(result.differs)} positions ({where})."
+        f"Replay finished: same most likely token at {total - differs} of {total} tokens, "
+        f"differs at {differs}, removed {removed} ({where})."
     )
 
 

@@ -113,8 +113,9 @@ class ScoreController(QObject):
         result = self.scoring.replay_finished(tag)
         if result is None:
             return
-        self.overlay.show(result)
-        self.window.status.show_message(replay_words(result), 10000)
+        words = replay_words(result)
+        self.overlay.show(result, words)  # kept in the legend while the marks are shown
+        self.window.status.show_message(words, 30000)
 
     def clear_replay(self) -> None:
         self.scoring.clear_replay()
