@@ -44,7 +44,7 @@ def test_a_reply_cancelled_in_its_prefill_says_so_and_clears_the_inspector(qtbot
     assert window.model.selection is None
     assert window.inspector.step is None and window.inspector.candidates == []
     assert "No token selected" in window.inspector.title.text()
-    assert window.timeline.steps == []
+    assert window.timeline.steps == [] and "No token selected" in window.timeline.hint.text()
 
     # The next reply is followed again, and the trace stays with its turn.
     window.composer.setPlainText("and now?")
