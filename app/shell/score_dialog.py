@@ -114,7 +114,7 @@ class ScoreController(QObject):
         if result is None:
             return
         words = replay_words(result)
-        self.overlay.show(result, words)  # kept in the legend while the marks are shown
+        self.overlay.show(result, words)  # the legend's tooltip keeps it while the marks are shown
         self.window.status.show_message(words, 30000)
 
     def clear_replay(self) -> None:
