@@ -55,6 +55,8 @@ class ChatModel(GenerationMixin):
         self.vocab_size = 0
         """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
         self.welcome_state = ""
+        self.unanswered: dict[int, str] = {}
+        """Messages whose last reply ended before its first token, and how (shown in the chat)."""
         self._followed: StreamKey | None = None
         self._branches: dict[int, tuple[Message, Branch]] = {}
         self._next_id = 1
@@ -202,10 +204,17 @@ class ChatModel(GenerationMixin):
     def _index_branches(self) -> None:
         self._branches = {b.id: (m, b) for m in self.thread for b in m.branches}
 
-    def _refresh(self) -> None:
-        """Rebuild the entries (cheap: no token is copied), then keep the selection valid."""
+    def _refresh(self, followed_gone: bool = False) -> None:
+        """Rebuild the entries (cheap: no token is copied), then keep the selection valid.
+        ``followed_gone``: the reply being followed ended without a token (cancelled in its
+        prefill, refused): nothing is selected, rather than an earlier reply's last token."""
         self.entries = build_entries(
-            self.thread, self.replies.values(), self.runs, self.system_prompt.strip(), self.welcome_state
+            self.thread,
+            self.replies.values(),
+            self.runs,
+            self.system_prompt.strip(),
+            self.welcome_state,
+            self.unanswered,
         )
         self.events.entries_changed()
         selection = self.selection
@@ -215,7 +224,9 @@ class ChatModel(GenerationMixin):
                 selection = None
         if self.follow_latest or selection is None:
             followed = self._followed
-            selection = latest_token(self.entries, lambda s: s == followed) or latest_token(self.entries)
+            selection = latest_token(self.entries, lambda s: s == followed)
+            if selection is None and not followed_gone:
+                selection = latest_token(self.entries)
         self._set_selection(selection)
 
     # Conversations -------------------------------------------------------------------------
@@ -230,6 +241,7 @@ class ChatModel(GenerationMixin):
         self.system_prompt = conversation.system_prompt
         self.thread = self.store.thread(conversation_id)
         self._index_branches()
+        self.unanswered = {}
         self.runs = {}
         for run in self.store.compare_runs(conversation_id):
             for column in run.columns:
@@ -243,6 +255,7 @@ class ChatModel(GenerationMixin):
         self.stop()
         self.conversation = None
         self.thread, self.runs, self._branches = [], {}, {}
+        self.unanswered = {}
         self.selection, self.follow_latest, self._followed = None, True, None
         self.events.conversation_changed(None)
         self._refresh()

@@ -49,12 +49,19 @@ class ReplayRun:
 
 
 SCORE_LABEL = "Scored text: "
+IMPORTED_LABEL = "(scored text)"
+"""The user turn of an imported scored text that answered no prompt (``app.store.export_store``)."""
 
 
 def score_label(text: str) -> str:
     """The user turn of a text scored without a prompt (the one with a prompt is the prompt):
     the start of the text's first line."""
     return SCORE_LABEL + text.strip().splitlines()[0][:50]
+
+
+def score_prompt(user_turn: str) -> str | None:
+    """The prompt a scored text answers, read back from its user turn (None: scored without one)."""
+    return None if user_turn.startswith(SCORE_LABEL) or user_turn == IMPORTED_LABEL else user_turn
 
 
 def start_score(model, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:

@@ -46,6 +46,7 @@ class Menus:
         self.kv_cache: KVCacheMenu | None = None
         self.compare_action: QAction | None = None
         self.lens_action: QAction | None = None
+        self.export_actions: dict[str, QAction] = {}
         self.delete_box: QMessageBox | None = None
         self.log_dialog = None
 
@@ -60,7 +61,8 @@ def build_menus(window: MainWindow) -> Menus:
     menus.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window, menus.conversations_menu))
     delete = _action(window, file_menu, "Delete this conversation…", lambda: confirm_delete(window, menus))
     file_menu.aboutToShow.connect(lambda: delete.setEnabled(window.model.conversation is not None))
-    add_file_actions(window, file_menu)  # Score text, Open export, Export (app/shell/score_dialog.py)
+    # Score text, Open export, Export (app/shell/score_dialog.py)
+    menus.export_actions = add_file_actions(window, file_menu)
     file_menu.addSeparator()
     _action(window, file_menu, "Quit", window.close, QKeySequence.StandardKey.Quit)
 

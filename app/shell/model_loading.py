@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QAbstractButton, QMessageBox
 from app.model.model_in_use import ready_words
 from app.model.precision import model_label
 from app.shell.kv_cache_menu import revert_after_failure, update_kv_cache_menu
-from app.shell.logging_setup import note_model
+from app.shell.logging_setup import note_error, note_model
 from app.shell.menus import recent_models
 from app.shell.precision_menu import update_precision_menu
 from app.shell.worker import describe
@@ -167,7 +167,7 @@ class ModelLoader(QObject):
         revert_after_failure(window, source)  # a refused KV setting: the menu says what runs
         if window.model_info is None:
             window.model.set_welcome_state("No model is loaded: choose one in the Models menu.")
-        window.show_error(f"Could not load {source}.\n\n{describe(exc)}")
+        window.show_error(f"Could not load {source}.\n\n{describe(exc)}", exc)  # logged with its traceback
 
     def _on_job_finished(self, _tag: int, finished) -> None:
         from app.model.remote_labels import NOT_REPORTED
@@ -181,4 +181,6 @@ class ModelLoader(QObject):
         box = getattr(self.window, "error_box", None)
         if box is not None and box.isVisible():
             box.close()  # the model's own "the reply stopped" box: this one says more
+        # The log names the server and the model, which the box leaves to the status bar.
+        note_error(f"server {info.source} (model {info.name}) failed a reply: {finished.error or NOT_REPORTED}")
         self.window.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")

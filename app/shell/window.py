@@ -27,6 +27,7 @@ from app.shell.capability_gate import CapabilityGate
 from app.shell.compare_models import CompareModels
 from app.shell.engine_link import EngineLink
 from app.shell.layout import DockMemory, set_minimum_sizes
+from app.shell.logging_setup import note_error
 from app.shell.logit_lens import LogitLensController
 from app.shell.menus import build_menus
 from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
@@ -187,6 +188,7 @@ class MainWindow(QMainWindow):
 
         self.connect_dialog = ConnectDialog(self.settings, self)
         self.connect_dialog.connect_requested.connect(self.connect_remote)
+        self.connect_dialog.probe_failed.connect(note_error)  # what the dialog says, in the log too
         self.connect_dialog.open()
         return self.connect_dialog
 
@@ -354,9 +356,11 @@ class MainWindow(QMainWindow):
         """An error from the worker: a parameter the engine refused is outlined in the panel too."""
         if isinstance(exc, SamplingParamsError):
             self.controls.show_error(exc)
-        self.show_error(describe(exc))
+        self.show_error(describe(exc), exc)
 
-    def show_error(self, message: str) -> None:
+    def show_error(self, message: str, exc: BaseException | None = None) -> None:
+        """A window-modal error box; what it says (and ``exc``'s traceback) goes to the log too."""
+        note_error(message, exc)
         self.last_error = message
         box = QMessageBox(QMessageBox.Icon.Critical, "Logitscope", message, parent=self)
         box.setWindowModality(Qt.WindowModality.WindowModal)

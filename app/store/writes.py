@@ -14,6 +14,7 @@ import sqlite3
 import time
 
 from app.model.streams import CompareColumn, DivergenceSeries
+from app.store.journal_read import journal_replies
 from app.store.rows import Branch, Conversation, Message
 from app.store.schema import INTERRUPTED
 from app.store.serialize import steps_to_json
@@ -36,47 +37,41 @@ class StoreWrites:
         reply is written. A reply that was being written (the app stopped mid-reply) becomes
         a branch marked ``"interrupted"`` with every token saved, and is made its message's
         active branch; a reply already saved as a branch but whose steps were not written yet
-        gets them from the journal. Returns the ids of the interrupted branches."""
+        gets them from the journal (:func:`app.store.journal_read.journal_replies` says which,
+        as exports read it). Returns the ids of the interrupted branches."""
         recovered: list[int] = []
-        live = self.db.execute(
-            "SELECT id, message_id, model, params, branch, created_at, model_source, precision FROM live_replies"
-            " ORDER BY id"
-        ).fetchall()
+        live = journal_replies(self.db)
         if not live:
             return recovered
         with self.db:
-            for live_id, message_id, model, params, branch, created, source, precision in live:
-                steps = [
-                    row[0]
-                    for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
-                ]
-                steps_json = "[" + ", ".join(steps) + "]"
-                if branch is not None:
-                    if steps:
-                        self.db.execute(
-                            "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (steps_json, branch)
-                        )
-                elif steps and (unwritten := self._unwritten_branch(message_id, created)) is not None:
-                    # Saved as a branch just before the end, its steps not written yet.
-                    self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, unwritten))
-                elif steps:
-                    text = "".join(json.loads(step)["text"] for step in steps)
+            for reply in live:
+                if reply.fills is not None and reply.steps:
+                    # Saved as a branch before the end, its steps not written yet.
+                    self.db.execute(
+                        "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (reply.steps_json, reply.fills)
+                    )
+                elif reply.interrupted:
                     cur = self.db.execute(
                         "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
                         " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source, precision),
+                        (
+                            reply.message_id,
+                            reply.text,
+                            INTERRUPTED,
+                            reply.model,
+                            reply.params,
+                            reply.steps_json,
+                            reply.created,
+                            reply.source,
+                            reply.precision,
+                        ),
                     )
-                    self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
+                    self.db.execute(
+                        "UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, reply.message_id)
+                    )
                     recovered.append(cur.lastrowid)
-                self.db.execute("DELETE FROM live_replies WHERE id = ?", (live_id,))
+                self.db.execute("DELETE FROM live_replies WHERE id = ?", (reply.live_id,))
         return recovered
-
-    def _unwritten_branch(self, message_id: int, since: float) -> int | None:
-        row = self.db.execute(
-            "SELECT id FROM branches WHERE message_id = ? AND steps = '[]' AND created_at >= ? ORDER BY id LIMIT 1",
-            (message_id, since),
-        ).fetchone()
-        return row[0] if row else None
 
     # Conversations --------------------------------------------------------------
 

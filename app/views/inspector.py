@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.model.entries import latest_token
 from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
 from app.model.remote_labels import NOT_REPORTED, p_label, stage_label, step_stage_label
 from app.model.textfmt import escape, percent, visible
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 CHAIN_TAB, BARS_TAB, MODELS_TAB, LAYERS_TAB = 0, 1, 2, 3
 PLACEHOLDER = "Send a message: the latest token's candidates show here."
+NOTHING_SELECTED = "No token selected: click a token of a reply in the chat to see its candidates."
 INSPECTOR_MS = 100
 """Following the newest token of a streaming reply, at most 10 redraws a second (the chat
 streams at 30): repainting the table is a large part of the GUI's cost per token, and no
@@ -168,10 +170,16 @@ class InspectorWidget(QWidget):
             self.chain_view.show_step(step, self.colors, log)
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
-        self.title.setText(self._title_html(step) if step is not None else PLACEHOLDER)
+        self.title.setText(self._title_html(step) if step is not None else self._placeholder())
         self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision) if step is not None else "")
         self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
         self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
+
+    def _placeholder(self) -> str:
+        """Nothing selected: before any reply, an invitation; after one (a reply cancelled
+        before its first token leaves none selected), that nothing is."""
+        model = self.model
+        return NOTHING_SELECTED if model is not None and latest_token(model.entries) is not None else PLACEHOLDER
 
     def _title_html(self, step: TokenStep) -> str:
         picked = " · picked by hand" if step.forced else ""

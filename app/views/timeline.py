@@ -24,6 +24,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from app.model.entries import latest_token
 from app.model.remote_labels import p_label
 from app.model.textfmt import prob
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
@@ -44,6 +45,7 @@ MAX_DOTS = 1000
 MAX_RUN_DOTS = 300
 """Likewise for the columns of a compare run (redrawn whole: each has its own curve)."""
 EMPTY_HINT = "Send a message: each token's probability (top) and the model's uncertainty, its entropy (below), appear here as the reply is written. Click a point to inspect that token."  # noqa: E501
+NO_SELECTION_HINT = "No token selected: click a token of a reply in the chat to see the whole reply here."
 PROB_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], []]  # major, minor
 
 
@@ -224,6 +226,8 @@ class TimelineWidget(QWidget):
             self.set_run(columns, labels, run.prefix_tokens, divergence.mean(), divergence.first(), selected)
             return
         steps = model.steps_of(selection[0]) if selection is not None else None
+        nothing = selection is None and latest_token(model.entries) is not None  # a reply cancelled early
+        self.hint.setText(NO_SELECTION_HINT if nothing else EMPTY_HINT)
         self.set_steps(steps or [], selection[1] if selection is not None else None)
 
     def _set_antialias(self, on: bool) -> None:
