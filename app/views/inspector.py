@@ -3,7 +3,7 @@
 Two tabs over the same candidates in the same order (their ``raw`` rank):
 *Chain* (``app.views.chain_view``), every candidate's probability after every stage that
 ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
-with the bias and penalty effect and the numbers; a token of a reply compared with a second
+with the bias, penalty and DRY effect on each logit and the numbers; a token of a reply compared with a second
 model adds *Models* (``app.views.compare_tokens``), both models' top tokens; *Layers*
 (``app.views.lens_tab``, filled by ``app.shell.logit_lens``) is the logit lens: what each
 layer of the running model would have predicted there. Double-click a candidate in
