@@ -156,11 +156,11 @@ class Scoring:
             branch = message.branch
             if branch is not None:
                 source = {"name": branch.model, "source": branch.model_source or source_now}
-                source["precision"] = branch.precision
+                source["precision"], source["backend"] = branch.precision, branch.backend
             else:
-                info = self.in_use.info
+                origin = model.origin_of(model.selection[0])
                 source = {"name": model.model_name, "source": source_now}
-                source["precision"] = (info.precision or None) if info is not None else None
+                source["precision"], source["backend"] = origin.precision, origin.backend
             params = steps[0].params
             return scored(message.branch.text if message.branch else "", None, params, steps, self.last_done, source)
         if model.conversation is None:

@@ -42,11 +42,11 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
         else:
             m.after = (message_at.get(after_message, -1), -1)
             brows = db.execute(
-                "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
-                " WHERE message_id = ? ORDER BY id",
+                "SELECT id, text, finish_reason, model, params, steps, model_source, precision, backend"
+                " FROM branches WHERE message_id = ? ORDER BY id",
                 (mid,),
             ).fetchall()
-            for j, (bid, text, reason, model, params, steps, source, precision) in enumerate(brows):
+            for j, (bid, text, reason, model, params, steps, *origin) in enumerate(brows):
                 branch_at[bid] = (i, j)
                 m.branches.append(
                     ExportBranch(
@@ -55,8 +55,7 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
                         reason,
                         text,
                         steps_from_json(steps),
-                        source,
-                        precision,
+                        *origin,
                     )
                 )
                 if bid == active:
@@ -81,6 +80,7 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
         "name": first.model if first is not None else "",
         "source": source,
         "precision": first.precision if first is not None else None,
+        "backend": first.backend if first is not None else None,
     }
     return data
 
@@ -151,13 +151,17 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         s = data.score
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
-        name, source, precision = (
-            data.model.get("name", ""),
-            data.model.get("source"),
-            data.model.get("precision") or "",
-        )
+        name, source = data.model.get("name", ""), data.model.get("source")
         store.add_branch(
-            reply.id, s.steps, s.text, FinishReason.SCORED, name, s.params, model_source=source, precision=precision
+            reply.id,
+            s.steps,
+            s.text,
+            FinishReason.SCORED,
+            name,
+            s.params,
+            model_source=source,
+            precision=data.model.get("precision") or "",
+            backend=data.model.get("backend") or "",
         )
         return conv.id
     ids: list[int] = []
@@ -182,6 +186,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
                         steps_to_json(b.steps),
                         b.source,
                         b.precision or "",
+                        b.backend or "",
                     ).id
                 )
             if made:

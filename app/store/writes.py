@@ -22,12 +22,13 @@ from engine.params import SamplingParams
 
 
 class StoreWrites:
-    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources`` and
-    ``model_precisions`` (:meth:`app.store.store.Store.note_model`)."""
+    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources``,
+    ``model_precisions`` and ``model_backends`` (:meth:`app.store.store.Store.note_model`)."""
 
     db: sqlite3.Connection
     model_sources: dict[str, str]
     model_precisions: dict[str, str]
+    model_backends: dict[str, str]
 
     # The stream journal ------------------------------------------------------------------
 
@@ -39,13 +40,13 @@ class StoreWrites:
         gets them from the journal. Returns the ids of the interrupted branches."""
         recovered: list[int] = []
         live = self.db.execute(
-            "SELECT id, message_id, model, params, branch, created_at, model_source, precision FROM live_replies"
-            " ORDER BY id"
+            "SELECT id, message_id, model, params, branch, created_at, model_source, precision, backend"
+            " FROM live_replies ORDER BY id"
         ).fetchall()
         if not live:
             return recovered
         with self.db:
-            for live_id, message_id, model, params, branch, created, source, precision in live:
+            for live_id, message_id, model, params, branch, created, *origin in live:
                 steps = [
                     row[0]
                     for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
@@ -63,8 +64,8 @@ class StoreWrites:
                     text = "".join(json.loads(step)["text"] for step in steps)
                     cur = self.db.execute(
                         "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                        " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source, precision),
+                        " model_source, precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (message_id, text, INTERRUPTED, model, params, steps_json, created, *origin),
                     )
                     self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
                     recovered.append(cur.lastrowid)
@@ -139,17 +140,20 @@ class StoreWrites:
         steps_json: str | None = None,
         model_source: str | None = None,
         precision: str | None = None,
+        backend: str | None = None,
     ) -> Branch:
         """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
         with :meth:`set_branch_steps` later writes them once serialized elsewhere.
-        ``model_source`` and ``precision``: default, where ``model`` was last loaded from and
-        what it computes in (:meth:`app.store.store.Store.note_model`); an import passes its own."""
+        ``model_source``, ``precision`` and ``backend``: default, where ``model`` was last
+        loaded from, what it computes in and where it runs
+        (:meth:`app.store.store.Store.note_model`); an import passes its own."""
         source = model_source if model_source is not None else self.model_sources.get(model)
         # "" (an import that did not record it) stays not recorded, never today's precision.
         precision = self.model_precisions.get(model) if precision is None else (precision or None)
+        backend = self.model_backends.get(model) if backend is None else (backend or None)
         cur = self.db.execute(
             "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source,"
-            " precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 message_id,
                 text,
@@ -160,10 +164,11 @@ class StoreWrites:
                 time.time(),
                 source,
                 precision,
+                backend,
             ),
         )
         self.set_active_branch(message_id, cur.lastrowid)
-        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision)
+        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision, backend)
 
     def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
         self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
@@ -189,7 +194,7 @@ class StoreWrites:
         Returns the run's id and the branches, in column order. ``steps_later``: the steps
         are written by :meth:`set_branch_steps` once serialized elsewhere."""
         now = time.time()
-        source, precision = self.model_sources.get(model), self.model_precisions.get(model)
+        origin = (self.model_sources.get(model), self.model_precisions.get(model), self.model_backends.get(model))
         branches: list[Branch] = []
         saved: list[dict] = []
         with self.db:
@@ -197,7 +202,7 @@ class StoreWrites:
                 params = json.dumps(column.params.to_dict())
                 cur = self.db.execute(
                     "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                    " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " model_source, precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         message_id,
                         text,
@@ -206,13 +211,10 @@ class StoreWrites:
                         params,
                         "[]" if steps_later else steps_to_json(steps),
                         now,
-                        source,
-                        precision,
+                        *origin,
                     ),
                 )
-                branches.append(
-                    Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source, precision)
-                )
+                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), *origin))
                 saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
             cur = self.db.execute(
                 "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"
