@@ -60,14 +60,14 @@ def check_local(window, local_label: str) -> None:
     assert title(timeline.prob_plot) == "" and title(timeline.entropy_plot) == ""
     assert np.isfinite(timeline.entropy_curve.getData()[1]).all()  # its own entropies, drawn
     assert "server" not in inspector.title.text() and local_label in inspector.title.text()
-    assert timeline.origin_label.text() == local_label
+    assert timeline.origin.label.text() == local_label
 
 
 def check_remote(window, url: str) -> None:
     timeline, inspector = window.timeline, window.inspector
     assert title(timeline.prob_plot) == SERVER_STAGE and title(timeline.entropy_plot) == NO_ENTROPY
     assert SERVER_STAGE in inspector.title.text() and url in inspector.title.text()
-    assert url in timeline.origin_label.text() and SERVER_STAGE in timeline.origin_label.text()
+    assert url in timeline.origin.label.text() and SERVER_STAGE in timeline.origin.label.text()
 
 
 def test_each_reply_is_labelled_by_what_wrote_it_whatever_is_loaded_now(

@@ -7,9 +7,7 @@ stage leaves a gap). Red rings mark tokens that were not the raw argmax; dashed 
 mark where the sampling parameters changed (any value or the stage order; not the seed
 alone), labelled with what changed, their tooltip giving the values (``app.views.timeline_marks``).
 Clicking a point selects that token. Before the first token, a hint instead of empty axes.
-The reply is labelled by what wrote it (``app.model.reply_origin``), beside the stage
-selector, and a server's reply titles its plots with the stage its numbers are and the
-entropy it did not report — whatever model is loaded now.
+The reply is labelled by what wrote it, whatever model is loaded now (``timeline_origin``).
 
 A compare run shows a curve per column on top, and below the Jensen–Shannon divergence
 of the columns' final distributions per token (the mean over pairs), the first token
@@ -28,12 +26,12 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.model.remote_labels import p_label
-from app.model.reply_origin import ReplyOrigin
 from app.model.textfmt import prob
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
 from app.views.timeline_marks import TokenAxis, change_marker
+from app.views.timeline_origin import OriginLabels
 from engine.events import TokenStep
 from engine.params import STAGE_NAMES
 
@@ -114,9 +112,7 @@ class TimelineWidget(QWidget):
         self.stage.currentTextChanged.connect(lambda _: self.set_steps(self.steps, self.selected))
         self.stage_label = QLabel("Entropy after")
         self.legend = QLabel()
-        self.origin_label = QLabel()  # which model, precision and backend wrote the reply shown
-        self.origin_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.origin: ReplyOrigin | None = None
+        self.origin = OriginLabels(self.prob_plot, self.entropy_plot)  # what wrote the reply shown
         self.hint = QLabel(EMPTY_HINT)  # before the first token: words, not empty 0–1 axes
         self.hint.setWordWrap(True)
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -127,8 +123,7 @@ class TimelineWidget(QWidget):
         bar.addWidget(self.stage_label)
         bar.addWidget(self.stage)
         bar.addWidget(self.legend)
-        bar.addStretch(1)
-        bar.addWidget(self.origin_label)
+        bar.addWidget(self.origin.label, 1)  # the room left, right-aligned, elided
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -145,7 +140,7 @@ class TimelineWidget(QWidget):
         palette = self.hint.palette()
         palette.setColor(QPalette.ColorRole.WindowText, QColor(colors.muted))
         self.hint.setPalette(palette)
-        self.origin_label.setPalette(palette)
+        self.origin.label.setPalette(palette)
         self.prob_curve.setPen(pg.mkPen(colors.final, width=1.5))
         self.entropy_curve.setPen(pg.mkPen(colors.raw, width=1.5))
         self.divergence_curve.setPen(pg.mkPen(colors.foreground, width=2))
@@ -225,7 +220,7 @@ class TimelineWidget(QWidget):
         selection = model.selection
         run = model.shown_run()
         shown = run.columns[0].stream if run is not None and run.columns else None
-        self.set_origin(model.origin_of(shown or (selection[0] if selection is not None else None)))
+        self.origin.show(model.origin_of(shown or (selection[0] if selection is not None else None)))
         if run is not None:
             columns = [model.steps_of(c.stream) or [] for c in run.columns]
             column = run.column_of(selection[0]) if selection is not None else None
@@ -236,18 +231,6 @@ class TimelineWidget(QWidget):
             return
         steps = model.steps_of(selection[0]) if selection is not None else None
         self.set_steps(steps or [], selection[1] if selection is not None else None)
-
-    def set_origin(self, origin: ReplyOrigin) -> None:
-        """Label the plots by what wrote the reply shown: its model, precision and backend
-        beside the stage selector, and for a server's reply the stage its numbers are (top)
-        and the entropy it did not report (below). A title costs a relayout: set on change."""
-        if origin == self.origin:
-            return
-        self.origin = origin
-        self.origin_label.setText(origin.label() if origin.model or origin.remote else "")
-        self.origin_label.setToolTip(f"This reply was written by {origin.label()}." if origin.model else "")
-        self.prob_plot.setTitle(origin.stage_words() or None)
-        self.entropy_plot.setTitle(origin.entropy_title())
 
     def _set_antialias(self, on: bool) -> None:
         """Curves are smoothed except while replies stream: unsmoothed they repaint in about
