@@ -54,7 +54,9 @@ class ReplyOrigin:
         backend: str | None,
         steps: Sequence[TokenStep] = (),
     ) -> ReplyOrigin:
-        stage = next((s.reported_stage for s in steps if s.reported_stage is not None), None)
+        # The newest token's: a reply continued after a change of backend is the new one's
+        # (and the views ask at every redraw: not a walk over a 20,000-token reply).
+        stage = steps[-1].reported_stage if steps else None
         return cls(model, source, precision, backend, stage)
 
     def _parts(self) -> list[str]:
