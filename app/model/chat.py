@@ -14,6 +14,7 @@ from app.model.background import Background, RunNow
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
 from app.model.events import EmitterGroup
 from app.model.generation import GenerationMixin
+from app.model.reply_origin import ReplyOrigin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
 from engine.events import TokenStep
@@ -117,6 +118,27 @@ class ChatModel(GenerationMixin):
             return self.store.model_precisions.get(self.model_name)
         found = self._branches.get(stream[1])
         return found[1].precision if found is not None else None
+
+    def origin_of(self, stream: StreamKey | None) -> ReplyOrigin:
+        """What wrote a reply (``app.model.reply_origin``): a saved branch's own record, a
+        reply being written the loaded model's; every view labels the reply by it."""
+        if stream is None:
+            return ReplyOrigin()
+        steps = self.steps_of(stream) or ()
+        if stream[0] == "reply":
+            store, name = self.store, self.model_name
+            return ReplyOrigin.of(
+                name,
+                store.model_sources.get(name),
+                store.model_precisions.get(name),
+                store.model_backends.get(name),
+                steps,
+            )
+        found = self._branches.get(stream[1])
+        if found is None:
+            return ReplyOrigin()
+        branch = found[1]
+        return ReplyOrigin.of(branch.model, branch.model_source, branch.precision, branch.backend, steps)
 
     def last_assistant(self) -> Message | None:
         index = last_assistant_index(self.thread)

@@ -131,9 +131,12 @@ class GenerationMixin:
         if reply is not None:
             reply.request_id = request_id
             if reply.run is None or reply.column == 0:
-                # A server does not say how it tokenized the prompt (0): not reported, not 0.
-                words = f"{prompt_tokens} tokens" if prompt_tokens > 0 else "tokens not reported by the server"
-                self.events.status(f"Prompt: {words}")
+                # A server does not say how it tokenized the prompt (0): not reported, not 0. The
+                # local engine's 0 is a scored text's, whose prompt is read with it: no words.
+                if prompt_tokens > 0:
+                    self.events.status(f"Prompt: {prompt_tokens} tokens")
+                elif self.origin_of(reply.key).remote:
+                    self.events.status("Prompt: tokens not reported by the server")
 
     def on_job_rejected(self: ChatModel, tag: int, exc: BaseException) -> None:
         reply = self.replies.pop(tag, None)

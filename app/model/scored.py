@@ -11,6 +11,7 @@ to the conversation.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.model.jobs import Messages
@@ -51,6 +52,32 @@ class ReplayRun:
 SCORE_LABEL = "Scored text: "
 IMPORTED_LABEL = "(scored text)"
 """The user turn of an imported scored text that answered no prompt (``app.store.export_store``)."""
+
+
+def is_scored(step: TokenStep) -> bool:
+    """A token of a scored text (given, not drawn; ``rank`` is set only there)."""
+    return step.rank is not None
+
+
+def shading_logprob(step: TokenStep) -> float | None:
+    """What the chat shades a token by: for a scored text the raw model distribution, the
+    one its perplexity and surprisal come from (after the whole chain, XTC's coin and
+    truncations would read a likely token as impossible); for a drawn token the
+    distribution it was drawn from (after the last stage)."""
+    return step.raw_logprob if is_scored(step) else step.logprob
+
+
+def shown_kinds(entries: Iterable) -> tuple[bool, bool]:
+    """Whether the chat's ``entries`` hold (scored tokens, drawn tokens): the colour legend
+    names the distribution of each kind shown."""
+    scored = drawn = False
+    for entry in entries:
+        for steps in [entry.steps, *(c.steps for c in entry.columns)]:
+            # A branch continued from a scored text: its scored tokens first, drawn ones after.
+            for step in steps[:1] + steps[-1:]:
+                scored |= is_scored(step)
+                drawn |= not is_scored(step)
+    return scored, drawn
 
 
 def score_label(text: str) -> str:

@@ -226,7 +226,7 @@ class Scoring:
         index = model.thread.index(message)
         user = model.thread[index - 1] if index > 0 and model.thread[index - 1].role == "user" else None
         source = {"name": branch.model, "source": branch.model_source or self.in_use.source}
-        source["precision"] = branch.precision
+        source["precision"], source["backend"] = branch.precision, branch.backend
         prompt = score_prompt(user.content) if user is not None else None
         done, interrupted = self.done_of.get(stream), branch.finish_reason == FinishReason.INTERRUPTED
         return scored(branch.text, prompt, branch.steps[0].params, branch.steps, done, source, interrupted)

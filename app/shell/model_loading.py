@@ -125,6 +125,7 @@ class ModelLoader(QObject):
 
     def _on_loaded(self, info) -> None:
         from app.model.remote_labels import reports_one_stage, status_text
+        from app.model.reply_origin import backend_of
 
         window = self.window
         self.in_use.info = info
@@ -132,16 +133,14 @@ class ModelLoader(QObject):
         window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
         note_model(info.name, info.source)
-        # Replies saved from now on record where the model came from and what it computes in.
-        window.store.note_model(info.name, info.source, info.precision)
+        # Replies saved from now on record where the model came from, what it computes in and
+        # on which backend: the views label each reply by those, not by the model loaded now.
+        window.store.note_model(info.name, info.source, info.precision, backend_of(info))
         remote = reports_one_stage(info)
         self.in_use.label = status_text(info) if remote else model_label(info)
         update_precision_menu(window)
         update_kv_cache_menu(window)
         window.status.model_ready(self.in_use.label, f"Loaded {info.name}")
-        window.inspector.remote_info = info if remote else None
-        window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
-        window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
         if not info.capabilities.load_files:
             # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")

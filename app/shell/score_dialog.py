@@ -53,6 +53,9 @@ class ScoreController(QObject):
         self.surprisal = SurprisalRow(window.timeline)
         events = window.model.events
         events.selection_changed.connect(self._on_selection)
+        # A scored text's figures are its conversation's and its model's: gone with either.
+        events.conversation_changed.connect(self._clear_figures)
+        worker.model_loaded.connect(self._clear_figures)  # a slot of this object: queued to the GUI thread
         for name in ("selection_changed", "entries_changed", "stream_renamed"):
             getattr(events, name).connect(lambda *_: self.draw_surprisal())
         self._surprisal_redraws = window.clock.throttler(self.draw_surprisal, 200)
@@ -67,6 +70,10 @@ class ScoreController(QObject):
     surprisal_curve = property(lambda self: self.surprisal.curve)
 
     # Score text ------------------------------------------------------------------------------
+
+    @Slot(object)
+    def _clear_figures(self, _what=None) -> None:
+        self.perplexity_label.setText("")
 
     def score_text(self, text: str, prompt: str | None = None) -> bool:
         if self.window.model_info is None:

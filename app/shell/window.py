@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
             view.bind(model, self.clock)
         events.status.connect(self.status.show_message)
         events.errored.connect(self.show_exception)
-        events.reply_finished.connect(self.status.reply_finished)
+        self.status.bind(model)  # the reply's speed: live while it streams, the engine's after
         events.busy_changed.connect(self._on_busy_changed)
         events.entries_changed.connect(self._update_buttons)
         events.conversation_changed.connect(self._on_conversation_changed)

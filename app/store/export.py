@@ -66,6 +66,8 @@ class ExportBranch:
     """Where the model was loaded from (a path, "default", a repo id, a server); None if unknown."""
     precision: str | None = None
     """What the reply was computed in (``float32``, ``float16``, ``bfloat16``); None if not recorded."""
+    backend: str | None = None
+    """Where it was computed (``local``, ``remote:<kind>:<stage>:detected|set``); None if not recorded."""
 
     @property
     def interrupted(self) -> bool:
@@ -194,6 +196,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
                     "model": b.model,
                     "model_source": b.source,
                     "precision": b.precision,
+                    "backend": b.backend,
                     "params": b.params.to_dict(),
                     "finish_reason": b.finish_reason,
                     "interrupted": b.interrupted,
@@ -292,6 +295,7 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
                 [],
                 r.get("model_source"),
                 r.get("precision"),  # absent from exports made before issue 19: not recorded
+                r.get("backend"),  # absent from exports made before issue 24: not recorded
             )
             data.messages[r["message"]].branches.append(current)
         elif kind == ExportRecord.SCORE:

@@ -50,11 +50,11 @@ def from_store(store, conversation_id: int, model_source: str | None = None, jou
         else:
             m.after = (message_at.get(after_message, -1), -1)
             brows = db.execute(
-                "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
-                " WHERE message_id = ? ORDER BY id",
+                "SELECT id, text, finish_reason, model, params, steps, model_source, precision, backend"
+                " FROM branches WHERE message_id = ? ORDER BY id",
                 (mid,),
             ).fetchall()
-            for j, (bid, text, reason, model, params, steps, source, precision) in enumerate(brows):
+            for j, (bid, text, reason, model, params, steps, *origin) in enumerate(brows):
                 branch_at[bid] = (i, j)
                 if steps == "[]" and bid in fills:
                     steps = fills[bid]  # saved just before the end; its steps are in the journal
@@ -65,8 +65,7 @@ def from_store(store, conversation_id: int, model_source: str | None = None, jou
                         reason,
                         text,
                         steps_from_json(steps),
-                        source,
-                        precision,
+                        *origin,
                     )
                 )
                 if bid == active:
@@ -95,6 +94,7 @@ def from_store(store, conversation_id: int, model_source: str | None = None, jou
         "name": first.model if first is not None else "",
         "source": source,
         "precision": first.precision if first is not None else None,
+        "backend": first.backend if first is not None else None,
     }
     return data
 
@@ -105,7 +105,9 @@ def interrupted_branch(reply: JournalReply) -> ExportBranch:
 
     params = SamplingParams.from_dict(json.loads(reply.params))
     steps = steps_from_json(reply.steps_json)
-    return ExportBranch(reply.model, params, FinishReason.INTERRUPTED, reply.text, steps, reply.source, reply.precision)
+    return ExportBranch(
+        reply.model, params, FinishReason.INTERRUPTED, reply.text, steps, reply.source, reply.precision, reply.backend
+    )
 
 
 def reply_only(data: ExportData, message: int, branch: int) -> ExportData:
@@ -181,13 +183,18 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         s = data.score
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
-        name, source, precision = (
-            data.model.get("name", ""),
-            data.model.get("source"),
-            data.model.get("precision") or "",
+        name, source = data.model.get("name", ""), data.model.get("source")
+        store.add_branch(
+            reply.id,
+            s.steps,
+            s.text,
+            FinishReason.INTERRUPTED if s.interrupted else FinishReason.SCORED,
+            name,
+            s.params,
+            model_source=source,
+            precision=data.model.get("precision") or "",
+            backend=data.model.get("backend") or "",
         )
-        reason = FinishReason.INTERRUPTED if s.interrupted else FinishReason.SCORED
-        store.add_branch(reply.id, s.steps, s.text, reason, name, s.params, model_source=source, precision=precision)
         return conv.id
     ids: list[int] = []
     branch_ids: list[list[int]] = []
@@ -211,6 +218,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
                         steps_to_json(b.steps),
                         b.source,
                         b.precision or "",
+                        b.backend or "",
                     ).id
                 )
             if made:

@@ -33,6 +33,8 @@ class JournalReply:
     fills: int | None
     """A branch saved before the end whose steps are not written yet: these are its steps;
     None: the reply was never saved (interrupted), or it has no steps."""
+    backend: str | None = None
+    """Where it was being computed (``local``, ``remote:…``), as branches hold it."""
 
     @property
     def steps_json(self) -> str:
@@ -51,22 +53,23 @@ class JournalReply:
 def journal_replies(db: sqlite3.Connection, conversation_id: int | None = None) -> list[JournalReply]:
     """Every reply left in the journal (of one conversation, or of all), oldest first."""
     query = (
-        "SELECT l.id, l.message_id, l.model, l.params, l.branch, l.created_at, l.model_source, l.precision"
-        " FROM live_replies l"
+        "SELECT l.id, l.message_id, l.model, l.params, l.branch, l.created_at, l.model_source, l.precision,"
+        " l.backend FROM live_replies l"
     )
     args: tuple = ()
     if conversation_id is not None:
         query += " JOIN messages m ON m.id = l.message_id WHERE m.conversation_id = ?"
         args = (conversation_id,)
     out = []
-    for live_id, message_id, model, params, branch, created, source, precision in db.execute(
+    for live_id, message_id, model, params, branch, created, source, precision, backend in db.execute(
         query + " ORDER BY l.id", args
     ).fetchall():
         steps = [r[0] for r in db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))]
         fills = branch
         if fills is None and steps:
             fills = _unwritten_branch(db, message_id, created)
-        out.append(JournalReply(live_id, message_id, model, params, created, source, precision, steps, fills))
+        reply = JournalReply(live_id, message_id, model, params, created, source, precision, steps, fills, backend)
+        out.append(reply)
     return out
 
 

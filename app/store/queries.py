@@ -56,13 +56,13 @@ class StoreQueries:
 
     def branches(self, message_id: int) -> list[Branch]:
         rows = self.db.execute(
-            "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
+            "SELECT id, text, finish_reason, model, params, steps, model_source, precision, backend FROM branches"
             " WHERE message_id = ? ORDER BY id",
             (message_id,),
         )
         return [
-            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source, prec)
-            for bid, text, reason, model, p, s, source, prec in rows
+            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), *origin)
+            for bid, text, reason, model, p, s, *origin in rows
         ]
 
     def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:

@@ -25,6 +25,9 @@ class Branch:
     model_source: str | None = None
     precision: str | None = None
     """What it was computed in (``float32``, ``float16``, ``bfloat16``); None: not recorded."""
+    backend: str | None = None
+    """Where it was computed: ``local``, or ``remote:<server kind>:<stage>:detected|set``
+    (``app.model.reply_origin``); None: not recorded (saved before schema 7)."""
 
 
 @dataclass

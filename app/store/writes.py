@@ -23,12 +23,13 @@ from engine.params import SamplingParams
 
 
 class StoreWrites:
-    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources`` and
-    ``model_precisions`` (:meth:`app.store.store.Store.note_model`)."""
+    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources``,
+    ``model_precisions`` and ``model_backends`` (:meth:`app.store.store.Store.note_model`)."""
 
     db: sqlite3.Connection
     model_sources: dict[str, str]
     model_precisions: dict[str, str]
+    model_backends: dict[str, str]
 
     # The stream journal ------------------------------------------------------------------
 
@@ -53,7 +54,7 @@ class StoreWrites:
                 elif reply.interrupted:
                     cur = self.db.execute(
                         "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                        " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " model_source, precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             reply.message_id,
                             reply.text,
@@ -64,6 +65,7 @@ class StoreWrites:
                             reply.created,
                             reply.source,
                             reply.precision,
+                            reply.backend,
                         ),
                     )
                     self.db.execute(
@@ -134,17 +136,20 @@ class StoreWrites:
         steps_json: str | None = None,
         model_source: str | None = None,
         precision: str | None = None,
+        backend: str | None = None,
     ) -> Branch:
         """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
         with :meth:`set_branch_steps` later writes them once serialized elsewhere.
-        ``model_source`` and ``precision``: default, where ``model`` was last loaded from and
-        what it computes in (:meth:`app.store.store.Store.note_model`); an import passes its own."""
+        ``model_source``, ``precision`` and ``backend``: default, where ``model`` was last
+        loaded from, what it computes in and where it runs
+        (:meth:`app.store.store.Store.note_model`); an import passes its own."""
         source = model_source if model_source is not None else self.model_sources.get(model)
         # "" (an import that did not record it) stays not recorded, never today's precision.
         precision = self.model_precisions.get(model) if precision is None else (precision or None)
+        backend = self.model_backends.get(model) if backend is None else (backend or None)
         cur = self.db.execute(
             "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source,"
-            " precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 message_id,
                 text,
@@ -155,10 +160,11 @@ class StoreWrites:
                 time.time(),
                 source,
                 precision,
+                backend,
             ),
         )
         self.set_active_branch(message_id, cur.lastrowid)
-        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision)
+        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision, backend)
 
     def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
         self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
@@ -184,7 +190,7 @@ class StoreWrites:
         Returns the run's id and the branches, in column order. ``steps_later``: the steps
         are written by :meth:`set_branch_steps` once serialized elsewhere."""
         now = time.time()
-        source, precision = self.model_sources.get(model), self.model_precisions.get(model)
+        origin = (self.model_sources.get(model), self.model_precisions.get(model), self.model_backends.get(model))
         branches: list[Branch] = []
         saved: list[dict] = []
         with self.db:
@@ -192,7 +198,7 @@ class StoreWrites:
                 params = json.dumps(column.params.to_dict())
                 cur = self.db.execute(
                     "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                    " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " model_source, precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         message_id,
                         text,
@@ -201,13 +207,10 @@ class StoreWrites:
                         params,
                         "[]" if steps_later else steps_to_json(steps),
                         now,
-                        source,
-                        precision,
+                        *origin,
                     ),
                 )
-                branches.append(
-                    Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source, precision)
-                )
+                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), *origin))
                 saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
             cur = self.db.execute(
                 "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.views.chat_view import ChatView, color_legend
+from app.views.chat_view import ChatView, color_legend, legend_tooltip
 from app.views.theme import LIGHT, Colors
 
 MIN_WIDTH = 360  # the chat stays readable: the docks give way before it goes below this
@@ -61,6 +61,7 @@ class ChatPanel(QWidget):
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.color_toggle = QCheckBox("Colour tokens by probability")
         self.color_toggle.toggled.connect(self._on_color_toggled)
+        self.chat.kinds_changed.connect(lambda *_: self._on_color_toggled(self.color_toggle.isChecked()))
         self.composer = Composer()
         self.composer.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
         self.composer.setFixedHeight(80)
@@ -118,4 +119,5 @@ class ChatPanel(QWidget):
 
     def _on_color_toggled(self, on: bool) -> None:
         self.chat.set_color_tokens(on)
-        self.legend.setText(color_legend(self.colors) if on else "")
+        self.legend.setText(color_legend(self.colors, *self.chat.kinds) if on else "")
+        self.legend.setToolTip(legend_tooltip(*self.chat.kinds) if on else "")

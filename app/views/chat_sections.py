@@ -26,6 +26,7 @@ from PySide6.QtGui import (
 )
 
 from app.model.entries import ChatEntry, ColumnEntry
+from app.model.scored import shading_logprob
 from app.model.textfmt import prob, visible
 from app.views.theme import Colors, probability_color, variant_color
 from engine.events import TokenStep
@@ -204,7 +205,8 @@ def style_token(fmt: QTextCharFormat, step: TokenStep, selected: bool, colored: 
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
         fmt.setUnderlineColor(QColor(colors.chosen))
     else:
-        fmt.setBackground(QColor(probability_color(prob(step.logprob), colors)) if colored else NO_BRUSH)
+        shade = probability_color(prob(shading_logprob(step)), colors)  # a scored text: by raw
+        fmt.setBackground(QColor(shade) if colored else NO_BRUSH)
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
 
 

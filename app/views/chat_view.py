@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.model.chat import ChatModel
 from app.model.remote_labels import is_chosen, p_label
+from app.model.scored import shown_kinds
 from app.model.streams import StreamKey, TokenRef
 from app.model.textfmt import escape, percent, visible
 from app.views.chat_doc import ChatDocument
@@ -36,6 +37,7 @@ class ChatView(QTextBrowser):
     compare_shown = Signal(int)  # message id
     compare_requested = Signal(object)  # TokenRef: compare settings from this token
     seed_reused = Signal(int)  # a reply's seed, for the sampling panel's Seed field
+    kinds_changed = Signal(bool, bool)  # whether scored tokens, drawn tokens are shown: the legend follows
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,6 +53,7 @@ class ChatView(QTextBrowser):
         self.compare_label = "Compare settings from this token"
         self._dirty: set[StreamKey] = set()
         self.flushes: Throttler | None = None
+        self.kinds = (False, True)  # (scored, drawn) tokens shown (``app.model.scored.shown_kinds``)
 
     @property
     def colors(self) -> Colors:
@@ -76,6 +79,16 @@ class ChatView(QTextBrowser):
         with self._keep_scroll():
             self.writer.sync(self.model.entries)
             self.writer.set_selected(self.model.selection)
+        self._check_kinds()
+
+    def _check_kinds(self) -> None:
+        """Which kinds of token the chat shows (scored, drawn): the legend names each one's
+        distribution. Checked as tokens stream too: a scored text starts without any."""
+        scored, drawn = shown_kinds(self.model.entries)
+        kinds = (scored, drawn or not scored)  # an empty chat's legend: the drawn tokens'
+        if kinds != self.kinds:
+            self.kinds = kinds
+            self.kinds_changed.emit(*kinds)
 
     def _on_tokens_added(self, stream: StreamKey) -> None:
         self._dirty.add(stream)
@@ -98,6 +111,8 @@ class ChatView(QTextBrowser):
             self.writer.set_selected(self.model.selection)
             for stream in dirty:
                 self.writer.append(stream)
+        if dirty:
+            self._check_kinds()
 
     @contextmanager
     def _keep_scroll(self) -> Iterator[None]:
@@ -248,13 +263,32 @@ def tooltip_for(step: TokenStep) -> str:
     return "<br>".join(lines)
 
 
-def color_legend(colors: Colors) -> str:
+def color_legend(colors: Colors, scored: bool = False, drawn: bool = True) -> str:
+    """The colour scale and what it is a probability of: a drawn token's after the last
+    stage (``p(final)``), a scored text's under the raw model distribution (``p(raw)``, as
+    its perplexity), each named where the chat shows that kind."""
     stops = [0.0, 0.25, 0.5, 0.75, 1.0]
     cells = "".join(
         f"<span style='background-color:{probability_color(p, colors)}'>&nbsp;{int(p * 100)}%&nbsp;</span>"
         for p in stops
     )
+    if scored and drawn:
+        return f"p(raw) scored · p(final) drawn: {cells}"
+    if scored:
+        return f"p(raw) of the scored token: {cells}"
     return f"p(final) of the chosen token: {cells}"
 
 
-__all__ = ["LIGHT", "ChatView", "color_legend", "tooltip_for"]
+SCORED_TIP = (
+    "A scored text is shaded by each token's probability under the raw model distribution, "
+    "the one its perplexity and surprisal come from; after the chain, XTC or a truncation "
+    "would read a likely token as 0."
+)
+DRAWN_TIP = "A drawn token is shaded by its probability after the last stage: the distribution it was drawn from."
+
+
+def legend_tooltip(scored: bool, drawn: bool) -> str:
+    return "\n".join(([SCORED_TIP] if scored else []) + ([DRAWN_TIP] if drawn else []))
+
+
+__all__ = ["LIGHT", "ChatView", "color_legend", "legend_tooltip", "tooltip_for"]

@@ -3,7 +3,7 @@
 Two tabs over the same candidates in the same order (their ``raw`` rank):
 *Chain* (``app.views.chain_view``), every candidate's probability after every stage that
 ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
-with the bias and penalty effect and the numbers; a token of a reply compared with a second
+with the bias, penalty and DRY effect on each logit and the numbers; a token of a reply compared with a second
 model adds *Models* (``app.views.compare_tokens``), both models' top tokens; *Layers*
 (``app.views.lens_tab``, filled by ``app.shell.logit_lens``) is the logit lens: what each
 layer of the running model would have predicted there. Double-click a candidate in
@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 
 from app.model.entries import latest_token
 from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
-from app.model.remote_labels import NOT_REPORTED, p_label, stage_label, step_stage_label
+from app.model.remote_labels import NOT_REPORTED, p_label, step_stage_label
+from app.model.reply_origin import ReplyOrigin
 from app.model.textfmt import escape, percent, visible
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
@@ -62,6 +63,7 @@ class InspectorWidget(QWidget):
         self.step: TokenStep | None = None
         self.where = ""
         self.precision: str | None = None  # what the selected reply was computed in (None: not recorded)
+        self.origin = ReplyOrigin()  # what wrote the selected reply: its header says so
         self.model: ChatModel | None = None
         self.candidates: list[Candidate] = []
         self.title = QLabel(PLACEHOLDER)
@@ -149,9 +151,10 @@ class InspectorWidget(QWidget):
         if run is not None and step is not None:
             column = run.column_of(self.model.selection[0])
             where = f"<span style='color:{variant_color(column, self.colors)}'>●</span> {run.label(column)} · "
-        precision = self.model.precision_of(self.model.selection[0]) if self.model.selection else None
-        if step is not self.step or where != self.where or precision != self.precision:
-            self.precision = precision
+        stream = self.model.selection[0] if self.model.selection else None
+        precision, origin = self.model.precision_of(stream), self.model.origin_of(stream)
+        if step is not self.step or where != self.where or precision != self.precision or origin != self.origin:
+            self.precision, self.origin = precision, origin
             self.show_step(step, where)
 
     def show_step(self, step: TokenStep | None, where: str = "") -> None:
@@ -193,18 +196,20 @@ class InspectorWidget(QWidget):
                 f" &nbsp; {p_label(step)} {percent(step.logprob)}"
                 f"{picked}<br>{self._remote_label(step)}"
             )
+        origin = f"<br><span style='color:{self.colors.muted}'>{escape(self.origin.label())}</span>"
         return (
             f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
             f" &nbsp; p after {last} {percent(step.logprob)} · raw {percent(step.raw_logprob)}"
             f" · entropy raw {format_nats(step.entropy_raw)} → {last} {format_nats(step.entropy)}{picked}"
+            + (origin if self.origin.model else "")
         )
 
     def _remote_label(self, step: TokenStep) -> str:
-        """The stage label of a server's numbers (``app/model/remote_labels.py``)."""
-        info = getattr(self, "remote_info", None)
+        """What a server's numbers are (``app/model/remote_labels.py``), after the reply's own
+        origin: the server and the stage it reported, whatever model is loaded now."""
         label = step_stage_label(step)
-        if info is not None:
-            label = f"{escape(stage_label(info))} · {label}"
+        if self.origin.remote:
+            label = f"{escape(self.origin.label())} · {label}"
         return f"<span style='color:#c26a00'>{label}</span>"
 
     # Picking -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ stage leaves a gap). Red rings mark tokens that were not the raw argmax; dashed 
 mark where the sampling parameters changed (any value or the stage order; not the seed
 alone), labelled with what changed, their tooltip giving the values (``app.views.timeline_marks``).
 Clicking a point selects that token. Before the first token, a hint instead of empty axes.
+The reply is labelled by what wrote it, whatever model is loaded now (``timeline_origin``).
 
 A compare run shows a curve per column on top, and below the Jensen–Shannon divergence
 of the columns' final distributions per token (the mean over pairs), the first token
@@ -31,6 +32,7 @@ from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_r
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
 from app.views.timeline_marks import TokenAxis, change_marker
+from app.views.timeline_origin import OriginLabels
 from engine.events import TokenStep
 from engine.params import STAGE_NAMES
 
@@ -112,6 +114,7 @@ class TimelineWidget(QWidget):
         self.stage.currentTextChanged.connect(lambda _: self.set_steps(self.steps, self.selected))
         self.stage_label = QLabel("Entropy after")
         self.legend = QLabel()
+        self.origin = OriginLabels(self.prob_plot, self.entropy_plot)  # what wrote the reply shown
         self.hint = QLabel(EMPTY_HINT)  # before the first token: words, not empty 0–1 axes
         self.hint.setWordWrap(True)
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -122,7 +125,7 @@ class TimelineWidget(QWidget):
         bar.addWidget(self.stage_label)
         bar.addWidget(self.stage)
         bar.addWidget(self.legend)
-        bar.addStretch(1)
+        bar.addWidget(self.origin.label, 1)  # the room left, right-aligned, elided
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -139,6 +142,7 @@ class TimelineWidget(QWidget):
         palette = self.hint.palette()
         palette.setColor(QPalette.ColorRole.WindowText, QColor(colors.muted))
         self.hint.setPalette(palette)
+        self.origin.label.setPalette(palette)
         self.prob_curve.setPen(pg.mkPen(colors.final, width=1.5))
         self.entropy_curve.setPen(pg.mkPen(colors.raw, width=1.5))
         self.divergence_curve.setPen(pg.mkPen(colors.foreground, width=2))
@@ -217,6 +221,8 @@ class TimelineWidget(QWidget):
         self._set_antialias(not model.busy())
         selection = model.selection
         run = model.shown_run()
+        shown = run.columns[0].stream if run is not None and run.columns else None
+        self.origin.show(model.origin_of(shown or (selection[0] if selection is not None else None)))
         if run is not None:
             columns = [model.steps_of(c.stream) or [] for c in run.columns]
             column = run.column_of(selection[0]) if selection is not None else None
