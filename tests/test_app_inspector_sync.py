@@ -298,18 +298,27 @@ def check_table_columns(table) -> None:
 
 @pytest.mark.parametrize("width", [380, 600])
 def test_axis_titles_never_overlap(qtbot, inspector, width):
+    """The titles are fitted to the plots' widths; each change of title is centred again.
+    pyqtgraph centres an axis title only on a resize, so a title that changed without one
+    (the log scale switched, another token) kept the old title's place: a longer one ran
+    over its neighbour, or not, depending on whether a resize happened to come after (the
+    test was flaky at 380 px). Here the titles change with no resize in between."""
     inspector.resize(width, 600)
     inspector.tabs.setCurrentIndex(BARS_TAB)
+    inspector.log_scale.setChecked(True)  # a short title first ("log10 p")
     inspector.show_step(chain_step())
     qtbot.wait(50)
-    inspector.grab().save(f"/tmp/inspector-titles-{width}.png")
     bars, effect = inspector.bars.bars_plot, inspector.bars.effect_plot
-    left = bars.getAxis("bottom").label.sceneBoundingRect()
-    right = effect.getAxis("bottom").label.sceneBoundingRect()
-    assert left.right() <= right.left(), (left, right)
-    for plot, rect in ((bars, left), (effect, right)):
-        frame = plot.sceneBoundingRect()
-        assert frame.left() - 1 <= rect.left() and rect.right() <= frame.right() + 1
+    for log in (False, True, False):
+        inspector.log_scale.setChecked(log)  # the title changes; the plots keep their size
+        inspector.grab().save(f"/tmp/inspector-titles-{width}.png")
+        left = bars.getAxis("bottom").label.sceneBoundingRect()
+        right = effect.getAxis("bottom").label.sceneBoundingRect()
+        assert left.right() <= right.left(), (log, left, right)
+        for plot, rect in ((bars, left), (effect, right)):
+            frame = plot.getAxis("bottom").sceneBoundingRect()
+            assert frame.left() - 1 <= rect.left() and rect.right() <= frame.right() + 1, (log, frame, rect)
+            assert abs(rect.center().x() - frame.center().x()) <= 1, (log, plot.getAxis("bottom").labelText)
 
 
 # Point 13: Ctrl+C copies whole rows ---------------------------------------------------------------
