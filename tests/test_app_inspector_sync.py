@@ -321,6 +321,33 @@ def test_axis_titles_never_overlap(qtbot, inspector, width):
             assert abs(rect.center().x() - frame.center().x()) <= 1, (log, plot.getAxis("bottom").labelText)
 
 
+def renamed(step: TokenStep, names: list[str]) -> TokenStep:
+    """``step`` with its candidates (in the step's order) named ``names``."""
+    from dataclasses import replace
+
+    top = tuple(replace(c, text=name) for c, name in zip(step.top, names, strict=True))
+    chosen = next(c for c in top if c.token_id == step.token_id)
+    return replace(step, top=top, text=chosen.text, piece=chosen.text)
+
+
+def test_chain_names_are_whole_after_a_token_with_shorter_names(qtbot, inspector):
+    """Issue 24, point 21: the Chain tab's name column cut " cap" and "officia" while the
+    table had room: Qt kept the column's width from the last token's names (same count)."""
+    inspector.tabs.setCurrentIndex(0)  # Chain
+    short = [chr(ord("a") + i) for i in range(12)]
+    long = [" cap", "officia", " laborum", " Constantinople", *short[4:]]
+    for names in (short, long):
+        inspector.show_step(renamed(chain_step(), names))
+        qtbot.wait(20)
+        rows = inspector.chain_view.verticalHeader()
+        model = inspector.chain_view.chain_model
+        shown = [model.headerData(r, Qt.Orientation.Vertical) for r in range(model.rowCount())]
+        assert sorted(name.removeprefix("▶ ") for name in shown) == sorted(visible(n) for n in names)
+        inspector.grab().save("/tmp/inspector-chain-names.png")
+        for r, name in enumerate(shown):
+            assert rows.width() >= rows.sectionSizeFromContents(r).width(), (name, rows.width())
+
+
 # Point 13: Ctrl+C copies whole rows ---------------------------------------------------------------
 
 
