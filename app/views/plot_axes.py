@@ -89,11 +89,26 @@ class ValueAxis(CentredAxis):
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float):  # noqa: N802, N803 - pyqtgraph's names
         levels = super().tickSpacing(minVal, maxVal, size)
-        if not levels or size <= 0 or maxVal == minVal:
+        if not levels or size <= 0 or maxVal <= minVal:
             return levels
-        font = self.style.get("tickFont") or self.font()
-        gap = TICK_GAP * QFontMetrics(font).height()  # pixels between labelled ticks
-        per_pixel = abs(maxVal - minVal) / size
-        if levels[0][0] / per_pixel >= gap:
-            return levels
-        return [(nice_step(gap * per_pixel), 0.0)]  # one level: only ticks that have room
+        line = QFontMetrics(self.style.get("tickFont") or self.font()).height()
+        spacing = levels[0][0]
+        for _ in range(30):  # 1, 2, 5 × 10^k upwards until the labels drawn are apart
+            if labels_apart(minVal, maxVal, size, spacing, line):
+                break
+            spacing = nice_step(spacing * 1.01)
+        return levels if spacing == levels[0][0] else [(spacing, 0.0)]  # one level: ticks with room
+
+
+def labels_apart(low: float, high: float, size: float, spacing: float, line: float) -> bool:
+    """Whether the labels of ticks every ``spacing`` over ``low``–``high`` drawn along
+    ``size`` pixels are ``TICK_GAP`` lines apart. pyqtgraph draws a label only where it
+    fits within the axis (a label is about 0.8 of a line, centred on its tick), so only
+    those count: on a short plot a finer spacing may leave one label in the middle."""
+    per_pixel = (high - low) / size
+    first = math.ceil(low / spacing) * spacing
+    count = int((high - first) / spacing + 1e-9) + 1
+    pixels = [(first + k * spacing - low) / per_pixel for k in range(max(count, 0))]
+    half = 0.4 * line
+    drawn = [p for p in pixels if half <= p <= size - half]
+    return all(b - a >= TICK_GAP * line for a, b in zip(drawn, drawn[1:], strict=False))
