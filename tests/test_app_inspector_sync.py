@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPointF, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QFontMetrics  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
@@ -316,9 +316,10 @@ def test_axis_titles_never_overlap(qtbot, inspector, width):
         right = effect.getAxis("bottom").label.sceneBoundingRect()
         assert left.right() <= right.left(), (log, left, right)
         for plot, rect in ((bars, left), (effect, right)):
-            frame = plot.getAxis("bottom").sceneBoundingRect()
+            axis = plot.getAxis("bottom")
+            frame = axis.mapRectToScene(QRectF(0, 0, axis.width(), axis.height()))
             assert frame.left() - 1 <= rect.left() and rect.right() <= frame.right() + 1, (log, frame, rect)
-            assert abs(rect.center().x() - frame.center().x()) <= 1, (log, plot.getAxis("bottom").labelText)
+            assert abs(rect.center().x() - frame.center().x()) <= 1, (log, axis.labelText)
 
 
 def renamed(step: TokenStep, names: list[str]) -> TokenStep:
