@@ -245,12 +245,12 @@ def tooltip_for(step: TokenStep) -> str:
 
 
 def color_legend(colors: Colors) -> str:
+    """The colour cells of the legend, 0 % to 100 % (its words are the chat panel's)."""
     stops = [0.0, 0.25, 0.5, 0.75, 1.0]
-    cells = "".join(
+    return "".join(
         f"<span style='background-color:{probability_color(p, colors)}'>&nbsp;{int(p * 100)}%&nbsp;</span>"
         for p in stops
     )
-    return f"p(final) of the chosen token: {cells}"
 
 
 __all__ = ["LIGHT", "ChatView", "color_legend", "tooltip_for"]
