@@ -121,7 +121,7 @@ class ModelLoader(QObject):
             self.window.model.set_welcome_state(loading_words(fraction))
 
     def _on_loaded(self, info) -> None:
-        from app.model.remote_labels import reports_one_stage, status_text
+        from app.model.remote_labels import label_forms, reports_one_stage, stage_label, status_text
 
         window = self.window
         self.in_use.info = info
@@ -137,8 +137,8 @@ class ModelLoader(QObject):
         update_kv_cache_menu(window)
         window.status.model_ready(self.in_use.label, f"Loaded {info.name}")
         window.inspector.remote_info = info if remote else None
-        window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
-        window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
+        stage = stage_label(info)  # beside the timeline's stage selector: a plot title took its height
+        window.timeline.set_server_caption(stage or None, label_forms(stage)[1:])
         if not info.capabilities.load_files:
             # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")

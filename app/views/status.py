@@ -1,9 +1,16 @@
-"""The status bar's permanent widgets: the model, the last reply's speed, memory, progress."""
+"""The status bar's permanent widgets: the model, the last reply's speed, memory, progress.
+
+The model's label gives way first in a narrow window, shortest last: a server's keeps
+``server reports: <stage>`` whole (``app.model.remote_labels.label_forms``), the rest of it
+in its tooltip.
+"""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
+from app.model.remote_labels import label_forms
+from app.views.fitting import FittedLabel
 from engine.events import Finished
 
 STOPPING = "Stopping…"
@@ -12,7 +19,7 @@ STOPPING = "Stopping…"
 class StatusWidgets:
     def __init__(self, bar: QStatusBar) -> None:
         self.bar = bar
-        self.model_label = QLabel("No model")
+        self.model_label = FittedLabel("No model")
         self.speed_label = QLabel("")
         self.memory_label = QLabel("")
         self.progress = QProgressBar()
@@ -46,7 +53,7 @@ class StatusWidgets:
         self.progress.setValue(int(fraction * 100))
 
     def model_ready(self, name: str, message: str = "") -> None:
-        self.model_label.setText(name)
+        self.model_label.set_forms(label_forms(name))
         self.progress.hide()
         if message:
             self.bar.showMessage(message, 4000)
