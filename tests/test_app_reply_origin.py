@@ -58,6 +58,7 @@ def title(plot) -> str:
 def check_local(window, local_label: str) -> None:
     timeline, inspector = window.timeline, window.inspector
     assert title(timeline.prob_plot) == "" and title(timeline.entropy_plot) == ""
+    assert timeline.entropy_note.text() == ""
     assert np.isfinite(timeline.entropy_curve.getData()[1]).all()  # its own entropies, drawn
     assert "server" not in inspector.title.text() and local_label in inspector.title.text()
     assert timeline.origin.label.text() == local_label
@@ -65,7 +66,9 @@ def check_local(window, local_label: str) -> None:
 
 def check_remote(window, url: str) -> None:
     timeline, inspector = window.timeline, window.inspector
-    assert title(timeline.prob_plot) == SERVER_STAGE and title(timeline.entropy_plot) == NO_ENTROPY
+    # Beside the stage selector and inside the entropy plot: a plot title took the plot's height.
+    assert title(timeline.prob_plot) == "" and title(timeline.entropy_plot) == ""
+    assert timeline.entropy_note.text() == NO_ENTROPY
     assert SERVER_STAGE in inspector.title.text() and url in inspector.title.text()
     assert url in timeline.origin.label.text() and SERVER_STAGE in timeline.origin.label.text()
 

@@ -52,8 +52,9 @@ def test_a_scored_text_is_shaded_by_the_raw_distribution_and_the_legend_says_so(
         assert shade(window, (stream, i)) != probability_color(0.0, colors)
     by_raw = [probability_color(prob(s.raw_logprob), colors) for s in steps]
     assert [shade(window, (stream, i)) for i in range(len(steps))] == by_raw
-    legend = window.central.legend.text()
-    assert "p(raw) of the scored token" in legend and "p(final)" not in legend
+    legend = window.central.color_toggle.text() + window.central.legend.text()
+    # In the longest words that fit the chat's width: "p(raw) of the scored token", "p(raw)", …
+    assert "p(raw)" in legend and "final" not in legend
     assert "raw model distribution" in window.central.legend.toolTip()
 
     # A reply in the same conversation is drawn: by what it was drawn from, and the legend names both.
@@ -65,5 +66,6 @@ def test_a_scored_text_is_shaded_by_the_raw_distribution_and_the_legend_says_so(
         shade(window, (("branch", reply.id), i)) == probability_color(prob(s.logprob), colors)
         for i, s in enumerate(reply.steps)
     )
-    assert "p(raw) scored · p(final) drawn" in window.central.legend.text()
+    legend = window.central.color_toggle.text() + window.central.legend.text()
+    assert "raw" in legend and "final" in legend and "drawn" in window.central.legend.toolTip()
     close_window(window)

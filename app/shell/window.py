@@ -138,6 +138,7 @@ class MainWindow(QMainWindow):
         self.chat.keep_requested.connect(model.keep_column)
         self.chat.compare_shown.connect(model.show_compare)
         self.chat.compare_requested.connect(self.compare_from_here)
+        self.chat.branch_requested.connect(self.branch_from)
         seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
         self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
         self.inspector.token_picked.connect(self.pick_token)
@@ -255,18 +256,24 @@ class MainWindow(QMainWindow):
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
 
-    def pick_token(self, token_id: int | None) -> None:
+    def pick_token(self, token_id: int | None, text: str | None = None) -> None:
         """Continue the selected token's reply with ``token_id`` instead: with the settings of
         the compare column it belongs to, else the main settings. None: a token a server
-        sent without its id, named by the inspector's last pick (its text)."""
+        sent without its id, named by ``text`` or the inspector's last pick (its text)."""
         if self.model_info is None or self.model.selection is None:
             return
         run = self.model.run_of(self.model.selection[0])
         column = run.column_of(self.model.selection[0]) if run is not None else None
         params = run.columns[column].params if column is not None else self.controls.current
         picked = getattr(self.inspector, "last_pick", None)
-        text = picked.text if picked is not None and picked.token_id == token_id else None
+        if text is None and picked is not None and picked.token_id == token_id:
+            text = picked.text
         self.model.pick_token(token_id, params, forced_text=text)
+
+    def branch_from(self, ref: TokenRef, candidate) -> None:
+        """The chat's "Branch from here with": token ``ref`` replaced by ``candidate``."""
+        self.model.select(ref)
+        self.pick_token(candidate.token_id, candidate.text)
 
     def compare_from_here(self, ref: TokenRef) -> None:
         """Each compare setting redraws token ``ref`` and continues from it."""

@@ -27,6 +27,7 @@ from app.model.textfmt import prob, visible
 from app.views.chain_view import LOG_FLOOR
 from app.views.inspector_labels import LabelPool, elide, fit_text, row_stride, thinned_rows
 from app.views.inspector_table import COLUMNS, CandidateTable  # noqa: F401 (COLUMNS: re-exported)
+from app.views.plot_axes import CentredAxis
 from app.views.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
 
@@ -49,12 +50,12 @@ class BarsView(QWidget):
         self._laying_out = self._again = False
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground(self.colors.background)
-        self.bars_plot = self.plots.addPlot(row=0, col=0)
-        self.effect_plot = self.plots.addPlot(row=0, col=1)
+        # Titles fitted to the plots' widths are centred again when they change (CentredAxis).
+        self.bars_plot = self.plots.addPlot(row=0, col=0, axisItems={"bottom": CentredAxis("bottom")})
+        self.effect_plot = self.plots.addPlot(row=0, col=1, axisItems={"bottom": CentredAxis("bottom")})
         self.plots.ci.layout.setColumnStretchFactor(0, 3)
         self.plots.ci.layout.setColumnStretchFactor(1, 2)
         for plot in (self.bars_plot, self.effect_plot):
-            plot.getAxis("bottom").enableAutoSIPrefix(False)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()

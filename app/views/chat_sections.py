@@ -36,6 +36,7 @@ DISPLAY_ONLY = int(QTextFormat.Property.UserProperty) + 1
 """A character format property: drawn text that is not the conversation's (left out of copies)."""
 SEED_TIP = "Put this seed in the sampling panel: the same seed and settings write this reply again."
 Span = tuple[str, QTextCharFormat]
+WJ, ZWSP = "\u2060", "\u200b"  # word joiner (no break here), zero-width space (a break may go here)
 Block = tuple[QTextBlockFormat, list[Span]]
 
 
@@ -210,6 +211,13 @@ def style_token(fmt: QTextCharFormat, step: TokenStep, selected: bool, colored: 
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
 
 
+def special_mark(piece: str) -> str:
+    """``⟨<|im_end|>⟩`` for a token without text, in one piece: word joiners between its
+    characters (a line broke after "|", leaving ">⟩" on the next), and a zero-width space
+    before it, so it moves to the next line whole rather than taking the word before along."""
+    return ZWSP + WJ.join("⟨" + (piece.strip() or "·") + "⟩")
+
+
 def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) -> None:
     """Whitespace and empty tokens keep a faint glyph, so they stay visible and clickable;
     a newline token also breaks the line."""
@@ -222,7 +230,7 @@ def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) 
     glyph_format.setFontPointSize(7.5)
     glyph_format.setProperty(DISPLAY_ONLY, True)
     if not text:
-        glyph = "⟨" + (step.piece.strip() or "·") + "⟩"
+        glyph = special_mark(step.piece)
     elif "\n" in text:
         glyph = "⏎" * text.count("\n")
     else:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QSlider, QSpinBox, QWidget
 
 from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
@@ -163,6 +163,13 @@ class IntField(SliderField):
 
     def _slider_value(self, position: int) -> int:
         return round(super()._slider_value(position))
+
+
+def narrow_form(form: QFormLayout) -> QFormLayout:
+    """A form whose rows put the field under its label where the two do not fit side by
+    side, so a narrow Sampling dock needs no horizontal scrolling."""
+    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+    return form
 
 
 def make_field(spec: FieldSpec, on_change: Callable[[], None]) -> SliderField:

@@ -116,10 +116,7 @@ class SurprisalRow:
     X-linked to the others; hidden unless a scored text is shown."""
 
     def __init__(self, timeline: TimelineWidget) -> None:
-        self.plot = timeline.view.addPlot(row=2, col=0)
-        self.plot.setXLink(timeline.prob_plot)
-        self.plot.setLabel("left", "surprisal (bits)")
-        self.plot.showGrid(x=False, y=True, alpha=0.2)
+        self.plot = timeline.add_row(2, "surprisal (bits)", shorter=("surprisal", "bits"))
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#9467bd", width=1.5))
         self.plot.hide()
         self._drawn: tuple | None = None

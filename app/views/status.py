@@ -5,6 +5,10 @@ from its tokens' arrival, nothing until its second token), then the engine's fig
 the reply that ended; a scored text has its own figures beside it (the perplexity), so it
 leaves the speed empty rather than "generation 0.0 tok/s". Figures of a conversation or a
 model no longer shown go (issue 24).
+
+The model's label gives way first in a narrow window, shortest last: a server's keeps
+``server reports: <stage>`` whole (``app.model.remote_labels.label_forms``), the rest of it
+in its tooltip.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
+from app.model.remote_labels import label_forms
+from app.views.fitting import FittedLabel
 from engine.events import Finished, FinishReason
 
 if TYPE_CHECKING:
@@ -29,7 +35,7 @@ class StatusWidgets:
         self.bar = bar
         self.model: ChatModel | None = None
         self._first: dict = {}
-        self.model_label = QLabel("No model")
+        self.model_label = FittedLabel("No model")
         self.speed_label = QLabel("")
         self.memory_label = QLabel("")
         self.progress = QProgressBar()
@@ -94,7 +100,7 @@ class StatusWidgets:
         self._show_model(name, message)
 
     def _show_model(self, name: str, message: str) -> None:
-        self.model_label.setText(name)
+        self.model_label.set_forms(label_forms(name))
         self.progress.hide()
         if message:
             self.bar.showMessage(message, 4000)
