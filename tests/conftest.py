@@ -39,8 +39,16 @@ def smollm():
 # The files that take minutes (real models loaded, servers started) start first, one per
 # worker as they come free: ``make test`` keeps this order (``--no-loadscope-reorder``), where
 # xdist would otherwise start the files with the most tests first and leave the longest one
-# running alone at the end (13 to 19 minutes depending on where it fell, instead of ~12).
-HEAVY_FIRST = ("test_fidelity_real.py", "test_remote_mlx_server.py", "test_lens.py", "test_cli.py")
+# running alone at the end (13 to 19 minutes depending on where it fell).
+HEAVY_FIRST = (
+    "test_fidelity_real.py",  # ~9 min: Gemma 3 and SmolLM2 against transformers in float32
+    "test_bundle.py",  # ~4 min: the packaged app built and its self-test run
+    "test_cli.py",
+    "test_gguf_fuzz.py",
+    "test_lens.py",
+    "test_remote_mlx_server.py",
+    "test_engine_fuzz.py",
+)
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
