@@ -82,6 +82,8 @@ class ConnectDialog(QDialog):
             item.setEnabled(False)
             self.key_kind.setItemText(2, "OS keychain (not available)")
             self.keychain_note = f"No OS keychain here ({words}); put the key in an environment variable instead."
+            # Said where the choice is made, not under "No API key": no key is used then.
+            item.setToolTip(self.keychain_note)
         else:
             self.keychain_note = f"The key is read from the {words} for this server's host."
         saved_kind = str(settings.value("remote/key_kind", keys.NONE))
@@ -170,12 +172,14 @@ class ConnectDialog(QDialog):
         self.env_name.setVisible(kind == keys.ENV)
         self.keychain_key.setVisible(kind == keys.KEYCHAIN)
         self.save_key.setVisible(kind == keys.KEYCHAIN)
+        # A sentence about where the key comes from only when a key is used.
         if kind == keys.ENV:
             self.key_note.setText("The key is read from this variable when connecting; it is never saved.")
-        elif kind == keys.KEYCHAIN or not self.keychain_ok:
+        elif kind == keys.KEYCHAIN:
             self.key_note.setText(self.keychain_note)
         else:
             self.key_note.setText("")
+        self.key_note.setVisible(bool(self.key_note.text()))
 
     def key_source(self) -> keys.KeySource:
         kind = self.key_kind.currentData()
