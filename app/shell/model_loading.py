@@ -128,6 +128,8 @@ class ModelLoader(QObject):
         window.model.model_name = info.name
         window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
+        window.model.server = info.server  # what a server cannot apply is refused before a send
+        window.panel.set_server(info.server)
         note_model(info.name, info.source)
         # Replies saved from now on record where the model came from and what it computes in.
         window.store.note_model(info.name, info.source, info.precision)
