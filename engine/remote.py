@@ -33,13 +33,12 @@ from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
 from engine.remote_emulation import ServerEmulation
 from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
+from engine.remote_listing import ServerListing, ask_server
 from engine.remote_servers import (
     KINDS,
     STAGE_CHOICES,
     ServerKind,
     build_request,
-    detect_kind,
-    model_ids,
     remote_capabilities,
     stage_for,
     unsupported,
@@ -47,7 +46,7 @@ from engine.remote_servers import (
 from engine.remote_stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
 from engine.remote_wire import RemoteError, WireToken, assign_texts
 
-__all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "probe"]
+__all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "ServerListing", "probe"]
 
 
 class RemoteBackend(ServerEmulation):
@@ -104,6 +103,8 @@ class RemoteBackend(ServerEmulation):
         self._pieces: dict[int, str] = {}
         self.info: ModelInfo | None = None
         self.models: list[str] = []
+        self.listing_problem = ""
+        """Why the server listed no models although it answered ("" when it listed them)."""
         self._capabilities: Capabilities = NO_MODEL
 
     @property
@@ -123,29 +124,30 @@ class RemoteBackend(ServerEmulation):
         return self._transport
 
     def connect(self) -> list[str]:
-        """Ask the server what it is and which models it serves (``/v1/models``)."""
-        http = self._http()
-        models, headers = http.get_json("/v1/models")  # type: ignore[misc]
-        if not isinstance(models, dict):
-            raise RemoteError(f"{self.base_url}/v1/models did not list models.")
-        name = self._forced_kind
-        if name is None:
-            server = headers.get("server", "")
-            props = None if server.startswith("BaseHTTP/") else http.get_json("/props", missing_ok=True)
-            name = detect_kind(models, server, props[0] if props and isinstance(props[0], dict) else None)
-        self._kind = KINDS[name]
-        self.models = model_ids(models)
+        """Ask the server what it is and which models it serves (``/v1/models``); a server
+        that answers but lists none leaves the reason in ``listing_problem``."""
+        listing = ask_server(self._http(), self._forced_kind)
+        self._kind = KINDS[listing.kind]
+        self.models, self.listing_problem = listing.models, listing.problem
         return self.models
 
     def load(
         self, source: str, progress: ProgressFn | None = None, precision: str = "auto", kv: Any = None
     ) -> ModelInfo:
         """Use the server's model ``source`` (``""``: its first); the server chooses its own
-        precision and KV cache (a ``kv`` that quantizes is refused, before connecting)."""
+        precision and KV cache (a ``kv`` that quantizes is refused, before connecting). Where
+        the server could not list its models, a named ``source`` is used as named."""
         if kv is not None and getattr(kv, "enabled", False):
             raise EngineError("a server keeps its own KV cache: its quantization is set on the server.")
         models = self.connect()
-        if not source and models:
+        note = ""
+        if self.listing_problem:
+            if not source:
+                raise RemoteError(
+                    f"{self.base_url} did not list its models ({self.listing_problem}); type the model's name."
+                )
+            note = f"the server did not list its models ({self.listing_problem}); {source} is used as typed."
+        elif not source and models:
             source = models[0]
         if models and source not in models:
             raise RemoteError(f"{self.base_url} does not serve {source!r}; it serves: {', '.join(models)}.")
@@ -167,6 +169,7 @@ class RemoteBackend(ServerEmulation):
             reported_stage=stage,
             stage_detected=self._stage == "auto" and kind.name != "openai",
             capabilities=self._capabilities,
+            server_note=note,
         )
         if progress is not None:
             progress("connected", 1.0)
@@ -395,12 +398,11 @@ class RemoteBackend(ServerEmulation):
             self._transport = None
 
 
-def probe(base_url: str, **options: Any) -> tuple[str, list[str]]:
-    """``(server kind, model ids)`` of the server at ``base_url``; raises RemoteError."""
+def probe(base_url: str, **options: Any) -> ServerListing:
+    """What the server at ``base_url`` is: its kind, its model ids, and why it listed none
+    although it answered (``problem``); raises RemoteError when it does not answer."""
     backend = RemoteBackend(base_url, **options)
     try:
-        models = backend.connect()
-        assert backend._kind is not None
-        return backend._kind.name, models
+        return ask_server(backend._http(), backend._forced_kind)
     finally:
         backend.close()

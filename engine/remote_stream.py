@@ -79,24 +79,27 @@ class Transport:
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def get_json(self, path: str, *, missing_ok: bool = False) -> tuple[Any, httpx.Headers] | None:
-        """GET ``path`` and wait for it (used while connecting, not while generating)."""
+    def get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
+        """GET ``path`` and wait for it (used while connecting, not while generating): its
+        status, headers and body, whatever the status; raises only when nothing answered."""
         try:
-            return self._call(self._get_json(path, missing_ok))
+            return self._call(self._get(path))
         except httpx.HTTPError as exc:
             raise _network_error(exc, self.base_url, self.timeout) from None
 
-    async def _get_json(self, path: str, missing_ok: bool) -> tuple[Any, httpx.Headers] | None:
+    async def _get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
         resp = await self._client.get(self.base_url + path)
-        if missing_ok and resp.status_code >= 400:
+        return resp.status_code, resp.headers, await resp.aread()
+
+    def get_json(self, path: str) -> Any | None:
+        """The JSON ``path`` answers with; None for an error status or no JSON."""
+        status, _, body = self.get(path)
+        if status >= 400:
             return None
-        await _check_status(resp)
         try:
-            return resp.json(), resp.headers
+            return json.loads(body)
         except ValueError:
-            if missing_ok:
-                return None
-            raise RemoteError(f"{self.base_url}{path} did not answer with JSON.") from None
+            return None
 
     def submit(self, job: Job) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(self._run(job), self._loop)

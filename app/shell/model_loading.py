@@ -145,6 +145,8 @@ class ModelLoader(QObject):
             # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             window.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
+            if info.server_note:  # connected all the same (the model as typed): say what failed
+                window.status.show_message(f"Connected to {info.source}, but {info.server_note}", 20_000)
             return
         window.settings.setValue("model", info.source)
         recent = [info.source] + [r for r in recent_models(window) if r != info.source]

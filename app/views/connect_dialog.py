@@ -3,7 +3,9 @@ where its API key comes from, and which distribution its logprobs are.
 
 The model list comes from the server's ``/v1/models`` through ``engine.remote.probe``,
 which blocks: it runs on a plain thread and reports back through a queued signal, with a
-busy bar meanwhile and the server's error in the dialog. The API key is read from an
+busy bar meanwhile and the server's error in the dialog. A server that answers but cannot
+list its models (mlx_lm.server on a fresh home folder) is said so, with why, and a model
+typed in is used as typed. The API key is read from an
 environment variable or the OS keychain (:mod:`app.model.keys`) when needed and kept in memory
 only; the settings remember the URL, the variable's name and the stage, never the key.
 """
@@ -249,15 +251,18 @@ class ConnectDialog(QDialog):
             self.server_label.setText("")
             self.error.setText(f"Could not list the server's models: {exc}")
             return
-        kind, models = result
+        kind, models, problem = result.kind, result.models, result.problem
         self.server_kind = kind
         current = self.model.currentText()
         self.model.clear()
         self.model.addItems(models)
-        if current in models:
-            self.model.setCurrentText(current)
+        self.model.setCurrentText(current if current in models or not models else models[0])
         title = server_title(kind)
-        if models:
+        self.server_label.setStyleSheet("color: #c26a00;" if problem else "")
+        if problem:  # it answered: a model typed here is used as typed
+            self.server_label.setText(f"⚠ {title} could not list its models: {problem}. Type the model's name.")
+            self.model.setFocus()
+        elif models:
             self.server_label.setText(f"{title}: {len(models)} model(s).")
         else:
             self.server_label.setText(f"{title}: it lists no models; type the model's name.")
