@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import queue
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
 from engine.remote_emulation import ServerEmulation
 from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
-from engine.remote_listing import ServerListing, ask_server
+from engine.remote_listing import ServerListing, ask_server, pick_model
 from engine.remote_servers import (
     KINDS,
     STAGE_CHOICES,
@@ -139,18 +138,8 @@ class RemoteBackend(ServerEmulation):
         the server could not list its models, a named ``source`` is used as named."""
         if kv is not None and getattr(kv, "enabled", False):
             raise EngineError("a server keeps its own KV cache: its quantization is set on the server.")
-        models = self.connect()
-        note = ""
-        if self.listing_problem:
-            if not source:
-                raise RemoteError(
-                    f"{self.base_url} did not list its models ({self.listing_problem}); type the model's name."
-                )
-            note = f"the server did not list its models ({self.listing_problem}); {source} is used as typed."
-        elif not source and models:
-            source = models[0]
-        if models and source not in models:
-            raise RemoteError(f"{self.base_url} does not serve {source!r}; it serves: {', '.join(models)}.")
+        self.connect()
+        source, note = pick_model(ServerListing("", self.models, self.listing_problem), source, self.base_url)
         kind = self._kind
         assert kind is not None
         self._model = source
@@ -230,17 +219,13 @@ class RemoteBackend(ServerEmulation):
 
     def _checked(self, params: SamplingParams, seed: int | None) -> SamplingParams:
         """``params`` as sent: refused if the server cannot apply them; a seed of None
-        keeps ``seed``; mlx_lm.server's sampled replies get a seed of their own (their
-        chosen tokens come from a second request with the same seed), reported in
-        ``TokenStep.params`` like the local engine's."""
+        keeps ``seed``."""
         kind = self._require_kind()
         bad = unsupported(kind, params)
         if bad:
             raise EngineError(f"{kind.title} does not take {', '.join(bad)}; set it to its off value.")
         if params.seed is None and seed is not None:
             params = params.with_changes(seed=seed)
-        if params.seed is None and not params.greedy and kind.name == "mlx_lm":
-            params = params.with_changes(seed=secrets.randbits(63))
         return params
 
     def _body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
@@ -262,13 +247,13 @@ class RemoteBackend(ServerEmulation):
         kind = self._require_kind()
         path, body = self._body(req)
         req.generation += 1
-        companion = None
+        read_chosen = None
         if kind.streams_logprobs:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        elif not req.params.greedy:
-            companion = {k: v for k, v in body.items() if k != "top_logprobs"}
-        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", companion)
+        elif not req.params.greedy:  # one request: the chosen tokens are read from its text
+            read_chosen = req.params.top_logprobs
+        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", read_chosen)
         req.future = self._http().submit(job)
 
     def _stop(self, req: RemoteRequest) -> None:

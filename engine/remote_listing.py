@@ -53,6 +53,20 @@ def ask_server(http: Transport, forced_kind: str | None = None) -> ServerListing
     return ServerListing(kind, model_ids(models), problem)
 
 
+def pick_model(listing: ServerListing, source: str, base_url: str) -> tuple[str, str]:
+    """The model to use, ``source`` or (``""``) the first listed, and a note ("" when none):
+    where the server listed no models, ``source`` as named, and why there was no list."""
+    if listing.problem:
+        if not source:
+            raise RemoteError(f"{base_url} did not list its models ({listing.problem}); type the model's name.")
+        return source, f"the server did not list its models ({listing.problem}); {source} is used as typed."
+    if not source and listing.models:
+        source = listing.models[0]
+    if listing.models and source not in listing.models:
+        raise RemoteError(f"{base_url} does not serve {source!r}; it serves: {', '.join(listing.models)}.")
+    return source, ""
+
+
 def _listing(status: int, body: bytes) -> tuple[Mapping[str, Any], str]:
     """``/v1/models``'s answer and "", or {} and why it is no listing."""
     if status >= 400:

@@ -223,8 +223,11 @@ def build_request(
             if kind.continue_chat == CONTINUE_FINAL_MESSAGE:
                 body.update(continue_final_message=True, add_generation_prompt=False)
     body.update(logprob_fields(kind, endpoint, params.top_logprobs, stage))
-    if kind.name == "mlx_lm":  # its chosen tokens are read from the top list (remote_stream)
-        body["top_logprobs"] = max(1, body.get("top_logprobs", 1))
+    if kind.name == "mlx_lm":  # its chosen tokens are read from the top lists (remote_stream)
+        # greedy: the list's most likely; sampled: the one the text continues with, so
+        # the longest list the server gives (engine.remote_chosen).
+        wanted = kind.max_top_logprobs if not params.greedy else body.get("top_logprobs", 1)
+        body["top_logprobs"] = max(1, wanted)
     return path, body
 
 

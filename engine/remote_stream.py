@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from engine.remote_chosen import chosen_from_text
 from engine.remote_wire import (
     RemoteError,
     WireChunk,
@@ -43,9 +44,10 @@ class Job:
     stream: bool
     vocab_pieces: bool = False
     """mlx_lm.server: tokens are raw vocabulary strings."""
-    companion: Mapping[str, Any] | None = None
-    """mlx_lm.server, sampled: the same request with the same seed asking for the chosen
-    tokens' ids (it cannot report them together with alternatives)."""
+    read_chosen: int | None = None
+    """mlx_lm.server, sampled: the chosen tokens are read from the reply's text among its
+    top lists (``engine.remote_chosen``), each list cut to this many candidates; None:
+    greedy, the chosen token is each list's most likely."""
 
 
 # What a job puts on the queue: (kind, request_id, generation, payload).
@@ -180,25 +182,26 @@ class Transport:
         return chunk
 
     async def _whole(self, job: Job) -> None:
-        """One non-streamed reply (mlx_lm.server). Its ``top_logprobs`` list is unordered
-        and the entry's own token is merely the list's first, so the chosen token is the
-        list's most likely one when greedy, else read from the companion request."""
+        """One non-streamed reply (mlx_lm.server), one request. Its ``top_logprobs`` list is
+        unordered and the entry's own token is merely the list's first, so the chosen token
+        is the list's most likely one when greedy (mlx-lm's argmax), else the one the
+        reply's text continues with."""
         chunk = await self._post_whole(job.path, job.body, job.vocab_pieces)
-        chosen: list[WireEntry] = []
-        if job.companion is None:
-            for e in chunk.entries:
-                best = min(e.top, key=lambda a: (-a.logprob, a.token_id is None, a.token_id or 0), default=None)
-                chosen.append(WireEntry(best.token_id, best.raw, best.logprob, e.top) if best else e)
+        if job.read_chosen is not None:
+            # What left no text at the end: nothing when cut at the length; the end token
+            # when it stopped, unless a stop string may have (its tokens' text is dropped).
+            finish = chunk.finish_reason
+            silent = 0 if finish == "length" else (1 if "stop" not in job.body else None)
+            chunk.entries = chosen_from_text(chunk.entries, chunk.text, job.read_chosen, silent)
         else:
-            ids = await self._post_whole(job.path, job.companion, False)
-            if len(ids.entries) != len(chunk.entries) or ids.text != chunk.text:
-                raise RemoteError("mlx_lm.server gave two different replies for the same seed; try again.")
-            for e, c in zip(chunk.entries, ids.entries, strict=True):
-                raw = next((a.raw for a in e.top if c.token_id is not None and a.token_id == c.token_id), b"")
-                chosen.append(WireEntry(c.token_id, raw, c.logprob, e.top))
-        chunk.entries = chosen
+            chunk.entries = [_most_likely(e) for e in chunk.entries]
         self._put(CHUNK, job, chunk)
         self._put(DONE, job, (chunk.finish_reason or "stop", chunk.usage))
+
+
+def _most_likely(entry: WireEntry) -> WireEntry:
+    best = min(entry.top, key=lambda a: (-a.logprob, a.token_id is None, a.token_id or 0), default=None)
+    return WireEntry(best.token_id, best.raw, best.logprob, entry.top) if best else entry
 
 
 def _no_logprobs() -> RemoteError:

@@ -259,23 +259,23 @@ def test_mlx_lm_greedy_takes_the_most_likely_of_its_unordered_list():
     assert done.text == " Paris."
 
 
-def test_mlx_lm_sampled_reads_the_chosen_ids_from_a_seeded_companion_request():
+def test_mlx_lm_sampled_reads_the_chosen_token_from_its_one_reply():
+    """One request (engine.remote_chosen): the chosen token is the candidate the reply's
+    text goes on with, its id and logprob from the list; no second request to agree with."""
     from engine.remote import RemoteBackend
 
     top = _top((5, "Ġa", -0.5), (6, "Ġb", -1.0))
     reply = {
         "choices": [{"text": "b", "finish_reason": "length", "logprobs": {"content": [dict(top[0], top_logprobs=top)]}}]
     }
-    ids = {"choices": [{"text": "b", "finish_reason": "length", "logprobs": {"content": [{"id": 6, "logprob": -1.0}]}}]}
-    transport, seen = _mlx_transport({"top": reply, "ids": ids})
+    transport, seen = _mlx_transport({"top": reply})
     backend = RemoteBackend("http://mlx", chat=False, transport=transport)
     backend.load("")
     backend.start([{"role": "user", "content": "x"}], SamplingParams(temperature=1.0, max_tokens=1, top_logprobs=2))
     steps, _ = _drive(backend)
     backend.close()
     assert [s.token_id for s in steps] == [6] and steps[0].logprobs == (-1.0,)
-    assert len(seen) == 2 and seen[0]["seed"] == seen[1]["seed"] == steps[0].params.seed is not None
-    assert "top_logprobs" not in seen[1] and seen[1]["logprobs"] is True
+    assert len(seen) == 1 and seen[0]["top_logprobs"] == 10  # the longest list it gives
 
 
 def test_both_backends_implement_the_interface():
