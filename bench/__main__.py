@@ -34,6 +34,7 @@ FIGURES = [
     "precision",
     "kvquant",
     "gemma",
+    "views_open",
 ]
 
 
@@ -84,6 +85,7 @@ def run_figures(only: list[str]) -> dict:
         "precision": lambda: __import__("bench.precision_cost", fromlist=["x"]).precision_cost(),
         "kvquant": lambda: __import__("bench.kv_quantization", fromlist=["x"]).kv_quantization(),
         "gemma": lambda: throughput.real_vocabulary(),
+        "views_open": lambda: __import__("bench.views_open", fromlist=["x"]).views_open(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -222,6 +224,17 @@ def table(r: dict) -> str:
                 f"{d['mlx_lm_tps']} tok/s | {d['ratio']} (>= 1.0); outside the forward pass "
                 f"{o['outside_forward_share']} of {o['step_ms']} ms"
             )
+    if "views_open" in r:
+        v = r["views_open"]
+        for state in ("layers", "compare"):
+            lines.append(
+                f"19 decode with the {state} view open / closed | {v[state + '_tokens_per_s']} / "
+                f"{v['plain_tokens_per_s']} tok/s | | {v[state + '_ratio']} (>= {v['goal']})"
+            )
+        lines.append(
+            f"19 decode with a lens job of an earlier reply queued / none | {v['lens_positions_during']} positions "
+            f"read during the reply, {v['lens_positions']} after | | {v['lens_beside_ratio']} (>= {v['goal']})"
+        )
     if "kvquant" in r:
         for context, row in r["kvquant"]["by_context"].items():
             for name in ("8bit", "4bit"):

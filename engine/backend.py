@@ -7,7 +7,8 @@ events (:mod:`engine.events`), so the chat, inspector, timeline, branching and c
 work on either. What differs is how much a step carries:
 
 - **local**: every stage of the chain (``TokenStep.chain`` starts with ``raw``), the
-  entropy and survivors after each, the raw logit, bias and penalty of each candidate;
+  entropy and survivors after each, the raw logit, bias, penalty and (where DRY ran) DRY
+  change of each candidate;
   fork groups also yield :class:`engine.events.Divergence`.
 - **remote**: only what the server returned. ``TokenStep.reported_stage`` (and the
   one-stage ``chain``) names the stage the server's numbers describe (``raw``,

@@ -81,7 +81,8 @@ class Style:
     ``logprob``."""
     full: bool
     """Write what only rebuilding the step needs: ``position``, ``piece``, the chosen
-    token's ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``."""
+    token's ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count`` (and ``dry``
+    where DRY ran)."""
     versioned: bool
     """Write ``"v"``: records saved one by one (the store) name their version; a CLI
     stream and an export (whose header has a version) do not."""
@@ -123,6 +124,8 @@ def encode_candidate(step: TokenStep, c: Candidate, style: Style) -> dict[str, A
         out["bias"] = num(c.bias)
         out["penalty"] = num(c.penalty)
         out["count"] = _count(c.count)
+        if "dry" in step.chain:  # only where DRY ran: records without it keep their bytes
+            out["dry"] = num(c.dry)
     return out
 
 
@@ -223,6 +226,8 @@ def decode_candidate(data: Mapping[str, Any], chain: tuple[str, ...], reported: 
         bias=_value(data.get("bias", 0.0)),
         penalty=_value(data.get("penalty", 0.0)),
         count=_counted(data.get("count", 0)),
+        # Written only where DRY ran; a record from before candidates held it: not recorded.
+        dry=_value(data.get("dry")),
     )
 
 

@@ -58,6 +58,9 @@ class Candidate:
     """Change of the logit made by the ``penalties`` stage; None: not reported."""
     count: int | None
     """Occurrences inside the penalty window; None: not reported."""
+    dry: float | None = None
+    """Change of the logit made by the ``dry`` stage; None where DRY did not run, and where
+    it was not reported (a server) or not recorded (a step saved before candidates held it)."""
 
     @property
     def raw_logprob(self) -> float | None:

@@ -22,7 +22,7 @@ from engine.params import STAGE_NAMES
 from engine.sampler import ChainResult
 
 N_STAGES = len(STAGE_NAMES)
-_EXTRA = ("raw_logit", "bias", "penalty", "count")  # per candidate, before the per-stage logprobs
+_EXTRA = ("raw_logit", "bias", "penalty", "count", "dry")  # per candidate, before the per-stage logprobs
 _PER_SLOT = len(_EXTRA) + N_STAGES
 _HEAD = 1 + 2 * N_STAGES  # token, entropies, survivors
 
@@ -136,6 +136,7 @@ def _pack(
         _effect(chain, outputs, "bias", gather, zeros),
         _effect(chain, outputs, "penalties", gather, zeros),
         gather(counts).astype(mx.float32) if counts.ndim == 2 else zeros,
+        _effect(chain, outputs, "dry", gather, zeros),
     ]
     head = mx.stack([tokens.astype(mx.float32), *entropies, *survivors], axis=1)
     return mx.concatenate([head, index.astype(mx.float32), *extra, *stage_lps], axis=1)
@@ -224,6 +225,7 @@ def _candidate(
         bias=float(extra[1]),
         penalty=float(extra[2]),
         count=int(extra[3]),
+        dry=float(extra[4]) if "dry" in chain else None,
     )
 
 

@@ -34,3 +34,16 @@ def smollm():
     from engine.models import load
 
     return load("default")
+
+
+# The files that take minutes (real models loaded, servers started) start first, one per
+# worker as they come free: ``make test`` keeps this order (``--no-loadscope-reorder``), where
+# xdist would otherwise start the files with the most tests first and leave the longest one
+# running alone at the end (13 to 19 minutes depending on where it fell, instead of ~12).
+HEAVY_FIRST = ("test_fidelity_real.py", "test_remote_mlx_server.py", "test_lens.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    items.sort(
+        key=lambda item: HEAVY_FIRST.index(item.path.name) if item.path.name in HEAVY_FIRST else len(HEAVY_FIRST)
+    )

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPointF, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QFontMetrics  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
@@ -298,18 +298,55 @@ def check_table_columns(table) -> None:
 
 @pytest.mark.parametrize("width", [380, 600])
 def test_axis_titles_never_overlap(qtbot, inspector, width):
+    """The titles are fitted to the plots' widths; each change of title is centred again.
+    pyqtgraph centres an axis title only on a resize, so a title that changed without one
+    (the log scale switched, another token) kept the old title's place: a longer one ran
+    over its neighbour, or not, depending on whether a resize happened to come after (the
+    test was flaky at 380 px). Here the titles change with no resize in between."""
     inspector.resize(width, 600)
     inspector.tabs.setCurrentIndex(BARS_TAB)
+    inspector.log_scale.setChecked(True)  # a short title first ("log10 p")
     inspector.show_step(chain_step())
     qtbot.wait(50)
-    inspector.grab().save(f"/tmp/inspector-titles-{width}.png")
     bars, effect = inspector.bars.bars_plot, inspector.bars.effect_plot
-    left = bars.getAxis("bottom").label.sceneBoundingRect()
-    right = effect.getAxis("bottom").label.sceneBoundingRect()
-    assert left.right() <= right.left(), (left, right)
-    for plot, rect in ((bars, left), (effect, right)):
-        frame = plot.sceneBoundingRect()
-        assert frame.left() - 1 <= rect.left() and rect.right() <= frame.right() + 1
+    for log in (False, True, False):
+        inspector.log_scale.setChecked(log)  # the title changes; the plots keep their size
+        inspector.grab().save(f"/tmp/inspector-titles-{width}.png")
+        left = bars.getAxis("bottom").label.sceneBoundingRect()
+        right = effect.getAxis("bottom").label.sceneBoundingRect()
+        assert left.right() <= right.left(), (log, left, right)
+        for plot, rect in ((bars, left), (effect, right)):
+            axis = plot.getAxis("bottom")
+            frame = axis.mapRectToScene(QRectF(0, 0, axis.width(), axis.height()))
+            assert frame.left() - 1 <= rect.left() and rect.right() <= frame.right() + 1, (log, frame, rect)
+            assert abs(rect.center().x() - frame.center().x()) <= 1, (log, axis.labelText)
+
+
+def renamed(step: TokenStep, names: list[str]) -> TokenStep:
+    """``step`` with its candidates (in the step's order) named ``names``."""
+    from dataclasses import replace
+
+    top = tuple(replace(c, text=name) for c, name in zip(step.top, names, strict=True))
+    chosen = next(c for c in top if c.token_id == step.token_id)
+    return replace(step, top=top, text=chosen.text, piece=chosen.text)
+
+
+def test_chain_names_are_whole_after_a_token_with_shorter_names(qtbot, inspector):
+    """Issue 24, point 21: the Chain tab's name column cut " cap" and "officia" while the
+    table had room: Qt kept the column's width from the last token's names (same count)."""
+    inspector.tabs.setCurrentIndex(0)  # Chain
+    short = [chr(ord("a") + i) for i in range(12)]
+    long = [" cap", "officia", " laborum", " Constantinople", *short[4:]]
+    for names in (short, long):
+        inspector.show_step(renamed(chain_step(), names))
+        qtbot.wait(20)
+        rows = inspector.chain_view.verticalHeader()
+        model = inspector.chain_view.chain_model
+        shown = [model.headerData(r, Qt.Orientation.Vertical) for r in range(model.rowCount())]
+        assert sorted(name.removeprefix("▶ ") for name in shown) == sorted(visible(n) for n in names)
+        inspector.grab().save("/tmp/inspector-chain-names.png")
+        for r, name in enumerate(shown):
+            assert rows.width() >= rows.sectionSizeFromContents(r).width(), (name, rows.width())
 
 
 # Point 13: Ctrl+C copies whole rows ---------------------------------------------------------------

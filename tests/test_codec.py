@@ -106,6 +106,7 @@ def token_steps(draw: st.DrawFn) -> TokenStep:
             draw(value),
             draw(value),
             draw(count),
+            draw(value) if "dry" in chain else None,  # DRY's change: only where it ran
         )
 
     top = tuple(candidate() for _ in range(draw(st.integers(0, 4))))
@@ -164,6 +165,7 @@ def test_a_step_round_trips_through_the_export_style_to_five_decimals(step):
                 logprobs=tuple(r5(v) for v in c.logprobs),
                 bias=r5(c.bias),
                 penalty=r5(c.penalty),
+                dry=r5(c.dry),
             )
             for c in step.top
         ),
@@ -205,7 +207,8 @@ def test_the_cli_the_store_and_the_export_carry_the_same_record(step):
     assert [{k: c[k] for k in cli["top"][0]} for c in exported["top"]] == cli["top"]
     reported = {"reported_stage"} if step.reported_stage is not None else set()  # not in the CLI's bytes
     assert set(exported) - set(cli) == FULL | reported | {"message", "branch"}  # params: the branch's, unchanged
-    assert all(set(c) - set(cli["top"][0]) == {"bias", "penalty", "count"} for c in exported["top"])
+    dry = {"dry"} if "dry" in step.chain else set()  # DRY's change of a logit, where it ran
+    assert all(set(c) - set(cli["top"][0]) == {"bias", "penalty", "count"} | dry for c in exported["top"])
     # The store's is the export's, unrounded, with its version and without what it derives.
     assert set(stored) == set(exported) - DERIVED - {"type", "request", "message", "branch"} | {"v", "params"}
     assert {k: v for k, v in through_json(encode_step(step, EXPORT)).items()} == {

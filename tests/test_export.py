@@ -65,7 +65,7 @@ def db(session, tmp_path_factory):
     answering the first branch, and a compare run."""
     path = tmp_path_factory.mktemp("db") / "db.sqlite3"
     store = Store(path)
-    store.note_model("tiny", "/models/tiny", "float32")  # as the app does when the model loads
+    store.note_model("tiny", "/models/tiny", "float32", "local")  # as the app does when the model loads
     conv = store.new_conversation("You are terse.", "the test")
     user = store.add_user_message(conv.id, "the hat", None)
     reply = store.add_assistant_message(conv.id, user.id)
@@ -82,7 +82,7 @@ def db(session, tmp_path_factory):
         s, d = generate(session, messages, params)
         columns.append((CompareColumn(label, params, ("reply", 0)), s, d.text, d.finish_reason))
     series = DivergenceSeries(2)
-    store.note_model("tiny", "/models/tiny-q8", "float16")  # another file, the same name, loaded later
+    store.note_model("tiny", "/models/tiny-q8", "float16", "local")  # another file, the same name, loaded later
     store.add_compare_run(reply2.id, columns, "tiny", 0, series)
     store.close()
     return path, conv.id
@@ -94,12 +94,13 @@ def test_round_trip(db, tmp_path):
     data = from_store(store, cid, "tiny-source")
     first = records(data, created="T")
     # the source the replies recorded, not the model loaded now
-    model = {"name": "tiny", "source": "/models/tiny", "precision": "float32"}
+    model = {"name": "tiny", "source": "/models/tiny", "precision": "float32", "backend": "local"}
     assert first[0]["type"] == "header" and first[0]["model"] == model
     sources = [r["model_source"] for r in first if r["type"] == "branch"]
     assert sources == ["/models/tiny", "/models/tiny", "/models/tiny-q8", "/models/tiny-q8"]
     # each reply names the precision it was computed in, not the one loaded last
     assert [r["precision"] for r in first if r["type"] == "branch"] == ["float32", "float32", "float16", "float16"]
+    assert [r["backend"] for r in first if r["type"] == "branch"] == ["local"] * 4  # and where (issue 24)
     assert first[0]["chain"][0] == "raw" and first[0]["params"]["dry_multiplier"] == 1.0
     kinds = [r["type"] for r in first]
     assert kinds.count("branch") == 4 and kinds.count("compare_run") == 1 and kinds.count("message") == 4
@@ -177,7 +178,7 @@ def test_app_export_command(db, tmp_path):
     expected = records(from_store(store, cid))
     store.close()
     assert recs[1:] == expected[1:] and recs[0]["kind"] == "conversation"
-    assert recs[0]["model"] == {"name": "tiny", "source": "/models/tiny", "precision": "float32"}
+    assert recs[0]["model"] == {"name": "tiny", "source": "/models/tiny", "precision": "float32", "backend": "local"}
     assert [r["precision"] for r in recs if r["type"] == "branch"] == ["float32", "float32", "float16", "float16"]
     csv_out = tmp_path / "cli.csv"
     run = subprocess.run(
@@ -250,21 +251,25 @@ def test_header_refuses_other_files(tmp_path):
 
 
 def test_an_export_from_before_precision_imports_as_not_recorded(db, tmp_path):
-    """An export written before issue 19 has no ``precision``: it reads and imports as not
-    recorded (null), never as the precision of the model loaded now."""
+    """An export written before issue 19 has no ``precision`` (nor, before issue 24, a
+    ``backend``): it reads and imports as not recorded (null), never as the precision or the
+    backend of the model loaded now."""
     path, cid = db
     store = Store(path)
     recs = records(from_store(store, cid), created="T")
     store.close()
     for r in recs:
         r.pop("precision", None)
+        r.pop("backend", None)
         if r["type"] == "header":
             r["model"].pop("precision")
+            r["model"].pop("backend")
     data = from_records(recs)
-    assert all(b.precision is None for m in data.messages for b in m.branches)
+    assert all(b.precision is None and b.backend is None for m in data.messages for b in m.branches)
     other = Store(tmp_path / "other.sqlite3")
-    other.note_model("tiny", "/models/tiny", "bfloat16")  # loaded now: must not be stamped on old replies
+    # loaded now: must not be stamped on old replies
+    other.note_model("tiny", "/models/tiny", "bfloat16", "remote:vllm:final:detected")
     new_id = to_store(data, other)
     branches = [r for r in records(from_store(other, new_id)) if r["type"] == "branch"]
-    assert branches and all(r["precision"] is None for r in branches)
+    assert branches and all(r["precision"] is None and r["backend"] is None for r in branches)
     other.close()

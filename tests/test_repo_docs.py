@@ -74,3 +74,20 @@ def test_the_app_module_table_lists_every_module_by_layer():
     )
     missing = [m for m in modules if f"`{m}`" not in table]
     assert not missing, missing
+
+
+def test_the_readme_names_every_gguf_architecture_tensor_type_and_tokenizer_the_converter_takes():
+    """README's Models section says what ``engine/gguf*`` loads (issue 24, point 20: it spoke
+    of llama files with five tensor types while a Gemma 3 Q4_K_M file chatted)."""
+    from engine.gguf_arch import ARCHITECTURES
+    from engine.gguf_quant import SUPPORTED
+    from engine.gguf_tokenizer import TOKENIZER_MODELS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Models") :]
+    section = section[: section.index("\n## ")]
+    named = [f"`{arch}`" for arch in ARCHITECTURES] + [f"`{kind}`" for kind in TOKENIZER_MODELS]
+    missing = [name for name in named if name not in section]
+    missing += [t.name for t in SUPPORTED if not re.search(rf"\b{t.name}\b", section)]
+    assert not missing, missing
+    assert "llama-family" not in text and "llama-architecture" not in text

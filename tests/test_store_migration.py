@@ -171,7 +171,7 @@ def test_a_schema_5_database_gains_precision_and_old_replies_read_as_not_recorde
     shutil.copy(FIXTURE_V5, path)
     assert user_version(path) == 5
     store = Store(path)
-    assert store.migrated_from == 5 and user_version(path) == SCHEMA_VERSION == 6
+    assert store.migrated_from == 5 and user_version(path) == SCHEMA_VERSION
     assert user_version(backup_path(path, 5)) == 5
     (recovered,) = store.recover_interrupted()
     (conversation,) = store.conversations()
@@ -183,5 +183,52 @@ def test_a_schema_5_database_gains_precision_and_old_replies_read_as_not_recorde
     store.note_model("tiny", "/models/tiny", "float16")
     saved = store.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
     assert saved.precision == "float16" and store.branches(thread[-1].id)[-1].precision == "float16"
+    assert store.integrity() == "ok"
+    store.close()
+
+
+FIXTURE_V6 = Path(__file__).parent / "data" / "store_v6.sqlite3"
+
+
+def test_a_schema_6_database_gains_backend_and_old_replies_are_labelled_by_their_steps(tmp_path):
+    """Schema 6 (the release before issue 24, tests/data/make_store_v6.py): a local reply, a
+    reply of mlx_lm.server and a reply left in the stream journal. ``backend`` is added to
+    branches and the journal, NULL for everything saved before (the recovered reply too):
+    the views label those by their steps (a server's report one stage), never by the model
+    loaded now; replies saved from now on record their backend, the journal's too."""
+    from app.model.reply_origin import ReplyOrigin
+    from app.store.schema import INTERRUPTED
+    from app.store.stream import StreamJournal
+
+    path = tmp_path / "logitscope.sqlite3"
+    shutil.copy(FIXTURE_V6, path)
+    assert user_version(path) == 6
+    store = Store(path)
+    assert store.migrated_from == 6 and user_version(path) == SCHEMA_VERSION == 7
+    assert user_version(backup_path(path, 6)) == 6
+    (recovered,) = store.recover_interrupted()
+    (conversation,) = store.conversations()
+    thread = store.thread(conversation.id)
+    assert thread[-1].branch.id == recovered and thread[-1].branch.finish_reason == INTERRUPTED
+    branches = [b for m in thread if m.role == "assistant" for b in m.branches]
+    assert all(b.backend is None for b in branches)
+    origins = {b.id: ReplyOrigin.of(b.model, b.model_source, b.precision, b.backend, b.steps) for b in branches}
+    server = next(b for b in branches if b.model_source == "http://127.0.0.1:8080")
+    local = next(b for b in branches if b.precision == "float32")
+    assert origins[server.id].remote and origins[server.id].entropy_title() == "entropy: not reported by the server"
+    assert origins[server.id].label() == "http://127.0.0.1:8080 @ http://127.0.0.1:8080 · server reports: penalties"
+    assert not origins[local.id].remote and origins[local.id].entropy_title() is None
+    assert origins[local.id].label() == "SmolLM2-135M-Instruct · float32 · local"
+    assert not origins[recovered].remote  # schema 6's precision survives; the backend reads from the steps
+
+    store.note_model("tiny", "/models/tiny", "float16", "local")
+    store.note_model("Gemma", "http://gpu:8000", "", "remote:vllm:final:detected")
+    saved = store.add_branch(thread[-1].id, [], "x", "stop", "Gemma", SamplingParams())
+    assert saved.backend == "remote:vllm:final:detected" == store.branches(thread[-1].id)[-1].backend
+    journal = StreamJournal(store.path, sources=store.model_sources, backends=store.model_backends)
+    journal.token(7, thread[-1].id, "tiny", SamplingParams(), local.steps[:2])
+    assert journal.flush()
+    assert store.db.execute("SELECT backend FROM live_replies").fetchall() == [("local",)]
+    journal.close()
     assert store.integrity() == "ok"
     store.close()

@@ -14,6 +14,7 @@ from app.model.background import Background, RunNow
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
 from app.model.events import EmitterGroup
 from app.model.generation import GenerationMixin
+from app.model.reply_origin import ReplyOrigin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
 from engine.events import TokenStep
@@ -58,6 +59,8 @@ class ChatModel(GenerationMixin):
         self.server = ""
         """The kind of the server in use (``ModelInfo.server``; "" = local): what it cannot apply is refused."""
         self.welcome_state = ""
+        self.unanswered: dict[int, str] = {}
+        """Messages whose last reply ended before its first token, and how (shown in the chat)."""
         self._followed: StreamKey | None = None
         self._branches: dict[int, tuple[Message, Branch]] = {}
         self._next_id = 1
@@ -118,6 +121,27 @@ class ChatModel(GenerationMixin):
             return self.store.model_precisions.get(self.model_name)
         found = self._branches.get(stream[1])
         return found[1].precision if found is not None else None
+
+    def origin_of(self, stream: StreamKey | None) -> ReplyOrigin:
+        """What wrote a reply (``app.model.reply_origin``): a saved branch's own record, a
+        reply being written the loaded model's; every view labels the reply by it."""
+        if stream is None:
+            return ReplyOrigin()
+        steps = self.steps_of(stream) or ()
+        if stream[0] == "reply":
+            store, name = self.store, self.model_name
+            return ReplyOrigin.of(
+                name,
+                store.model_sources.get(name),
+                store.model_precisions.get(name),
+                store.model_backends.get(name),
+                steps,
+            )
+        found = self._branches.get(stream[1])
+        if found is None:
+            return ReplyOrigin()
+        branch = found[1]
+        return ReplyOrigin.of(branch.model, branch.model_source, branch.precision, branch.backend, steps)
 
     def last_assistant(self) -> Message | None:
         index = last_assistant_index(self.thread)
@@ -209,10 +233,17 @@ class ChatModel(GenerationMixin):
     def _index_branches(self) -> None:
         self._branches = {b.id: (m, b) for m in self.thread for b in m.branches}
 
-    def _refresh(self) -> None:
-        """Rebuild the entries (cheap: no token is copied), then keep the selection valid."""
+    def _refresh(self, followed_gone: bool = False) -> None:
+        """Rebuild the entries (cheap: no token is copied), then keep the selection valid.
+        ``followed_gone``: the reply being followed ended without a token (cancelled in its
+        prefill, refused): nothing is selected, rather than an earlier reply's last token."""
         self.entries = build_entries(
-            self.thread, self.replies.values(), self.runs, self.system_prompt.strip(), self.welcome_state
+            self.thread,
+            self.replies.values(),
+            self.runs,
+            self.system_prompt.strip(),
+            self.welcome_state,
+            self.unanswered,
         )
         self.events.entries_changed()
         selection = self.selection
@@ -222,7 +253,9 @@ class ChatModel(GenerationMixin):
                 selection = None
         if self.follow_latest or selection is None:
             followed = self._followed
-            selection = latest_token(self.entries, lambda s: s == followed) or latest_token(self.entries)
+            selection = latest_token(self.entries, lambda s: s == followed)
+            if selection is None and not followed_gone:
+                selection = latest_token(self.entries)
         self._set_selection(selection)
 
     # Conversations -------------------------------------------------------------------------
@@ -237,6 +270,7 @@ class ChatModel(GenerationMixin):
         self.system_prompt = conversation.system_prompt
         self.thread = self.store.thread(conversation_id)
         self._index_branches()
+        self.unanswered = {}
         self.runs = {}
         for run in self.store.compare_runs(conversation_id):
             for column in run.columns:
@@ -250,6 +284,7 @@ class ChatModel(GenerationMixin):
         self.stop()
         self.conversation = None
         self.thread, self.runs, self._branches = [], {}, {}
+        self.unanswered = {}
         self.selection, self.follow_latest, self._followed = None, True, None
         self.events.conversation_changed(None)
         self._refresh()

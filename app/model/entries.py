@@ -27,6 +27,11 @@ WELCOME = "\n".join(
     ]
 )
 PREFIX_CHARS = 160
+CANCELLED_EARLY = "cancelled before the first token"
+"""A reply stopped during its prompt's prefill: nothing to keep, but the chat says so."""
+REFUSED = "not started: the request was refused"
+NO_REPLY = "no reply: stopped before its first token"
+"""A turn saved without a reply (a reply cancelled, refused or killed before its first token)."""
 
 
 @dataclass(eq=False)
@@ -146,9 +151,13 @@ def build_entries(
     runs_by_branch: dict[int, CompareRun],
     system: str,
     welcome_state: str,
+    unanswered: dict[int, str] | None = None,
 ) -> list[ChatEntry]:
     """One entry per shown message; a reply being written replaces its message's branch,
-    a compare run not yet decided shows its columns side by side."""
+    a compare run not yet decided shows its columns side by side. ``unanswered``: why the
+    last reply started for a message left no branch (a message id's note, e.g.
+    :data:`CANCELLED_EARLY`); an assistant message without any branch says so too."""
+    unanswered = unanswered or {}
     replies = list(replies)
     entries = []
     if not thread and not replies:
@@ -184,7 +193,9 @@ def build_entries(
             )
             continue
         branch = message.branch
-        if branch is None:
+        if branch is None:  # no token to show, but a trace of the reply that did not come
+            note = f"[{unanswered.get(message.id, NO_REPLY)}]"
+            entries.append(ChatEntry("assistant", note=note, key=key, message_id=message.id, branches=0))
             continue
         run = runs_by_branch.get(branch.id)
         if run is not None and run.kept is None:
@@ -193,6 +204,9 @@ def build_entries(
         kept = ""
         if run is not None and run.kept is not None:
             kept = f"kept {run.label(run.kept)} of {len(run.columns)} settings"
+        note = _note(branch.finish_reason)
+        if message.id in unanswered:  # a new reply (regenerated, continued) that did not come
+            note = f"{note} [new reply {unanswered[message.id]}]".strip()
         entries.append(
             ChatEntry(
                 "assistant",
@@ -200,7 +214,7 @@ def build_entries(
                 branch.steps,
                 message.active,
                 count,
-                note=_note(branch.finish_reason),
+                note=note,
                 key=key,
                 stream=branch_key(branch.id),
                 message_id=message.id,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from app.model.entries import CANCELLED_EARLY, REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
@@ -130,9 +131,12 @@ class GenerationMixin:
         if reply is not None:
             reply.request_id = request_id
             if reply.run is None or reply.column == 0:
-                # A server does not say how it tokenized the prompt (0): not reported, not 0.
-                words = f"{prompt_tokens} tokens" if prompt_tokens > 0 else "tokens not reported by the server"
-                self.events.status(f"Prompt: {words}")
+                # A server does not say how it tokenized the prompt (0): not reported, not 0. The
+                # local engine's 0 is a scored text's, whose prompt is read with it: no words.
+                if prompt_tokens > 0:
+                    self.events.status(f"Prompt: {prompt_tokens} tokens")
+                elif self.origin_of(reply.key).remote:
+                    self.events.status("Prompt: tokens not reported by the server")
 
     def on_job_rejected(self: ChatModel, tag: int, exc: BaseException) -> None:
         reply = self.replies.pop(tag, None)
@@ -142,7 +146,8 @@ class GenerationMixin:
             for column in reply.run.columns:
                 self.replies.pop(column.stream[1], None)
             self.live_runs.pop(reply.run.group, None)
-        self._refresh()
+        self.unanswered[reply.message_id] = REFUSED
+        self._refresh_after_end()
         self.events.busy_changed(self.busy())
         self.events.errored(exc)
 
@@ -183,12 +188,27 @@ class GenerationMixin:
             del self.replies[tag]
             if reply.new_steps or finished.finish_reason != FinishReason.CANCELLED:
                 self._save_reply(reply, finished)
-            elif self.journal is not None:
-                self.journal.dropped(reply.id)
+            else:
+                self._drop(reply)
         elif all(self.replies[c.stream[1]].finished is not None for c in reply.run.columns):
             self._save_run(reply.run)
-        self._refresh()
+        self._refresh_after_end()
         self.events.busy_changed(self.busy())
+
+    def _drop(self: ChatModel, reply: Reply) -> None:
+        """A reply cancelled before its first new token: nothing is saved, the chat says so."""
+        self.unanswered[reply.message_id] = CANCELLED_EARLY
+        if self.journal is not None:
+            self.journal.dropped(reply.id)
+
+    def _refresh_after_end(self: ChatModel) -> None:
+        """Redraw after a reply ended; one followed that left nothing (no token, no branch)
+        leaves nothing selected: the inspector must not go on showing an older reply's token."""
+        followed = self._followed
+        gone = followed is not None and followed[0] == "reply" and followed[1] not in self.replies
+        self._refresh(followed_gone=gone)
+        if gone:
+            self._followed = None  # from now on, the latest token is followed again
 
     # Internals ----------------------------------------------------------------------------------
 
@@ -283,6 +303,7 @@ class GenerationMixin:
         if self.journal is not None:
             self.journal.saved(reply.id, branch.id)
         self._write_steps(branch.id, reply.steps)
+        self.unanswered.pop(reply.message_id, None)
         message = self._message(reply.message_id)
         if message is not None:
             message.branches.append(branch)
@@ -297,9 +318,8 @@ class GenerationMixin:
         self.live_runs.pop(run.group, None)
         run.group = None
         if all(not r.new_steps and r.finished.finish_reason == FinishReason.CANCELLED for r in replies):
-            if self.journal is not None:
-                for reply in replies:
-                    self.journal.dropped(reply.id)
+            for reply in replies:
+                self._drop(reply)
             return
         columns = [
             (c, r.steps, r.finished.text, r.finished.finish_reason) for c, r in zip(run.columns, replies, strict=True)
@@ -307,6 +327,7 @@ class GenerationMixin:
         run.id, branches = self.store.add_compare_run(
             run.message_id, columns, self.model_name, run.prefix_tokens, run.divergence, steps_later=True
         )
+        self.unanswered.pop(run.message_id, None)
         message = self._message(run.message_id)
         for branch, reply in zip(branches, replies, strict=True):
             if self.journal is not None:

@@ -36,6 +36,14 @@ COUNT_NOTE = (
     "too, so a token can be penalized before the reply ever wrote it."
 )
 PENALTY_NOTE = "penalty: the change of the logit made by the penalties stage (repetition, presence, frequency)."
+DRY_NOTE = (
+    "dry: the change of the logit made by the dry stage: a token that would extend a repeat "
+    "loses multiplier · base^(length − allowed length)."
+)
+TEMPERATURE_NOTE = (
+    "temperature divides every logit by T rather than shifting some: its effect is in the "
+    "Chain tab's temperature column."
+)
 
 
 def _value(name: str, value: Any) -> str:

@@ -33,6 +33,7 @@ a layer's top 20 is drawn as below the 20th there. Twenty, not a hundred: the ti
 keeps every token's layers (``(L + 1) × TOP`` pairs each)."""
 NO_MODEL = "No model is loaded: the logit lens reads the running model's own layers."
 SELECT = "Select a token of a reply or a scored text: what each layer would have predicted there shows here."
+WAITS_FOR_REPLY = "waits for the reply being written: a reply goes first, the read-out starts when it ends."
 RUNNING_EVERY = "The logit lens of every token of a reply is being read: Cancel (or Esc) stops it."
 CANCELLED = "Cancelled."
 

@@ -1,5 +1,6 @@
 """The model in use, from the app's side (no Qt): where it was asked to load from, what the
-worker reported once it loaded, and the status bar's words for it.
+worker reported once it loaded, the status bar's words for it, and the welcome's once it is
+ready.
 
 The shell's :class:`app.shell.model_loading.ModelLoader` updates it; the window and the
 rest of the shell read it (``MainWindow.model_info`` and ``model_source`` are its fields).
@@ -19,3 +20,12 @@ class ModelInUse:
     """The worker's ``ModelInfo`` of the model loaded; None until one has loaded."""
     label: str = "No model"
     """The status bar's words for the model in use (kept when a later load fails)."""
+
+
+def ready_words(info: Any, question: bool) -> str:
+    """The chat's welcome once ``info``'s model is ready: Enter sends "the question below" only
+    while the message box holds one (``question``); after a new chat the box is empty."""
+    name = f"{info.name} on {info.source}" if not info.capabilities.load_files else info.name
+    if question:
+        return f"{name} is ready: press Enter to send the question below."
+    return f"{name} is ready: type a message below and press Enter to send it."

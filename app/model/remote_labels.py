@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from engine.events import Candidate, TokenStep, same_token
 
 NOT_REPORTED = "not reported"
+REPORTS = "server reports: "
 STAGE_CHOICES = ("auto", "raw", "penalties", "final", "sglang")
 STAGE_WORDS = {
     "raw": "raw (the model's logits)",
@@ -53,7 +54,7 @@ def stage_label(info) -> str:
     if not reports_one_stage(info):
         return ""
     how = f"detected for {server_title(info.server)}" if info.stage_detected else "assumed — set it in Connect…"
-    return f"server reports: {info.reported_stage} ({how})"
+    return f"{REPORTS}{info.reported_stage} ({how})"
 
 
 def server_title(kind: str) -> str:
@@ -63,6 +64,23 @@ def server_title(kind: str) -> str:
 def status_text(info) -> str:
     """The status bar's model label for a remote model."""
     return f"{info.name} @ {info.source} · {stage_label(info)}"
+
+
+def label_forms(label: str) -> list[str]:
+    """``label`` and shorter forms of it, longest first, for where it does not fit. A
+    server's label keeps its stage to the last (``server reports: penalties``): first goes
+    how the stage was found, then the server's address, then the model's name."""
+    head, marker, stage = label.rpartition(REPORTS)
+    if not marker:
+        return [label]
+    short = REPORTS + stage.split(" (", 1)[0]
+    head = head.removesuffix(" · ")
+    forms = [label]
+    if head:
+        name = head.split(" @ ", 1)[0]
+        forms += [f"{head} · {short}", f"{name} · {short}"]
+    forms.append(short)
+    return [form for i, form in enumerate(forms) if form not in forms[:i]]
 
 
 def step_stage_label(step: TokenStep) -> str:

@@ -11,6 +11,7 @@ to the conversation.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.model.jobs import Messages
@@ -49,12 +50,45 @@ class ReplayRun:
 
 
 SCORE_LABEL = "Scored text: "
+IMPORTED_LABEL = "(scored text)"
+"""The user turn of an imported scored text that answered no prompt (``app.store.export_store``)."""
+
+
+def is_scored(step: TokenStep) -> bool:
+    """A token of a scored text (given, not drawn; ``rank`` is set only there)."""
+    return step.rank is not None
+
+
+def shading_logprob(step: TokenStep) -> float | None:
+    """What the chat shades a token by: for a scored text the raw model distribution, the
+    one its perplexity and surprisal come from (after the whole chain, XTC's coin and
+    truncations would read a likely token as impossible); for a drawn token the
+    distribution it was drawn from (after the last stage)."""
+    return step.raw_logprob if is_scored(step) else step.logprob
+
+
+def shown_kinds(entries: Iterable) -> tuple[bool, bool]:
+    """Whether the chat's ``entries`` hold (scored tokens, drawn tokens): the colour legend
+    names the distribution of each kind shown."""
+    scored = drawn = False
+    for entry in entries:
+        for steps in [entry.steps, *(c.steps for c in entry.columns)]:
+            # A branch continued from a scored text: its scored tokens first, drawn ones after.
+            for step in steps[:1] + steps[-1:]:
+                scored |= is_scored(step)
+                drawn |= not is_scored(step)
+    return scored, drawn
 
 
 def score_label(text: str) -> str:
     """The user turn of a text scored without a prompt (the one with a prompt is the prompt):
     the start of the text's first line."""
     return SCORE_LABEL + text.strip().splitlines()[0][:50]
+
+
+def score_prompt(user_turn: str) -> str | None:
+    """The prompt a scored text answers, read back from its user turn (None: scored without one)."""
+    return None if user_turn.startswith(SCORE_LABEL) or user_turn == IMPORTED_LABEL else user_turn
 
 
 def start_score(model, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:

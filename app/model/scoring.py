@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.model.replay import Replay, compare
-from app.model.scored import ReplayJob, ReplayRun, replay_job, start_score
+from app.model.scored import ReplayJob, ReplayRun, replay_job, score_prompt, start_score
 from app.model.streams import Reply, StreamKey, TokenRef
 from engine.events import FinishReason, ScoreDone, TokenStep
 from engine.params import SamplingParams
@@ -27,6 +27,13 @@ NOT_SAVED = "Select a token of a saved reply to replay it."
 NO_REPLAY = "Replay a reply first (Chat → Replay under the current settings)."
 NO_IDS = "The selected reply came from a server that did not report its token ids: it cannot be replayed."
 EXPORTS = ("reply", "conversation", "compare", "scored")
+EXPORT_NEEDS = {
+    "reply": "Select a token of a saved reply first.",
+    "conversation": "Open or start a conversation first.",
+    "compare": "Select a token of a saved compare run first.",
+    "scored": "Select a token of a scored text first (File → Score text…).",
+}
+"""Why File → Export ``what`` is not offered now (its tooltip while disabled)."""
 
 
 def score_words(done: ScoreDone) -> str:
@@ -38,11 +45,15 @@ def score_words(done: ScoreDone) -> str:
 
 
 def replay_words(result: Replay) -> str:
+    """What a replay found, said when it finishes (the status bar, the timeline's legend):
+    at how many of the reply's tokens the new settings' most likely token is the original
+    settings', at how many it is not, and how many of the reply's tokens they would remove."""
+    total, differs, removed = len(result.steps), len(result.differs), len(result.removed)
     first = result.first_change
-    where = "nowhere" if first is None else f"first at token {first}"
+    where = "no change" if first is None else f"first change at token {first}"
     return (
-        f"Replay: removed {len(result.removed)} tokens, most likely token differs at "
-        f"{len(result.differs)} positions ({where})."
+        f"Replay finished: same most likely token at {total - differs} of {total} tokens, "
+        f"differs at {differs}, removed {removed} ({where})."
     )
 
 
@@ -50,9 +61,16 @@ class Scoring:
     def __init__(self, model: ChatModel, in_use: ModelInUse) -> None:
         self.model, self.in_use = model, in_use
         self.last_done: ScoreDone | None = None
+        self.done_of: dict[StreamKey, ScoreDone] = {}
+        """Each scored text's own ``ScoreDone`` (by its stream, renamed once it is saved)."""
         self.replay: ReplayRun | None = None
         self.result: Replay | None = None
         self.score_tags: set[int] = set()
+        model.events.stream_renamed.connect(self._on_renamed)
+
+    def _on_renamed(self, old: StreamKey, new: StreamKey) -> None:
+        if old in self.done_of:
+            self.done_of[new] = self.done_of.pop(old)
 
     # Score text ------------------------------------------------------------------------------
 
@@ -85,6 +103,7 @@ class Scoring:
             self.replay.done = done
             return False
         self.last_done = done
+        self.done_of[("reply", tag)] = done
         return True
 
     # Replay --------------------------------------------------------------------------------
@@ -143,34 +162,40 @@ class Scoring:
 
     # Exports -------------------------------------------------------------------------------
 
-    def export_data(self, what: str) -> ExportData | None:
-        """What File → Export ``what`` writes (one of :data:`EXPORTS`), None when nothing fits."""
-        from app.store.export_store import compare_only, from_store, reply_only, scored
+    def export_kinds(self) -> frozenset[str]:
+        """The exports (of :data:`EXPORTS`) that fit the selection now: the open conversation;
+        a saved reply's token: that reply, and its compare run if it is a column of one; a
+        scored text's token: that scored text (not a reply)."""
+        model = self.model
+        kinds = {"conversation"} if model.conversation is not None else set()
+        stream = model.selection[0] if model.selection is not None else None
+        if stream is None or stream[0] != "branch":
+            return frozenset(kinds)
+        if self.scored_steps() is not None:
+            kinds.add("scored")
+        else:
+            kinds.add("reply")
+            run = model.run_of(stream)
+            if run is not None and run.id is not None:
+                kinds.add("compare")
+        return frozenset(kinds)
 
-        model, source_now = self.model, self.in_use.source
-        if what == "scored" or (what == "reply" and self._selected_is_scored()):
-            steps = model.steps_of(model.selection[0]) if model.selection else None
-            message = model.message_of(model.selection[0]) if model.selection else None
-            if not steps or message is None:
-                return None
-            branch = message.branch
-            if branch is not None:
-                source = {"name": branch.model, "source": branch.model_source or source_now}
-                source["precision"] = branch.precision
-            else:
-                info = self.in_use.info
-                source = {"name": model.model_name, "source": source_now}
-                source["precision"] = (info.precision or None) if info is not None else None
-            params = steps[0].params
-            return scored(message.branch.text if message.branch else "", None, params, steps, self.last_done, source)
-        if model.conversation is None:
+    def export_data(self, what: str) -> ExportData | None:
+        """What File → Export ``what`` writes (one of :data:`EXPORTS`): the selected thing,
+        None when the selection is not of that kind (:meth:`export_kinds`)."""
+        from app.store.export_store import compare_only, from_store, reply_only
+
+        model = self.model
+        if what not in self.export_kinds():
             return None
-        data = from_store(model.store, model.conversation.id, source_now)
+        if what == "scored":
+            return self._scored_data(model.selection[0])
+        model.background.wait()  # a reply's steps reach the store once serialized
+        # The journal holds only what is being written now: the start recovered the rest.
+        data = from_store(model.store, model.conversation.id, self.in_use.source, journal=False)
         if what == "conversation":
             return data
-        stream: StreamKey | None = model.selection[0] if model.selection else None
-        if stream is None or stream[0] != "branch":
-            return None
+        stream: StreamKey = model.selection[0]
         for i, m in enumerate(
             model.store.db.execute(
                 "SELECT id FROM messages WHERE conversation_id = ? ORDER BY id", (model.conversation.id,)
@@ -188,12 +213,23 @@ class Scoring:
                 return reply_only(data, i, j)
         return None
 
-    def _selected_is_scored(self) -> bool:
+    def _scored_data(self, stream: StreamKey) -> ExportData | None:
+        """The selected scored text: its own text, the prompt it was scored as the reply to,
+        its steps and its own ``ScoreDone`` (None: not scored in this session)."""
+        from app.store.export_store import scored
+
         model = self.model
-        message = model.message_of(model.selection[0]) if model.selection else None
-        return (
-            message is not None and message.branch is not None and message.branch.finish_reason == FinishReason.SCORED
-        )
+        message = model.message_of(stream)
+        branch = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
+        if branch is None or not branch.steps:
+            return None
+        index = model.thread.index(message)
+        user = model.thread[index - 1] if index > 0 and model.thread[index - 1].role == "user" else None
+        source = {"name": branch.model, "source": branch.model_source or self.in_use.source}
+        source["precision"], source["backend"] = branch.precision, branch.backend
+        prompt = score_prompt(user.content) if user is not None else None
+        done, interrupted = self.done_of.get(stream), branch.finish_reason == FinishReason.INTERRUPTED
+        return scored(branch.text, prompt, branch.steps[0].params, branch.steps, done, source, interrupted)
 
     def export(self, what: str, path: str | Path, data: ExportData | None = None) -> Path | None:
         """Write File → Export ``what`` (or ``data``, its :meth:`export_data` read before) to

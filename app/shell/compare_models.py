@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog, QLabel, QMenu
+from PySide6.QtWidgets import QLabel, QMenu
 
 from app.model.model_compare import CompareJob, CompareSettings, Comparison, ModelComparisons
 from app.model.precision import model_label
 from app.shell.compare_runner import CompareRunner
 from app.shell.worker import describe
 from app.views.compare_dialog import CompareModelsDialog
+from app.views.file_dialogs import EXPORTS
 from app.views.kld_timeline import KldRow
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ class CompareModels(QObject):
         if self.dialog is not None:  # one at a time (nothing runs: unavailable() says so)
             self.dialog.close()
             self.dialog.deleteLater()
-        self.dialog = CompareModelsDialog(label, sources, precision, self.window, running_precision=info.precision)
+        self.dialog = CompareModelsDialog(
+            label, sources, precision, self.window, running_precision=info.precision, folders=self.window.folders
+        )
         self.dialog.compare_requested.connect(self.start)
         self.dialog.cancel_requested.connect(self.cancel)
         self.dialog.export_requested.connect(lambda: self.export(self.last))
@@ -106,7 +109,8 @@ class CompareModels(QObject):
             return None
         if self.dialog is not None:
             self.dialog.show_started(settings)
-        self._status_progress(0, 0, f"Loading {settings.words()} to compare… (Esc stops)")
+        waits = "Waiting for the reply being written, then loading" if self.window.busy() else "Loading"
+        self._status_progress(0, 0, f"{waits} {settings.words()} to compare… (Esc stops)")
         collect_here()
         self.request_start.emit(job)
         return job
@@ -230,8 +234,8 @@ class CompareModels(QObject):
             self.window.status.show_message(NOTHING_TO_EXPORT, 8000)
             return None
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, "Export the comparison", "compare.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
+            path = self.window.folders.save_file(
+                self.window, EXPORTS, "Export the comparison", "compare.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
             )
             if not path:
                 return None

@@ -3,7 +3,11 @@
 Qt's main window keeps its docks' sizes when the window shrinks and takes the difference
 from the central widget, so on a small window the chat was squeezed to a strip while the
 docks kept their width. Each part now has a minimum under which it stops being usable; the
-chat's is the largest, so the docks give way first, down to their own minimums.
+chat's is the largest, so the docks give way first, down to their own minimums. On a short
+window the timeline gives way too, down to its minimum, before the chat's text area goes
+below ``CHAT_TEXT_HEIGHT``; a row added to the timeline (a scored text's surprisal, …)
+makes it taller by the row's height where the window has room, and shorter again when
+the row goes.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ if TYPE_CHECKING:
 
 INSPECTOR_WIDTH, TIMELINE_HEIGHT = 600, 200  # the default sizes (at the default 1400×860)
 INSPECTOR_MIN_WIDTH = 260  # its table's token and two probability columns
-SAMPLING_MIN_WIDTH = 170
-TIMELINE_MIN_HEIGHT = 140  # both plots with their axes
+SAMPLING_MIN_WIDTH = 170  # its fields go under their labels: no sideways scrolling
+TIMELINE_MIN_HEIGHT = 100  # at least; the timeline's own minimum follows its rows (app/views/timeline_rows.py)
+CHAT_TEXT_HEIGHT = 250  # the timeline gives way before the chat's text area goes below this
 WINDOW_MIN = (800, 560)  # the three minimum widths above and the chat's, side by side
 
 
@@ -48,7 +53,6 @@ def fit_sampling_minimum(window: MainWindow, window_width: int) -> bool:
 def set_minimum_sizes(window: MainWindow) -> None:
     window.inspector.setMinimumWidth(INSPECTOR_MIN_WIDTH)
     window.panel.setMinimumWidth(SAMPLING_MIN_WIDTH)
-    window.timeline.setMinimumHeight(TIMELINE_MIN_HEIGHT)
     window.setMinimumSize(*WINDOW_MIN)
 
 
@@ -99,9 +103,12 @@ class DockMemory(QObject):
         self.wanted: dict[QDockWidget, int] = {}
         self.window_size = QSize()
         self._adjusting = False
+        self.timeline_rows = window.timeline.rows.count
+        self.grown: list[int] = []  # what each row added to the timeline made it taller by
         for dock in self.docks:
             dock.installEventFilter(self)
         window.installEventFilter(self)
+        window.timeline.rows_changed.connect(self.rows_changed)
 
     def extent(self, dock: QDockWidget) -> tuple[int, Qt.Orientation]:
         area = self.window.dockWidgetArea(dock)
@@ -109,7 +116,12 @@ class DockMemory(QObject):
             return dock.height(), Qt.Orientation.Vertical
         return dock.width(), Qt.Orientation.Horizontal
 
+    def docked(self, dock: QDockWidget) -> bool:
+        return not dock.isFloating() and not dock.isHidden()
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.window and event.type() == QEvent.Type.Show:
+            self.fit_chat()  # laid out for the first time: a short window's chat gets its room
         if event.type() != QEvent.Type.Resize:
             return False
         if watched is self.window:
@@ -120,9 +132,10 @@ class DockMemory(QObject):
                 self.remember()
             elif old.isValid() and (old.width() < new.width() or old.height() < new.height()):
                 self.give_back()
+            self.fit_chat()
         elif self.window.size() == self.window_size and not self._adjusting:
             dock = watched
-            if isinstance(dock, QDockWidget) and not dock.isFloating() and not dock.isHidden():
+            if isinstance(dock, QDockWidget) and self.docked(dock):
                 size, along = self.extent(dock)
                 hint = dock.minimumSizeHint()
                 # At its minimum a dock was squeezed (a layout after a new minimum width),
@@ -133,8 +146,18 @@ class DockMemory(QObject):
 
     def remember(self) -> None:
         for dock in self.docks:
-            if not dock.isFloating() and not dock.isHidden():
+            if self.docked(dock):
                 self.wanted[dock] = self.extent(dock)[0]
+
+    def resize(self, docks: list[QDockWidget], sizes: list[int], orientation: Qt.Orientation) -> None:
+        """Resize docks now, as the layout's doing (not remembered as the user's sizes)."""
+        self._adjusting = True
+        try:
+            self.window.resizeDocks(docks, sizes, orientation)
+            # Lay out now, so the docks' resizes are known as ours, not the user's.
+            QApplication.sendPostedEvents(self.window, QEvent.Type.LayoutRequest)
+        finally:
+            self._adjusting = False
 
     def give_back(self) -> None:
         for orientation in (Qt.Orientation.Horizontal, Qt.Orientation.Vertical):
@@ -142,13 +165,38 @@ class DockMemory(QObject):
             for dock in self.docks:
                 size, along = self.extent(dock)
                 wanted = self.wanted.get(dock, 0)
-                if along == orientation and not dock.isFloating() and not dock.isHidden() and size < wanted:
+                if along == orientation and self.docked(dock) and size < wanted:
                     short.append((dock, wanted))
             if short:
-                self._adjusting = True
-                try:
-                    self.window.resizeDocks([d for d, _ in short], [w for _, w in short], orientation)
-                    # Lay out now, so the docks' resizes are known as ours, not the user's.
-                    QApplication.sendPostedEvents(self.window, QEvent.Type.LayoutRequest)
-                finally:
-                    self._adjusting = False
+                self.resize([d for d, _ in short], [w for _, w in short], orientation)
+
+    def fit_chat(self) -> None:
+        """On a short window the timeline gives way, down to its minimum, before the chat's
+        text area goes below ``CHAT_TEXT_HEIGHT`` (its wanted size stays for a taller one)."""
+        dock = self.window.timeline_dock
+        short = CHAT_TEXT_HEIGHT - self.window.chat.height()
+        size, along = self.extent(dock)
+        if short <= 0 or along != Qt.Orientation.Vertical or not self.docked(dock) or not self.window.isVisible():
+            return
+        target = max(dock.minimumSizeHint().height(), size - short)
+        if target < size:
+            self.resize([dock], [target], along)
+
+    def rows_changed(self, count: int) -> None:
+        """A row added to the timeline makes it taller by a row's height (as far as the
+        window has room); a row gone gives back what its coming took."""
+        added, self.timeline_rows = count - self.timeline_rows, count
+        dock = self.window.timeline_dock
+        size, along = self.extent(dock)
+        if added == 0 or along != Qt.Orientation.Vertical or not self.docked(dock):
+            return
+        if added > 0:
+            self.resize([dock], [size + added * self.window.timeline.rows.roomy_row_height()], along)
+            grown = max(self.extent(dock)[0] - size, 0)
+            self.grown += [grown // added] * added
+        else:
+            given = sum(self.grown.pop() for _ in range(min(-added, len(self.grown))))
+            self.resize([dock], [size - given], along)
+            grown = -given
+        if dock in self.wanted:
+            self.wanted[dock] += grown

@@ -1,7 +1,8 @@
-"""The app's log file: uncaught exceptions (any thread), Qt's warnings and the app's own
-notes, in ``platformdirs.user_log_dir("logitscope")/logitscope.log`` (``LOGITSCOPE_LOG_DIR``
-overrides the folder: tests, portable installs). Each start appends a header with the
-app's version, Python, Qt, the platform and the model; Help → Show log opens it.
+"""The app's log file: uncaught exceptions (any thread), Qt's warnings, every error the
+user is shown (model loads that failed, a server's errors) and the app's own notes, in
+``platformdirs.user_log_dir("logitscope")/logitscope.log`` (``LOGITSCOPE_LOG_DIR`` overrides
+the folder: tests, portable installs). Each start appends a header with the app's version,
+Python, Qt, the platform and the model; Help → Show log opens it.
 """
 
 from __future__ import annotations
@@ -124,6 +125,16 @@ def uninstall() -> None:
 def note_model(name: str, source: str) -> None:
     if _installed:
         log.info("model loaded: %s (%s)", name, source)
+
+
+def note_error(message: str, exc: BaseException | None = None) -> None:
+    """An error the user is shown (a dialog, a dialog's own message): the same words in the
+    log, one line (its line breaks folded), with the exception's traceback where it has one."""
+    if not _installed:
+        return
+    words = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    trace = (type(exc), exc, exc.__traceback__) if exc is not None and exc.__traceback__ is not None else None
+    log.error("%s", words, exc_info=trace)
 
 
 def show_log(parent=None):

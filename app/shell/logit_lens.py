@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog, QMenu
+from PySide6.QtWidgets import QMenu
 
-from app.model.logit_lens import CANCELLED, RUNNING_EVERY, LensJob, LogitLens
+from app.model.logit_lens import CANCELLED, RUNNING_EVERY, WAITS_FOR_REPLY, LensJob, LogitLens
 from app.shell.lens_runner import LensRunner
 from app.shell.worker import describe
 from app.store.export_lens import lens_records, write_lens
+from app.views.file_dialogs import EXPORTS
 from app.views.inspector import LAYERS_TAB
 from app.views.lens_timeline import DecidedRow
 
@@ -202,7 +203,9 @@ class LogitLensController(QObject):
         running = lens.running
         if running is not None and (running.every or lens.covers(stream, index)):
             done, total = lens.progress()
-            if not running.every:
+            if self.window.busy():  # the worker runs the job's pieces once the reply has ended
+                view.show_busy(f"<b>Token {index}</b>: {WAITS_FOR_REPLY}", done, total or 1)
+            elif not running.every:
                 view.show_busy(f"<b>Token {index}</b>: reading it through every layer…", 0, 1)
             elif lens.covers(stream, index):
                 view.show_busy(
@@ -224,8 +227,8 @@ class LogitLensController(QObject):
             self.window.status.show_message(NOTHING_TO_EXPORT, 8000)
             return None
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
+            path = self.window.folders.save_file(
+                self.window, EXPORTS, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
             )
             if not path:
                 return None

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox
+from PySide6.QtWidgets import QInputDialog, QMenu, QMessageBox
 
+from app.model.conversation_labels import conversation_label, conversation_tooltip
 from app.shell.compare_models import add_compare_action
 from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
 from app.shell.layout import reset_layout
@@ -17,6 +18,7 @@ from app.shell.logit_lens import add_lens_action
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
 from app.shell.recovery import continue_interrupted
 from app.shell.score_dialog import add_chat_actions, add_file_actions
+from app.views.file_dialogs import MODELS
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow
@@ -44,6 +46,7 @@ class Menus:
         self.kv_cache: KVCacheMenu | None = None
         self.compare_action: QAction | None = None
         self.lens_action: QAction | None = None
+        self.export_actions: dict[str, QAction] = {}
         self.delete_box: QMessageBox | None = None
         self.log_dialog = None
 
@@ -58,7 +61,8 @@ def build_menus(window: MainWindow) -> Menus:
     menus.conversations_menu.aboutToShow.connect(lambda: fill_conversations(window, menus.conversations_menu))
     delete = _action(window, file_menu, "Delete this conversation…", lambda: confirm_delete(window, menus))
     file_menu.aboutToShow.connect(lambda: delete.setEnabled(window.model.conversation is not None))
-    add_file_actions(window, file_menu)  # Score text, Open export, Export (app/shell/score_dialog.py)
+    # Score text, Open export, Export (app/shell/score_dialog.py)
+    menus.export_actions = add_file_actions(window, file_menu)
     file_menu.addSeparator()
     _action(window, file_menu, "Quit", window.close, QKeySequence.StandardKey.Quit)
 
@@ -119,11 +123,14 @@ def build_menus(window: MainWindow) -> Menus:
 
 def fill_conversations(window: MainWindow, menu: QMenu) -> None:
     menu.clear()
-    conversations = window.store.conversations()[:30]
+    conversations = window.store.conversation_list(30)
     if not conversations:  # an empty submenu looks broken: say why it is empty
         menu.addAction("No conversations").setEnabled(False)
+    menu.setToolTipsVisible(True)
     for conversation in conversations:
-        action = menu.addAction(conversation.title)
+        # Titles repeat (the first question): when, which model and how long tell them apart.
+        action = menu.addAction(conversation_label(conversation))
+        action.setToolTip(conversation_tooltip(conversation))
         action.triggered.connect(lambda _=False, c=conversation.id: window.open_conversation(c))
 
 
@@ -169,13 +176,13 @@ def fill_recent(window: MainWindow, menu: QMenu) -> None:
 
 
 def open_folder(window: MainWindow) -> None:
-    folder = QFileDialog.getExistingDirectory(window, "Open mlx-lm model folder")
+    folder = window.folders.open_folder(window, MODELS, "Open mlx-lm model folder")
     if folder:
         window.load_model(folder)
 
 
 def open_gguf(window: MainWindow) -> None:
-    path, _ = QFileDialog.getOpenFileName(window, "Open GGUF file", "", "GGUF models (*.gguf)")
+    path = window.folders.open_file(window, MODELS, "Open GGUF file", "GGUF models (*.gguf)")
     if path:
         window.load_model(path)
 

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QAbstractButton, QMessageBox
 
+from app.model.model_in_use import ready_words
 from app.model.precision import model_label
 from app.shell.kv_cache_menu import revert_after_failure, update_kv_cache_menu
-from app.shell.logging_setup import note_model
+from app.shell.logging_setup import note_error, note_model
 from app.shell.menus import recent_models
 from app.shell.precision_menu import update_precision_menu
 from app.shell.worker import describe
@@ -52,6 +53,8 @@ class ModelLoader(QObject):
         worker.model_failed.connect(self._on_failed)
         worker.job_finished.connect(self._on_job_finished)
         window.model.events.busy_changed.connect(self._on_busy_changed)
+        # The welcome speaks of "the question below" only while the message box holds one.
+        window.composer.textChanged.connect(self.refresh_welcome)
 
     # Requests ---------------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class ModelLoader(QObject):
 
     def _on_loaded(self, info) -> None:
         from app.model.remote_labels import reports_one_stage, status_text
+        from app.model.reply_origin import backend_of
 
         window = self.window
         self.in_use.info = info
@@ -131,27 +135,33 @@ class ModelLoader(QObject):
         window.model.server = info.server  # what a server cannot apply is refused before a send
         window.panel.set_server(info.server)
         note_model(info.name, info.source)
-        # Replies saved from now on record where the model came from and what it computes in.
-        window.store.note_model(info.name, info.source, info.precision)
+        # Replies saved from now on record where the model came from, what it computes in and
+        # on which backend: the views label each reply by those, not by the model loaded now.
+        window.store.note_model(info.name, info.source, info.precision, backend_of(info))
         remote = reports_one_stage(info)
         self.in_use.label = status_text(info) if remote else model_label(info)
         update_precision_menu(window)
         update_kv_cache_menu(window)
         window.status.model_ready(self.in_use.label, f"Loaded {info.name}")
-        window.inspector.remote_info = info if remote else None
-        window.timeline.prob_plot.setTitle(status_text(info).split(" · ", 1)[1] if remote else None)
-        window.timeline.entropy_plot.setTitle("entropy: not reported by the server" if remote else None)
         if not info.capabilities.load_files:
             # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            window.model.set_welcome_state(f"{info.name} on {info.source} is ready: press Enter to send.")
+            self.refresh_welcome()
             if info.server_note:  # connected all the same (the model as typed): say what failed
                 window.status.show_message(f"Connected to {info.source}, but {info.server_note}", 20_000)
             return
         window.settings.setValue("model", info.source)
         recent = [info.source] + [r for r in recent_models(window) if r != info.source]
         window.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
-        window.model.set_welcome_state(f"{info.name} is ready: press Enter to send the question below.")
+        self.refresh_welcome()
+
+    def refresh_welcome(self) -> None:
+        """The welcome's words for the model in use and what the message box holds now."""
+        if self.in_use.info is None:
+            return
+        words = ready_words(self.in_use.info, bool(self.window.composer.toPlainText().strip()))
+        if words != self.window.model.welcome_state:  # not at every keystroke: a redraw each time
+            self.window.model.set_welcome_state(words)
 
     def _on_failed(self, source: str, exc: BaseException) -> None:
         window = self.window
@@ -160,7 +170,7 @@ class ModelLoader(QObject):
         revert_after_failure(window, source)  # a refused KV setting: the menu says what runs
         if window.model_info is None:
             window.model.set_welcome_state("No model is loaded: choose one in the Models menu.")
-        window.show_error(f"Could not load {source}.\n\n{describe(exc)}")
+        window.show_error(f"Could not load {source}.\n\n{describe(exc)}", exc)  # logged with its traceback
 
     def _on_job_finished(self, _tag: int, finished) -> None:
         from app.model.remote_labels import NOT_REPORTED
@@ -174,4 +184,6 @@ class ModelLoader(QObject):
         box = getattr(self.window, "error_box", None)
         if box is not None and box.isVisible():
             box.close()  # the model's own "the reply stopped" box: this one says more
+        # The log names the server and the model, which the box leaves to the status bar.
+        note_error(f"server {info.source} (model {info.name}) failed a reply: {finished.error or NOT_REPORTED}")
         self.window.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")

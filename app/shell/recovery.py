@@ -68,6 +68,7 @@ def attach_journal(window: MainWindow) -> JournalRelay:
         on_recovered=relay.recovered.emit,
         sources=window.store.model_sources,
         precisions=window.store.model_precisions,
+        backends=window.store.model_backends,
     )
     window.model.journal = journal
     return relay

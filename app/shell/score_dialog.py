@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDialog, QFileDialog, QLabel, QMenu
+from PySide6.QtWidgets import QDialog, QLabel, QMenu
 
-from app.model.scoring import NO_REPLAY, Scoring, replay_words, score_words
+from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, Scoring, replay_words, score_words
+from app.views.file_dialogs import EXPORTS, PLOTS
 from app.views.plot_export import save_plot
 from app.views.score_views import ReplayOverlay, ScoreTextDialog, SurprisalRow
 from engine.events import ScoreDone, TokenStep
@@ -52,6 +53,9 @@ class ScoreController(QObject):
         self.surprisal = SurprisalRow(window.timeline)
         events = window.model.events
         events.selection_changed.connect(self._on_selection)
+        # A scored text's figures are its conversation's and its model's: gone with either.
+        events.conversation_changed.connect(self._clear_figures)
+        worker.model_loaded.connect(self._clear_figures)  # a slot of this object: queued to the GUI thread
         for name in ("selection_changed", "entries_changed", "stream_renamed"):
             getattr(events, name).connect(lambda *_: self.draw_surprisal())
         self._surprisal_redraws = window.clock.throttler(self.draw_surprisal, 200)
@@ -66,6 +70,10 @@ class ScoreController(QObject):
     surprisal_curve = property(lambda self: self.surprisal.curve)
 
     # Score text ------------------------------------------------------------------------------
+
+    @Slot(object)
+    def _clear_figures(self, _what=None) -> None:
+        self.perplexity_label.setText("")
 
     def score_text(self, text: str, prompt: str | None = None) -> bool:
         if self.window.model_info is None:
@@ -113,8 +121,9 @@ class ScoreController(QObject):
         result = self.scoring.replay_finished(tag)
         if result is None:
             return
-        self.overlay.show(result)
-        self.window.status.show_message(replay_words(result), 10000)
+        words = replay_words(result)
+        self.overlay.show(result, words)  # the legend's tooltip keeps it while the marks are shown
+        self.window.status.show_message(words, 30000)
 
     def clear_replay(self) -> None:
         self.scoring.clear_replay()
@@ -142,11 +151,11 @@ class ScoreController(QObject):
     def export(self, what: str, path: str | None = None) -> Path | None:
         data = self.scoring.export_data(what)
         if data is None:
-            self.window.status.show_message(f"Nothing to export as {what}: select a saved token first.")
+            self.window.status.show_message(f"Nothing to export as {what}: {EXPORT_NEEDS[what]}")
             return None
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, f"Export {what}", f"{what}.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
+            path = self.window.folders.save_file(
+                self.window, EXPORTS, f"Export {what}", f"{what}.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
             )
             if not path:
                 return None
@@ -156,8 +165,8 @@ class ScoreController(QObject):
 
     def export_plot(self, which: str, path: str | None = None) -> Path | None:
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, f"Export the {which}", f"{which}.png", "PNG (*.png);;SVG (*.svg)"
+            path = self.window.folders.save_file(
+                self.window, PLOTS, f"Export the {which}", f"{which}.png", "PNG (*.png);;SVG (*.svg)"
             )
             if not path:
                 return None
@@ -171,7 +180,7 @@ class ScoreController(QObject):
 
         window = self.window
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(window, "Open export", "", "JSON Lines (*.jsonl);;All files (*)")
+            path = window.folders.open_file(window, EXPORTS, "Open export", "JSON Lines (*.jsonl);;All files (*)")
             if not path:
                 return None
         try:
@@ -192,7 +201,7 @@ def controller(window: MainWindow) -> ScoreController:
 
 
 def score_text_dialog(window: MainWindow) -> None:
-    dialog = ScoreTextDialog(window)
+    dialog = ScoreTextDialog(window, window.folders)
     if dialog.exec() == QDialog.DialogCode.Accepted:
         controller(window).score_text(dialog.text.toPlainText(), dialog.prompt.text().strip() or None)
 
@@ -210,25 +219,56 @@ def _act(window, menu: QMenu, text: str, slot, needs: str | None = None) -> QAct
     return action
 
 
-def add_file_actions(window: MainWindow, menu: QMenu) -> None:
+EXPORT_LABELS = {
+    "reply": "This reply…",
+    "conversation": "This conversation (all branches)…",
+    "compare": "This compare run…",
+    "scored": "This scored text…",
+}
+MODEL_COMPARISON_NEEDS = "Compare the selected reply with a second model first (Models → Compare models…)."
+LENS_NEEDS = "Select a token of a reply and read it in the inspector's Layers tab first."
+
+
+def add_file_actions(window: MainWindow, menu: QMenu) -> dict[str, QAction]:
+    """Score text…, Open export… and the Export submenu; returns the export items that
+    depend on the selection, by what they write."""
     menu.addSeparator()
     _act(window, menu, "Score text…", lambda: score_text_dialog(window), "score")
     _act(window, menu, "Open export…", lambda: controller(window).open_export())
     export = menu.addMenu("Export")
-    for what, label in (
-        ("reply", "This reply…"),
-        ("conversation", "This conversation (all branches)…"),
-        ("compare", "This compare run…"),
-        ("scored", "This scored text…"),
-    ):
-        _act(window, export, label, lambda w=what: controller(window).export(w))
+    export.setToolTipsVisible(True)
+    actions = {
+        what: _act(window, export, label, lambda w=what: controller(window).export(w))
+        for what, label in EXPORT_LABELS.items()
+    }
     # Models → Compare models…'s records (app/shell/compare_models.py)
-    _act(window, export, "This model comparison…", lambda: window.compare_models.export())
+    actions["model comparison"] = _act(window, export, "This model comparison…", lambda: window.compare_models.export())
     # The logit lens's per-layer records (app/shell/logit_lens.py)
-    _act(window, export, "This logit lens…", lambda: window.logit_lens.export(), "logit_lens")
+    actions["logit lens"] = _act(window, export, "This logit lens…", lambda: window.logit_lens.export(), "logit_lens")
     export.addSeparator()
     _act(window, export, "Timeline plot (PNG, SVG)…", lambda: controller(window).export_plot("timeline"))
     _act(window, export, "Inspector (PNG, SVG)…", lambda: controller(window).export_plot("inspector"))
+    export.aboutToShow.connect(lambda: update_export_actions(window, actions))
+    for name in ("selection_changed", "entries_changed", "conversation_changed"):
+        getattr(window.model.events, name).connect(lambda *_: update_export_actions(window, actions))
+    return actions
+
+
+def update_export_actions(window: MainWindow, actions: dict[str, QAction]) -> None:
+    """Each File → Export item is enabled only while the selection is what it writes (its
+    tooltip says what to select otherwise); the logit lens's also needs the backend's say."""
+    if not hasattr(window, "logit_lens"):
+        return  # the window is still being built
+    kinds = controller(window).scoring.export_kinds()
+    needs = {what: ("" if what in kinds else why) for what, why in EXPORT_NEEDS.items()}
+    needs["model comparison"] = "" if window.compare_models.comparisons.selected() else MODEL_COMPARISON_NEEDS
+    lens, _ = window.logit_lens.lens.selected()
+    needs["logit lens"] = window.capability_gate.reason(actions["logit lens"]) or (
+        "" if lens is not None and lens.rows else LENS_NEEDS
+    )
+    for what, action in actions.items():
+        action.setEnabled(not needs[what])
+        action.setToolTip(needs[what] or action.text())
 
 
 def add_chat_actions(window: MainWindow, menu: QMenu) -> None:

@@ -27,16 +27,19 @@ from app.shell.capability_gate import CapabilityGate
 from app.shell.compare_models import CompareModels
 from app.shell.engine_link import EngineLink
 from app.shell.layout import DockMemory, set_minimum_sizes
+from app.shell.logging_setup import note_error
 from app.shell.logit_lens import LogitLensController
 from app.shell.menus import build_menus
 from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
 from app.shell.precision_check import PrecisionCheck
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.score_dialog import ScoreController
+from app.shell.tab_order import focus_next
 from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
 from app.store.stream import StreamJournal
 from app.views.chat_panel import ChatPanel
+from app.views.file_dialogs import Folders
 from app.views.inspector import InspectorWidget
 from app.views.sampling_panel import SamplingPanel
 from app.views.status import StatusWidgets
@@ -62,6 +65,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Logitscope")
         self.setWindowIcon(app_icon())
         self.settings = settings or QSettings("Logitscope", "Logitscope")
+        self.folders = Folders(self.settings)  # each kind of file dialog opens where it last did
         self.store = open_window_store(
             db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
         )
@@ -125,7 +129,7 @@ class MainWindow(QMainWindow):
             view.bind(model, self.clock)
         events.status.connect(self.status.show_message)
         events.errored.connect(self.show_exception)
-        events.reply_finished.connect(self.status.reply_finished)
+        self.status.bind(model)  # the reply's speed: live while it streams, the engine's after
         events.busy_changed.connect(self._on_busy_changed)
         events.entries_changed.connect(self._update_buttons)
         events.conversation_changed.connect(self._on_conversation_changed)
@@ -134,6 +138,7 @@ class MainWindow(QMainWindow):
         self.chat.keep_requested.connect(model.keep_column)
         self.chat.compare_shown.connect(model.show_compare)
         self.chat.compare_requested.connect(self.compare_from_here)
+        self.chat.branch_requested.connect(self.branch_from)
         seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
         self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
         self.inspector.token_picked.connect(self.pick_token)
@@ -184,6 +189,7 @@ class MainWindow(QMainWindow):
 
         self.connect_dialog = ConnectDialog(self.settings, self)
         self.connect_dialog.connect_requested.connect(self.connect_remote)
+        self.connect_dialog.probe_failed.connect(note_error)  # what the dialog says, in the log too
         self.connect_dialog.open()
         return self.connect_dialog
 
@@ -250,18 +256,24 @@ class MainWindow(QMainWindow):
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.stop()
 
-    def pick_token(self, token_id: int | None) -> None:
+    def pick_token(self, token_id: int | None, text: str | None = None) -> None:
         """Continue the selected token's reply with ``token_id`` instead: with the settings of
         the compare column it belongs to, else the main settings. None: a token a server
-        sent without its id, named by the inspector's last pick (its text)."""
+        sent without its id, named by ``text`` or the inspector's last pick (its text)."""
         if self.model_info is None or self.model.selection is None:
             return
         run = self.model.run_of(self.model.selection[0])
         column = run.column_of(self.model.selection[0]) if run is not None else None
         params = run.columns[column].params if column is not None else self.controls.current
         picked = getattr(self.inspector, "last_pick", None)
-        text = picked.text if picked is not None and picked.token_id == token_id else None
+        if text is None and picked is not None and picked.token_id == token_id:
+            text = picked.text
         self.model.pick_token(token_id, params, forced_text=text)
+
+    def branch_from(self, ref: TokenRef, candidate) -> None:
+        """The chat's "Branch from here with": token ``ref`` replaced by ``candidate``."""
+        self.model.select(ref)
+        self.pick_token(candidate.token_id, candidate.text)
 
     def compare_from_here(self, ref: TokenRef) -> None:
         """Each compare setting redraws token ``ref`` and continues from it."""
@@ -343,13 +355,19 @@ class MainWindow(QMainWindow):
     def thread_messages(self):
         return self.model.thread
 
+    def focusNextPrevChild(self, next: bool) -> bool:  # noqa: A002, N802 (Qt's names)
+        """Tab and Shift+Tab: the window's own order (``app/shell/tab_order.py``)."""
+        return focus_next(self, next) or super().focusNextPrevChild(next)
+
     def show_exception(self, exc: BaseException) -> None:
         """An error from the worker: a parameter the engine refused is outlined in the panel too."""
         if isinstance(exc, SamplingParamsError):
             self.controls.show_error(exc)
-        self.show_error(describe(exc))
+        self.show_error(describe(exc), exc)
 
-    def show_error(self, message: str) -> None:
+    def show_error(self, message: str, exc: BaseException | None = None) -> None:
+        """A window-modal error box; what it says (and ``exc``'s traceback) goes to the log too."""
+        note_error(message, exc)
         self.last_error = message
         box = QMessageBox(QMessageBox.Icon.Critical, "Logitscope", message, parent=self)
         box.setWindowModality(Qt.WindowModality.WindowModal)

@@ -257,6 +257,11 @@ class EngineWorker(QObject):
         self._groups.clear()
         self.shut_down.emit()
 
+    def writing(self) -> bool:
+        """A reply (or a compare run) is being written: the stepped runners' jobs wait for it."""
+        session = self._session
+        return session is not None and session.has_work()
+
     def _schedule(self) -> None:
         if self._timer is not None and not self._timer.isActive():
             self._timer.start()

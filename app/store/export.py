@@ -23,7 +23,7 @@ from typing import Any
 
 from app.store.export_csv import write_csv
 from engine.codec import EXPORT, RecordType, decode_step, encode_step
-from engine.events import TokenStep
+from engine.events import FinishReason, TokenStep
 from engine.params import SamplingParams
 
 FORMAT = "logitscope-export"
@@ -66,6 +66,13 @@ class ExportBranch:
     """Where the model was loaded from (a path, "default", a repo id, a server); None if unknown."""
     precision: str | None = None
     """What the reply was computed in (``float32``, ``float16``, ``bfloat16``); None if not recorded."""
+    backend: str | None = None
+    """Where it was computed (``local``, ``remote:<kind>:<stage>:detected|set``); None if not recorded."""
+
+    @property
+    def interrupted(self) -> bool:
+        """The app stopped (a crash, ``kill -9``) while this reply was being written."""
+        return self.finish_reason == FinishReason.INTERRUPTED
 
 
 @dataclass
@@ -93,6 +100,8 @@ class ExportScore:
     params: SamplingParams
     steps: list[TokenStep]
     done: dict[str, Any] | None
+    interrupted: bool = False
+    """The app stopped (a crash, ``kill -9``) while it was being scored."""
 
 
 @dataclass
@@ -160,7 +169,8 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
     out = [header_record(data, created)]
     if data.score is not None:
         s = data.score
-        out.append({"type": ExportRecord.SCORE.value, "text": s.text, "prompt": s.prompt, "params": s.params.to_dict()})
+        score = {"text": s.text, "prompt": s.prompt, "params": s.params.to_dict(), "interrupted": s.interrupted}
+        out.append({"type": ExportRecord.SCORE.value, **score})
         out.extend(_steps_records(s.steps, 0, {}, s.params))
         if s.done is not None:
             out.append({"type": RecordType.SCORE_DONE.value, **s.done})
@@ -186,8 +196,10 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
                     "model": b.model,
                     "model_source": b.source,
                     "precision": b.precision,
+                    "backend": b.backend,
                     "params": b.params.to_dict(),
                     "finish_reason": b.finish_reason,
+                    "interrupted": b.interrupted,
                     "text": b.text,
                 }
             )
@@ -198,6 +210,7 @@ def records(data: ExportData, created: str | None = None) -> list[dict[str, Any]
                     "request": request,
                     **where,
                     "finish_reason": b.finish_reason,
+                    "interrupted": b.interrupted,
                     "generated_tokens": sum(not s.forced for s in b.steps),
                     "tokens": len(b.steps),
                 }
@@ -277,16 +290,17 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
             current = ExportBranch(
                 r.get("model", ""),
                 params,
-                r.get("finish_reason"),
+                r.get("finish_reason") or (FinishReason.INTERRUPTED.value if r.get("interrupted") else None),
                 r.get("text", ""),
                 [],
                 r.get("model_source"),
                 r.get("precision"),  # absent from exports made before issue 19: not recorded
+                r.get("backend"),  # absent from exports made before issue 24: not recorded
             )
             data.messages[r["message"]].branches.append(current)
         elif kind == ExportRecord.SCORE:
             params = SamplingParams.from_dict(r["params"])
-            current = ExportScore(r.get("text", ""), r.get("prompt"), params, [], None)
+            current = ExportScore(r.get("text", ""), r.get("prompt"), params, [], None, bool(r.get("interrupted")))
             data.score = current
         elif kind == RecordType.TOKEN:
             if current is None or params is None:

@@ -30,13 +30,18 @@ CSV_COLUMNS = (
     "raw_logit",
     "entropy",
     "survivors",
+    "interrupted",
 )
 
 
 def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """One row per token × candidate × stage (``logprob`` empty once removed; ``token_id``
-    and ``candidate_id`` empty where a server did not report the id)."""
+    and ``candidate_id`` empty where a server did not report the id; ``interrupted`` 1 for
+    the tokens of a reply or scored text the app stopped while writing)."""
+    interrupted = 0
     for r in recs:
+        if r.get("type") in ("branch", "score"):  # the records that place the tokens after them
+            interrupted = int(bool(r.get("interrupted")))
         if r.get("type") != RecordType.TOKEN:
             continue
         chain = r["chain"]
@@ -61,6 +66,7 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
                     "raw_logit": c["raw_logit"],
                     "entropy": r["entropies"].get(stage),
                     "survivors": (r.get("survivors") or {}).get(stage),
+                    "interrupted": interrupted,
                 }
 
 

@@ -10,6 +10,7 @@ import json
 import time
 
 from app.store.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore
+from app.store.journal_read import JournalReply, journal_replies
 from engine.codec import score_done_fields
 from engine.events import FinishReason, ScoreDone, TokenStep
 from engine.params import SamplingParams
@@ -17,14 +18,21 @@ from engine.params import SamplingParams
 # Store -> ExportData -------------------------------------------------------------------------------------
 
 
-def from_store(store, conversation_id: int, model_source: str | None = None) -> ExportData:
-    """Every message and every branch of a conversation (not only the active ones)."""
+def from_store(store, conversation_id: int, model_source: str | None = None, journal: bool = True) -> ExportData:
+    """Every message and every branch of a conversation (not only the active ones).
+    ``journal``: with the replies the stream journal holds, read as the next start would
+    recover them (:mod:`app.store.journal_read`): one never saved is an ``interrupted``
+    branch (made its message's shown one), one saved without its steps gets them. The app
+    passes False: it recovered its journal when it started, and what is left there is being
+    written now."""
     from app.store.serialize import steps_from_json
 
     db = store.db
     conv = store.conversation(conversation_id)
     if conv is None:
         raise KeyError(f"no conversation {conversation_id}")
+    left = journal_replies(db, conversation_id) if journal else []
+    fills = {r.fills: r.steps_json for r in left if r.fills is not None and r.steps}
     rows = db.execute(
         "SELECT id, role, content, after_message, after_branch, active_branch FROM messages "
         "WHERE conversation_id = ? ORDER BY id",
@@ -42,12 +50,14 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
         else:
             m.after = (message_at.get(after_message, -1), -1)
             brows = db.execute(
-                "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
-                " WHERE message_id = ? ORDER BY id",
+                "SELECT id, text, finish_reason, model, params, steps, model_source, precision, backend"
+                " FROM branches WHERE message_id = ? ORDER BY id",
                 (mid,),
             ).fetchall()
-            for j, (bid, text, reason, model, params, steps, source, precision) in enumerate(brows):
+            for j, (bid, text, reason, model, params, steps, *origin) in enumerate(brows):
                 branch_at[bid] = (i, j)
+                if steps == "[]" and bid in fills:
+                    steps = fills[bid]  # saved just before the end; its steps are in the journal
                 m.branches.append(
                     ExportBranch(
                         model,
@@ -55,14 +65,17 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
                         reason,
                         text,
                         steps_from_json(steps),
-                        source,
-                        precision,
+                        *origin,
                     )
                 )
                 if bid == active:
                     m.active = j
             if active is None and m.branches:
                 m.active = len(m.branches) - 1
+            for reply in left:
+                if reply.interrupted and reply.message_id == mid:
+                    m.branches.append(interrupted_branch(reply))
+                    m.active = len(m.branches) - 1  # as recovery makes it
         data.messages.append(m)
     for _rid, message_id, prefix, columns, divergence, kept in db.execute(
         "SELECT r.id, r.message_id, r.prefix_tokens, r.columns, r.divergence, r.kept FROM compare_runs r "
@@ -81,8 +94,20 @@ def from_store(store, conversation_id: int, model_source: str | None = None) -> 
         "name": first.model if first is not None else "",
         "source": source,
         "precision": first.precision if first is not None else None,
+        "backend": first.backend if first is not None else None,
     }
     return data
+
+
+def interrupted_branch(reply: JournalReply) -> ExportBranch:
+    """A reply left in the journal, never saved: a branch marked ``interrupted``."""
+    from app.store.serialize import steps_from_json
+
+    params = SamplingParams.from_dict(json.loads(reply.params))
+    steps = steps_from_json(reply.steps_json)
+    return ExportBranch(
+        reply.model, params, FinishReason.INTERRUPTED, reply.text, steps, reply.source, reply.precision, reply.backend
+    )
 
 
 def reply_only(data: ExportData, message: int, branch: int) -> ExportData:
@@ -132,10 +157,17 @@ def compare_only(data: ExportData, run_index: int) -> ExportData:
 
 
 def scored(
-    text: str, prompt: str | None, params: SamplingParams, steps: list[TokenStep], done: ScoreDone | None, model: dict
+    text: str,
+    prompt: str | None,
+    params: SamplingParams,
+    steps: list[TokenStep],
+    done: ScoreDone | None,
+    model: dict,
+    interrupted: bool = False,
 ) -> ExportData:
     done_dict = score_done_fields(done) if done is not None else None
-    return ExportData("score", model, score=ExportScore(text, prompt, params, list(steps), done_dict))
+    score = ExportScore(text, prompt, params, list(steps), done_dict, interrupted)
+    return ExportData("score", model, score=score)
 
 
 # ExportData -> store (import) ------------------------------------------------------------------------
@@ -151,13 +183,17 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
         s = data.score
         user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
         reply = store.add_assistant_message(conv.id, user.id)
-        name, source, precision = (
-            data.model.get("name", ""),
-            data.model.get("source"),
-            data.model.get("precision") or "",
-        )
+        name, source = data.model.get("name", ""), data.model.get("source")
         store.add_branch(
-            reply.id, s.steps, s.text, FinishReason.SCORED, name, s.params, model_source=source, precision=precision
+            reply.id,
+            s.steps,
+            s.text,
+            FinishReason.INTERRUPTED if s.interrupted else FinishReason.SCORED,
+            name,
+            s.params,
+            model_source=source,
+            precision=data.model.get("precision") or "",
+            backend=data.model.get("backend") or "",
         )
         return conv.id
     ids: list[int] = []
@@ -182,6 +218,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
                         steps_to_json(b.steps),
                         b.source,
                         b.precision or "",
+                        b.backend or "",
                     ).id
                 )
             if made:

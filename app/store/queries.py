@@ -11,7 +11,7 @@ import json
 import sqlite3
 
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
-from app.store.rows import Branch, Conversation, Message
+from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.serialize import steps_from_json
 from engine.params import SamplingParams
 
@@ -24,6 +24,22 @@ class StoreQueries:
     def conversations(self) -> list[Conversation]:
         rows = self.db.execute("SELECT id, title, system_prompt FROM conversations ORDER BY updated_at DESC")
         return [Conversation(*row) for row in rows]
+
+    def conversation_list(self, limit: int = 30) -> list[ConversationSummary]:
+        """The ``limit`` conversations written to last, each with what tells it apart from
+        another of the same title (``json_array_length`` counts a reply's steps in SQLite,
+        without decoding them)."""
+        rows = self.db.execute(
+            "SELECT c.id, c.title, c.updated_at,"
+            " (SELECT b.model FROM messages m JOIN branches b ON b.message_id = m.id"
+            "  WHERE m.conversation_id = c.id ORDER BY b.id DESC LIMIT 1),"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'),"
+            " (SELECT COALESCE(SUM(json_array_length(b.steps)), 0) FROM messages m"
+            "  JOIN branches b ON b.id = m.active_branch WHERE m.conversation_id = c.id)"
+            " FROM conversations c ORDER BY c.updated_at DESC, c.id DESC LIMIT ?",
+            (limit,),
+        )
+        return [ConversationSummary(*row) for row in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
         row = self.db.execute(
@@ -40,13 +56,13 @@ class StoreQueries:
 
     def branches(self, message_id: int) -> list[Branch]:
         rows = self.db.execute(
-            "SELECT id, text, finish_reason, model, params, steps, model_source, precision FROM branches"
+            "SELECT id, text, finish_reason, model, params, steps, model_source, precision, backend FROM branches"
             " WHERE message_id = ? ORDER BY id",
             (message_id,),
         )
         return [
-            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), source, prec)
-            for bid, text, reason, model, p, s, source, prec in rows
+            Branch(bid, text, reason, model, SamplingParams.from_dict(json.loads(p)), steps_from_json(s), *origin)
+            for bid, text, reason, model, p, s, *origin in rows
         ]
 
     def thread(self, conversation_id: int, after_branch: int | None = None) -> list[Message]:

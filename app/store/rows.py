@@ -25,6 +25,9 @@ class Branch:
     model_source: str | None = None
     precision: str | None = None
     """What it was computed in (``float32``, ``float16``, ``bfloat16``); None: not recorded."""
+    backend: str | None = None
+    """Where it was computed: ``local``, or ``remote:<server kind>:<stage>:detected|set``
+    (``app.model.reply_origin``); None: not recorded (saved before schema 7)."""
 
 
 @dataclass
@@ -45,3 +48,20 @@ class Conversation:
     id: int
     title: str
     system_prompt: str
+
+
+@dataclass
+class ConversationSummary:
+    """What tells a conversation apart in a list: when it was last written to, by which
+    model, and how long it is."""
+
+    id: int
+    title: str
+    updated_at: float
+    """Seconds since the epoch."""
+    model: str | None
+    """The model of its latest reply; None before the first."""
+    turns: int
+    """Messages sent (in every branch)."""
+    tokens: int
+    """Tokens of the replies shown (each reply's active branch)."""

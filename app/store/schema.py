@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS branches (
     steps TEXT NOT NULL,
     created_at REAL NOT NULL,
     model_source TEXT,
-    precision TEXT
+    precision TEXT,
+    backend TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
 CREATE INDEX IF NOT EXISTS branches_by_message ON branches(message_id);
@@ -69,7 +70,8 @@ CREATE TABLE IF NOT EXISTS live_replies (
     branch INTEGER,
     created_at REAL NOT NULL,
     model_source TEXT,
-    precision TEXT
+    precision TEXT,
+    backend TEXT
 );
 CREATE TABLE IF NOT EXISTS live_steps (
     reply INTEGER NOT NULL REFERENCES live_replies(id) ON DELETE CASCADE,
@@ -78,7 +80,7 @@ CREATE TABLE IF NOT EXISTS live_steps (
     PRIMARY KEY (reply, idx)
 );
 """
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
 2: token steps keyed by stage name (token records of version 2; each record names its
 version, :mod:`engine.codec` reads every one, so later record versions need no migration).
@@ -93,7 +95,12 @@ branch at the next start (:meth:`Store.recover_interrupted`).
 saved before).
 6: the precision each reply was computed in (``precision`` on ``branches`` and
 ``live_replies``: ``float32``, ``float16`` or ``bfloat16``, issue 19; NULL when not known:
-replies saved before, and a server's, which does not say)."""
+replies saved before, and a server's, which does not say).
+7: the backend each reply came from (``backend`` on ``branches`` and ``live_replies``:
+``local``, or ``remote:<server kind>:<stage>:detected|set`` for an OpenAI-compatible server:
+the stage its numbers are and whether it was detected from the server's kind or set (or
+assumed) in Connect…; issue 24; NULL for replies saved before, which the views tell apart by their
+steps (``app.model.reply_origin``))."""
 INTERRUPTED = FinishReason.INTERRUPTED
 
 
@@ -135,6 +142,10 @@ def _add_precision(db: sqlite3.Connection) -> None:
     _add_column(db, "precision")
 
 
+def _add_backend(db: sqlite3.Connection) -> None:
+    _add_column(db, "backend")
+
+
 # MIGRATIONS[v] turns a version-v database into version v + 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _steps_v1_to_v2,
@@ -142,6 +153,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     3: _add_journal,
     4: _add_model_source,
     5: _add_precision,
+    6: _add_backend,
 }
 
 

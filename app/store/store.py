@@ -21,7 +21,7 @@ import sqlite3
 from pathlib import Path
 
 from app.store.queries import StoreQueries
-from app.store.rows import Branch, Conversation, Message
+from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.schema import (
     COMPARE_SCHEMA,
     INTERRUPTED,
@@ -40,6 +40,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Branch",
     "Conversation",
+    "ConversationSummary",
     "Message",
     "NewerSchemaError",
     "Store",
@@ -54,6 +55,7 @@ class Store(StoreWrites, StoreQueries):
         self.opened_instead = False
         self.model_sources: dict[str, str] = {}  # model name -> where it was loaded from (note_model)
         self.model_precisions: dict[str, str] = {}  # model name -> what it computes in (note_model)
+        self.model_backends: dict[str, str] = {}  # model name -> where it runs (note_model)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=timeout)
         try:
@@ -109,11 +111,16 @@ class Store(StoreWrites, StoreQueries):
     def close(self) -> None:
         self.db.close()
 
-    def note_model(self, name: str, source: str, precision: str = "") -> None:
-        """Model ``name`` was loaded from ``source`` and computes in ``precision`` ("" when not
-        known: a server): replies of ``name`` saved from now on record both (``model_source``,
-        ``precision``), and so does the stream journal, which reads these maps."""
+    def note_model(self, name: str, source: str, precision: str = "", backend: str = "") -> None:
+        """Model ``name`` was loaded from ``source``, computes in ``precision`` ("" when not
+        known: a server) on ``backend`` (``app.model.reply_origin.backend_of``; "" when not
+        known): replies of ``name`` saved from now on record all three (``model_source``,
+        ``precision``, ``backend``), and so does the stream journal, which reads these maps."""
         self.model_sources[name] = source
+        if backend:
+            self.model_backends[name] = backend
+        else:
+            self.model_backends.pop(name, None)
         if precision:
             self.model_precisions[name] = precision
         else:

@@ -45,6 +45,7 @@ class _Live:
     params: str
     source: str | None = None
     precision: str | None = None
+    backend: str | None = None
     row: int | None = None
     written: int = 0  # steps in live_steps
     pending: list[tuple[int, str]] = field(default_factory=list)  # (index, JSON), not yet written
@@ -64,10 +65,12 @@ class StreamJournal:
         on_recovered: Callable[[], None] | None = None,
         sources: dict[str, str] | None = None,
         precisions: dict[str, str] | None = None,
+        backends: dict[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
         self.sources = sources if sources is not None else {}  # model name -> source (Store.model_sources)
         self.precisions = precisions if precisions is not None else {}  # model name -> dtype (the same)
+        self.backends = backends if backends is not None else {}  # model name -> backend (the same)
         self.interval, self.batch, self.retry = interval, batch, retry
         self.on_error, self.on_recovered = on_error, on_recovered
         self._queue: queue.Queue = queue.Queue()
@@ -88,9 +91,8 @@ class StreamJournal:
         the ones not queued yet are queued."""
         seen = self._seen.get(reply_id)
         if seen is None:
-            self._put(
-                ("begin", reply_id, message_id, model, params, self.sources.get(model), self.precisions.get(model))
-            )
+            origin = (self.sources.get(model), self.precisions.get(model), self.backends.get(model))
+            self._put(("begin", reply_id, message_id, model, params, *origin))
             seen = 0
         if len(steps) > seen:
             self._put(("steps", reply_id, seen, steps[seen:]))
@@ -179,8 +181,8 @@ class StreamJournal:
     def _take(self, item: tuple) -> None:
         kind, reply_id = item[0], item[1]
         if kind == "begin":
-            _, _, message_id, model, params, source, precision = item
-            self._live[reply_id] = _Live(message_id, model, json.dumps(params.to_dict()), source, precision)
+            _, _, message_id, model, params, *origin = item
+            self._live[reply_id] = _Live(message_id, model, json.dumps(params.to_dict()), *origin)
             return
         live = self._live.get(reply_id)
         if live is None:
@@ -251,9 +253,9 @@ class StreamJournal:
                 if live.dropped:
                     continue
                 cur = db.execute(
-                    "INSERT INTO live_replies(message_id, model, params, branch, created_at, model_source, precision)"
-                    " VALUES (?, ?, ?, NULL, ?, ?, ?)",
-                    (live.message_id, live.model, live.params, time.time(), live.source, live.precision),
+                    "INSERT INTO live_replies(message_id, model, params, branch, created_at, model_source, precision,"
+                    " backend) VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
+                    (live.message_id, live.model, live.params, time.time(), live.source, live.precision, live.backend),
                 )
                 row = rows[reply_id] = cur.lastrowid
             if live.dropped:

@@ -14,6 +14,7 @@ import sqlite3
 import time
 
 from app.model.streams import CompareColumn, DivergenceSeries
+from app.store.journal_read import journal_replies
 from app.store.rows import Branch, Conversation, Message
 from app.store.schema import INTERRUPTED
 from app.store.serialize import steps_to_json
@@ -22,12 +23,13 @@ from engine.params import SamplingParams
 
 
 class StoreWrites:
-    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources`` and
-    ``model_precisions`` (:meth:`app.store.store.Store.note_model`)."""
+    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources``,
+    ``model_precisions`` and ``model_backends`` (:meth:`app.store.store.Store.note_model`)."""
 
     db: sqlite3.Connection
     model_sources: dict[str, str]
     model_precisions: dict[str, str]
+    model_backends: dict[str, str]
 
     # The stream journal ------------------------------------------------------------------
 
@@ -36,47 +38,42 @@ class StoreWrites:
         reply is written. A reply that was being written (the app stopped mid-reply) becomes
         a branch marked ``"interrupted"`` with every token saved, and is made its message's
         active branch; a reply already saved as a branch but whose steps were not written yet
-        gets them from the journal. Returns the ids of the interrupted branches."""
+        gets them from the journal (:func:`app.store.journal_read.journal_replies` says which,
+        as exports read it). Returns the ids of the interrupted branches."""
         recovered: list[int] = []
-        live = self.db.execute(
-            "SELECT id, message_id, model, params, branch, created_at, model_source, precision FROM live_replies"
-            " ORDER BY id"
-        ).fetchall()
+        live = journal_replies(self.db)
         if not live:
             return recovered
         with self.db:
-            for live_id, message_id, model, params, branch, created, source, precision in live:
-                steps = [
-                    row[0]
-                    for row in self.db.execute("SELECT step FROM live_steps WHERE reply = ? ORDER BY idx", (live_id,))
-                ]
-                steps_json = "[" + ", ".join(steps) + "]"
-                if branch is not None:
-                    if steps:
-                        self.db.execute(
-                            "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (steps_json, branch)
-                        )
-                elif steps and (unwritten := self._unwritten_branch(message_id, created)) is not None:
-                    # Saved as a branch just before the end, its steps not written yet.
-                    self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, unwritten))
-                elif steps:
-                    text = "".join(json.loads(step)["text"] for step in steps)
+            for reply in live:
+                if reply.fills is not None and reply.steps:
+                    # Saved as a branch before the end, its steps not written yet.
+                    self.db.execute(
+                        "UPDATE branches SET steps = ? WHERE id = ? AND steps = '[]'", (reply.steps_json, reply.fills)
+                    )
+                elif reply.interrupted:
                     cur = self.db.execute(
                         "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                        " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (message_id, text, INTERRUPTED, model, params, steps_json, created, source, precision),
+                        " model_source, precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            reply.message_id,
+                            reply.text,
+                            INTERRUPTED,
+                            reply.model,
+                            reply.params,
+                            reply.steps_json,
+                            reply.created,
+                            reply.source,
+                            reply.precision,
+                            reply.backend,
+                        ),
                     )
-                    self.db.execute("UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, message_id))
+                    self.db.execute(
+                        "UPDATE messages SET active_branch = ? WHERE id = ?", (cur.lastrowid, reply.message_id)
+                    )
                     recovered.append(cur.lastrowid)
-                self.db.execute("DELETE FROM live_replies WHERE id = ?", (live_id,))
+                self.db.execute("DELETE FROM live_replies WHERE id = ?", (reply.live_id,))
         return recovered
-
-    def _unwritten_branch(self, message_id: int, since: float) -> int | None:
-        row = self.db.execute(
-            "SELECT id FROM branches WHERE message_id = ? AND steps = '[]' AND created_at >= ? ORDER BY id LIMIT 1",
-            (message_id, since),
-        ).fetchone()
-        return row[0] if row else None
 
     # Conversations --------------------------------------------------------------
 
@@ -139,17 +136,20 @@ class StoreWrites:
         steps_json: str | None = None,
         model_source: str | None = None,
         precision: str | None = None,
+        backend: str | None = None,
     ) -> Branch:
         """``steps_json``: the steps as saved (default: ``steps`` serialized here); ``"[]"``
         with :meth:`set_branch_steps` later writes them once serialized elsewhere.
-        ``model_source`` and ``precision``: default, where ``model`` was last loaded from and
-        what it computes in (:meth:`app.store.store.Store.note_model`); an import passes its own."""
+        ``model_source``, ``precision`` and ``backend``: default, where ``model`` was last
+        loaded from, what it computes in and where it runs
+        (:meth:`app.store.store.Store.note_model`); an import passes its own."""
         source = model_source if model_source is not None else self.model_sources.get(model)
         # "" (an import that did not record it) stays not recorded, never today's precision.
         precision = self.model_precisions.get(model) if precision is None else (precision or None)
+        backend = self.model_backends.get(model) if backend is None else (backend or None)
         cur = self.db.execute(
             "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at, model_source,"
-            " precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 message_id,
                 text,
@@ -160,10 +160,11 @@ class StoreWrites:
                 time.time(),
                 source,
                 precision,
+                backend,
             ),
         )
         self.set_active_branch(message_id, cur.lastrowid)
-        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision)
+        return Branch(cur.lastrowid, text, finish_reason, model, params, list(steps), source, precision, backend)
 
     def set_branch_steps(self, branch_id: int, steps_json: str) -> None:
         self.db.execute("UPDATE branches SET steps = ? WHERE id = ?", (steps_json, branch_id))
@@ -189,7 +190,7 @@ class StoreWrites:
         Returns the run's id and the branches, in column order. ``steps_later``: the steps
         are written by :meth:`set_branch_steps` once serialized elsewhere."""
         now = time.time()
-        source, precision = self.model_sources.get(model), self.model_precisions.get(model)
+        origin = (self.model_sources.get(model), self.model_precisions.get(model), self.model_backends.get(model))
         branches: list[Branch] = []
         saved: list[dict] = []
         with self.db:
@@ -197,7 +198,7 @@ class StoreWrites:
                 params = json.dumps(column.params.to_dict())
                 cur = self.db.execute(
                     "INSERT INTO branches(message_id, text, finish_reason, model, params, steps, created_at,"
-                    " model_source, precision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " model_source, precision, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         message_id,
                         text,
@@ -206,13 +207,10 @@ class StoreWrites:
                         params,
                         "[]" if steps_later else steps_to_json(steps),
                         now,
-                        source,
-                        precision,
+                        *origin,
                     ),
                 )
-                branches.append(
-                    Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), source, precision)
-                )
+                branches.append(Branch(cur.lastrowid, text, finish_reason, model, column.params, list(steps), *origin))
                 saved.append({"label": column.label, "params": column.params.to_dict(), "branch": cur.lastrowid})
             cur = self.db.execute(
                 "INSERT INTO compare_runs(message_id, prefix_tokens, columns, divergence, kept, created_at)"

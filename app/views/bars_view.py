@@ -1,10 +1,11 @@
-"""Raw vs final: one token's candidates as bars, the bias and penalty effect, and the numbers.
+"""Raw vs final: one token's candidates as bars, the bias, penalty and DRY effect, and the numbers.
 
 Left: two bars per candidate (``raw`` probability in grey, after the last stage —
 "final" — in colour), the chosen token outlined, tokens a stage removed shown with
 their raw bar only, a ✕ after their name and, where there is room, "removed by
-<stage>". Right: the change of each candidate's logit made by the bias and the
-penalties, and its count in the penalty window. Below: the exact numbers
+<stage>". Right: the change of each candidate's logit made by every stage that shifts
+logits — the bias, the penalties and DRY — and its count in the penalty window
+(temperature scales every logit alike: the Chain tab shows it). Below: the exact numbers
 (``app.views.inspector_table``). What depends on the plots' size — which rows are named,
 the notes, the x range that leaves them room, the axis titles — is laid out again
 whenever the plots are resized (``_layout``).
@@ -20,17 +21,22 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.model.inspector_settings import COUNT_NOTE, GREEDY_NOTE
+from app.model.inspector_settings import COUNT_NOTE, DRY_NOTE, GREEDY_NOTE, TEMPERATURE_NOTE
 from app.model.remote_labels import NOT_REPORTED, is_chosen, p_label
 from app.model.textfmt import prob, visible
 from app.views.chain_view import LOG_FLOOR
 from app.views.inspector_labels import LabelPool, elide, fit_text, row_stride, thinned_rows
 from app.views.inspector_table import COLUMNS, CandidateTable  # noqa: F401 (COLUMNS: re-exported)
+from app.views.plot_axes import CentredAxis
 from app.views.theme import LIGHT, Colors
 from engine.events import Candidate, TokenStep
 
 NOTE_ROOM = 2.5
 """The x range may grow to this many times the widest bar to leave "removed by" notes room."""
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
 
 
 class BarsView(QWidget):
@@ -44,12 +50,12 @@ class BarsView(QWidget):
         self._laying_out = self._again = False
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground(self.colors.background)
-        self.bars_plot = self.plots.addPlot(row=0, col=0)
-        self.effect_plot = self.plots.addPlot(row=0, col=1)
+        # Titles fitted to the plots' widths are centred again when they change (CentredAxis).
+        self.bars_plot = self.plots.addPlot(row=0, col=0, axisItems={"bottom": CentredAxis("bottom")})
+        self.effect_plot = self.plots.addPlot(row=0, col=1, axisItems={"bottom": CentredAxis("bottom")})
         self.plots.ci.layout.setColumnStretchFactor(0, 3)
         self.plots.ci.layout.setColumnStretchFactor(1, 2)
         for plot in (self.bars_plot, self.effect_plot):
-            plot.getAxis("bottom").enableAutoSIPrefix(False)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
@@ -63,10 +69,11 @@ class BarsView(QWidget):
         self.final_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
         self.bias_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
         self.penalty_bars = pg.BarGraphItem(x0=0, y=[], height=0.34, width=[])
+        self.dry_bars = pg.BarGraphItem(x0=0, y=[], height=0.22, width=[])
         self.zero_line = pg.InfiniteLine(pos=0, angle=90, pen=pg.mkPen(LIGHT.raw))
         for item in (self.raw_bars, self.final_bars):
             self.bars_plot.addItem(item)
-        for item in (self.bias_bars, self.penalty_bars, self.zero_line):
+        for item in (self.bias_bars, self.penalty_bars, self.dry_bars, self.zero_line):
             self.effect_plot.addItem(item)
         self.notes = LabelPool(self.bars_plot)
         self.counts = LabelPool(self.effect_plot)
@@ -87,7 +94,7 @@ class BarsView(QWidget):
             self.colors = colors
             self.plots.setBackground(colors.background)
         if step is None:
-            for bars in (self.raw_bars, self.final_bars, self.bias_bars, self.penalty_bars):
+            for bars in (self.raw_bars, self.final_bars, self.bias_bars, self.penalty_bars, self.dry_bars):
                 bars.setOpts(y=[], width=[])
         else:
             self._draw_bars()
@@ -141,17 +148,26 @@ class BarsView(QWidget):
         self.bars_plot.setYRange(-0.6, max(len(cands) - 0.4, 0.6), padding=0)
 
     def _draw_effects(self) -> None:
+        """One bar per logit-shifting stage and candidate: bias and penalty, and DRY's
+        between them where it ran (three thinner bars a row)."""
         c, cands = self.colors, self.candidates
         y = np.arange(len(cands), dtype=float)
         reported = self._effects_reported()
         bias = [cand.bias or 0.0 if reported else 0.0 for cand in cands]
         penalty = [cand.penalty or 0.0 if reported else 0.0 for cand in cands]
-        self.bias_bars.setOpts(y=y - 0.18, width=bias, brush=pg.mkBrush(c.bias))
-        self.penalty_bars.setOpts(y=y + 0.18, width=penalty, brush=pg.mkBrush(c.penalty))
+        # A DRY penalty past float32 is -inf: the table says so, a bar cannot.
+        dry = [_finite(cand.dry) if reported and self._dry_ran() else 0.0 for cand in cands]
+        offset, height = (0.24, 0.22) if self._dry_ran() else (0.18, 0.34)
+        self.bias_bars.setOpts(y=y - offset, width=bias, height=height, brush=pg.mkBrush(c.bias))
+        self.penalty_bars.setOpts(y=y + offset, width=penalty, height=height, brush=pg.mkBrush(c.penalty))
+        self.dry_bars.setOpts(y=y, width=dry, height=height, brush=pg.mkBrush(c.dry))
         self.zero_line.setPen(pg.mkPen(c.raw))
-        extent = max([abs(v) for v in bias + penalty] + [0.5])
+        extent = max([abs(v) for v in bias + penalty + dry] + [0.5])
         self.effect_plot.vb.disableAutoRange()
         self.effect_plot.setXRange(-extent * 1.1, extent * 1.1, padding=0)
+
+    def _dry_ran(self) -> bool:
+        return self.step is not None and self.step.stage_index("dry") is not None
 
     def _effects_reported(self) -> bool:
         return not any(cand.bias is None or cand.penalty is None for cand in self.candidates)
@@ -252,7 +268,8 @@ class BarsView(QWidget):
                 "p",
             ]
         reported = step is None or self._effects_reported()
-        effect = ["Δ logit: bias · penalty · ×count", "Δ logit"]
+        dry = " · DRY" if self._dry_ran() else ""
+        effect = [f"Δ logit: bias · penalty{dry} · ×count", f"Δ logit: bias · penalty{dry}", "Δ logit"]
         if not reported:
             effect = [f"Δ logit: {NOT_REPORTED} by the server", "Δ logit: not reported", "Δ logit"]
         for plot, texts in ((self.bars_plot, choices), (self.effect_plot, effect)):
@@ -260,6 +277,8 @@ class BarsView(QWidget):
             text = fit_text(QFontMetrics(axis.label.font()), plot.vb.width(), texts)
             if axis.labelText != text:
                 plot.setLabel("bottom", text)
+            else:
+                axis.resizeEvent()  # centred on the axis as it is now, not as it was when set
         self.plots.setToolTip(self._legend(last))
 
     def _legend(self, last: str) -> str:
@@ -267,7 +286,12 @@ class BarsView(QWidget):
         return (
             f"Grey: the model's own probability (raw). Colour: after {last}, the distribution the "
             "token was drawn from; the chosen token is outlined. ✕: removed by a stage.\n"
-            "Right: the change of each logit made by logit_bias and the penalties; ×n: "
+            "Right: the change of each logit made by logit_bias (green), the penalties (red)"
+            + (" and DRY (purple, the middle bar)" if self._dry_ran() else "")
+            + "; ×n: "
             + COUNT_NOTE.removeprefix("count: ")
+            + ("\n" + DRY_NOTE if self._dry_ran() else "")
+            + "\n"
+            + TEMPERATURE_NOTE
             + ("\n" + GREEDY_NOTE if greedy else "")
         )

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.views.lines_edit import LinesEdit
-from app.views.param_fields import ERROR_STYLE, LIST_FIELDS, STAGE_FIELDS, SliderField, make_field
+from app.views.param_fields import ERROR_STYLE, LIST_FIELDS, STAGE_FIELDS, SliderField, make_field, narrow_form
 from engine.params import SAMPLER_STAGES, SamplingParams
 from engine.stages.registry import SPECS
 
@@ -95,6 +95,9 @@ class ChainEditor(QWidget):
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.list.setItemDelegate(StageDelegate(self.list))
         self.list.setToolTip("Drag to reorder; the switch puts a stage in the chain or leaves it out.")
+        # In a narrow dock the names are elided (each row's tooltip has it whole) rather than
+        # scrolled sideways under a scroll bar that hid the last row.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.fields: dict[str, SliderField] = {}
         self.lists: dict[str, LinesEdit] = {}
         """The list fields (one string per line), by field name."""
@@ -141,7 +144,7 @@ class ChainEditor(QWidget):
 
     def _make_page(self, stage: str) -> QWidget:
         page = QWidget()
-        form = QFormLayout(page)
+        form = narrow_form(QFormLayout(page))
         form.setContentsMargins(0, 4, 0, 0)
         title = QLabel(f"<b>{stage}</b> — {STAGE_HELP[stage]}")
         title.setWordWrap(True)

@@ -239,6 +239,7 @@ class ChainView(QTableView):
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setTabKeyNavigation(False)  # Tab leaves the table (arrows move in it)
         self.setShowGrid(False)
         self.setWordWrap(False)
         rows = self.verticalHeader()
@@ -264,3 +265,19 @@ class ChainView(QTableView):
         cells = max(metrics.horizontalAdvance(text) for text in widest) + 12
         for c in range(count):
             columns.resizeSection(c, max(cells, columns.sectionSizeHint(c)) + 4)
+        self._fit_names(metrics)
+
+    def _fit_names(self, bold: QFontMetrics) -> None:
+        """The names' column as wide as its widest name. Qt keeps the row header's width
+        from its last size hint, which it does not measure again when a new token has as
+        many candidates as the last: longer names were cut ("␣cap", "officia")."""
+        rows = self.verticalHeader()
+        model = self.chain_model
+        names = [model.headerData(r, Qt.Orientation.Vertical) or "" for r in range(model.rowCount())]
+        if not names:
+            return
+        widest = max(range(len(names)), key=lambda r: bold.horizontalAdvance(names[r]))
+        width = max(rows.sectionSizeFromContents(widest).width(), bold.horizontalAdvance(names[widest]) + 12)
+        if rows.width() != width:
+            rows.setFixedWidth(width)
+            self.updateGeometries()

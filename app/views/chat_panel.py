@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.views.chat_view import ChatView, color_legend
+from app.views.chat_view import ChatView, color_legend, legend_tooltip
+from app.views.fitting import WrapRow
 from app.views.theme import LIGHT, Colors
 
 MIN_WIDTH = 360  # the chat stays readable: the docks give way before it goes below this
@@ -27,16 +28,93 @@ MIN_HEIGHT = 260
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
+    """Enter sends, Shift+Enter starts a new line; Tab and Shift+Tab (Ctrl+Tab too) move the
+    focus on: a tab character is rare in a chat message, and a box that keeps Tab blocks
+    keyboard-only use of the window."""
 
     submitted = Signal()
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTabChangesFocus(True)
+
     def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Tab, Qt.Key.Key_Backtab):
+            # Plain Tab never gets here (tabChangesFocus); Ctrl+Tab would, and would be typed.
+            back = event.key() == Qt.Key.Key_Backtab or bool(event.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+            self.focusNextPrevChild(not back)
+            return
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.submitted.emit()
             return
         super().keyPressEvent(event)
+
+
+COLOR_SWITCH = "Colour tokens by probability"
+LEGEND_FORMS = (
+    (COLOR_SWITCH, "p(final) of the chosen token: "),
+    (COLOR_SWITCH, "p(final): "),
+    ("Colour by p(final)", ""),
+)
+"""The colour switch's words and the legend's, longest first: the first pair whose row
+fits is shown (else the first, the legend under the switch). A drawn token is shaded by
+its probability after the last stage, a scored text's by the raw distribution its
+perplexity comes from (``app.model.scored``): the words name what the chat shows."""
+SCORED_FORMS = (
+    (COLOR_SWITCH, "p(raw) of the scored token: "),
+    (COLOR_SWITCH, "p(raw): "),
+    ("Colour by p(raw)", ""),
+)
+BOTH_FORMS = (
+    (COLOR_SWITCH, "p(raw) scored · p(final) drawn: "),
+    (COLOR_SWITCH, "raw scored · final drawn: "),
+    ("Colour by p(raw) · p(final)", ""),
+)
+
+
+def legend_forms(scored: bool, drawn: bool) -> tuple[tuple[str, str], ...]:
+    """The switch's and the legend's words for the kinds of tokens the chat shows."""
+    return BOTH_FORMS if scored and drawn else SCORED_FORMS if scored else LEGEND_FORMS
+
+
+class LegendRow(WrapRow):
+    """The colour switch and, while it is on, the legend of the colours beside it, in the
+    longest words that fit one row; under it where even the shortest do not."""
+
+    def __init__(self, switch: QCheckBox, legend: QLabel) -> None:
+        super().__init__([(switch, 0), (legend, 1)])
+        self.switch, self.legend = switch, legend
+        self.widths: list[int] = []  # each of self.forms side by side, measured
+        self.forms = LEGEND_FORMS
+        legend.setTextFormat(Qt.TextFormat.RichText)
+        switch.setToolTip("Colour each token by p(final): the chosen token's probability after the last stage")
+        self.set_cells("")
+
+    def set_cells(self, cells: str, scored: bool = False, drawn: bool = True) -> None:
+        """The legend's colour cells (HTML; "" while the switch is off) for a chat showing
+        scored and/or drawn tokens."""
+        self.cells, self.forms = cells, legend_forms(scored, drawn)
+        self.widths = []
+        for words in self.forms:  # measured once here, not while the layout asks
+            self._show_words(*words)
+            self.widths.append(self.side_by_side_width())
+        self.arrange(self.width())
+
+    def fits(self, width: int) -> bool:
+        return any(w <= width for w in self.widths)
+
+    def arrange(self, width: int) -> None:
+        fitting = next((i for i, w in enumerate(self.widths) if w <= width), 0)
+        self._show_words(*self.forms[fitting])
+        super().arrange(width)
+
+    def _show_words(self, switch: str, legend: str) -> None:
+        if self.switch.text() != switch:
+            self.switch.setText(switch)
+        html = legend + self.cells if self.cells else ""
+        if self.legend.text() != html:
+            self.legend.setText(html)
 
 
 class ChatPanel(QWidget):
@@ -47,9 +125,10 @@ class ChatPanel(QWidget):
         self.system_prompt.setPlaceholderText("System prompt (empty: none)")
         self.chat = ChatView()
         self.legend = QLabel()
-        self.legend.setTextFormat(Qt.TextFormat.RichText)
-        self.color_toggle = QCheckBox("Colour tokens by probability")
+        self.color_toggle = QCheckBox(COLOR_SWITCH)
         self.color_toggle.toggled.connect(self._on_color_toggled)
+        self.legend_row = LegendRow(self.color_toggle, self.legend)
+        self.chat.kinds_changed.connect(lambda *_: self._on_color_toggled(self.color_toggle.isChecked()))
         self.composer = Composer()
         self.composer.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
         self.composer.setFixedHeight(80)
@@ -64,9 +143,6 @@ class ChatPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(QLabel("System"))
         top.addWidget(self.system_prompt, 1)
-        legend_row = QHBoxLayout()
-        legend_row.addWidget(self.color_toggle)
-        legend_row.addWidget(self.legend, 1)
         buttons = QVBoxLayout()
         for button in (self.send_button, self.stop_button, self.regen_button):
             buttons.addWidget(button)
@@ -76,7 +152,7 @@ class ChatPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.chat, 1)
-        layout.addLayout(legend_row)
+        layout.addWidget(self.legend_row)
         layout.addLayout(bottom)
 
     def set_colors(self, colors: Colors) -> None:
@@ -107,4 +183,5 @@ class ChatPanel(QWidget):
 
     def _on_color_toggled(self, on: bool) -> None:
         self.chat.set_color_tokens(on)
-        self.legend.setText(color_legend(self.colors) if on else "")
+        self.legend_row.set_cells(color_legend(self.colors) if on else "", *self.chat.kinds)
+        self.legend.setToolTip(legend_tooltip(*self.chat.kinds) if on else "")

@@ -26,6 +26,7 @@ from PySide6.QtGui import (
 )
 
 from app.model.entries import ChatEntry, ColumnEntry
+from app.model.scored import shading_logprob
 from app.model.textfmt import prob, visible
 from app.views.theme import Colors, probability_color, variant_color
 from engine.events import TokenStep
@@ -35,6 +36,7 @@ DISPLAY_ONLY = int(QTextFormat.Property.UserProperty) + 1
 """A character format property: drawn text that is not the conversation's (left out of copies)."""
 SEED_TIP = "Put this seed in the sampling panel: the same seed and settings write this reply again."
 Span = tuple[str, QTextCharFormat]
+WJ, ZWSP = "\u2060", "\u200b"  # word joiner (no break here), zero-width space (a break may go here)
 Block = tuple[QTextBlockFormat, list[Span]]
 
 
@@ -204,8 +206,16 @@ def style_token(fmt: QTextCharFormat, step: TokenStep, selected: bool, colored: 
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
         fmt.setUnderlineColor(QColor(colors.chosen))
     else:
-        fmt.setBackground(QColor(probability_color(prob(step.logprob), colors)) if colored else NO_BRUSH)
+        shade = probability_color(prob(shading_logprob(step)), colors)  # a scored text: by raw
+        fmt.setBackground(QColor(shade) if colored else NO_BRUSH)
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
+
+
+def special_mark(piece: str) -> str:
+    """``⟨<|im_end|>⟩`` for a token without text, in one piece: word joiners between its
+    characters (a line broke after "|", leaving ">⟩" on the next), and a zero-width space
+    before it, so it moves to the next line whole rather than taking the word before along."""
+    return ZWSP + WJ.join("⟨" + (piece.strip() or "·") + "⟩")
 
 
 def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) -> None:
@@ -220,7 +230,7 @@ def insert_token(cursor, step: TokenStep, fmt: QTextCharFormat, colors: Colors) 
     glyph_format.setFontPointSize(7.5)
     glyph_format.setProperty(DISPLAY_ONLY, True)
     if not text:
-        glyph = "⟨" + (step.piece.strip() or "·") + "⟩"
+        glyph = special_mark(step.piece)
     elif "\n" in text:
         glyph = "⏎" * text.count("\n")
     else:

@@ -5,7 +5,8 @@ the entries are synced when they change; new tokens are appended and the selecti
 re-styled at most ~30 times a second (:mod:`app.views.throttle`), never by
 re-rendering the conversation. Links: a token selects it; ‹ › steps branches; *Keep*
 makes a compare column the reply; *reuse* puts a reply's seed into the sampling panel;
-right-click a token to compare settings from it. A copy is the plain text of the
+right-click a token for the app's menu: copy it, the selection or the reply's text,
+inspect it, branch from it with another candidate, compare settings from it. A copy is the plain text of the
 selection, without what is drawn only for the eye (:data:`app.views.chat_sections.DISPLAY_ONLY`).
 """
 
@@ -14,19 +15,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from PySide6.QtCore import QMimeData, QPoint, QUrl, Signal
-from PySide6.QtGui import QAction, QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocument
-from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
+from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl, Signal
+from PySide6.QtGui import QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocument
+from PySide6.QtWidgets import QApplication, QMenu, QTextBrowser, QToolTip
 
 from app.model.chat import ChatModel
 from app.model.remote_labels import is_chosen, p_label
+from app.model.scored import shown_kinds
 from app.model.streams import StreamKey, TokenRef
-from app.model.textfmt import escape, percent, visible
+from app.model.textfmt import escape, percent, prob, visible
 from app.views.chat_doc import ChatDocument
 from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP
 from app.views.theme import LIGHT, Colors, probability_color
 from app.views.throttle import RedrawClock, Throttler, own_clock
 from engine.events import TokenStep
+
+BRANCH_CHOICES = 5
+"""Candidates offered by "Branch from here with", the most likely first."""
 
 
 class ChatView(QTextBrowser):
@@ -36,10 +41,16 @@ class ChatView(QTextBrowser):
     compare_shown = Signal(int)  # message id
     compare_requested = Signal(object)  # TokenRef: compare settings from this token
     seed_reused = Signal(int)  # a reply's seed, for the sampling panel's Seed field
+    kinds_changed = Signal(bool, bool)  # whether scored tokens, drawn tokens are shown: the legend follows
+    branch_requested = Signal(object, object)  # TokenRef, Candidate: continue from it instead
 
     def __init__(self) -> None:
         super().__init__()
         self.setOpenLinks(False)
+        # Links by mouse only: with keyboard access Tab walks every token's link, hundreds of
+        # stops before the focus could leave the chat.
+        flags = Qt.TextInteractionFlag
+        self.setTextInteractionFlags(flags.TextSelectableByMouse | flags.LinksAccessibleByMouse)
         self.setMouseTracking(True)
         self.anchorClicked.connect(self._on_anchor)
         self.writer = ChatDocument(self.document())
@@ -47,6 +58,8 @@ class ChatView(QTextBrowser):
         self.compare_label = "Compare settings from this token"
         self._dirty: set[StreamKey] = set()
         self.flushes: Throttler | None = None
+        self.kinds = (False, True)  # (scored, drawn) tokens shown (``app.model.scored.shown_kinds``)
+        self.menu: QMenu | None = None  # the last context menu shown
 
     @property
     def colors(self) -> Colors:
@@ -72,6 +85,16 @@ class ChatView(QTextBrowser):
         with self._keep_scroll():
             self.writer.sync(self.model.entries)
             self.writer.set_selected(self.model.selection)
+        self._check_kinds()
+
+    def _check_kinds(self) -> None:
+        """Which kinds of token the chat shows (scored, drawn): the legend names each one's
+        distribution. Checked as tokens stream too: a scored text starts without any."""
+        scored, drawn = shown_kinds(self.model.entries)
+        kinds = (scored, drawn or not scored)  # an empty chat's legend: the drawn tokens'
+        if kinds != self.kinds:
+            self.kinds = kinds
+            self.kinds_changed.emit(*kinds)
 
     def _on_tokens_added(self, stream: StreamKey) -> None:
         self._dirty.add(stream)
@@ -94,6 +117,8 @@ class ChatView(QTextBrowser):
             self.writer.set_selected(self.model.selection)
             for stream in dirty:
                 self.writer.append(stream)
+        if dirty:
+            self._check_kinds()
 
     @contextmanager
     def _keep_scroll(self) -> Iterator[None]:
@@ -182,29 +207,50 @@ class ChatView(QTextBrowser):
         return mime
 
     def token_menu(self, ref: TokenRef) -> QMenu:
-        """The context menu of a token: inspect it, or compare settings from it."""
+        """The context menu of a token, the app's own (a token is a link, and Qt's menu
+        offered "Copy Link Location"): copy the token, the selection or the reply's text;
+        inspect it; branch from it with another candidate; compare settings from it."""
         menu = QMenu(self)
-        inspect = QAction("Inspect this token", menu)
+        steps = (self.model.steps_of(ref[0]) if self.model is not None else None) or []
+        step = steps[ref[1]] if ref[1] < len(steps) else None
+        if step is not None:
+            token = step.text or step.piece  # a token without text (<|im_end|>): its piece
+            copy = menu.addAction(f"Copy token “{visible(token)[:24]}”")
+            copy.triggered.connect(lambda: QApplication.clipboard().setText(token))
+        if self.textCursor().hasSelection():
+            selection = menu.addAction("Copy selection")
+            selection.triggered.connect(lambda: QApplication.clipboard().setText(plain_text(self.textCursor())))
+        reply = "".join(s.text for s in steps)
+        copy_reply = menu.addAction("Copy reply text")
+        copy_reply.setEnabled(bool(reply))
+        copy_reply.triggered.connect(lambda: QApplication.clipboard().setText(reply))
+        menu.addSeparator()
+        inspect = menu.addAction("Inspect this token")
         inspect.triggered.connect(lambda: self.token_clicked.emit(ref))
-        compare = QAction(self.compare_label, menu)
+        self._branch_menu(menu, ref, step)
+        compare = menu.addAction(self.compare_label)
         compare.setToolTip("Each setting redraws this token and continues from it (one prefill).")
         compare.triggered.connect(lambda: self.compare_requested.emit(ref))
-        menu.addAction(inspect)
-        menu.addAction(compare)
         return menu
 
-    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+    def _branch_menu(self, menu: QMenu, ref: TokenRef, step: TokenStep | None) -> None:
+        """Branch from here: continue the reply from this token with another candidate
+        (the most likely after the last stage first); the reply is kept as a branch."""
+        branch = menu.addMenu("Branch from here with")
+        others = [c for c in step.top if not is_chosen(step, c)] if step is not None else []
+        others.sort(key=lambda c: -prob(c.logprob))
+        for cand in others[:BRANCH_CHOICES]:
+            action = branch.addAction(f"“{visible(cand.text)}”  {percent(cand.logprob)}")
+            action.triggered.connect(lambda _=False, c=cand: self.branch_requested.emit(ref, c))
+        branch.setEnabled(bool(others))
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802 - Qt's name
         ref = self.ref_at(event.pos())
         if ref is None:
             super().contextMenuEvent(event)
             return
-        menu = self.token_menu(ref)
-        menu.addSeparator()
-        standard = self.createStandardContextMenu(event.pos())  # owns its actions: keep it alive
-        for action in standard.actions():
-            menu.addAction(action)
-        menu.exec(event.globalPos())
-        standard.deleteLater()
+        self.menu = self.token_menu(ref)  # kept: tests and screenshots read the menu shown
+        self.menu.exec(event.globalPos())
 
 
 def plain_text(cursor: QTextCursor) -> str:
@@ -245,12 +291,24 @@ def tooltip_for(step: TokenStep) -> str:
 
 
 def color_legend(colors: Colors) -> str:
+    """The colour cells of the legend, 0 % to 100 % (its words are the chat panel's)."""
     stops = [0.0, 0.25, 0.5, 0.75, 1.0]
-    cells = "".join(
+    return "".join(
         f"<span style='background-color:{probability_color(p, colors)}'>&nbsp;{int(p * 100)}%&nbsp;</span>"
         for p in stops
     )
-    return f"p(final) of the chosen token: {cells}"
 
 
-__all__ = ["LIGHT", "ChatView", "color_legend", "tooltip_for"]
+SCORED_TIP = (
+    "A scored text is shaded by each token's probability under the raw model distribution, "
+    "the one its perplexity and surprisal come from; after the chain, XTC or a truncation "
+    "would read a likely token as 0."
+)
+DRAWN_TIP = "A drawn token is shaded by its probability after the last stage: the distribution it was drawn from."
+
+
+def legend_tooltip(scored: bool, drawn: bool) -> str:
+    return "\n".join(([SCORED_TIP] if scored else []) + ([DRAWN_TIP] if drawn else []))
+
+
+__all__ = ["LIGHT", "ChatView", "color_legend", "legend_tooltip", "tooltip_for"]

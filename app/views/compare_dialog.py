@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -36,6 +35,7 @@ from app.model.kv_cache import OFF
 from app.model.model_compare import CompareSettings, Comparison, num
 from app.model.precision import CHOICE_LABELS, CHOICE_TIPS
 from app.model.textfmt import escape, visible
+from app.views.file_dialogs import MODELS, Folders
 from engine.precision import PRECISIONS
 
 REFUSED_COLOR = "#b42318"
@@ -79,12 +79,14 @@ class CompareModelsDialog(QDialog):
         precision: str,
         parent: QWidget | None = None,
         running_precision: str = "",
+        folders: Folders | None = None,
     ) -> None:
         """``running``: the running model's label; ``sources``: the choices offered first
         (the running model's own source first); ``precision``: the one chosen at first;
         ``running_precision``: what the running model computes in (set when a quantized KV
-        cache is chosen for its own source)."""
+        cache is chosen for its own source); ``folders``: where its file dialogs open."""
         super().__init__(parent)
+        self.folders = folders or Folders(None)
         self.running_source = sources[0] if sources else ""
         self.running_precision = running_precision
         self.setWindowTitle("Compare models")
@@ -162,12 +164,12 @@ class CompareModelsDialog(QDialog):
             self.precision.setCurrentIndex(max(0, self.precision.findData(self.running_precision)))
 
     def _pick_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "A model folder to compare with")
+        folder = self.folders.open_folder(self, MODELS, "A model folder to compare with")
         if folder:
             self.source.setCurrentText(folder)
 
     def _pick_gguf(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "A GGUF file to compare with", "", "GGUF models (*.gguf)")
+        path = self.folders.open_file(self, MODELS, "A GGUF file to compare with", "GGUF models (*.gguf)")
         if path:
             self.source.setCurrentText(path)
 

@@ -48,6 +48,7 @@ class _ProbeRelay(QObject):
 
 class ConnectDialog(QDialog):
     connect_requested = Signal(object)  # RemoteSpec
+    probe_failed = Signal(str)  # what the dialog says when the server could not be asked (logged)
 
     def __init__(self, settings: QSettings, parent: QWidget | None = None, probe=None) -> None:
         super().__init__(parent)
@@ -250,6 +251,7 @@ class ConnectDialog(QDialog):
         if exc is not None:
             self.server_label.setText("")
             self.error.setText(f"Could not list the server's models: {exc}")
+            self.probe_failed.emit(f"{self.url.text().strip()}: {self.error.text()}")
             return
         kind, models, problem = result.kind, result.models, result.problem
         self.server_kind = kind

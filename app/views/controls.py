@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QSettings, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -36,8 +36,10 @@ from app.model.param_check import check_values, error_message
 from app.model.param_text import format_bias, parse_bias, parse_seed, parse_stop
 from app.model.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, is_reserved, preset_data, preset_matches
 from app.views.chain_editor import ChainEditor
+from app.views.fitting import WrapRow
 from app.views.lines_edit import LinesEdit
-from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field
+from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field, narrow_form
+from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import SamplingParams, SamplingParamsError
 
 STOP_TIP = (
@@ -63,7 +65,7 @@ class SamplingControls(QWidget):
         self.chain.changed.connect(self._changed)
         # Every numeric field by name, the chain's and the reply's, for presets and errors.
         self.fields: dict[str, SliderField] = dict(self.chain.fields)
-        reply_form = QFormLayout()
+        reply_form = narrow_form(QFormLayout())
         for spec in REPLY_FIELDS:
             self.fields[spec.name] = make_field(spec, self._changed)
             reply_form.addRow(spec.label, self.fields[spec.name])
@@ -92,21 +94,21 @@ class SamplingControls(QWidget):
         self.presets = QComboBox()
         self.presets.activated.connect(lambda _: self.apply_preset(self.presets.currentText()))
         self.presets.setMinimumContentsLength(10)
+        wheel_only_when_focused(self.presets)
         self.presets.currentTextChanged.connect(self._update_delete)
         self.save_button = QPushButton("Save…")
         self.save_button.setToolTip("Save these settings as a preset of your own")
         self.save_button.clicked.connect(self._save_preset)
         self.delete_button = QPushButton("Delete")
         self.delete_button.clicked.connect(lambda: self.delete_preset(self.presets.currentText()))
-        preset_row = QHBoxLayout()
-        preset_row.addWidget(QLabel("Preset"))
-        preset_row.addWidget(self.presets, 1)
-        # The buttons on a row of their own: beside the combo they set the panel's
-        # minimum width, and a narrow window cut them off.
+        # Label and combo side by side where they fit, else one under the other; the buttons
+        # on a row of their own, no wider than their words: a narrow dock cut them off.
+        preset_row = WrapRow([(QLabel("Preset"), 0), (self.presets, 1)])
         preset_buttons = QHBoxLayout()
         preset_buttons.addStretch(1)
-        preset_buttons.addWidget(self.save_button)
-        preset_buttons.addWidget(self.delete_button)
+        for button in (self.save_button, self.delete_button):
+            button.setMinimumWidth(button.fontMetrics().horizontalAdvance(button.text()) + 16)
+            preset_buttons.addWidget(button)
         self.preset_note = QLabel()
         self.preset_note.setWordWrap(True)
         self.preset_note.hide()
@@ -118,12 +120,16 @@ class SamplingControls(QWidget):
         self.live_note.setEnabled(False)
 
         chain_box = QGroupBox("Chain")
-        QVBoxLayout(chain_box).addWidget(self.chain)
+        chain_layout = QVBoxLayout(chain_box)
+        chain_layout.setContentsMargins(4, 4, 4, 4)  # the panel's width goes to the fields
+        chain_layout.addWidget(self.chain)
         reply_box = QGroupBox("Reply")
         reply_box.setLayout(reply_form)
+        reply_form.setContentsMargins(4, 4, 4, 4)
         inner = QWidget()
         layout = QVBoxLayout(inner)
-        layout.addLayout(preset_row)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(preset_row)
         layout.addLayout(preset_buttons)
         layout.addWidget(self.preset_note)
         layout.addWidget(self.error)
@@ -135,6 +141,7 @@ class SamplingControls(QWidget):
         self.scroll = scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # not a Tab stop: its fields are (and scroll into view)
         scroll.setWidget(inner)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)

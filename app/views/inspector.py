@@ -3,7 +3,7 @@
 Two tabs over the same candidates in the same order (their ``raw`` rank):
 *Chain* (``app.views.chain_view``), every candidate's probability after every stage that
 ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
-with the bias and penalty effect and the numbers; a token of a reply compared with a second
+with the bias, penalty and DRY effect on each logit and the numbers; a token of a reply compared with a second
 model adds *Models* (``app.views.compare_tokens``), both models' top tokens; *Layers*
 (``app.views.lens_tab``, filled by ``app.shell.logit_lens``) is the logit lens: what each
 layer of the running model would have predicted there. Double-click a candidate in
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QModelIndex, QPoint, Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QMenu,
     QTabWidget,
@@ -27,8 +28,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.model.entries import latest_token
 from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
-from app.model.remote_labels import NOT_REPORTED, p_label, stage_label, step_stage_label
+from app.model.remote_labels import NOT_REPORTED, p_label, step_stage_label
+from app.model.reply_origin import ReplyOrigin
 from app.model.textfmt import escape, percent, visible
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 
 CHAIN_TAB, BARS_TAB, MODELS_TAB, LAYERS_TAB = 0, 1, 2, 3
 PLACEHOLDER = "Send a message: the latest token's candidates show here."
+NOTHING_SELECTED = "No token selected: click a token of a reply in the chat to see its candidates."
 INSPECTOR_MS = 100
 """Following the newest token of a streaming reply, at most 10 redraws a second (the chat
 streams at 30): repainting the table is a large part of the GUI's cost per token, and no
@@ -59,6 +63,7 @@ class InspectorWidget(QWidget):
         self.step: TokenStep | None = None
         self.where = ""
         self.precision: str | None = None  # what the selected reply was computed in (None: not recorded)
+        self.origin = ReplyOrigin()  # what wrote the selected reply: its header says so
         self.model: ChatModel | None = None
         self.candidates: list[Candidate] = []
         self.title = QLabel(PLACEHOLDER)
@@ -93,6 +98,12 @@ class InspectorWidget(QWidget):
             view.doubleClicked.connect(lambda index: self._pick_row(index.row()))
             view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda pos, v=view: self._on_menu(v, pos))
+        # The chain view's candidate names are its row headers: a double-click or a right-click
+        # there does what it does on the row's numbers.
+        names = self.chain_view.verticalHeader()
+        names.sectionDoubleClicked.connect(self._pick_row)
+        names.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        names.customContextMenuRequested.connect(lambda pos: self._on_menu(self.chain_view, pos, names))
         self.bars.plots.scene().sigMouseClicked.connect(self._on_plot_click)
 
         layout = QVBoxLayout(self)
@@ -140,9 +151,10 @@ class InspectorWidget(QWidget):
         if run is not None and step is not None:
             column = run.column_of(self.model.selection[0])
             where = f"<span style='color:{variant_color(column, self.colors)}'>●</span> {run.label(column)} · "
-        precision = self.model.precision_of(self.model.selection[0]) if self.model.selection else None
-        if step is not self.step or where != self.where or precision != self.precision:
-            self.precision = precision
+        stream = self.model.selection[0] if self.model.selection else None
+        precision, origin = self.model.precision_of(stream), self.model.origin_of(stream)
+        if step is not self.step or where != self.where or precision != self.precision or origin != self.origin:
+            self.precision, self.origin = precision, origin
             self.show_step(step, where)
 
     def show_step(self, step: TokenStep | None, where: str = "") -> None:
@@ -161,10 +173,16 @@ class InspectorWidget(QWidget):
             self.chain_view.show_step(step, self.colors, log)
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
-        self.title.setText(self._title_html(step) if step is not None else PLACEHOLDER)
+        self.title.setText(self._title_html(step) if step is not None else self._placeholder())
         self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision) if step is not None else "")
         self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
         self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
+
+    def _placeholder(self) -> str:
+        """Nothing selected: before any reply, an invitation; after one (a reply cancelled
+        before its first token leaves none selected), that nothing is."""
+        model = self.model
+        return NOTHING_SELECTED if model is not None and latest_token(model.entries) is not None else PLACEHOLDER
 
     def _title_html(self, step: TokenStep) -> str:
         picked = " · picked by hand" if step.forced else ""
@@ -178,18 +196,20 @@ class InspectorWidget(QWidget):
                 f" &nbsp; {p_label(step)} {percent(step.logprob)}"
                 f"{picked}<br>{self._remote_label(step)}"
             )
+        origin = f"<br><span style='color:{self.colors.muted}'>{escape(self.origin.label())}</span>"
         return (
             f"{self.where}<b>Token {step.index}</b> &nbsp;<code>{escape(visible(step.piece))}</code>"
             f" &nbsp; p after {last} {percent(step.logprob)} · raw {percent(step.raw_logprob)}"
             f" · entropy raw {format_nats(step.entropy_raw)} → {last} {format_nats(step.entropy)}{picked}"
+            + (origin if self.origin.model else "")
         )
 
     def _remote_label(self, step: TokenStep) -> str:
-        """The stage label of a server's numbers (``app/model/remote_labels.py``)."""
-        info = getattr(self, "remote_info", None)
+        """What a server's numbers are (``app/model/remote_labels.py``), after the reply's own
+        origin: the server and the stage it reported, whatever model is loaded now."""
         label = step_stage_label(step)
-        if info is not None:
-            label = f"{escape(stage_label(info))} · {label}"
+        if self.origin.remote:
+            label = f"{escape(self.origin.label())} · {label}"
         return f"<span style='color:#c26a00'>{label}</span>"
 
     # Picking -----------------------------------------------------------------------
@@ -211,11 +231,12 @@ class InspectorWidget(QWidget):
         self.last_pick = cand
         self.token_picked.emit(cand.token_id)
 
-    def _on_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
-        index: QModelIndex = view.indexAt(pos)
-        if not index.isValid() or index.row() >= len(self.candidates):
+    def _on_menu(self, view: QAbstractItemView, pos: QPoint, names: QHeaderView | None = None) -> None:
+        """The candidate's menu: at ``pos`` in ``view``, or in its row headers ``names``."""
+        row = names.logicalIndexAt(pos) if names is not None else view.indexAt(pos).row()
+        if not 0 <= row < len(self.candidates):
             return
-        cand = self.candidates[index.row()]
+        cand = self.candidates[row]
         menu = QMenu(self)
         pick = QAction(f"Continue with “{visible(cand.text)}”", menu)
         pick.triggered.connect(lambda: self._emit_pick(cand))
@@ -231,4 +252,4 @@ class InspectorWidget(QWidget):
             copy = QAction("Copy selected rows (Ctrl+C)", menu)
             copy.triggered.connect(self.table.copy_rows)
             menu.addAction(copy)
-        menu.exec(view.viewport().mapToGlobal(pos))
+        menu.exec((names or view).viewport().mapToGlobal(pos))

@@ -16,22 +16,24 @@ from PySide6.QtCore import QItemSelection, QItemSelectionModel
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableWidget, QTableWidgetItem
 
-from app.model.inspector_settings import COUNT_NOTE, FINAL_NOTE, PENALTY_NOTE
+from app.model.inspector_settings import COUNT_NOTE, DRY_NOTE, FINAL_NOTE, PENALTY_NOTE
 from app.model.remote_labels import NOT_REPORTED, is_chosen, token_id_text
 from app.model.textfmt import percent, visible
 from app.views.theme import Colors
 from engine.events import Candidate, TokenStep
 
-COLUMNS = ["token", "id", "raw logit", "p raw", "p final", "removed by", "bias", "penalty", "count"]
+COLUMNS = ["token", "id", "raw logit", "p raw", "p final", "removed by", "bias", "penalty", "dry", "count"]
 HEADER_TIPS = {
     "p raw": "The model's own probability (the raw distribution, before any stage).",
     "p final": FINAL_NOTE,
     "removed by": "The stage that took this token out of the distribution.",
     "bias": "logit_bias added to this token's logit.",
     "penalty": PENALTY_NOTE,
+    "dry": DRY_NOTE,
     "count": COUNT_NOTE,
 }
 FINAL_COLUMN = COLUMNS.index("p final")
+NOT_RECORDED = "not recorded"
 CELL_PAD, HEADER_PAD = 14, 18  # the style's text margins (and the header's frame)
 
 
@@ -47,8 +49,19 @@ def row_values(step: TokenStep, cand: Candidate) -> list[str]:
         cand.removed_by or "",
         _effect(cand.bias, "{:+.2f}"),
         _effect(cand.penalty, "{:+.3f}"),
+        dry_cell(step, cand),
         NOT_REPORTED if cand.count is None else (str(cand.count) if cand.count else ""),
     ]
+
+
+def dry_cell(step: TokenStep, cand: Candidate) -> str:
+    """DRY's change of the logit: empty where DRY did not run (or left it alone); a local
+    step saved before candidates carried it says so rather than showing nothing."""
+    if step.stage_index("dry") is None:
+        return ""
+    if cand.dry is None and step.reported_stage is None:
+        return NOT_RECORDED
+    return _effect(cand.dry, "{:+.3f}")
 
 
 def row_key(cand: Candidate) -> tuple[int | None, str]:
@@ -73,6 +86,7 @@ class CandidateTable(QTableWidget):
             self.setHorizontalHeaderItem(col, item)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setTabKeyNavigation(False)  # Tab leaves the table (arrows move in it)
         self.setWordWrap(False)
         self.verticalHeader().setVisible(False)
         rows = self.verticalHeader()

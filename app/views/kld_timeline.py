@@ -14,7 +14,6 @@ import pyqtgraph as pg
 from app.model.model_compare import Comparison
 from app.model.textfmt import escape, visible
 from app.views.timeline import TimelineWidget
-from app.views.timeline_marks import TokenAxis
 
 KLD_ROW = 3  # below probability, entropy and a scored text's surprisal (row 2)
 WORST_COLOR = "#d62728"
@@ -24,13 +23,7 @@ CURVE_COLOR = "#9467bd"
 class KldRow:
     def __init__(self, timeline: TimelineWidget, on_select: Callable[[int], None]) -> None:
         self.timeline, self._on_select = timeline, on_select
-        self.plot = timeline.view.addPlot(row=KLD_ROW, col=0, axisItems={"bottom": TokenAxis()})
-        self.plot.setXLink(timeline.prob_plot)
-        self.plot.setLabel("left", "KLD (nats)")
-        self.plot.getAxis("left").enableAutoSIPrefix(False)
-        self.plot.setMenuEnabled(False)
-        self.plot.setMouseEnabled(x=True, y=False)
-        self.plot.showGrid(x=False, y=True, alpha=0.2)
+        self.plot = timeline.add_row(KLD_ROW, "KLD (nats)")
         self.curve = self.plot.plot([], [], pen=pg.mkPen(CURVE_COLOR, width=1.5))
         self.points = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(CURVE_COLOR), pen=None)
         self.worst = pg.ScatterPlotItem(size=13, brush=None, pen=pg.mkPen(WORST_COLOR, width=2))

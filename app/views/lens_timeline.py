@@ -16,7 +16,6 @@ from PySide6.QtCore import Qt
 
 from app.model.logit_lens import ReplyLens
 from app.views.timeline import TimelineWidget
-from app.views.timeline_marks import TokenAxis
 
 DECIDED_ROW = 4  # below Compare models' KLD row (3)
 CURVE_COLOR = "#188038"
@@ -26,13 +25,7 @@ NEVER_COLOR = "#d62728"
 class DecidedRow:
     def __init__(self, timeline: TimelineWidget, on_select: Callable[[int], None]) -> None:
         self.timeline, self._on_select = timeline, on_select
-        self.plot = timeline.view.addPlot(row=DECIDED_ROW, col=0, axisItems={"bottom": TokenAxis()})
-        self.plot.setXLink(timeline.prob_plot)
-        self.plot.setLabel("left", "layer")
-        self.plot.getAxis("left").enableAutoSIPrefix(False)
-        self.plot.setMenuEnabled(False)
-        self.plot.setMouseEnabled(x=True, y=False)
-        self.plot.showGrid(x=False, y=True, alpha=0.2)
+        self.plot = timeline.add_row(DECIDED_ROW, "layer")
         self.curve = self.plot.plot([], [], pen=pg.mkPen(CURVE_COLOR, width=1))
         self.points = pg.ScatterPlotItem(size=6, brush=pg.mkBrush(CURVE_COLOR), pen=None)
         self.never = pg.ScatterPlotItem(size=9, symbol="x", brush=pg.mkBrush(NEVER_COLOR), pen=None)

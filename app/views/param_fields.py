@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QSlider, QSpinBox, QWidget
 
+from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
 from engine.stages.registry import SPECS
 from engine.stages.spec import Field
@@ -107,6 +108,7 @@ class SliderField(QWidget):
         self.slider.setRange(0, SLIDER_STEPS)
         self.spin = spin
         self.spin.setKeyboardTracking(False)
+        wheel_only_when_focused(self.slider, self.spin)  # a wheel passing over scrolls the panel
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.slider, 1)
@@ -161,6 +163,13 @@ class IntField(SliderField):
 
     def _slider_value(self, position: int) -> int:
         return round(super()._slider_value(position))
+
+
+def narrow_form(form: QFormLayout) -> QFormLayout:
+    """A form whose rows put the field under its label where the two do not fit side by
+    side, so a narrow Sampling dock needs no horizontal scrolling."""
+    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+    return form
 
 
 def make_field(spec: FieldSpec, on_change: Callable[[], None]) -> SliderField:

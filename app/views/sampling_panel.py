@@ -20,8 +20,10 @@ from app.model.generation import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.model.presets import CUSTOM, short_label
 from app.model.streams import COLUMN_NAMES
 from app.views.controls import SamplingControls
+from app.views.fitting import WrapRow
 from app.views.param_fields import ClampingSpinBox
 from app.views.theme import LIGHT, Colors, variant_color
+from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import SamplingParams
 
 DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
@@ -42,6 +44,7 @@ class SamplingPanel(QWidget):
         self.count.setValue(3)
         self.count.setSuffix(" settings")
         self.count.setToolTip("How many settings to compare")
+        wheel_only_when_focused(self.count)
         self.tabs = QTabBar()
         self.tabs.setExpanding(False)
         self.stack = QStackedWidget()
@@ -57,10 +60,9 @@ class SamplingPanel(QWidget):
         self.tabs.currentChanged.connect(self.stack.setCurrentIndex)
         self.compare.toggled.connect(self._on_mode)
         self.count.valueChanged.connect(self._on_mode)
-        top = QHBoxLayout()
+        top = QHBoxLayout()  # the switch and the count one under the other in a narrow dock
         top.setContentsMargins(6, 4, 6, 0)
-        top.addWidget(self.compare)
-        top.addWidget(self.count)
+        top.addWidget(WrapRow([(self.compare, 0), (self.count, 0)]))
         top.addStretch(1)
         self.hint = QLabel("Each tab is one column; a change applies to its column from the next token.")
         self.hint.setWordWrap(True)

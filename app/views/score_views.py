@@ -15,7 +15,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -25,13 +24,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.model.replay import Replay
+from app.views.file_dialogs import TEXTS, Folders
 from app.views.timeline import TimelineWidget
 from engine.events import TokenStep
 
 
 class ScoreTextDialog(QDialog):
-    def __init__(self, parent=None) -> None:
+    def __init__(self, parent=None, folders: Folders | None = None) -> None:
         super().__init__(parent)
+        self.folders = folders or Folders(None)  # where Open .txt / .md… opens
         self.setWindowTitle("Score text")
         self.resize(640, 420)
         layout = QVBoxLayout(self)
@@ -54,7 +55,7 @@ class ScoreTextDialog(QDialog):
         layout.addWidget(buttons)
 
     def open_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a text", "", "Text (*.txt *.md);;All files (*)")
+        path = self.folders.open_file(self, TEXTS, "Open a text", "Text (*.txt *.md);;All files (*)")
         if path:
             self.load(path)
 
@@ -62,25 +63,52 @@ class ScoreTextDialog(QDialog):
         self.text.setPlainText(Path(path).read_text(encoding="utf-8", errors="replace"))
 
 
+REPLAY_RED, REPLAY_ORANGE = "#d62728", "#ff7f0e"
+REPLAY_LEGEND = (
+    f"Replay: <span style='color:{REPLAY_RED}'>╌╌</span> p under the current settings (red dashes)"
+    f" · <span style='color:{REPLAY_RED}'>✕</span> they would remove the token"
+    f" · <span style='color:{REPLAY_ORANGE}'>▲</span> their most likely token differs"
+)
+REPLAY_TIP = (
+    "The reply's own tokens re-scored under the current settings (Chat → Replay): the red dashed"
+    " curve is each token's probability after their last stage, ✕ at 0 marks a token they would"
+    " have removed, ▲ at the top a position where their most likely token is not the one the"
+    " reply's own settings made most likely."
+)
+
+
 class ReplayOverlay:
-    """A replay over the timeline's probability plot."""
+    """A replay over the timeline's probability plot, with a legend above the plots that
+    names its marks and says what the replay found."""
 
     def __init__(self, timeline: TimelineWidget) -> None:
-        self.prob = pg.PlotDataItem([], [], pen=pg.mkPen("#d62728", width=1.5, style=Qt.PenStyle.DashLine))
-        self.removed = pg.ScatterPlotItem([], [], symbol="x", size=11, pen=pg.mkPen("#d62728", width=2))
-        self.differs = pg.ScatterPlotItem([], [], symbol="t1", size=10, brush=pg.mkBrush("#ff7f0e"))
+        self.prob = pg.PlotDataItem([], [], pen=pg.mkPen(REPLAY_RED, width=1.5, style=Qt.PenStyle.DashLine))
+        self.removed = pg.ScatterPlotItem([], [], symbol="x", size=11, pen=pg.mkPen(REPLAY_RED, width=2))
+        self.differs = pg.ScatterPlotItem([], [], symbol="t1", size=10, brush=pg.mkBrush(REPLAY_ORANGE))
         for item in (self.prob, self.removed, self.differs):
             timeline.prob_plot.addItem(item)
+        # On the timeline's toolbar, above the plots: one line where there is room, wrapped
+        # (never widening the timeline) where there is not.
+        self.legend = QLabel(REPLAY_LEGEND)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)
+        self.legend.hide()
+        bar = timeline.toolbar.layout()
+        bar.insertWidget(bar.count() - 1, self.legend, 100)  # the room the stretch after it had
 
-    def show(self, r: Replay) -> None:
+    def show(self, r: Replay, found: str = "") -> None:
+        """Draw the replay ``r``; ``found``: what it found, in words (the legend's tooltip)."""
         x = np.array([s.index for s in r.steps], float)
         self.prob.setData(x, np.array(r.chosen_prob, float))
         self.removed.setData(np.array(r.removed, float), np.zeros(len(r.removed)))
         self.differs.setData(np.array(r.differs, float), np.full(len(r.differs), 1.02))
+        self.legend.setToolTip(f"{found}\n\n{REPLAY_TIP}" if found else REPLAY_TIP)
+        self.legend.show()
 
     def clear(self) -> None:
         for item in (self.prob, self.removed, self.differs):
             item.setData([], [])
+        self.legend.hide()
 
 
 class SurprisalRow:
@@ -88,10 +116,7 @@ class SurprisalRow:
     X-linked to the others; hidden unless a scored text is shown."""
 
     def __init__(self, timeline: TimelineWidget) -> None:
-        self.plot = timeline.view.addPlot(row=2, col=0)
-        self.plot.setXLink(timeline.prob_plot)
-        self.plot.setLabel("left", "surprisal (bits)")
-        self.plot.showGrid(x=False, y=True, alpha=0.2)
+        self.plot = timeline.add_row(2, "surprisal (bits)", shorter=("surprisal", "bits"))
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#9467bd", width=1.5))
         self.plot.hide()
         self._drawn: tuple | None = None

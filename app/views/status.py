@@ -1,18 +1,41 @@
-"""The status bar's permanent widgets: the model, the last reply's speed, memory, progress."""
+"""The status bar's permanent widgets: the model, the reply's speed, memory, progress.
+
+The speed is the reply being written's own while it streams (``generating 12.3 tok/s``,
+from its tokens' arrival, nothing until its second token), then the engine's figures for
+the reply that ended; a scored text has its own figures beside it (the perplexity), so it
+leaves the speed empty rather than "generation 0.0 tok/s". Figures of a conversation or a
+model no longer shown go (issue 24).
+
+The model's label gives way first in a narrow window, shortest last: a server's keeps
+``server reports: <stage>`` whole (``app.model.remote_labels.label_forms``), the rest of it
+in its tooltip.
+"""
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
-from engine.events import Finished
+from app.model.remote_labels import label_forms
+from app.views.fitting import FittedLabel
+from engine.events import Finished, FinishReason
+
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+    from app.model.streams import StreamKey
 
 STOPPING = "Stopping…"
+RATE_AFTER_S = 0.25
 
 
 class StatusWidgets:
     def __init__(self, bar: QStatusBar) -> None:
         self.bar = bar
-        self.model_label = QLabel("No model")
+        self.model: ChatModel | None = None
+        self._first: dict = {}
+        self.model_label = FittedLabel("No model")
         self.speed_label = QLabel("")
         self.memory_label = QLabel("")
         self.progress = QProgressBar()
@@ -22,6 +45,32 @@ class StatusWidgets:
         self.progress.hide()
         for widget in (self.model_label, self.speed_label, self.progress, self.memory_label):
             bar.addPermanentWidget(widget)
+
+    def bind(self, model: ChatModel) -> None:
+        """The speed follows the model's replies: live while one streams, the engine's
+        figures when it ends, nothing for another conversation."""
+        self.model = model
+        self._first: dict[StreamKey, tuple[float, int]] = {}  # stream -> (time, tokens) at its first new token
+        model.events.tokens_added.connect(self._on_tokens)
+        model.events.reply_finished.connect(self.reply_finished)
+        model.events.busy_changed.connect(lambda busy: self.speed_label.setText("") if busy else None)
+        model.events.conversation_changed.connect(lambda _c: self.clear_figures())
+
+    def clear_figures(self) -> None:
+        """Another conversation or another model: the last reply's speed is not this one's."""
+        self.speed_label.setText("")
+        self._first = {}
+
+    def _on_tokens(self, stream: StreamKey) -> None:
+        steps = self.model.steps_of(stream)
+        if not steps or steps[-1].rank is not None:  # a scored text: its progress bar says how far
+            return
+        now, count = time.monotonic(), len(steps)
+        first = self._first.setdefault(stream, (now, count))
+        # A rate needs two tokens (the prefill is not in it) and a quarter of a second: tokens
+        # that arrive together would read as a burst of thousands a second.
+        if count > first[1] and now - first[0] >= RATE_AFTER_S:
+            self.speed_label.setText(f"generating {(count - first[1]) / (now - first[0]):.1f} tok/s")
 
     def show_message(self, text: str, ms: int = 4000) -> None:
         self.bar.showMessage(text, ms)
@@ -46,7 +95,12 @@ class StatusWidgets:
         self.progress.setValue(int(fraction * 100))
 
     def model_ready(self, name: str, message: str = "") -> None:
-        self.model_label.setText(name)
+        """A model loaded: its label, and none of the figures of the one before."""
+        self.clear_figures()
+        self._show_model(name, message)
+
+    def _show_model(self, name: str, message: str) -> None:
+        self.model_label.set_forms(label_forms(name))
         self.progress.hide()
         if message:
             self.bar.showMessage(message, 4000)
@@ -54,8 +108,9 @@ class StatusWidgets:
             self.bar.clearMessage()
 
     def model_failed(self, label: str, message: str) -> None:
-        """A load failed: the label of the model still in use, and no stale "Model: <stage>…"."""
-        self.model_ready(label, message)
+        """A load failed: the label of the model still in use (its figures stay), and no
+        stale "Model: <stage>…"."""
+        self._show_model(label, message)
 
     def stopping(self) -> None:
         """Esc or Stop: said at once; the reply ends between two prefill chunks or tokens."""
@@ -80,10 +135,21 @@ class StatusWidgets:
         self.progress.show()
 
     def reply_finished(self, finished: Finished) -> None:
+        """The engine's figures for the reply that ended; only those it measured (a compare
+        column that shared another's prefill has no prompt speed of its own, a reply stopped
+        before its first token no generation speed, a scored text neither: the perplexity's
+        label has its speed)."""
         self.progress.hide()
-        # A compare column that shared another's prefill has no prompt speed of its own.
-        prompt = f"prompt {finished.prompt_tps:.1f} tok/s · " if (finished.prompt_tps or 0) > 0 else ""
-        self.speed_label.setText(f"{prompt}generation {finished.generation_tps:.1f} tok/s")
+        self._first = {}
+        if finished.finish_reason == FinishReason.SCORED:
+            self.speed_label.setText("")
+            return
+        parts = []
+        if (finished.prompt_tps or 0) > 0:
+            parts.append(f"prompt {finished.prompt_tps:.1f} tok/s")
+        if finished.generated_tokens > 0 and finished.generation_tps > 0:
+            parts.append(f"generation {finished.generation_tps:.1f} tok/s")
+        self.speed_label.setText(" · ".join(parts))
 
     def memory_measured(self, nbytes: int) -> None:
         self.memory_label.setText(f"memory {nbytes / 2**20:.0f} MiB")

@@ -24,6 +24,8 @@ class Colors:
     muted: str
     """Hints and other secondary text on the window's background: quieter than the text,
     still readable (the palette's disabled labels use it too)."""
+    dry: str = "#9334e6"
+    """DRY's change of a logit (Raw vs final), beside the bias (green) and penalty (red)."""
 
 
 LIGHT = Colors(
@@ -51,6 +53,7 @@ DARK = Colors(
     "#f28b82",
     True,
     "#9aa0a6",
+    "#d7aefb",
 )
 
 

@@ -7,6 +7,11 @@ stage leaves a gap). Red rings mark tokens that were not the raw argmax; dashed 
 mark where the sampling parameters changed (any value or the stage order; not the seed
 alone), labelled with what changed, their tooltip giving the values (``app.views.timeline_marks``).
 Clicking a point selects that token. Before the first token, a hint instead of empty axes.
+The reply is labelled by what wrote it, whatever model is loaded now (``timeline_origin``):
+beside the stage selector, and for a server's reply a note in the entropy plot that the
+server does not report it (neither takes the plots' height). The plots are rows of
+``app.views.timeline_rows.PlotRows``; other rows (a scored text's surprisal, a comparison's
+KLD, the logit lens) are added with ``add_row``.
 
 A compare run shows a curve per column on top, and below the Jensen–Shannon divergence
 of the columns' final distributions per token (the mean over pairs), the first token
@@ -16,20 +21,24 @@ and redraws on the window's clock; per-token values are kept in ``StreamSeries``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGraphicsSimpleTextItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from app.model.entries import latest_token
 from app.model.remote_labels import p_label
-from app.model.textfmt import prob
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
-from app.views.timeline_marks import TokenAxis, change_marker
+from app.views.timeline_marks import change_marker
+from app.views.timeline_origin import OriginLabels
+from app.views.timeline_rows import PlotRows
+from app.views.timeline_run import RunPlots
 from engine.events import TokenStep
 from engine.params import STAGE_NAMES
 
@@ -41,18 +50,17 @@ TIMELINE_MS = 100
 repainting them is most of the GUI's cost per token, and a curve needs no more."""
 MAX_DOTS = 1000
 """A reply longer than this is drawn as curves without a dot per token."""
-MAX_RUN_DOTS = 300
-"""Likewise for the columns of a compare run (redrawn whole: each has its own curve)."""
 EMPTY_HINT = "Send a message: each token's probability (top) and the model's uncertainty, its entropy (below), appear here as the reply is written. Click a point to inspect that token."  # noqa: E501
-PROB_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], []]  # major, minor
+NO_SELECTION_HINT = "No token selected: click a token of a reply in the chat to see the whole reply here."
 
 
-class TimelineWidget(QWidget):
+class TimelineWidget(RunPlots, QWidget):
     """One reply (``set_steps``) or one compare run (``set_run``): the top plot is each
     token's final probability (a curve per column of a run), the bottom one the entropy
     after the chosen stage, or for a run the divergence between its columns."""
 
     token_selected = Signal(int)  # token index of the reply shown
+    rows_changed = Signal(int)  # how many plots it shows (2, and 3 with a scored text, …)
     column_token_selected = Signal(int, int)  # column, token index of the run shown
 
     def __init__(self) -> None:
@@ -71,19 +79,11 @@ class TimelineWidget(QWidget):
         self._antialias = True
         self.model: ChatModel | None = None
         self.view = pg.GraphicsLayoutWidget()
-        self.prob_plot = self.view.addPlot(row=0, col=0, axisItems={"bottom": TokenAxis()})
-        self.entropy_plot = self.view.addPlot(row=1, col=0, axisItems={"bottom": TokenAxis()})
-        self.entropy_plot.setXLink(self.prob_plot)
-        self.prob_plot.setLabel("left", "p(final)")
-        self.entropy_plot.setLabel("left", "H last stage")
-        self.entropy_plot.setLabel("bottom", "token")
+        self.toolbar = QWidget()
+        self.rows = PlotRows(self.view, self, self.toolbar)
+        self.prob_plot = self.rows.add(0, "p(final)")
+        self.entropy_plot = self.rows.add(1, "H last stage")
         self.prob_plot.setYRange(0, 1.05, padding=0)
-        self.prob_plot.getAxis("left").setTicks(PROB_TICKS)  # automatic ones (0.2 apart) overprint
-        for plot in (self.prob_plot, self.entropy_plot):
-            plot.getAxis("left").enableAutoSIPrefix(False)  # "(x0.001)" reads as a unit
-            plot.setMenuEnabled(False)
-            plot.setMouseEnabled(x=True, y=False)
-            plot.showGrid(x=False, y=True, alpha=0.2)
         self.prob_curve = self.prob_plot.plot([], [])
         self.prob_points = pg.ScatterPlotItem(size=7)
         self.prob_plot.addItem(self.prob_points)
@@ -110,17 +110,20 @@ class TimelineWidget(QWidget):
         self.stage.currentTextChanged.connect(lambda _: self.set_steps(self.steps, self.selected))
         self.stage_label = QLabel("Entropy after")
         self.legend = QLabel()
+        self.entropy_note = QGraphicsSimpleTextItem("", self.entropy_plot.vb)  # in pixels, not data
+        self.entropy_plot.vb.sigResized.connect(lambda _vb: self._place_entropy_note())
+        self.origin = OriginLabels(self._set_entropy_note)  # what wrote the reply shown
         self.hint = QLabel(EMPTY_HINT)  # before the first token: words, not empty 0–1 axes
         self.hint.setWordWrap(True)
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.hint.setContentsMargins(24, 12, 24, 12)
-        self.toolbar = QWidget()
         bar = QHBoxLayout(self.toolbar)
-        bar.setContentsMargins(6, 0, 0, 0)
+        bar.setContentsMargins(6, 0, 6, 0)
         bar.addWidget(self.stage_label)
         bar.addWidget(self.stage)
         bar.addWidget(self.legend)
         bar.addStretch(1)
+        bar.addWidget(self.origin.label, 100)  # the room left, right-aligned
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -130,13 +133,34 @@ class TimelineWidget(QWidget):
         self.set_colors(LIGHT)
         self._show_mode(False)
         self._show_empty(True)
+        self.rows.changed = self.rows_changed.emit
+        self.rows.fit()  # the toolbar is filled now: its height counts
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.rows.fit()  # the token axis is titled where the rows have room for it
+
+    def add_row(self, row: int, title: str, shorter: Sequence[str] = ()) -> pg.PlotItem:
+        """A plot in ``row`` below the others, X-linked to them (``app.views.timeline_rows``)."""
+        return self.rows.add(row, title, shorter)
+
+    def _set_entropy_note(self, text: str) -> None:
+        """Words inside the entropy plot (a server's reply: its entropy is not reported)."""
+        self.entropy_note.setText(text)
+        self._place_entropy_note()
+
+    def _place_entropy_note(self) -> None:
+        box, text = self.entropy_plot.vb.boundingRect(), self.entropy_note.boundingRect()
+        self.entropy_note.setPos(box.center().x() - text.width() / 2, box.center().y() - text.height() / 2)
 
     def set_colors(self, colors: Colors) -> None:
         self.colors = colors
         self.view.setBackground(colors.background)
+        self.entropy_note.setBrush(QColor(colors.muted))
         palette = self.hint.palette()
         palette.setColor(QPalette.ColorRole.WindowText, QColor(colors.muted))
         self.hint.setPalette(palette)
+        self.origin.label.setPalette(palette)
         self.prob_curve.setPen(pg.mkPen(colors.final, width=1.5))
         self.entropy_curve.setPen(pg.mkPen(colors.raw, width=1.5))
         self.divergence_curve.setPen(pg.mkPen(colors.foreground, width=2))
@@ -215,6 +239,8 @@ class TimelineWidget(QWidget):
         self._set_antialias(not model.busy())
         selection = model.selection
         run = model.shown_run()
+        shown = run.columns[0].stream if run is not None and run.columns else None
+        self.origin.show(model.origin_of(shown or (selection[0] if selection is not None else None)))
         if run is not None:
             columns = [model.steps_of(c.stream) or [] for c in run.columns]
             column = run.column_of(selection[0]) if selection is not None else None
@@ -224,6 +250,8 @@ class TimelineWidget(QWidget):
             self.set_run(columns, labels, run.prefix_tokens, divergence.mean(), divergence.first(), selected)
             return
         steps = model.steps_of(selection[0]) if selection is not None else None
+        nothing = selection is None and latest_token(model.entries) is not None  # a reply cancelled early
+        self.hint.setText(NO_SELECTION_HINT if nothing else EMPTY_HINT)
         self.set_steps(steps or [], selection[1] if selection is not None else None)
 
     def _set_antialias(self, on: bool) -> None:
@@ -314,59 +342,6 @@ class TimelineWidget(QWidget):
         else:
             self.selection_line.hide()
 
-    # A compare run ------------------------------------------------------------------------------
-
-    def set_run(
-        self,
-        columns: list[list[TokenStep]],
-        labels: list[str],
-        start: int,
-        divergence: tuple[list[int], list[float]],
-        first_difference: int | None,
-        selected: tuple[int, int] | None,
-    ) -> None:
-        """Columns of a compare run from token ``start`` on; ``divergence``: (index, JS nats);
-        ``selected``: (column, index)."""
-        self.columns, self._run = columns, (labels, start, divergence, first_difference, selected)
-        self._show_empty(False)
-        if not self.run_mode:
-            self._show_mode(True)
-        self._redraw_run()
-
-    def _redraw_run(self) -> None:
-        labels, start, (dx, dy), first, selected = self._run
-        while len(self.variant_curves) < len(self.columns):
-            column = len(self.variant_curves)
-            curve = self.prob_plot.plot(
-                [], [], pen=pg.mkPen(variant_color(column, self.colors), width=1.5), antialias=self._antialias
-            )
-            curve.setSymbolSize(5)
-            self.variant_curves.append(curve)
-        for column, curve in enumerate(self.variant_curves):
-            shown = column < len(self.columns)
-            curve.setVisible(shown)
-            if not shown:
-                continue
-            steps = self.columns[column][start:]
-            color = variant_color(column, self.colors)
-            curve.setSymbolBrush(pg.mkBrush(color))
-            curve.setSymbolPen(None)
-            x = np.array([s.index for s in steps], dtype=float)
-            curve.setSymbol("o" if len(steps) <= MAX_RUN_DOTS else None)
-            curve.setData(x, np.array([prob(s.logprob) for s in steps], dtype=float))
-        self.divergence_curve.setData(np.array(dx, dtype=float), np.array(dy, dtype=float), connect="finite")
-        self._set_x_range(np.array([s.index for c in self.columns for s in c[start:]] or dx, dtype=float))
-        if first is not None:
-            self.first_difference.setPos(first - 0.5)
-            self.first_difference.label.setFormat(f"first different token: {first}")
-        self.first_difference.setVisible(first is not None)
-        dots = [f"<span style='color:{variant_color(i, self.colors)}'>●</span> {t}" for i, t in enumerate(labels)]
-        self.legend.setText("  ".join(dots) + "  ·  below: Jensen–Shannon divergence of the columns (mean of pairs)")
-        if selected is not None and selected[0] < len(self.columns):
-            self._place_selection(self.columns[selected[0]], selected[1])
-        else:
-            self.selection_line.hide()
-
     # Clicks ---------------------------------------------------------------------------------------
 
     def _on_scene_clicked(self, event) -> None:
@@ -382,18 +357,3 @@ class TimelineWidget(QWidget):
                 if index is not None:
                     self.token_selected.emit(index)
             return
-
-    def _select_in_run(self, x: float, y: float | None) -> None:
-        best = None
-        start = self._run[1]
-        for column, steps in enumerate(self.columns):
-            index = nearest(steps, max(x, start))
-            if index is not None and index < start:
-                index = None
-            if index is None:
-                continue
-            distance = abs(prob(steps[index].logprob) - y) if y is not None else column
-            if best is None or distance < best[0]:
-                best = (distance, column, index)
-        if best is not None:
-            self.column_token_selected.emit(best[1], best[2])

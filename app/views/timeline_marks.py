@@ -11,16 +11,19 @@ from typing import Any
 import pyqtgraph as pg
 
 from app.model.timeline_series import change_label, params_diff
+from app.views.plot_axes import CentredAxis
 from app.views.theme import Colors
 from engine.params import SamplingParams
 
+HOVER_PX = 5
+"""A marker's hover target reaches this many pixels either side of its dashed line."""
 
-class TokenAxis(pg.AxisItem):
+
+class TokenAxis(CentredAxis):
     """An axis of token indices: whole numbers only, however far it is zoomed in."""
 
     def __init__(self, orientation: str = "bottom") -> None:
         super().__init__(orientation)
-        self.enableAutoSIPrefix(False)  # "(x0.001)" would read as a unit
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:  # noqa: N802
         levels = super().tickSpacing(minVal, maxVal, size)
@@ -52,10 +55,26 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+class ChangeLine(pg.InfiniteLine):
+    """A line whose hover target is ``HOVER_PX`` pixels either side of it: pyqtgraph's is
+    its pen's width and a pixel, so a 1 px dashed line was all but impossible to hover."""
+
+    def _computeBoundingRect(self):  # noqa: N802 - pyqtgraph's name
+        rect = super()._computeBoundingRect()
+        _, ortho = self.pixelVectors(direction=pg.Point(1, 0))
+        half = HOVER_PX * (abs(ortho.y()) if ortho is not None else 0.0)
+        if rect.isValid() and half > rect.height() / 2:
+            rect.setTop(-half)  # the line's own coordinates: along x, across y
+            rect.setBottom(half)
+            self.prepareGeometryChange()
+            self._bounds = rect
+        return rect
+
+
 def change_marker(before: SamplingParams, after: SamplingParams, index: int, colors: Colors) -> pg.InfiniteLine:
     """A dashed line before token ``index`` labelled with what changed; hover it (or its
     label) for the values."""
-    line = pg.InfiniteLine(
+    line = ChangeLine(
         pos=index - 0.5,
         angle=90,
         pen=pg.mkPen(colors.bias, style=pg.QtCore.Qt.PenStyle.DashLine),
