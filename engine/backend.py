@@ -84,6 +84,9 @@ class ModelInfo:
     capabilities: Capabilities = LOCAL_CAPABILITIES
     """What the backend that loaded this model can do (the backend's own ``capabilities``):
     the app enables its menus and picks its labels from this, never from ``backend``."""
+    server_note: str = ""
+    """Remote only: what went wrong while connecting without stopping it, in one sentence
+    (the server could not list its models, so the model is used as named); "" when nothing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import queue
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,13 +32,12 @@ from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
 from engine.remote_emulation import ServerEmulation
 from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
+from engine.remote_listing import ServerListing, ask_server, pick_model
 from engine.remote_servers import (
     KINDS,
     STAGE_CHOICES,
     ServerKind,
     build_request,
-    detect_kind,
-    model_ids,
     remote_capabilities,
     stage_for,
     unsupported,
@@ -47,7 +45,7 @@ from engine.remote_servers import (
 from engine.remote_stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
 from engine.remote_wire import RemoteError, WireToken, assign_texts
 
-__all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "probe"]
+__all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "ServerListing", "probe"]
 
 
 class RemoteBackend(ServerEmulation):
@@ -104,6 +102,8 @@ class RemoteBackend(ServerEmulation):
         self._pieces: dict[int, str] = {}
         self.info: ModelInfo | None = None
         self.models: list[str] = []
+        self.listing_problem = ""
+        """Why the server listed no models although it answered ("" when it listed them)."""
         self._capabilities: Capabilities = NO_MODEL
 
     @property
@@ -123,32 +123,23 @@ class RemoteBackend(ServerEmulation):
         return self._transport
 
     def connect(self) -> list[str]:
-        """Ask the server what it is and which models it serves (``/v1/models``)."""
-        http = self._http()
-        models, headers = http.get_json("/v1/models")  # type: ignore[misc]
-        if not isinstance(models, dict):
-            raise RemoteError(f"{self.base_url}/v1/models did not list models.")
-        name = self._forced_kind
-        if name is None:
-            server = headers.get("server", "")
-            props = None if server.startswith("BaseHTTP/") else http.get_json("/props", missing_ok=True)
-            name = detect_kind(models, server, props[0] if props and isinstance(props[0], dict) else None)
-        self._kind = KINDS[name]
-        self.models = model_ids(models)
+        """Ask the server what it is and which models it serves (``/v1/models``); a server
+        that answers but lists none leaves the reason in ``listing_problem``."""
+        listing = ask_server(self._http(), self._forced_kind)
+        self._kind = KINDS[listing.kind]
+        self.models, self.listing_problem = listing.models, listing.problem
         return self.models
 
     def load(
         self, source: str, progress: ProgressFn | None = None, precision: str = "auto", kv: Any = None
     ) -> ModelInfo:
         """Use the server's model ``source`` (``""``: its first); the server chooses its own
-        precision and KV cache (a ``kv`` that quantizes is refused, before connecting)."""
+        precision and KV cache (a ``kv`` that quantizes is refused, before connecting). Where
+        the server could not list its models, a named ``source`` is used as named."""
         if kv is not None and getattr(kv, "enabled", False):
             raise EngineError("a server keeps its own KV cache: its quantization is set on the server.")
-        models = self.connect()
-        if not source and models:
-            source = models[0]
-        if models and source not in models:
-            raise RemoteError(f"{self.base_url} does not serve {source!r}; it serves: {', '.join(models)}.")
+        self.connect()
+        source, note = pick_model(ServerListing("", self.models, self.listing_problem), source, self.base_url)
         kind = self._kind
         assert kind is not None
         self._model = source
@@ -167,6 +158,7 @@ class RemoteBackend(ServerEmulation):
             reported_stage=stage,
             stage_detected=self._stage == "auto" and kind.name != "openai",
             capabilities=self._capabilities,
+            server_note=note,
         )
         if progress is not None:
             progress("connected", 1.0)
@@ -227,17 +219,13 @@ class RemoteBackend(ServerEmulation):
 
     def _checked(self, params: SamplingParams, seed: int | None) -> SamplingParams:
         """``params`` as sent: refused if the server cannot apply them; a seed of None
-        keeps ``seed``; mlx_lm.server's sampled replies get a seed of their own (their
-        chosen tokens come from a second request with the same seed), reported in
-        ``TokenStep.params`` like the local engine's."""
+        keeps ``seed``."""
         kind = self._require_kind()
         bad = unsupported(kind, params)
         if bad:
             raise EngineError(f"{kind.title} does not take {', '.join(bad)}; set it to its off value.")
         if params.seed is None and seed is not None:
             params = params.with_changes(seed=seed)
-        if params.seed is None and not params.greedy and kind.name == "mlx_lm":
-            params = params.with_changes(seed=secrets.randbits(63))
         return params
 
     def _body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
@@ -259,13 +247,13 @@ class RemoteBackend(ServerEmulation):
         kind = self._require_kind()
         path, body = self._body(req)
         req.generation += 1
-        companion = None
+        read_chosen = None
         if kind.streams_logprobs:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        elif not req.params.greedy:
-            companion = {k: v for k, v in body.items() if k != "top_logprobs"}
-        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", companion)
+        elif not req.params.greedy:  # one request: the chosen tokens are read from its text
+            read_chosen = req.params.top_logprobs
+        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", read_chosen)
         req.future = self._http().submit(job)
 
     def _stop(self, req: RemoteRequest) -> None:
@@ -395,12 +383,11 @@ class RemoteBackend(ServerEmulation):
             self._transport = None
 
 
-def probe(base_url: str, **options: Any) -> tuple[str, list[str]]:
-    """``(server kind, model ids)`` of the server at ``base_url``; raises RemoteError."""
+def probe(base_url: str, **options: Any) -> ServerListing:
+    """What the server at ``base_url`` is: its kind, its model ids, and why it listed none
+    although it answered (``problem``); raises RemoteError when it does not answer."""
     backend = RemoteBackend(base_url, **options)
     try:
-        models = backend.connect()
-        assert backend._kind is not None
-        return backend._kind.name, models
+        return ask_server(backend._http(), backend._forced_kind)
     finally:
         backend.close()

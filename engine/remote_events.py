@@ -58,7 +58,8 @@ def _candidate(token_id: int | None, text: str, logprob: float) -> Candidate:
 def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
     """The next token of ``req``; advances its index and text."""
     top = [_candidate(a.token_id, a.text, a.logprob) for a in token.top]
-    if not any(same_token(c.token_id, c.text, token.token_id, token.piece) for c in top):
+    known = token.token_id is not None or token.piece  # a token with neither: no row to show
+    if known and not any(same_token(c.token_id, c.text, token.token_id, token.piece) for c in top):
         top.append(_candidate(token.token_id, token.piece, token.logprob))
     top.sort(key=lambda c: math.inf if c.logprobs[0] is None else -c.logprobs[0])
     step = TokenStep(

@@ -15,7 +15,24 @@ from typing import Any
 
 from engine.capabilities import Capabilities
 from engine.errors import EngineError
-from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, SamplingParams
+from engine.params import SamplingParams
+from engine.remote_fields import refusals, sampling_fields, unsupported
+
+__all__ = [
+    "KINDS",
+    "STAGE_CHOICES",
+    "ServerKind",
+    "build_request",
+    "detect_kind",
+    "finite_logprob",
+    "logprob_fields",
+    "model_ids",
+    "refusals",  # engine.remote_fields: which fields each kind takes
+    "remote_capabilities",
+    "sampling_fields",
+    "stage_for",
+    "unsupported",
+]
 
 # What the user may say a server reports. ``auto`` takes the kind's default.
 STAGE_CHOICES = ("auto", "raw", "penalties", "final", "sglang")
@@ -153,112 +170,6 @@ def stage_for(kind: ServerKind, stage: str, params: SamplingParams) -> str:
     return upto[-1] if upto else "raw"
 
 
-def unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
-    """Fields set away from their off value that this kind cannot apply, and stages it
-    would leave out. (The stage order is the server's own wherever ``samplers`` is not
-    taken: docs/REMOTE.md.)"""
-    off = SamplingParams()
-    names = [
-        "top_k",
-        "min_p",
-        "typical_p",
-        "repetition_penalty",
-        "top_n_sigma",
-        "xtc_probability",
-        "dry_multiplier",
-        "dynatemp_range",
-    ]
-    bad = [n for n in names if getattr(params, n) != getattr(off, n) and n not in kind.extra_fields]
-    return bad + _mirostat_unsupported(kind, params)
-
-
-def _mirostat_unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
-    """llama.cpp's server is the only one with Mirostat 2.0 (``"mirostat": 2``), and its
-    mirostat chain is logit bias, plain temperature, mirostat: every other stage is
-    dropped there, so it is refused rather than silently not applied."""
-    from engine.stages import row_chain
-
-    chain = row_chain(params)
-    if "mirostat_v2" not in chain:
-        return []
-    if "mirostat_tau" not in kind.extra_fields:
-        return ["mirostat_v2 (in samplers)"]
-    why = " with mirostat_v2 (its mirostat chain is logit bias, temperature, mirostat)"
-    others = [s for s in chain if s not in ("bias", "temperature", "mirostat_v2")]
-    if "temperature" in chain and chain.index("temperature") > chain.index("mirostat_v2"):
-        others.append("temperature after mirostat_v2")
-    return [s + why for s in others] + (["dynatemp_range" + why] if params.dynatemp_range else [])
-
-
-_LLAMA_CPP_SAMPLER_NAMES = {"typical_p": "typ_p"}
-
-
-def sampling_fields(kind: ServerKind, params: SamplingParams, top_logprobs: int) -> dict[str, Any]:
-    """The request fields for ``params`` (without prompt, stream or logprobs fields).
-    Fields at their off value are left out, so a server's own defaults never creep in
-    where ours are neutral."""
-    body: dict[str, Any] = {"temperature": params.temperature, "max_tokens": params.max_tokens}
-    if params.top_p != 1.0:
-        body["top_p"] = params.top_p
-    if params.seed is not None:
-        body["seed"] = params.seed
-    if params.stop:
-        body["stop"] = list(params.stop)
-    if params.logit_bias:
-        body["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}
-    if params.presence_penalty:
-        body["presence_penalty"] = params.presence_penalty
-    if params.frequency_penalty:
-        body["frequency_penalty"] = params.frequency_penalty
-    extra = kind.extra_fields
-    if params.top_k and "top_k" in extra:
-        body["top_k"] = params.top_k
-    if params.min_p and "min_p" in extra:
-        body["min_p"] = params.min_p
-    if params.repetition_penalty != 1.0 and "repetition_penalty" in extra:
-        body["repeat_penalty" if kind.name in ("llama.cpp", "lmstudio") else "repetition_penalty"] = (
-            params.repetition_penalty
-        )
-    if kind.name == "mlx_lm":
-        # mlx_lm.server counts each penalty over its own window (default 20); 0 slices all.
-        for name in ("repetition", "presence", "frequency"):
-            body[f"{name}_context_size"] = params.penalty_window
-        if params.xtc_probability:
-            body["xtc_probability"] = float(params.xtc_probability)
-            body["xtc_threshold"] = float(params.xtc_threshold)
-    if kind.name == "llama.cpp":
-        body.update(_llama_cpp_fields(params))
-    return body
-
-
-def _llama_cpp_fields(params: SamplingParams) -> dict[str, Any]:
-    """llama.cpp's own names (tools/server/README.md); its window 0 means off, -1 all."""
-    body: dict[str, Any] = {
-        "repeat_last_n": params.penalty_window or -1,
-        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers if s != "mirostat_v2"],
-    }
-    if "mirostat_v2" in params.samplers:  # llama.cpp's ``mirostat`` replaces the samplers list
-        body.update(mirostat=2, mirostat_tau=params.mirostat_tau, mirostat_eta=params.mirostat_eta)
-    if params.typical_p != 1.0:
-        body["typical_p"] = params.typical_p
-    if params.top_n_sigma:
-        body["top_n_sigma"] = params.top_n_sigma
-    if params.xtc_probability:
-        body["xtc_probability"] = params.xtc_probability
-        body["xtc_threshold"] = params.xtc_threshold
-    if params.dry_multiplier:
-        body["dry_multiplier"] = params.dry_multiplier
-        body["dry_base"] = params.dry_base
-        body["dry_allowed_length"] = params.dry_allowed_length
-        body["dry_penalty_last_n"] = params.dry_penalty_last_n
-        if params.dry_sequence_breakers != DEFAULT_DRY_SEQUENCE_BREAKERS:
-            body["dry_sequence_breakers"] = list(params.dry_sequence_breakers)
-    if params.dynatemp_range:
-        body["dynatemp_range"] = params.dynatemp_range
-        body["dynatemp_exponent"] = params.dynatemp_exponent
-    return body
-
-
 def logprob_fields(kind: ServerKind, endpoint: str, top_logprobs: int, stage: str) -> dict[str, Any]:
     """Ask for the chosen token's logprob and ``top_logprobs`` alternatives."""
     n = min(top_logprobs, kind.max_top_logprobs)
@@ -312,8 +223,11 @@ def build_request(
             if kind.continue_chat == CONTINUE_FINAL_MESSAGE:
                 body.update(continue_final_message=True, add_generation_prompt=False)
     body.update(logprob_fields(kind, endpoint, params.top_logprobs, stage))
-    if kind.name == "mlx_lm":  # its chosen tokens are read from the top list (remote_stream)
-        body["top_logprobs"] = max(1, body.get("top_logprobs", 1))
+    if kind.name == "mlx_lm":  # its chosen tokens are read from the top lists (remote_stream)
+        # greedy: the list's most likely; sampled: the one the text continues with, so
+        # the longest list the server gives (engine.remote_chosen).
+        wanted = kind.max_top_logprobs if not params.greedy else body.get("top_logprobs", 1)
+        body["top_logprobs"] = max(1, wanted)
     return path, body
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from engine.remote_chosen import chosen_from_text
 from engine.remote_wire import (
     RemoteError,
     WireChunk,
@@ -43,9 +44,10 @@ class Job:
     stream: bool
     vocab_pieces: bool = False
     """mlx_lm.server: tokens are raw vocabulary strings."""
-    companion: Mapping[str, Any] | None = None
-    """mlx_lm.server, sampled: the same request with the same seed asking for the chosen
-    tokens' ids (it cannot report them together with alternatives)."""
+    read_chosen: int | None = None
+    """mlx_lm.server, sampled: the chosen tokens are read from the reply's text among its
+    top lists (``engine.remote_chosen``), each list cut to this many candidates; None:
+    greedy, the chosen token is each list's most likely."""
 
 
 # What a job puts on the queue: (kind, request_id, generation, payload).
@@ -79,24 +81,27 @@ class Transport:
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def get_json(self, path: str, *, missing_ok: bool = False) -> tuple[Any, httpx.Headers] | None:
-        """GET ``path`` and wait for it (used while connecting, not while generating)."""
+    def get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
+        """GET ``path`` and wait for it (used while connecting, not while generating): its
+        status, headers and body, whatever the status; raises only when nothing answered."""
         try:
-            return self._call(self._get_json(path, missing_ok))
+            return self._call(self._get(path))
         except httpx.HTTPError as exc:
             raise _network_error(exc, self.base_url, self.timeout) from None
 
-    async def _get_json(self, path: str, missing_ok: bool) -> tuple[Any, httpx.Headers] | None:
+    async def _get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
         resp = await self._client.get(self.base_url + path)
-        if missing_ok and resp.status_code >= 400:
+        return resp.status_code, resp.headers, await resp.aread()
+
+    def get_json(self, path: str) -> Any | None:
+        """The JSON ``path`` answers with; None for an error status or no JSON."""
+        status, _, body = self.get(path)
+        if status >= 400:
             return None
-        await _check_status(resp)
         try:
-            return resp.json(), resp.headers
+            return json.loads(body)
         except ValueError:
-            if missing_ok:
-                return None
-            raise RemoteError(f"{self.base_url}{path} did not answer with JSON.") from None
+            return None
 
     def submit(self, job: Job) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(self._run(job), self._loop)
@@ -177,25 +182,26 @@ class Transport:
         return chunk
 
     async def _whole(self, job: Job) -> None:
-        """One non-streamed reply (mlx_lm.server). Its ``top_logprobs`` list is unordered
-        and the entry's own token is merely the list's first, so the chosen token is the
-        list's most likely one when greedy, else read from the companion request."""
+        """One non-streamed reply (mlx_lm.server), one request. Its ``top_logprobs`` list is
+        unordered and the entry's own token is merely the list's first, so the chosen token
+        is the list's most likely one when greedy (mlx-lm's argmax), else the one the
+        reply's text continues with."""
         chunk = await self._post_whole(job.path, job.body, job.vocab_pieces)
-        chosen: list[WireEntry] = []
-        if job.companion is None:
-            for e in chunk.entries:
-                best = min(e.top, key=lambda a: (-a.logprob, a.token_id is None, a.token_id or 0), default=None)
-                chosen.append(WireEntry(best.token_id, best.raw, best.logprob, e.top) if best else e)
+        if job.read_chosen is not None:
+            # What left no text at the end: nothing when cut at the length; the end token
+            # when it stopped, unless a stop string may have (its tokens' text is dropped).
+            finish = chunk.finish_reason
+            silent = 0 if finish == "length" else (1 if "stop" not in job.body else None)
+            chunk.entries = chosen_from_text(chunk.entries, chunk.text, job.read_chosen, silent)
         else:
-            ids = await self._post_whole(job.path, job.companion, False)
-            if len(ids.entries) != len(chunk.entries) or ids.text != chunk.text:
-                raise RemoteError("mlx_lm.server gave two different replies for the same seed; try again.")
-            for e, c in zip(chunk.entries, ids.entries, strict=True):
-                raw = next((a.raw for a in e.top if c.token_id is not None and a.token_id == c.token_id), b"")
-                chosen.append(WireEntry(c.token_id, raw, c.logprob, e.top))
-        chunk.entries = chosen
+            chunk.entries = [_most_likely(e) for e in chunk.entries]
         self._put(CHUNK, job, chunk)
         self._put(DONE, job, (chunk.finish_reason or "stop", chunk.usage))
+
+
+def _most_likely(entry: WireEntry) -> WireEntry:
+    best = min(entry.top, key=lambda a: (-a.logprob, a.token_id is None, a.token_id or 0), default=None)
+    return WireEntry(best.token_id, best.raw, best.logprob, entry.top) if best else entry
 
 
 def _no_logprobs() -> RemoteError:

@@ -203,10 +203,12 @@ def test_live_change_before_the_reply_arrives_restarts_with_the_new_settings(mlx
     assert done[rid].finish_reason == "length"
 
 
-def test_sampled_reply_reads_chosen_tokens_from_a_seeded_second_request(mlx_server):
+def test_a_seeded_sampled_reply_is_read_from_one_request_and_repeats(mlx_server):
+    """The chosen tokens come from the reply's text among its top lists (one request); the
+    ones read are the list's own numbers, and on this machine the seed repeats the reply."""
     from engine.params import SamplingParams
 
-    params = SamplingParams(temperature=1.0, seed=7, max_tokens=4, top_logprobs=10)
+    params = SamplingParams(temperature=0.7, seed=7, max_tokens=8, top_logprobs=10)
     backend = _remote(mlx_server)
     try:
         runs = []
@@ -216,9 +218,11 @@ def test_sampled_reply_reads_chosen_tokens_from_a_seeded_second_request(mlx_serv
     finally:
         backend.close()
     assert [s.token_id for s in runs[0]] == [s.token_id for s in runs[1]]
+    assert sum(s.token_id is not None for s in runs[0]) >= len(runs[0]) // 2
     for s in runs[0]:
-        listed = {c.token_id: c.logprobs[0] for c in s.top}
-        assert s.token_id in listed and abs(listed[s.token_id] - s.logprobs[0]) < 1e-6
+        if s.token_id is not None:
+            listed = {c.token_id: c.logprobs[0] for c in s.top}
+            assert s.token_id in listed and abs(listed[s.token_id] - s.logprobs[0]) < 1e-6
 
 
 def test_cancel_and_cli_remote_json(mlx_server, capsys):

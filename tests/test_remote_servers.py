@@ -9,11 +9,12 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
+from engine.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
 from engine.remote_servers import (  # noqa: E402
     KINDS,
     detect_kind,
     logprob_fields,
+    refusals,
     sampling_fields,
     stage_for,
     unsupported,
@@ -111,6 +112,33 @@ def test_mirostat_v2_goes_to_llama_cpp_as_its_mirostat_and_is_refused_elsewhere(
     for other in ("vllm", "sglang", "mlx_lm", "lmstudio", "ollama", "openai"):
         assert unsupported(KINDS[other], miro) == ["mirostat_v2 (in samplers)"], other
     assert "mirostat" not in sampling_fields(KINDS["llama.cpp"], SamplingParams(temperature=0.8), 5)
+
+
+def without(*stages: str) -> tuple[str, ...]:
+    return tuple(s for s in DEFAULT_SAMPLERS if s not in stages)
+
+
+def test_every_refused_field_at_once_and_a_stage_switched_off_is_neither_refused_nor_sent():
+    mlx = KINDS["mlx_lm"]
+    bad = SamplingParams(temperature=0.8, typical_p=0.9, top_n_sigma=1.5, dry_multiplier=0.8)
+    assert [e.field for e in refusals(mlx, bad)] == ["typical_p", "top_n_sigma", "dry_multiplier"]
+    assert all("mlx_lm.server does not take" in str(e) for e in refusals(mlx, bad))
+    # DRY unticked in the chain editor: its kept multiplier is no refusal, for any kind.
+    dry_off = bad.with_changes(samplers=without("dry"))
+    assert [e.field for e in refusals(mlx, dry_off)] == ["typical_p", "top_n_sigma"]
+    for kind in KINDS.values():
+        assert "dry_multiplier" not in unsupported(kind, dry_off), kind.name
+    assert refusals(mlx, bad.with_changes(samplers=without("dry", "typical_p", "top_n_sigma"))) == []
+    # ... and a switched-off stage's kept values are not sent (the server would apply them).
+    kept = SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.1, presence_penalty=0.5, repetition_penalty=1.3)
+    off = kept.with_changes(samplers=without("top_k", "top_p", "min_p", "penalties", "temperature"))
+    for name in ("mlx_lm", "vllm", "llama.cpp"):
+        body = sampling_fields(KINDS[name], off, 5)
+        assert not {"top_k", "top_p", "min_p", "presence_penalty", "repetition_penalty", "repeat_penalty"} & set(body)
+        assert body["temperature"] == 1.0  # temperature off: the plain softmax draw
+        assert {"top_k", "top_p", "min_p", "presence_penalty"} <= set(sampling_fields(KINDS[name], kept, 5))
+    llama = sampling_fields(KINDS["llama.cpp"], SamplingParams(dry_multiplier=0.8, samplers=without("dry")), 5)
+    assert "dry_multiplier" not in llama and "dry" not in llama["samplers"]
 
 
 def test_vocab_pieces_decode_to_bytes():
@@ -231,23 +259,23 @@ def test_mlx_lm_greedy_takes_the_most_likely_of_its_unordered_list():
     assert done.text == " Paris."
 
 
-def test_mlx_lm_sampled_reads_the_chosen_ids_from_a_seeded_companion_request():
+def test_mlx_lm_sampled_reads_the_chosen_token_from_its_one_reply():
+    """One request (engine.remote_chosen): the chosen token is the candidate the reply's
+    text goes on with, its id and logprob from the list; no second request to agree with."""
     from engine.remote import RemoteBackend
 
     top = _top((5, "Ġa", -0.5), (6, "Ġb", -1.0))
     reply = {
         "choices": [{"text": "b", "finish_reason": "length", "logprobs": {"content": [dict(top[0], top_logprobs=top)]}}]
     }
-    ids = {"choices": [{"text": "b", "finish_reason": "length", "logprobs": {"content": [{"id": 6, "logprob": -1.0}]}}]}
-    transport, seen = _mlx_transport({"top": reply, "ids": ids})
+    transport, seen = _mlx_transport({"top": reply})
     backend = RemoteBackend("http://mlx", chat=False, transport=transport)
     backend.load("")
     backend.start([{"role": "user", "content": "x"}], SamplingParams(temperature=1.0, max_tokens=1, top_logprobs=2))
     steps, _ = _drive(backend)
     backend.close()
     assert [s.token_id for s in steps] == [6] and steps[0].logprobs == (-1.0,)
-    assert len(seen) == 2 and seen[0]["seed"] == seen[1]["seed"] == steps[0].params.seed is not None
-    assert "top_logprobs" not in seen[1] and seen[1]["logprobs"] is True
+    assert len(seen) == 1 and seen[0]["top_logprobs"] == 10  # the longest list it gives
 
 
 def test_both_backends_implement_the_interface():

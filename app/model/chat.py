@@ -19,6 +19,7 @@ from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenR
 from app.store.store import Branch, Conversation, Message, Store
 from engine.events import TokenStep
 from engine.params import SamplingParams, SamplingParamsError
+from engine.remote_fields import refused_by
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 EVENTS = (
@@ -55,6 +56,8 @@ class ChatModel(GenerationMixin):
         self.model_name = "?"
         self.vocab_size = 0
         """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
+        self.server = ""
+        """The kind of the server in use (``ModelInfo.server``; "" = local): what it cannot apply is refused."""
         self.welcome_state = ""
         self.unanswered: dict[int, str] = {}
         """Messages whose last reply ended before its first token, and how (shown in the chat)."""
@@ -148,19 +151,23 @@ class ChatModel(GenerationMixin):
         return context_before(self.thread, self.thread.index(message), self.system_prompt.strip())
 
     def params_ok(self, variants: Sequence[tuple[str, SamplingParams]]) -> bool:
-        """Whether the loaded model takes every setting (``(label, params)``; "" for a single
-        reply). Else ``errored`` carries the first refusal, its ``field`` for the panel to
-        outline, and nothing may be started or added to the conversation."""
-        if self.vocab_size <= 0:
-            return True
+        """Whether the model in use takes every setting (``(label, params)``; "" for a single
+        reply): logit-bias ids in its vocabulary, and what a server cannot apply. Else
+        ``errored`` carries the first refusal, its ``field`` for the panel to outline and its
+        message naming every one, and nothing may be started or added to the conversation."""
         for column, (label, params) in enumerate(variants):
-            try:
-                params.verify(self.vocab_size)
-            except SamplingParamsError as exc:
+            errors = refused_by(self.server, params)
+            if self.vocab_size > 0:
+                try:
+                    params.verify(self.vocab_size)
+                except SamplingParamsError as exc:
+                    errors.insert(0, exc)
+            if errors:
+                words = " ".join(str(exc) for exc in errors)
                 if len(variants) > 1:
                     where = f"Setting {COLUMN_NAMES[column]} ({label})" if label else f"Setting {COLUMN_NAMES[column]}"
-                    exc = SamplingParamsError(exc.field, exc.value, f"{where}: {exc}")
-                self.events.errored(exc)
+                    words = f"{where}: {words}"
+                self.events.errored(SamplingParamsError(errors[0].field, errors[0].value, words))
                 return False
         return True
 

@@ -3,7 +3,9 @@
 ``SamplingParams`` stops at its first bad field, which hid the others: a person who fixed
 one then met the next. Here a refused field is left out (its default is always valid) and
 the rest checked again, until they pass; then the ids of ``logit_bias`` are checked against
-the loaded model's vocabulary (``SamplingParams.verify``), as the engine would at insert.
+the loaded model's vocabulary (``SamplingParams.verify``), as the engine would at insert, and,
+for a server, every field its kind cannot apply in a stage that runs
+(``engine.remote_fields.refused_by``), as the remote backend would when the reply starts.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.params import SamplingParams, SamplingParamsError
+from engine.remote_fields import refused_by
 
 
 def check_values(
-    values: Mapping[str, Any], vocab_size: int = 0
+    values: Mapping[str, Any], vocab_size: int = 0, server: str = ""
 ) -> tuple[SamplingParams | None, list[SamplingParamsError]]:
     """The parameters when every value is valid, else None and every error found.
 
-    ``vocab_size`` 0: not known (a remote server does not say), so ids are not checked."""
+    ``vocab_size`` 0: not known (a remote server does not say), so ids are not checked.
+    ``server``: the kind of the server in use (``ModelInfo.server``; "" for the local engine)."""
     errors: list[SamplingParamsError] = []
     remaining = dict(values)
     while True:
@@ -36,6 +40,7 @@ def check_values(
             params.verify(vocab_size)
         except SamplingParamsError as exc:
             errors.append(exc)
+    errors += refused_by(server, params)
     return (None if errors else params), errors
 
 

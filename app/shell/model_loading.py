@@ -132,6 +132,8 @@ class ModelLoader(QObject):
         window.model.model_name = info.name
         window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
+        window.model.server = info.server  # what a server cannot apply is refused before a send
+        window.panel.set_server(info.server)
         note_model(info.name, info.source)
         # Replies saved from now on record where the model came from, what it computes in and
         # on which backend: the views label each reply by those, not by the model loaded now.
@@ -145,6 +147,8 @@ class ModelLoader(QObject):
             # A server's model is not remembered as "the model" (a restart loads the local one).
             window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             self.refresh_welcome()
+            if info.server_note:  # connected all the same (the model as typed): say what failed
+                window.status.show_message(f"Connected to {info.source}, but {info.server_note}", 20_000)
             return
         window.settings.setValue("model", info.source)
         recent = [info.source] + [r for r in recent_models(window) if r != info.source]

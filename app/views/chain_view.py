@@ -135,7 +135,7 @@ class ChainModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             if gone:
                 return f"✕ {self.stages[removed]}" if col == removed else ""
-            return format_p(p)
+            return NOT_REPORTED if logprob is None else format_p(p)  # never 0: the server did not say
         if role == Qt.ItemDataRole.BackgroundRole:
             if gone:
                 return QColor(c.removed)

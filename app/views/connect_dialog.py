@@ -3,7 +3,9 @@ where its API key comes from, and which distribution its logprobs are.
 
 The model list comes from the server's ``/v1/models`` through ``engine.remote.probe``,
 which blocks: it runs on a plain thread and reports back through a queued signal, with a
-busy bar meanwhile and the server's error in the dialog. The API key is read from an
+busy bar meanwhile and the server's error in the dialog. A server that answers but cannot
+list its models (mlx_lm.server on a fresh home folder) is said so, with why, and a model
+typed in is used as typed. The API key is read from an
 environment variable or the OS keychain (:mod:`app.model.keys`) when needed and kept in memory
 only; the settings remember the URL, the variable's name and the stage, never the key.
 """
@@ -83,6 +85,8 @@ class ConnectDialog(QDialog):
             item.setEnabled(False)
             self.key_kind.setItemText(2, "OS keychain (not available)")
             self.keychain_note = f"No OS keychain here ({words}); put the key in an environment variable instead."
+            # Said where the choice is made, not under "No API key": no key is used then.
+            item.setToolTip(self.keychain_note)
         else:
             self.keychain_note = f"The key is read from the {words} for this server's host."
         saved_kind = str(settings.value("remote/key_kind", keys.NONE))
@@ -171,12 +175,14 @@ class ConnectDialog(QDialog):
         self.env_name.setVisible(kind == keys.ENV)
         self.keychain_key.setVisible(kind == keys.KEYCHAIN)
         self.save_key.setVisible(kind == keys.KEYCHAIN)
+        # A sentence about where the key comes from only when a key is used.
         if kind == keys.ENV:
             self.key_note.setText("The key is read from this variable when connecting; it is never saved.")
-        elif kind == keys.KEYCHAIN or not self.keychain_ok:
+        elif kind == keys.KEYCHAIN:
             self.key_note.setText(self.keychain_note)
         else:
             self.key_note.setText("")
+        self.key_note.setVisible(bool(self.key_note.text()))
 
     def key_source(self) -> keys.KeySource:
         kind = self.key_kind.currentData()
@@ -247,15 +253,18 @@ class ConnectDialog(QDialog):
             self.error.setText(f"Could not list the server's models: {exc}")
             self.probe_failed.emit(f"{self.url.text().strip()}: {self.error.text()}")
             return
-        kind, models = result
+        kind, models, problem = result.kind, result.models, result.problem
         self.server_kind = kind
         current = self.model.currentText()
         self.model.clear()
         self.model.addItems(models)
-        if current in models:
-            self.model.setCurrentText(current)
+        self.model.setCurrentText(current if current in models or not models else models[0])
         title = server_title(kind)
-        if models:
+        self.server_label.setStyleSheet("color: #c26a00;" if problem else "")
+        if problem:  # it answered: a model typed here is used as typed
+            self.server_label.setText(f"⚠ {title} could not list its models: {problem}. Type the model's name.")
+            self.model.setFocus()
+        elif models:
             self.server_label.setText(f"{title}: {len(models)} model(s).")
         else:
             self.server_label.setText(f"{title}: it lists no models; type the model's name.")

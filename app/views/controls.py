@@ -2,7 +2,8 @@
 parameters), the reply's own settings (length, candidates, seed, logit bias, stop).
 
 Each change builds a new SamplingParams (which validates itself) and checks the
-logit-bias ids against the loaded model's vocabulary (:meth:`SamplingControls.set_vocab_size`);
+logit-bias ids against the loaded model's vocabulary (:meth:`SamplingControls.set_vocab_size`)
+and, for a server, what its kind cannot apply (:meth:`SamplingControls.set_server`);
 every value refused is outlined in red, found by its error's ``field``, and the message lists
 each one. Invalid values are never sent: :meth:`SamplingControls.send_problem` says why Send
 is refused. Errors the engine raises later come back through :meth:`SamplingControls.show_error`.
@@ -56,6 +57,8 @@ class SamplingControls(QWidget):
         self._loading = False
         self.vocab_size = 0
         """The loaded model's vocabulary size, for logit-bias ids; 0 = not known."""
+        self.server = ""
+        """The kind of the server in use (``ModelInfo.server``), whose refusals are errors here; "" = local."""
         self.errors: list[SamplingParamsError] = []
         """Every value the panel refuses now (empty when it can be sent)."""
         self.chain = ChainEditor()
@@ -164,7 +167,7 @@ class SamplingControls(QWidget):
                 values[name] = parse(text)
             except SamplingParamsError as exc:
                 errors.append(exc)
-        params, more = check_values(values, self.vocab_size)
+        params, more = check_values(values, self.vocab_size, self.server)
         order = [*self.chain.fields, *self.chain.lists, "samplers", *self._reply_names(), *self._text_fields]
         errors += more
         errors.sort(key=lambda e: order.index(e.field) if e.field in order else len(order))
@@ -205,6 +208,12 @@ class SamplingControls(QWidget):
     def set_vocab_size(self, vocab_size: int) -> None:
         """The loaded model's vocabulary size (0 = not known): logit-bias ids must be below it."""
         self.vocab_size = max(0, int(vocab_size))
+        self._changed()
+
+    def set_server(self, server: str) -> None:
+        """The kind of the server in use ("" = the local engine): the fields it cannot apply
+        are outlined at once, as any invalid value, and never sent."""
+        self.server = server
         self._changed()
 
     def send_problem(self) -> str:

@@ -111,6 +111,11 @@ class SamplingPanel(QWidget):
         for controls in self.variant_controls:
             controls.set_vocab_size(vocab_size)
 
+    def set_server(self, server: str) -> None:
+        """The kind of the server in use ("" = local), for every tab: what it cannot apply is refused."""
+        for controls in self.variant_controls:
+            controls.set_server(server)
+
     def send_problem(self) -> str:
         """Why Send must be refused ("" when it need not): the shown tabs' invalid values,
         each outlined; the first tab at fault is brought forward."""
