@@ -54,6 +54,39 @@ def profile_env(home: Path) -> dict[str, str]:
     return env
 
 
+def start_long_reply(home: Path, model: Path, top_logprobs: int) -> tuple[subprocess.Popen, Path, Path]:
+    """``python -m app --send`` on a fresh ``home`` writing a reply that does not end (EOS
+    banned); returns the process, its database and its settings file."""
+    env = profile_env(home)
+    conf = home / ".config" / "Logitscope" / "Logitscope.conf"  # QSettings' native file on Linux
+    conf.parent.mkdir(parents=True)
+    params = SamplingParams(
+        max_tokens=20000, temperature=1.0, seed=5, top_logprobs=top_logprobs, logit_bias={EOS: -100.0}
+    )
+    settings = QSettings(str(conf), QSettings.Format.IniFormat)
+    settings.setValue("params", json.dumps(params.to_dict()))
+    settings.setValue("model", str(model))
+    settings.sync()
+    db = home / ".local" / "share" / "logitscope" / "logitscope.sqlite3"
+    app = subprocess.Popen(
+        [sys.executable, "-m", "app", "--send", "write me a long story"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    return app, db, conf
+
+
+def wait_for_steps(app: subprocess.Popen, db: Path, steps: int) -> None:
+    """Until ``steps`` tokens of the reply are in the stream journal on disk."""
+    deadline = time.monotonic() + 120
+    while count_steps(db) < steps:
+        assert app.poll() is None, app.stderr.read().decode()
+        assert time.monotonic() < deadline, "no tokens were saved while the reply streamed"
+        time.sleep(0.05)
+
+
 def count_steps(db: Path) -> int:
     if not db.exists():
         return 0
@@ -69,29 +102,9 @@ def count_steps(db: Path) -> int:
 
 def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp_path, long_tiny):
     home = tmp_path / "home"
-    env = profile_env(home)
-    conf = home / ".config" / "Logitscope" / "Logitscope.conf"  # QSettings' native file on Linux
-    conf.parent.mkdir(parents=True)
-    params = SamplingParams(max_tokens=20000, temperature=1.0, seed=5, top_logprobs=20, logit_bias={EOS: -100.0})
-    settings = QSettings(str(conf), QSettings.Format.IniFormat)
-    settings.setValue("params", json.dumps(params.to_dict()))
-    settings.setValue("model", str(long_tiny))
-    settings.sync()
-    db = home / ".local" / "share" / "logitscope" / "logitscope.sqlite3"
-
-    app = subprocess.Popen(
-        [sys.executable, "-m", "app", "--send", "write me a long story"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    app, db, conf = start_long_reply(home, long_tiny, top_logprobs=20)
     try:
-        deadline = time.monotonic() + 120
-        while count_steps(db) < 30:
-            assert app.poll() is None, app.stderr.read().decode()
-            assert time.monotonic() < deadline, "no tokens were saved while the reply streamed"
-            time.sleep(0.05)
+        wait_for_steps(app, db, 30)
         time.sleep(0.5)
         saved_before = count_steps(db)  # on disk 1 s before the kill
         time.sleep(1.0)

@@ -13,7 +13,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,13 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app_recovery import EOS, count_steps, long_tiny, profile_env  # noqa: E402, F401
+from tests.test_app_recovery import (  # noqa: E402
+    count_steps,
+    long_tiny,  # noqa: F401 (fixture)
+    profile_env,
+    start_long_reply,
+    wait_for_steps,
+)
 
 TIMEOUT = 60_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,28 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def kill_mid_reply(home: Path, model: Path) -> tuple[Path, Path]:
     """Start the app on a fresh ``home`` sending a long reply, SIGKILL it once 30 tokens are
     in the journal; returns the database and the settings file."""
-    env = profile_env(home)
-    conf = home / ".config" / "Logitscope" / "Logitscope.conf"  # QSettings' native file on Linux
-    conf.parent.mkdir(parents=True)
-    params = SamplingParams(max_tokens=20000, temperature=1.0, seed=5, top_logprobs=5, logit_bias={EOS: -100.0})
-    settings = QSettings(str(conf), QSettings.Format.IniFormat)
-    settings.setValue("params", json.dumps(params.to_dict()))
-    settings.setValue("model", str(model))
-    settings.sync()
-    db = home / ".local" / "share" / "logitscope" / "logitscope.sqlite3"
-    app = subprocess.Popen(
-        [sys.executable, "-m", "app", "--send", "write me a long story"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    app, db, conf = start_long_reply(home, model, top_logprobs=5)
     try:
-        deadline = time.monotonic() + 120
-        while count_steps(db) < 30:
-            assert app.poll() is None, app.stderr.read().decode()
-            assert time.monotonic() < deadline, "no tokens were saved while the reply streamed"
-            time.sleep(0.05)
+        wait_for_steps(app, db, 30)
         assert app.poll() is None, "the reply ended before the kill"
         os.kill(app.pid, signal.SIGKILL)
         app.wait(10)

@@ -27,11 +27,12 @@ def fresh_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
         yield url
 
 
-def run(backend, rid):
+def run(backend, rid, seconds: float = 120):
+    """Step ``backend`` until it has no work: request ``rid``'s steps and its Finished."""
     from engine.events import Finished, TokenStep
 
     steps, done = [], None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + seconds
     while backend.has_work():
         assert time.monotonic() < deadline
         for event in backend.step():

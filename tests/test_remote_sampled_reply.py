@@ -6,7 +6,6 @@ prompt cache cold (a fresh server) or warm (the same prompt sent twice first).""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ pytestmark = pytest.mark.slow
 httpx = pytest.importorskip("httpx")
 
 from tests.local_server import mlx_lm_server, posts  # noqa: E402
+from tests.test_remote_fresh_home import run  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Write a short poem about the sea."}]
 
@@ -31,22 +31,12 @@ def fresh(tmp_path):
 
 
 def reply(url: str, model: str, params):
-    from engine.events import Finished, TokenStep
     from engine.remote import RemoteBackend
 
     backend = RemoteBackend(url, timeout=300)
     try:
         backend.load(model)
-        rid = backend.start(CHAT, params).request_id
-        steps, done = [], None
-        deadline = time.monotonic() + 300
-        while backend.has_work():
-            assert time.monotonic() < deadline
-            for event in backend.step():
-                if isinstance(event, TokenStep) and event.request_id == rid:
-                    steps.append(event)
-                elif isinstance(event, Finished) and event.request_id == rid:
-                    done = event
+        steps, done = run(backend, backend.start(CHAT, params).request_id, seconds=300)
     finally:
         backend.close()
     return steps, done
