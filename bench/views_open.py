@@ -88,11 +88,11 @@ def _set_state(app, window, state: str, dialog) -> None:
     app.processEvents()
 
 
-def _compare_dialog(app, window, tokens: int):
+def _compare_dialog(app, window, clock: _Clock, tokens: int):
     """The Compare models dialog open on a finished comparison of a first reply."""
     from app.shell.compare_models import update_compare_action
 
-    _reply(app, window, _Clock(window.engine.worker), tokens)
+    _reply(app, window, clock, tokens)
     steps = window.entries[-1].steps
     window.model.select((window.entries[-1].stream, len(steps) - 1))
     action = window.menus.compare_action
@@ -152,7 +152,7 @@ def views_open(tokens: int = 32, rounds: int = 3) -> dict:
     if window.model_info is None:
         raise RuntimeError(window.last_error)
     clock = _Clock(window.engine.worker)
-    dialog = _compare_dialog(app, window, tokens)
+    dialog = _compare_dialog(app, window, clock, tokens)
     _reply(app, window, clock, tokens)  # warm: the first reply of a conversation compiles
     rates: dict[str, list[float]] = {state: [] for state in STATES}
     for _ in range(rounds):

@@ -21,11 +21,13 @@ def profile(tmp_path):
     return tmp_path / "db.sqlite3", QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
 
 
-def open_window(qtbot, profile, model):
+def open_window(qtbot, profile, model, session_factory=None):
+    """The main window on ``profile``, once ``model`` has loaded (or failed to); a
+    ``session_factory`` stands in for ``EngineSession`` where a test slows or records it."""
     from app.shell.window import MainWindow
 
     db, settings = profile
-    window = MainWindow(db_path=db, settings=settings, model=model)
+    window = MainWindow(db_path=db, settings=settings, model=model, session_factory=session_factory)
     qtbot.addWidget(window)
     window.show()
     qtbot.waitUntil(lambda: window.model_info is not None or bool(window.last_error), timeout=TIMEOUT)

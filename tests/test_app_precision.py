@@ -56,10 +56,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     from app.shell.window import MainWindow
 
     db, settings = profile
-    window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder), session_factory=Recording)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
+    window = open_window(qtbot, profile, str(tiny_folder), session_factory=Recording)
     assert asked == ["auto"] and window.model_info.precision == "float32"
     assert window.model_label.text() == "tiny-llama · float32"
     assert "Computes in float32 (auto)" in about_text(window.model_info)

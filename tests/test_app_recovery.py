@@ -87,6 +87,20 @@ def wait_for_steps(app: subprocess.Popen, db: Path, steps: int) -> None:
         time.sleep(0.05)
 
 
+def kill_9(app: subprocess.Popen) -> None:
+    """SIGKILL the app while it still writes its reply."""
+    assert app.poll() is None, "the reply ended before the kill"
+    os.kill(app.pid, signal.SIGKILL)
+    app.wait(10)
+
+
+def reap(app: subprocess.Popen) -> None:
+    """A test that failed before its kill leaves no app running."""
+    if app.poll() is None:
+        app.kill()
+        app.wait(10)
+
+
 def count_steps(db: Path) -> int:
     if not db.exists():
         return 0
@@ -108,13 +122,9 @@ def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp
         time.sleep(0.5)
         saved_before = count_steps(db)  # on disk 1 s before the kill
         time.sleep(1.0)
-        assert app.poll() is None, "the reply ended before the kill"
-        os.kill(app.pid, signal.SIGKILL)
-        app.wait(10)
+        kill_9(app)
     finally:
-        if app.poll() is None:
-            app.kill()
-            app.wait(10)
+        reap(app)
     at_kill = count_steps(db)
     header = (home / "logs" / "logitscope.log").read_text().splitlines()[0]
     assert header.startswith("==== Logitscope") and str(long_tiny) in header  # the saved model

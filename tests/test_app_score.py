@@ -91,13 +91,8 @@ def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
     from PySide6.QtCore import Qt
 
     from app.shell.score_dialog import controller
-    from app.shell.window import MainWindow
 
-    db, settings = profile
-    window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder), session_factory=SlowScoring)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
+    window = open_window(qtbot, profile, str(tiny_folder), session_factory=SlowScoring)
     scoring = controller(window)
     assert scoring.score_text(TEXT)
     qtbot.waitUntil(lambda: any(len(r.steps) > 0 for r in window.model.replies.values()), timeout=TIMEOUT)

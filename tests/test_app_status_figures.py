@@ -73,13 +73,8 @@ class SlowDecode:
 
 
 def test_a_reply_being_written_shows_its_own_rate_not_the_last_figures(qtbot, profile, tiny_folder):  # noqa: F811
-    from app.shell.window import MainWindow
 
-    db, settings = profile
-    window = MainWindow(db_path=db, settings=settings, model=str(tiny_folder), session_factory=SlowDecode)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
+    window = open_window(qtbot, profile, str(tiny_folder), session_factory=SlowDecode)
     score(qtbot, window)  # what left "generation 0.0 tok/s" behind
     shown: list[str] = []
     window.model.events.tokens_added.connect(lambda _s: shown.append(window.status.speed_label.text()))

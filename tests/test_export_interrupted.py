@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -23,8 +21,10 @@ from PySide6.QtCore import QSettings  # noqa: E402
 
 from tests.test_app_recovery import (  # noqa: E402
     count_steps,
+    kill_9,
     long_tiny,  # noqa: F401 (fixture)
     profile_env,
+    reap,
     start_long_reply,
     wait_for_steps,
 )
@@ -39,13 +39,9 @@ def kill_mid_reply(home: Path, model: Path) -> tuple[Path, Path]:
     app, db, conf = start_long_reply(home, model, top_logprobs=5)
     try:
         wait_for_steps(app, db, 30)
-        assert app.poll() is None, "the reply ended before the kill"
-        os.kill(app.pid, signal.SIGKILL)
-        app.wait(10)
+        kill_9(app)
     finally:
-        if app.poll() is None:
-            app.kill()
-            app.wait(10)
+        reap(app)
     return db, conf
 
 

@@ -34,7 +34,7 @@ class StatusWidgets:
     def __init__(self, bar: QStatusBar) -> None:
         self.bar = bar
         self.model: ChatModel | None = None
-        self._first: dict = {}
+        self._first: dict[StreamKey, tuple[float, int]] = {}  # stream -> (time, tokens) at its first new token
         self.model_label = FittedLabel("No model")
         self.speed_label = QLabel("")
         self.memory_label = QLabel("")
@@ -50,7 +50,6 @@ class StatusWidgets:
         """The speed follows the model's replies: live while one streams, the engine's
         figures when it ends, nothing for another conversation."""
         self.model = model
-        self._first: dict[StreamKey, tuple[float, int]] = {}  # stream -> (time, tokens) at its first new token
         model.events.tokens_added.connect(self._on_tokens)
         model.events.reply_finished.connect(self.reply_finished)
         model.events.busy_changed.connect(lambda busy: self.speed_label.setText("") if busy else None)
