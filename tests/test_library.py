@@ -217,3 +217,21 @@ def test_a_repo_of_gguf_files_is_listed_per_file(home, tmp_path):
         ("bartowski/tiny-GGUF/tiny-Q8_0.gguf", str(snapshot / "tiny-Q8_0.gguf"), "Q8_0", True)
     ]
     assert entries[0].model_source == entries[0].path
+
+
+def test_gguf_headers_are_read_once_until_the_file_changes(home, tmp_path, monkeypatch):
+    from engine.library import describe
+
+    shutil.copytree(home.lmstudio, tmp_path / ".lmstudio" / "models")
+    env = {"HOME": str(tmp_path)}
+    first = scan_library(env=env)
+    assert (tmp_path / ".cache" / "logitscope" / "library-headers.json").is_file()
+    read: list[Path] = []
+    real = describe.read_header
+    monkeypatch.setattr(describe, "read_header", lambda p: read.append(p) or real(p))
+    assert scan_library(env=env) == first and read == []
+    gguf = next(Path(e.path) for e in first if e.format == "gguf" and e.loadable)
+    gguf.write_bytes(gguf.read_bytes()[:-4])  # changed: read again, and now truncated
+    again = {e.path: e for e in scan_library(env=env)}
+    assert read == [gguf]
+    assert "truncated" in again[str(gguf)].reason
