@@ -235,3 +235,27 @@ def test_gguf_headers_are_read_once_until_the_file_changes(home, tmp_path, monke
     again = {e.path: e for e in scan_library(env=env)}
     assert read == [gguf]
     assert "truncated" in again[str(gguf)].reason
+
+
+def test_a_cached_repo_id_resolves_under_hf_home_offline(home, tmp_path, monkeypatch):
+    """HF_HOME moves the cache the repo id is looked up in; outside it, the id is handed on."""
+    from engine.models import resolve
+
+    shutil.copytree(home.hub, tmp_path / "hf" / "hub", symlinks=True)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    repo = home.repo_ids[0]
+    name, target = resolve(repo)
+    cached = tmp_path / "hf" / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots"
+    assert name == repo and Path(target).parent == cached
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty"))
+    assert resolve(repo) == (repo, repo)
+
+
+def test_ollama_names_follow_ollama_list():
+    from engine.library.scan import _ollama_name
+
+    assert _ollama_name("registry.ollama.ai", "library", "llama3.2", "3b") == "llama3.2:3b"
+    assert _ollama_name("registry.ollama.ai", "alice", "tiny", "latest") == "alice/tiny:latest"
+    assert _ollama_name("hf.co", "bartowski", "Qwen3-GGUF", "Q4_K_M") == "hf.co/bartowski/Qwen3-GGUF:Q4_K_M"
