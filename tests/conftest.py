@@ -47,6 +47,7 @@ HEAVY_FIRST = (
     "test_gguf_fuzz.py",
     "test_lens.py",
     "test_remote_mlx_server.py",
+    "test_remote_distributed.py",  # ~1.5 min: two distributed mlx_lm.servers and a plain one
     "test_engine_fuzz.py",
 )
 

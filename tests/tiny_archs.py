@@ -27,6 +27,14 @@ CONFIGS: dict[str, dict] = {
         "rope_theta": 10000.0,
         "tie_word_embeddings": True,
     },
+    "qwen2": {  # tensor and pipeline parallel in mlx-lm (its ``shard`` and ``PipelineMixin``)
+        **_COMMON,
+        "num_hidden_layers": 2,
+        "intermediate_size": 128,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    },
     "qwen3": {
         **_COMMON,
         "num_hidden_layers": 2,
