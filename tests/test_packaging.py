@@ -267,3 +267,31 @@ def test_app_zip_keeps_the_program_executable_and_the_links(tmp_path):
         assert stat.S_IMODE(program.external_attr >> 16) & 0o111
         link = infos["Logitscope/_internal/libfake.so"]
         assert stat.S_ISLNK(link.external_attr >> 16) and archive.read(link) == b"libfake.so.1"
+
+
+def test_makefile_on_a_mac_installs_mlx_for_metal_and_works_on_the_app_bundle(tmp_path):
+    # The Makefile's macOS side, read on any machine: `uname` answers as an Apple-silicon Mac.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "uname").write_text('#!/bin/sh\ncase "$1" in -m) echo arm64;; *) echo Darwin;; esac\n')
+    (fake / "uname").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:/usr/bin:/bin"}
+    env.pop("MLX_BACKEND", None)
+
+    def planned(*args: str) -> str:
+        done = make("-n", *args, f"DIST={tmp_path / 'dist'}", env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "MLX backend: metal (macOS)" in planned("backend")
+    install = planned("-B", "install")  # no cpu or cuda extra: mlx brings Metal on macOS
+    assert 'pip install --quiet -e ".[dev]"' in install and "touch .venv/.installed-metal" in install
+    assert "uninstall" not in install
+    app = tmp_path / "dist" / "Logitscope.app"
+    selftest = planned("app-selftest")
+    assert f'"{app}/Contents/MacOS/Logitscope" --selftest' in selftest
+    zipped = planned("app-zip")
+    assert f"ditto -c -k --keepParent {app} {tmp_path / 'dist'}/Logitscope-" in zipped
+    assert "-macos-arm64.zip" in zipped
+    assert f"packaging/macos/sign.sh {app}" in planned("app-sign")
+    assert f"packaging/macos/notarize.sh {app}" in planned("app-notarize")
