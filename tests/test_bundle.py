@@ -1,5 +1,7 @@
-"""The packaged app: build the one-folder bundle from a clean copy of the tree and run
-``--selftest`` from another directory with a bare environment. Deselect with ``-m "not bundle"``."""
+"""The packaged app, through the make targets the macOS workflow runs (.github/workflows/macos.yml):
+``make app`` builds the one-folder bundle from a clean copy of the tree, ``make app-selftest``
+runs its ``--selftest`` from another directory with a bare environment and an empty HOME, and
+``make app-zip`` zips it. Deselect with ``-m "not bundle"``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,40 +33,29 @@ def clean_copy(dest: Path) -> Path:
     return dest
 
 
+def make(target: str, tree: Path, dist: Path, build: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``make TARGET`` in the copy, with this environment's tools as they are (``INSTALL=``:
+    no venv is made in the copy) and the bundle under tmp_path."""
+    scripts = sysconfig.get_path("scripts")
+    variables = [f"DIST={dist}", f"BUILD={build}", "INSTALL=", f"BIN={scripts}"]
+    return subprocess.run(["make", target, *variables], cwd=tree, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.bundle
 @pytest.mark.slow
 def test_bundle_selftest(tmp_path):
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the git checkout to make a clean copy")
+    if shutil.which("make") is None or shutil.which("zip") is None:
+        pytest.skip("needs make and zip")
     tree = clean_copy(tmp_path / "tree")
-    dist, work = tmp_path / "dist", tmp_path / "work"
-    build = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "PyInstaller",
-            "--noconfirm",
-            "--distpath",
-            str(dist),
-            "--workpath",
-            str(work),
-            str(tree / "packaging" / "logitscope.spec"),
-        ],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert build.returncode == 0, build.stderr[-3000:]
+    dist, build = tmp_path / "dist", tmp_path / "build"
+    built = make("app", tree, dist, build, timeout=900)
+    assert built.returncode == 0, built.stderr[-3000:]
     program = dist / "Logitscope" / "Logitscope"
     assert program.is_file()
-    elsewhere = tmp_path / "elsewhere"
-    (elsewhere / "home").mkdir(parents=True)
-    env = {"HOME": str(elsewhere / "home"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    run = subprocess.run(
-        [str(program), "--selftest"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    run = make("app-selftest", tree, dist, build, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["ok"] and report["frozen"]
     assert "Paris" in report["text"] and len(report["tokens"]) >= 5
@@ -73,6 +66,14 @@ def test_bundle_selftest(tmp_path):
     for path in loaded:
         assert path.startswith(bundle), path
         assert not path.startswith(str(ROOT)) and not path.startswith(sys.prefix), path
-    # The model was converted into the bare HOME's cache, not any cache of this machine.
-    assert any((elsewhere / "home").rglob("config.json"))
+    # The model was converted into the self-test's empty HOME, not any cache of this machine.
+    assert any((build / "selftest-home").rglob("config.json"))
     assert os.path.getsize(report["model_file"]) > 90_000_000
+    zipped = make("app-zip", tree, dist, build, timeout=600)
+    assert zipped.returncode == 0, zipped.stderr[-3000:]
+    archive = Path(zipped.stdout.strip().splitlines()[-1])
+    assert archive.parent == dist and archive.name.startswith("Logitscope-") and archive.suffix == ".zip"
+    with zipfile.ZipFile(archive) as contents:
+        names = set(contents.namelist())
+    inside = {str(path.relative_to(dist)) for path in (dist / "Logitscope").rglob("*") if not path.is_dir()}
+    assert inside <= names and "Logitscope/Logitscope" in names
