@@ -105,6 +105,8 @@ class RemoteBackend(ServerEmulation):
         self.listing_problem = ""
         """Why the server listed no models although it answered ("" when it listed them)."""
         self._capabilities: Capabilities = NO_MODEL
+        self.enable_thinking: bool | None = None
+        """The chat template's ``enable_thinking``, sent as ``chat_template_kwargs`` (None: not sent)."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -190,6 +192,11 @@ class RemoteBackend(ServerEmulation):
             forced_text = self._text_of([forced_token])
         forced = (forced_token, forced_text)
         return self._begin(messages, params, output_text + forced_text, len(output), forced)
+
+    def set_enable_thinking(self, enabled: bool | None) -> None:
+        if enabled is not None and not isinstance(enabled, bool):
+            raise EngineError(f"enable_thinking must be True, False or None, got {enabled!r}.")
+        self.enable_thinking = enabled
 
     def _text_of(self, ids: Sequence[int | None]) -> str:
         if any(t is None or t not in self._pieces for t in ids):
