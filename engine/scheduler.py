@@ -368,6 +368,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
         for row, request in enumerate(requests):
             if request.switch_to is not None:  # the thinking ended: its variant, as a live change
+                request.before_switch = (request.next_index, request.params)
                 self._set_params(request, request.switch_to, sampling, row)
                 request.switch_to = None
         return events
