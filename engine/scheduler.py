@@ -150,7 +150,6 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
         self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
-        request.switch_to = None  # a change sent after the thinking ended replaces the variant
         if request in self._active:
             self._set_params(request, checked, self._sampling, self._active.index(request))
         else:
