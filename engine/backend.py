@@ -35,6 +35,7 @@ from engine.capabilities import LOCAL_CAPABILITIES, Capabilities
 from engine.events import Event
 from engine.kv_quantization import KV_OFF, KVQuantization
 from engine.params import SamplingParams
+from engine.reasoning import ReasoningMarkers
 
 Messages = Sequence[dict[str, str]]
 ProgressFn = Callable[[str, float], None]
@@ -87,6 +88,13 @@ class ModelInfo:
     server_note: str = ""
     """Remote only: what went wrong while connecting without stopping it, in one sentence
     (the server could not list its models, so the model is used as named); "" when nothing."""
+    reasoning: ReasoningMarkers | None = None
+    """The model's reasoning markers (``engine.reasoning``): its replies' tokens have a
+    ``phase``; None: no markers (local), or not known (a server: its tokens get a phase
+    from its ``reasoning_content`` / ``reasoning`` deltas where it sends them)."""
+    thinking_switch: bool = False
+    """Whether the chat template has the ``enable_thinking`` switch
+    (``Backend.set_enable_thinking``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +263,13 @@ class Backend(Protocol):
     def update_params(self, request_id: int, params: SamplingParams) -> None:
         """New settings from the next token. Remote: cancels the stream and continues
         from the text received so far with the new settings."""
+        ...
+
+    def set_enable_thinking(self, enabled: bool | None) -> None:
+        """The chat template's ``enable_thinking`` for every prompt made from now on (the
+        next reply, its continuations): True / False where the template has the switch
+        (``ModelInfo.thinking_switch``), None to leave the template's default. Remote: sent
+        as ``chat_template_kwargs``."""
         ...
 
     def token_text(self, token_id: int) -> str: ...

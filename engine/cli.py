@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON object of SamplingParams fields overriding the flags; repeat to fork one prompt "
         "into several settings sharing one prefill",
     )
+    add_reasoning_flags(gen)
     gen.add_argument("--prefill-chunk", type=int, default=None, help=argparse.SUPPRESS)
     add_precision_flag(gen)
     add_kv_flags(gen)
@@ -88,6 +89,50 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
             p.add_argument(
                 spec_field.cli_flag, dest=spec_field.name, type=spec_field.kind, default=spec_field.default, help=text
             )
+
+
+def add_reasoning_flags(p: argparse.ArgumentParser) -> None:
+    """A reasoning model's settings per phase (docs/ENGINE.md, "Reasoning models")."""
+    p.add_argument(
+        "--think-variant",
+        default=None,
+        metavar="JSON",
+        help="JSON object of SamplingParams fields over the flags, applied from the token after "
+        "the end of the thinking (as a live change)",
+    )
+    p.add_argument(
+        "--thinking-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="force the end-of-thinking marker after N thinking tokens",
+    )
+    p.add_argument(
+        "--no-thinking",
+        action="store_true",
+        help="with --chat: the chat template's enable_thinking=False, where the template has the switch",
+    )
+
+
+def reasoning_from(args: argparse.Namespace, params: SamplingParams) -> SamplingParams:
+    """``params`` with ``--thinking-budget`` and ``--think-variant`` (its JSON over the flags)."""
+    if getattr(args, "no_thinking", False) and not args.chat:
+        raise _UsageError("--no-thinking switches the chat template's thinking off: it needs --chat.")
+    variant = None
+    if args.think_variant is not None:
+        changes = _json_object("--think-variant", args.think_variant)
+        variant = SamplingParams.from_dict({**params.to_dict(), **changes})
+    return params.with_changes(think_variant=variant, thinking_budget=args.thinking_budget)
+
+
+def _json_object(flag: str, text: str) -> dict:
+    try:
+        changes = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"{flag} is not valid JSON ({exc.msg}).") from None
+    if not isinstance(changes, dict):
+        raise _UsageError(f"{flag} must be a JSON object of sampling parameters, got {text!r}.")
+    return changes
 
 
 def params_from(args: argparse.Namespace) -> SamplingParams:
@@ -128,20 +173,14 @@ def variants_from(args: argparse.Namespace, params: SamplingParams) -> list[Samp
     """Each ``--variant`` JSON object over the common flags, validated like the flags."""
     if len(args.prompt) != 1:
         raise _UsageError(f"--variant forks one --prompt, got {len(args.prompt)} prompts.")
-    variants = []
-    for i, text in enumerate(args.variant):
-        try:
-            changes = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _UsageError(f"--variant {i} is not valid JSON ({exc.msg}).") from None
-        if not isinstance(changes, dict):
-            raise _UsageError(f"--variant {i} must be a JSON object of sampling parameters, got {text!r}.")
-        variants.append(SamplingParams.from_dict({**params.to_dict(), **changes}))
-    return variants
+    return [
+        SamplingParams.from_dict({**params.to_dict(), **_json_object(f"--variant {i}", text)})
+        for i, text in enumerate(args.variant)
+    ]
 
 
 def generate(args: argparse.Namespace) -> int:
-    params = params_from(args)  # validate before the slow model load
+    params = reasoning_from(args, params_from(args))  # validate before the slow model load
     variants = variants_from(args, params) if args.variant else None
     kv = kv_from(args)
     if args.server:
@@ -158,7 +197,8 @@ def generate(args: argparse.Namespace) -> int:
     rows = len(variants) if variants else len(args.prompt)
     scheduler = Scheduler(loaded, max_batch_size=max(1, rows), prefill_chunk=args.prefill_chunk)
     if args.chat:
-        prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p}]) for p in args.prompt]
+        thinking = False if args.no_thinking else None
+        prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p}], thinking) for p in args.prompt]
     else:
         prompts = [encode_text(loaded.tokenizer, p) for p in args.prompt]
     if variants:

@@ -26,6 +26,9 @@ record, the current version, or a version-1 store record when it has
 2, keyed by stage name, non-finite ``raw_logit`` / ``bias`` / ``penalty`` written as
 NaN and unknown counts as -1; 3, the same record as the CLI's and the exports', strict
 JSON, with ``rank``; 4, a token id a server did not report is ``null`` rather than -1.
+Since issue 26 every token record carries ``"phase"`` (``"thinking"`` / ``"answer"``,
+null for a model without reasoning markers); a record without it reads as None, so the
+version stays 4.
 Importable without MLX: the app uses it.
 """
 
@@ -49,6 +52,7 @@ from engine.events import (
     same_token,
 )
 from engine.params import SamplingParams
+from engine.reasoning import PHASES
 
 CODEC_VERSION = 4
 
@@ -146,6 +150,7 @@ def encode_step(step: TokenStep, style: Style, params: dict[str, Any] | None = N
     out["entropies"] = _per_stage(chain, step.entropies, num)
     out["survivors"] = _per_stage(chain, step.survivors, _count)
     out["forced"] = step.forced
+    out["phase"] = step.phase  # null: a model without reasoning markers
     out["top"] = [encode_candidate(step, c, style) for c in step.top]
     if step.rank is not None:
         out["rank"] = step.rank
@@ -279,7 +284,14 @@ def decode_step(data: Mapping[str, Any], params: SamplingParams | None = None, r
         forced=bool(data.get("forced", False)),
         rank=data.get("rank"),
         reported_stage=reported,
+        phase=_phase(data.get("phase")),
     )
+
+
+def _phase(value: Any) -> str | None:
+    if value is None or value in PHASES:
+        return value
+    raise CodecError(f"a token's phase must be one of {', '.join(PHASES)} or null, got {value!r}.")
 
 
 # The records that end a request or a step --------------------------------------------------

@@ -14,13 +14,14 @@ from typing import Any
 from engine.errors import EngineError
 from engine.events import Divergence
 from engine.params import SamplingParams
-from engine.requests import Request, check_params, check_prompt, check_token, check_tokens, new_request
+from engine.requests import Request, check_prompt, check_token, check_tokens, new_request
 from engine.stages.carry import check_carry
 
 
 class ContinuationsMixin:
     """Needs the scheduler's ``vocab_size``, ``context_length``, ``max_batch_size``, ``text``,
-    ``_next_id``, ``_enqueue``, ``_record_for``, ``_live``, ``cancel`` and ``_first_difference``."""
+    ``_next_id``, ``_enqueue``, ``_record_for``, ``_live``, ``_checked``, ``cancel`` and
+    ``_first_difference``."""
 
     def branch(self, request_id: int, position: int, forced_token: int) -> int:
         """Continue request ``request_id`` from output ``position`` with ``forced_token``.
@@ -32,7 +33,7 @@ class ContinuationsMixin:
         record.check_position(position)
         self._check_token("forced_token", forced_token)
         base_prompt, output = record.split(position)
-        request = self._continuation(base_prompt, output, forced_token, record.params)
+        request = self._continuation(base_prompt, output, forced_token, record.params_at(position))
         request.carry_in = record.carry_at(position)
         if any(r.id == request_id for r in self._live()):
             self.cancel(request_id)
@@ -51,7 +52,7 @@ class ContinuationsMixin:
         TokenStep indices continue from ``len(output)``. ``carry``: the stage state the
         history cannot rebuild, as :func:`engine.stages.carry.carry_from_steps` gives it for
         the reply's first ``len(output)`` tokens (None: those stages start afresh)."""
-        checked = check_params(params, self.vocab_size)
+        checked = self._checked(params)
         self._check_token("forced_token", forced_token)
         prompt = check_tokens(prompt, "prompt", self.vocab_size, allow_empty=True)  # prompt + output is checked whole
         output = check_tokens(output, "output", self.vocab_size, allow_empty=True)
@@ -105,7 +106,7 @@ class ContinuationsMixin:
             raise EngineError("variants must be a non-empty list of SamplingParams.")
         if len(variants) > self.max_batch_size:
             raise EngineError(f"a fork may have at most {self.max_batch_size} variants, got {len(variants)}.")
-        return [check_params(p, self.vocab_size) for p in variants]
+        return [self._checked(p) for p in variants]
 
     def _enqueue_group(self, requests: list[Request]) -> list[int]:
         leader = requests[0]

@@ -139,6 +139,10 @@ class TokenStep(ChainValues):
     what a server reported, and this names the one stage they describe (``raw``,
     ``penalties``, ``top_p``, ...; also ``chain[0]``): views label them by this name,
     never as ``raw``."""
+    phase: str | None = None
+    """``"thinking"`` or ``"answer"`` for a reasoning model's token (``engine.reasoning``:
+    the end-of-thinking marker is thinking, the answer starts after it); None for a model
+    without reasoning markers."""
 
     def stage_index(self, stage: str) -> int | None:
         """Where ``stage`` sits in this step's chain, or None if it did not run."""

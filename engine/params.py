@@ -23,6 +23,7 @@ LOGIT_BIAS_RANGE = (-100.0, 100.0)
 MAX_TOKENS_RANGE = (1, 1_000_000)
 TOP_LOGPROBS_RANGE = (0, 100)
 SEED_RANGE = (0, 2**63 - 1)
+THINKING_BUDGET_RANGE = (1, 1_000_000)
 MAX_STOP_STRINGS = 16
 
 # llama.cpp's default order (common/common.h): temperature last.
@@ -80,6 +81,13 @@ class SamplingParams:
     samplers: tuple[str, ...] = DEFAULT_SAMPLERS
     """Order of the reorderable stages (names from ``SAMPLER_STAGES``, no duplicates).
     A stage left out does not run. ``bias`` always runs first, the draw last."""
+    think_variant: SamplingParams | None = None
+    """A reasoning model's settings from the token after the end of its thinking, applied
+    as a live change is (``Scheduler.update_params``; its ``seed`` None keeps the request's).
+    None: these settings throughout. It has no ``think_variant`` of its own."""
+    thinking_budget: int | None = None
+    """Most thinking tokens of a reasoning model's reply: after that many the engine forces
+    the end-of-thinking marker. None: no limit. In [1, 1e6]."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -92,6 +100,9 @@ class SamplingParams:
         set_(self, "stop", _check_stop(self.stop))
         set_(self, "top_logprobs", check_int("top_logprobs", self.top_logprobs, *TOP_LOGPROBS_RANGE))
         set_(self, "samplers", _check_samplers(self.samplers))
+        set_(self, "think_variant", _check_think_variant(self.think_variant))
+        if self.thinking_budget is not None:
+            set_(self, "thinking_budget", check_int("thinking_budget", self.thinking_budget, *THINKING_BUDGET_RANGE))
 
     @property
     def greedy(self) -> bool:
@@ -120,6 +131,11 @@ class SamplingParams:
                     token_id,
                     f"logit_bias token ids must be in [0, {vocab_size - 1}], got {token_id}.",
                 )
+        if self.think_variant is not None:
+            try:
+                self.think_variant.verify(vocab_size)
+            except SamplingParamsError as exc:  # named by the field that holds it, for the UI
+                raise SamplingParamsError("think_variant", self.think_variant, f"think_variant: {exc}") from None
 
     def with_changes(self, **changes: Any) -> SamplingParams:
         """A validated copy with some fields changed."""
@@ -130,6 +146,8 @@ class SamplingParams:
         data["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}
         for name in _LIST_FIELDS:
             data[name] = list(getattr(self, name))
+        if self.think_variant is not None:
+            data["think_variant"] = self.think_variant.to_dict()
         return data
 
     @classmethod
@@ -146,6 +164,8 @@ class SamplingParams:
         for name in _LIST_FIELDS:
             if name in values and isinstance(values[name], list):
                 values[name] = tuple(values[name])
+        if isinstance(values.get("think_variant"), Mapping):
+            values["think_variant"] = cls.from_dict(values["think_variant"])
         return cls(**values)
 
 
@@ -177,6 +197,18 @@ def _check_logit_bias(bias: Any) -> Mapping[int, float]:
             )
         checked[token_id] = check_float("logit_bias", value, *LOGIT_BIAS_RANGE)
     return _FrozenDict(checked)
+
+
+def _check_think_variant(variant: Any) -> SamplingParams | None:
+    if variant is None:
+        return None
+    if not isinstance(variant, SamplingParams):
+        raise SamplingParamsError(
+            "think_variant", variant, f"think_variant must be SamplingParams or None, got {type(variant).__name__}."
+        )
+    if variant.think_variant is not None:
+        raise SamplingParamsError("think_variant", variant, "think_variant must not have a think_variant of its own.")
+    return variant
 
 
 def _check_stop(stop: Any) -> tuple[str, ...]:

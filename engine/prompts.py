@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import EngineError
+from engine.reasoning import SWITCH, has_thinking_switch
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
@@ -13,20 +14,26 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text))
 
 
-def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
-    """Messages through the model's chat template, ready for the assistant's reply."""
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]], enable_thinking: bool | None = None) -> list[int]:
+    """Messages through the model's chat template, ready for the assistant's reply.
+    ``enable_thinking``: the template's switch, passed only where the template has it
+    (``engine.reasoning.has_thinking_switch``); None leaves mlx-lm's default (on for a
+    model with think tags)."""
     if not getattr(tokenizer, "chat_template", None):
         raise EngineError("this model has no chat template; send plain text instead.")
-    rendered = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+    switch = {SWITCH: enable_thinking} if enable_thinking is not None and has_thinking_switch(tokenizer) else {}
+    rendered = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **switch)
     inner = getattr(tokenizer, "_tokenizer", tokenizer)
     return list(inner.encode(rendered, add_special_tokens=False))
 
 
-def encode_messages(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+def encode_messages(
+    tokenizer: Any, messages: Sequence[dict[str, str]], enable_thinking: bool | None = None
+) -> list[int]:
     """Chat messages as prompt tokens: the chat template, or, for a model without one, the
     messages' texts as plain text (blank lines between them)."""
     if getattr(tokenizer, "chat_template", None):
-        return encode_chat(tokenizer, messages)
+        return encode_chat(tokenizer, messages, enable_thinking)
     return encode_text(tokenizer, "\n\n".join(m["content"] for m in messages if m["content"]))
 
 

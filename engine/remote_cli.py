@@ -59,6 +59,8 @@ def generate_remote(
     errors: list[str] = []
     try:
         backend.load("" if args.model == "default" else args.model)
+        if getattr(args, "no_thinking", False):
+            backend.set_enable_thinking(False)
         messages = [[{"role": "user", "content": p}] for p in args.prompt]
         if variants:
             order = {backend.start(messages[0], v).request_id: i for i, v in enumerate(variants)}

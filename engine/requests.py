@@ -15,6 +15,7 @@ from engine.events import Finished, FinishReason, TokenStep
 from engine.inspection import RowInspection
 from engine.params import SamplingParams
 from engine.penalties import leaving_token
+from engine.reasoning_phase import PhaseTracker
 
 
 def check_tokens(value: object, name: str, vocab_size: int, allow_empty: bool = False) -> list[int]:
@@ -100,6 +101,15 @@ class Request:
     """Carried stage state to start from (a branch restores mirostat's μ), by stage name."""
     carries: list[dict[str, Any]] = field(default_factory=list)
     """The carried stage state before each generated token (``generated[i]``)."""
+    phases: PhaseTracker | None = None
+    """A reasoning model's phase tracker (``engine.reasoning_rows``), made at the first token."""
+    forcing: list[int] = field(default_factory=list)
+    """The rest of an end-of-thinking marker the thinking budget forces, token by token."""
+    switch_to: SamplingParams | None = None
+    """``think_variant`` to apply after this step: the thinking has just ended."""
+    before_switch: tuple[int, SamplingParams] | None = None
+    """(the first output index the variant sampled, the settings before it): a branch in
+    the thinking takes the thinking's settings."""
 
     @property
     def history(self) -> list[int]:
@@ -131,6 +141,15 @@ class RequestRecord:
     params: SamplingParams
     carries: tuple[dict[str, Any], ...] = ()
     """The carried stage state before each generated token."""
+    before_switch: tuple[int, SamplingParams] | None = None
+    """``Request.before_switch``: the settings before ``think_variant`` applied."""
+
+    def params_at(self, position: int) -> SamplingParams:
+        """The settings to continue with at output ``position``: the thinking's before the
+        switch to ``think_variant``, else the last ones."""
+        if self.before_switch is not None and position < self.before_switch[0]:
+            return self.before_switch[1]
+        return self.params
 
     def carry_at(self, position: int) -> dict[str, Any] | None:
         """The carried stage state before output ``position`` (None: not known, rebuilt fresh)."""
@@ -153,7 +172,12 @@ class RequestRecord:
 
 def record_of(request: Request) -> RequestRecord:
     return RequestRecord(
-        tuple(request.prompt), tuple(request.generated), request.index_offset, request.params, tuple(request.carries)
+        tuple(request.prompt),
+        tuple(request.generated),
+        request.index_offset,
+        request.params,
+        tuple(request.carries),
+        request.before_switch,
     )
 
 
@@ -183,8 +207,10 @@ def accept_token(
     eos_ids: Collection[int],
     context_length: int,
     piece: Callable[[int], str],
+    phase: str | None = None,
 ) -> tuple[TokenStep, FinishReason | None, str | None]:
-    """Append the drawn token: (its TokenStep, the finish reason or None, the stop string)."""
+    """Append the drawn token: (its TokenStep, the finish reason or None, the stop string).
+    ``phase``: the token's reasoning phase (``engine.reasoning_rows.phase_of``)."""
     token = inspection.token_id
     if request.first_token_at is None:
         request.first_token_at = time.perf_counter()
@@ -219,6 +245,7 @@ def accept_token(
         top=inspection.top,
         params=request.params,
         forced=forced,
+        phase=phase,
     )
     return step, reason, stop
 

@@ -29,6 +29,8 @@ from engine.events import Event, Finished, FinishReason, PrefillProgress
 from engine.inspection import RowInspection, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
+from engine.reasoning import detect_markers
+from engine.reasoning_rows import next_forced, phase_of
 from engine.requests import (
     Request,
     RequestRecord,
@@ -40,10 +42,11 @@ from engine.requests import (
     new_request,
     record_of,
 )
+from engine.scheduler_faults import FaultsMixin
 from engine.text import TokenText
 
 
-class Scheduler(ContinuationsMixin):
+class Scheduler(ContinuationsMixin, FaultsMixin):
     """Runs many requests on one model. Not thread-safe: call it from one thread."""
 
     def __init__(
@@ -82,6 +85,8 @@ class Scheduler(ContinuationsMixin):
         self.chunks = ChunkSizer(prefill_chunk)
         """Prefill chunk sizes: fixed, or (``prefill_chunk=None``) sized from the measured rate."""
         self.text = TokenText(loaded.tokenizer)
+        self.reasoning = detect_markers(loaded.tokenizer)
+        """The model's reasoning markers (``engine.reasoning``), or None: no token has a phase."""
         self.prefix_store = kv.PrefixStore(prefix_cache_entries)
         self._history_records = history_records
         self._records: OrderedDict[int, RequestRecord] = OrderedDict()
@@ -108,7 +113,7 @@ class Scheduler(ContinuationsMixin):
     def insert(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
         """Queue a request; returns its id. Raises EngineError / SamplingParamsError."""
         tokens = check_prompt(prompt, self.vocab_size, self.context_length)
-        checked = check_params(params if params is not None else SamplingParams(), self.vocab_size)
+        checked = self._checked(params if params is not None else SamplingParams())
         return self._enqueue(new_request(self._next_id, tokens, checked, self.text.decode))
 
     def cancel(self, request_id: int) -> None:
@@ -141,16 +146,34 @@ class Scheduler(ContinuationsMixin):
     def update_params(self, request_id: int, params: SamplingParams) -> None:
         """Replace a running request's parameters from its next token on."""
         request = self._find(request_id)
-        checked = check_params(params, self.vocab_size)
+        checked = self._checked(params)
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
         self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
-        request.params = checked
-        request.stop_text.stops = checked.stop
+        if request in self._active:
+            self._set_params(request, checked, self._sampling, self._active.index(request))
+        else:
+            self._set_params(request, checked)
+
+    def _set_params(
+        self, request: Request, params: SamplingParams, sampling: SamplingBatch | None = None, row: int = 0
+    ) -> None:
+        """A request's new parameters from its next token (a live change, the switch to
+        ``think_variant``); ``sampling``: the batch holding its row, if it has one yet."""
+        request.params = params
+        request.stop_text.stops = params.stop
         # From the next token: text already generated stands, whatever the new stops are.
         request.stop_text.boundary = len(request.stop_text.text)
-        if request in self._active:
-            self._sampling.set_params(self._active.index(request), checked, request.history)
+        if sampling is not None:
+            sampling.set_params(row, params, request.history)
+
+    def _checked(self, params: SamplingParams) -> SamplingParams:
+        """``params`` checked as a request takes them, its ``think_variant`` prepared now too
+        (what a stage's state would refuse when the thinking ends is refused up front)."""
+        checked = check_params(params, self.vocab_size)
+        if checked.think_variant is not None:
+            self._sampling.prepare(checked.think_variant)
+        return checked
 
     def step(self) -> list[Event]:
         """One decode step for the batch plus one prefill chunk; returns the events."""
@@ -171,30 +194,6 @@ class Scheduler(ContinuationsMixin):
                 pair: first for pair, first in self._first_difference.items() if active.issuperset(pair)
             }
         return events
-
-    def _fail_active(self, exc: Exception) -> list[Event]:
-        """A decode step failed: its rows end with ``"error"`` (their earlier tokens stand),
-        and the batch starts afresh, so the next request runs as on a new scheduler."""
-        failed, self._active = self._active, []
-        self._batch, self._prefetched = None, None
-        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
-        message = f"{type(exc).__name__}: {exc}"
-        return [self._finished(r, FinishReason.ERROR, error=message) for r in failed]
-
-    def _fail_waiting(self, exc: Exception) -> list[Event]:
-        """A prefill chunk (or the first token after it) failed: that request and its fork
-        group end; rows of it that already joined the batch are dropped again."""
-        group, self._prefilling = self._prefilling, []
-        ids = {r.id for r in group}
-        if group and group[0] in self._waiting:
-            self._waiting.remove(group[0])
-        joined = [i for i, r in enumerate(self._active) if r.id in ids]
-        if joined:
-            self._remove_rows(joined)
-        for member in group:
-            member.caches, member.followers = None, []
-        message = f"{type(exc).__name__}: {exc}"
-        return [self._finished(r, FinishReason.ERROR, error=message) for r in group if not r.finished]
 
     def has_work(self) -> bool:
         return bool(self._active or self._waiting or self._pending)
@@ -335,7 +334,7 @@ class Scheduler(ContinuationsMixin):
         sampling: SamplingBatch,
         speculate: bool = False,
     ) -> list[Event]:
-        forced = [r.forced_first if not r.generated else None for r in requests]
+        forced = [next_forced(r) for r in requests]
         carries = [sampling.carry(row) for row in range(len(requests))]
         sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
         pairs = group_pairs([r.group for r in requests])
@@ -366,11 +365,17 @@ class Scheduler(ContinuationsMixin):
         # Every request now ends with its new token; the state is read at the next step.
         tokens = [r.generated[-1] for r in requests]
         sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
+        for row, request in enumerate(requests):
+            if request.switch_to is not None:  # the thinking ended: its variant, as a live change
+                request.before_switch = (request.next_index, request.params)
+                self._set_params(request, request.switch_to, sampling, row)
+                request.switch_to = None
         return events
 
     def _accept(self, request: Request, inspection: RowInspection, forced: bool) -> list[Event]:
         eos, context = self.loaded.eos_token_ids, self.context_length
-        step, reason, stop = accept_token(request, inspection, forced, eos, context, self.text.piece)
+        phase = phase_of(request, inspection.token_id, self.reasoning, self.text.decode)
+        step, reason, stop = accept_token(request, inspection, forced, eos, context, self.text.piece, phase)
         return [step] if reason is None else [step, self._finished(request, reason, stop)]
 
     @staticmethod

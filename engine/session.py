@@ -23,6 +23,7 @@ from engine.kv_quantization import KVQuantization
 from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
 from engine.prompts import encode_messages, scored_text
+from engine.reasoning import has_thinking_switch
 from engine.scheduler import Scheduler
 from engine.session_compare import CompareModelsMixin
 from engine.session_lens import LensMixin
@@ -94,6 +95,8 @@ class EngineSession(CompareModelsMixin, LensMixin):
         self._loaded = None
         self._scheduler: Scheduler | None = None
         self.info: ModelInfo | None = None
+        self.enable_thinking: bool | None = None
+        """The chat template's ``enable_thinking`` for prompts made from now on (None: its default)."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -123,6 +126,8 @@ class EngineSession(CompareModelsMixin, LensMixin):
             precision_choice=loaded.precision.choice,
             precision_reason=loaded.precision.reason,
             kv=loaded.kv,
+            reasoning=scheduler.reasoning,
+            thinking_switch=has_thinking_switch(loaded.tokenizer),
         )
         return self.info
 
@@ -134,7 +139,12 @@ class EngineSession(CompareModelsMixin, LensMixin):
 
     def prompt_for(self, messages: Messages) -> list[int]:
         """Chat messages as prompt tokens: the chat template, or plain text without one."""
-        return encode_messages(self.scheduler.loaded.tokenizer, messages)
+        return encode_messages(self.scheduler.loaded.tokenizer, messages, self.enable_thinking)
+
+    def set_enable_thinking(self, enabled: bool | None) -> None:
+        if enabled is not None and not isinstance(enabled, bool):
+            raise EngineError(f"enable_thinking must be True, False or None, got {enabled!r}.")
+        self.enable_thinking = enabled
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
         prompt = self.prompt_for(messages)

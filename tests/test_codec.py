@@ -233,9 +233,24 @@ def test_the_cli_the_store_and_the_export_carry_the_same_record(step):
 # Older records ---------------------------------------------------------------------------------
 
 
+def with_phase(line: str) -> str:
+    """A token line of 7900ff8 as it is since issue 26: ``"phase": null`` after ``forced``
+    (the one key added; every other byte stays)."""
+    record = json.loads(line)
+    if record.get("type") != "token":
+        return line
+    out = {}
+    for key, value in record.items():
+        out[key] = value
+        if key == "forced":
+            out["phase"] = None
+    return json.dumps(out)
+
+
 def test_cli_lines_are_byte_for_byte_those_before_the_codec():
-    """tests/data/cli_records_7900ff8.jsonl: the records commit 7900ff8's encoders printed."""
-    expected = (DATA / "cli_records_7900ff8.jsonl").read_text().splitlines()
+    """tests/data/cli_records_7900ff8.jsonl: the records commit 7900ff8's encoders printed,
+    with the token records' ``phase`` (issue 26)."""
+    expected = [with_phase(line) for line in (DATA / "cli_records_7900ff8.jsonl").read_text().splitlines()]
     lines = []
     for kind, v in cli_lines():
         if kind in ("token", "scored"):

@@ -21,7 +21,7 @@ CHATML = (
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a")]
 
 
-def tiny_config(vocab_size: int, context: int = 512) -> dict:
+def tiny_config(vocab_size: int, context: int = 512, eos_id: int = 2 + 256 + len(MERGES)) -> dict:
     return {
         "model_type": "llama",
         "hidden_size": 64,
@@ -34,7 +34,7 @@ def tiny_config(vocab_size: int, context: int = 512) -> dict:
         "max_position_embeddings": context,
         "rope_theta": 10000.0,
         "tie_word_embeddings": True,
-        "eos_token_id": [2 + 256 + len(MERGES)],  # <|im_end|>
+        "eos_token_id": [eos_id],  # <|im_end|> unless told
     }
 
 
@@ -51,11 +51,20 @@ def build_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def write_tiny_model(folder: Path, seed: int = 0, dtype: str = "float32") -> Path:
+def write_tiny_model(
+    folder: Path,
+    seed: int = 0,
+    dtype: str = "float32",
+    tokenizer: Tokenizer | None = None,
+    template: str = CHATML,
+    eos_token: str = "<|im_end|>",
+) -> Path:
+    """``tokenizer``, ``template`` and ``eos_token``: another vocabulary's (the reasoning
+    models of tests/tiny_reasoning.py)."""
     folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = tokenizer or build_tokenizer()
     vocab_size = tokenizer.get_vocab_size() + 3  # a few ids the tokenizer never makes
-    config = tiny_config(vocab_size)
+    config = tiny_config(vocab_size, eos_id=tokenizer.token_to_id(eos_token))
     model = llama.Model(llama.ModelArgs.from_dict(config))
     rng = np.random.default_rng(seed)
     weights = {}
@@ -72,12 +81,12 @@ def write_tiny_model(folder: Path, seed: int = 0, dtype: str = "float32") -> Pat
         json.dumps(
             {
                 "tokenizer_class": "PreTrainedTokenizerFast",
-                "eos_token": "<|im_end|>",
+                "eos_token": eos_token,
                 "pad_token": "<|endoftext|>",
-                "chat_template": CHATML,
+                "chat_template": template,
                 "clean_up_tokenization_spaces": False,
             }
         )
     )
-    (folder / "chat_template.jinja").write_text(CHATML)
+    (folder / "chat_template.jinja").write_text(template)
     return folder

@@ -1,0 +1,65 @@
+"""A request's reasoning inside the scheduler: the phase of each token, the thinking
+budget's forced end marker, and the switch to ``think_variant`` after the thinking.
+
+The scheduler asks :func:`next_forced` before a step (a budget's end marker is forced
+like a branch's first token: the step reports the distribution, ``forced=True``), and
+:func:`phase_of` for every accepted token; a request whose thinking just ended gets its
+``switch_to`` set, which the scheduler applies after the step exactly as
+``update_params`` applies a live change (the penalty window and DRY carried over).
+"""
+
+from __future__ import annotations
+
+from engine.params import SamplingParams
+from engine.reasoning import THINKING, ReasoningMarkers
+from engine.reasoning_phase import Decode, PhaseTracker
+from engine.requests import Request
+
+
+def next_forced(request: Request) -> int | None:
+    """The token this request must take at its next step, or None to draw one: a branch's
+    first token, else the next token of an end marker the budget forces."""
+    if not request.generated and request.forced_first is not None:
+        return request.forced_first
+    return request.forcing[0] if request.forcing else None
+
+
+def tracker_for(request: Request, markers: ReasoningMarkers, decode: Decode) -> PhaseTracker:
+    """The request's tracker, made at its first token from where its prompt left the phase
+    (a continuation's earlier output is fed through it, so its thinking counts too)."""
+    if request.phases is None:
+        earlier = len(request.prompt) - request.index_offset
+        tracker = PhaseTracker.after_prompt(markers, request.prompt[:earlier], decode)
+        for token in request.prompt[earlier:]:
+            tracker.feed(token)
+        request.phases = tracker
+    return request.phases
+
+
+def phase_of(request: Request, token: int, markers: ReasoningMarkers | None, decode: Decode) -> str | None:
+    """The phase of ``token``, just drawn (or forced) for ``request``; queues the budget's
+    end marker and the switch to ``think_variant`` where they are due."""
+    if markers is None:
+        return None
+    if request.forcing and request.generated and request.forcing[0] == token:
+        request.forcing.pop(0)
+    tracker = tracker_for(request, markers, decode)
+    before = tracker.phase
+    phase = tracker.feed(token)
+    params = request.params
+    if before == THINKING and tracker.phase != THINKING:
+        request.forcing = []
+        if params.think_variant is not None:
+            request.switch_to = switched(params)
+    budget = params.thinking_budget
+    if budget is not None and not request.forcing and tracker.can_end and tracker.thinking_tokens >= budget:
+        request.forcing = list(markers.end)
+    return phase
+
+
+def switched(params: SamplingParams) -> SamplingParams:
+    """The settings after the thinking: ``think_variant``, keeping the request's seed when
+    the variant has none (as ``update_params`` does)."""
+    variant = params.think_variant
+    assert variant is not None
+    return variant if variant.seed is not None else variant.with_changes(seed=params.seed)
