@@ -79,6 +79,8 @@ def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, pr
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.model_info.name == "tiny-llama"
     dialog = open_library(qtbot, window)
+    asked = []  # every load's progress: none until a loadable row is chosen
+    window.engine.worker.model_progressed.connect(lambda stage, fraction: asked.append(stage))
     # Every model of the home, each under its source, with its format and architecture.
     listed = {(e.source, e.name): e for e in dialog.model.entries}
     for expected in mac_home.expected:
@@ -101,6 +103,12 @@ def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, pr
     qtbot.keyClicks(dialog.search, "ollama")
     assert sorted(shown_names(dialog)) == ["tinyllama:latest", "tinyllama:partial"]
     assert ", 2 shown" in dialog.status.text()
+    # ↓ in the search field walks the rows; Enter on one that cannot be loaded says why.
+    assert dialog.current_entry().name == "tinyllama:latest"
+    press(qtbot, Qt.Key.Key_Down)
+    assert dialog.current_entry().name == "tinyllama:partial" and QApplication.focusWidget() is dialog.search
+    press(qtbot, Qt.Key.Key_Return)
+    assert "tinyllama:partial cannot be loaded" in dialog.status.text() and dialog.isVisible()
     qtbot.keyClick(dialog.search, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
     qtbot.keyClicks(dialog.search, "whisper")  # an architecture
     assert shown_names(dialog) == ["openai/tiny-whisper"]
@@ -119,8 +127,6 @@ def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, pr
     assert [e.size_bytes for e in dialog.visible_entries()] == sorted(sizes, reverse=True)
 
     # A double-click on a model that cannot be loaded says why, and loads nothing.
-    asked = []
-    window.engine.worker.model_progressed.connect(lambda stage, fraction: asked.append(stage))
     double_click(qtbot, dialog, "tinyllama:partial")
     assert "is missing" in dialog.status.text() and dialog.isVisible()
     qtbot.wait(200)

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QCoreApplication,
+    QEvent,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -39,6 +48,8 @@ SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMN_CAP = 200
 """The widest a column but Path starts (pixels): the whole text is in the row's tooltip."""
 WARNING_STYLE = "color: #c26a00;"
+ROW_KEYS = (Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_PageUp, Qt.Key.Key_PageDown)
+"""Keys the search field hands to the table, so the rows can be walked without leaving it."""
 _Index = QModelIndex | QPersistentModelIndex
 
 
@@ -133,6 +144,7 @@ class LibraryDialog(QDialog):
         self.search.setPlaceholderText("Search by name, path, architecture, source or format")
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(self._on_search)
+        self.search.installEventFilter(self)  # ↑ ↓ move through the rows while typing
         self.table = self._make_table()
         self.status = QLabel(words.SCANNING)
         self.status.setWordWrap(True)
@@ -196,6 +208,12 @@ class LibraryDialog(QDialog):
         self.set_folders([])
         self._update_load()
         return row
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.search and event.type() == QEvent.Type.KeyPress and event.key() in ROW_KEYS:
+            QCoreApplication.sendEvent(self.table, event)  # the row moves; the typing goes on
+            return True
+        return super().eventFilter(watched, event)
 
     # What the shell hands in ----------------------------------------------------------------
 
