@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from engine.cli_fidelity import add_fidelity_command, add_kv_flags, add_precision_flag, add_text_flags, kv_from
 from engine.cli_kld import add_kld_command
 from engine.cli_lens import add_lens_command
+from engine.cli_models import add_models_command
 from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fidelity_command(commands)
     add_kld_command(commands)
     add_lens_command(commands)
+    add_models_command(commands)
     return parser
 
 
@@ -195,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.cli_lens import lens_command
 
             return lens_command(args)
+        if args.command == "models":
+            from engine.cli_models import models_command
+
+            return models_command(args)
         return generate(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -69,8 +69,10 @@ class MacHome:
         return base | self.env | {"HF_HUB_OFFLINE": "1"}
 
     def loadable_sources(self) -> list[str]:
-        """Every ``--model`` the listing offers for a loadable model: paths and cached repo ids."""
-        return [e.path for e in self.expected + self.folder_expected if e.loadable] + self.repo_ids
+        """Every ``--model`` the listing offers for a loadable model: the cached repo ids, the
+        paths of the rest."""
+        paths = [e.path for e in self.expected + self.folder_expected if e.loadable and e.source != "huggingface"]
+        return paths + self.repo_ids
 
 
 def build_mac_home(root: Path) -> MacHome:

@@ -182,8 +182,10 @@ def test_load_errors_are_clear_and_leave_nothing(tiny, tmp_path):
     assert no_leftovers() == []
 
 
-def test_folder_and_repo_id_resolution(tiny_folder):
+def test_folder_and_repo_id_resolution(tiny_folder, tmp_path, monkeypatch):
     from engine.models import resolve
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # not cached: handed on as the repo id
 
     assert resolve(str(tiny_folder))[1] == str(tiny_folder)
     assert resolve("HuggingFaceTB/SmolLM2-135M-Instruct") == (

@@ -39,5 +39,7 @@ class LibraryEntry:
     @property
     def model_source(self) -> str:
         """What to hand to ``engine.models.load`` / ``--model``: a cached Hugging Face model by
-        its repo id (it resolves to the cached snapshot offline), anything else by its path."""
-        return self.name if self.source == "huggingface" else self.path
+        its repo id (it resolves to the cached snapshot offline), anything else by its path (as
+        is one GGUF file of a cached repo that holds several)."""
+        by_repo = self.source == "huggingface" and not self.path.lower().endswith(".gguf")
+        return self.name if by_repo else self.path

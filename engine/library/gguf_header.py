@@ -69,14 +69,14 @@ class _Parser:
     def take(self, fmt: str) -> Any:
         n = struct.calcsize(fmt)
         if self.at + n > self.size:
-            raise GGUFHeaderError(f"the header runs past the end of the file ({self.size} bytes)")
+            raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({self.size} bytes)")
         value = struct.unpack_from(fmt, self.view, self.at)[0]
         self.at += n
         return value
 
     def skip(self, n: int) -> None:
         if n < 0 or self.at + n > self.size:
-            raise GGUFHeaderError(f"the header runs past the end of the file ({self.size} bytes)")
+            raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({self.size} bytes)")
         self.at += n
 
     def string(self) -> str:
