@@ -35,6 +35,7 @@ FIGURES = [
     "kvquant",
     "gemma",
     "views_open",
+    "library",
 ]
 
 
@@ -86,6 +87,7 @@ def run_figures(only: list[str]) -> dict:
         "kvquant": lambda: __import__("bench.kv_quantization", fromlist=["x"]).kv_quantization(),
         "gemma": lambda: throughput.real_vocabulary(),
         "views_open": lambda: __import__("bench.views_open", fromlist=["x"]).views_open(),
+        "library": lambda: __import__("bench.library_listing", fromlist=["x"]).library_listing(),
     }
     for name in FIGURES:
         if only and name not in only:
@@ -234,6 +236,13 @@ def table(r: dict) -> str:
         lines.append(
             f"19 decode with a lens job of an earlier reply queued / none | {v['lens_positions_during']} positions "
             f"read during the reply, {v['lens_positions']} after | | {v['lens_beside_ratio']} (>= {v['goal']})"
+        )
+    if "library" in r:
+        lib = r["library"]
+        lines.append(
+            f"20 model library, {lib['models']} models ({lib['hf_entries']} HF cache entries, "
+            f"{lib['gguf_files'] + lib['ollama_models']} GGUFs) | scan {lib['scan_s_headers_cached']} s "
+            f"(headers cached), {lib['scan_s_headers_uncached']} s (first listing) | | < 1 s"
         )
     if "kvquant" in r:
         for context, row in r["kvquant"]["by_context"].items():

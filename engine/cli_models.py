@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from engine.library import LibraryEntry, add_folder, remove_folder, scan_library
 
@@ -27,7 +28,10 @@ def add_models_command(commands) -> None:
 
 def models_command(args: argparse.Namespace) -> int:
     for folder in args.add_folder:
-        add_folder(folder)
+        if not Path(folder).expanduser().exists():
+            print(f"error: --add-folder {folder}: no such file or folder", file=sys.stderr)
+            return 2
+        add_folder(Path(folder).expanduser())
     for folder in args.remove_folder:
         remove_folder(folder)
     entries = scan_library(args.folder)

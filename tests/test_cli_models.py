@@ -135,3 +135,10 @@ def test_unloadable_models_never_fail_the_command(home):
     assert "'mamba'" in got["second-state/tiny-mamba-GGUF/tiny-mamba-F32.gguf"]["reason"]
     proc = engine(home, "generate", "--model", got["tinyllama:partial"]["path"], "--prompt", "x", "--max-tokens", "1")
     assert proc.returncode != 0 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+def test_adding_a_missing_folder_is_a_usage_error(home):
+    before = [p.read_text() for p in home.root.rglob("logitscope/library.json")]
+    proc = engine(home, "models", "--add-folder", str(home.root / "no-such-folder"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --add-folder") and proc.stdout == ""
+    assert [p.read_text() for p in home.root.rglob("logitscope/library.json")] == before

@@ -217,3 +217,45 @@ def test_a_repo_of_gguf_files_is_listed_per_file(home, tmp_path):
         ("bartowski/tiny-GGUF/tiny-Q8_0.gguf", str(snapshot / "tiny-Q8_0.gguf"), "Q8_0", True)
     ]
     assert entries[0].model_source == entries[0].path
+
+
+def test_gguf_headers_are_read_once_until_the_file_changes(home, tmp_path, monkeypatch):
+    from engine.library import describe
+
+    shutil.copytree(home.lmstudio, tmp_path / ".lmstudio" / "models")
+    env = {"HOME": str(tmp_path)}
+    first = scan_library(env=env)
+    assert (tmp_path / ".cache" / "logitscope" / "library-headers.json").is_file()
+    read: list[Path] = []
+    real = describe.read_header
+    monkeypatch.setattr(describe, "read_header", lambda p: read.append(p) or real(p))
+    assert scan_library(env=env) == first and read == []
+    gguf = next(Path(e.path) for e in first if e.format == "gguf" and e.loadable)
+    gguf.write_bytes(gguf.read_bytes()[:-4])  # changed: read again, and now truncated
+    again = {e.path: e for e in scan_library(env=env)}
+    assert read == [gguf]
+    assert "truncated" in again[str(gguf)].reason
+
+
+def test_a_cached_repo_id_resolves_under_hf_home_offline(home, tmp_path, monkeypatch):
+    """HF_HOME moves the cache the repo id is looked up in; outside it, the id is handed on."""
+    from engine.models import resolve
+
+    shutil.copytree(home.hub, tmp_path / "hf" / "hub", symlinks=True)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    repo = home.repo_ids[0]
+    name, target = resolve(repo)
+    cached = tmp_path / "hf" / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots"
+    assert name == repo and Path(target).parent == cached
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty"))
+    assert resolve(repo) == (repo, repo)
+
+
+def test_ollama_names_follow_ollama_list():
+    from engine.library.scan import _ollama_name
+
+    assert _ollama_name("registry.ollama.ai", "library", "llama3.2", "3b") == "llama3.2:3b"
+    assert _ollama_name("registry.ollama.ai", "alice", "tiny", "latest") == "alice/tiny:latest"
+    assert _ollama_name("hf.co", "bartowski", "Qwen3-GGUF", "Q4_K_M") == "hf.co/bartowski/Qwen3-GGUF:Q4_K_M"

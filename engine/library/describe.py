@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.library.gguf_header import GGUFHeaderError, read_header
+from engine.library.gguf_header import GGUFHeader, GGUFHeaderError, read_header
+from engine.library.header_cache import HeaderCache
+from engine.library.safetensors_header import safetensors_facts
 from engine.library.support import gguf_problem, model_type_problem
-
-_DTYPES = {"BF16": "bf16", "F16": "f16", "F32": "f32", "F8_E4M3": "f8", "F8_E5M2": "f8"}
 
 
 @dataclass(frozen=True)
@@ -24,20 +24,41 @@ class Description:
     quantized: bool  # for the memory estimate
 
 
-def describe_gguf(path: Path, size: int | None = None) -> Description:
+def describe_gguf(path: Path, cache: HeaderCache | None = None) -> Description:
     try:
-        size = path.stat().st_size if size is None else size
+        stat = path.stat()
+    except OSError as exc:
+        return Description("gguf", None, None, 0, f"cannot read the file ({exc.strerror or exc})", True)
+    facts = cache.get(path, stat) if cache else None
+    if facts is None:
+        facts = gguf_facts(path)
+        if cache and not facts.get("unreadable"):
+            cache.put(path, stat, facts)
+    if facts.get("error"):
+        return Description("gguf", None, None, stat.st_size, facts["error"], True)
+    arch, types = facts.get("architecture"), facts.get("types") or {}
+    reason = gguf_problem(arch, set(types), facts.get("tokenizer"))
+    return Description("gguf", arch, facts.get("quantization"), stat.st_size, reason, True)
+
+
+def gguf_facts(path: Path) -> dict:
+    """What the listing needs from a GGUF header, as plain JSON values (kept by HeaderCache)."""
+    try:
         header = read_header(path)
     except OSError as exc:
-        return Description("gguf", None, None, size or 0, f"cannot read the file ({exc.strerror or exc})", True)
+        return {"error": f"cannot read the file ({exc.strerror or exc})", "unreadable": True}
     except GGUFHeaderError as exc:
-        return Description("gguf", None, None, size or 0, f"not a readable GGUF file ({exc})", True)
-    arch = header.architecture
-    reason = gguf_problem(arch, set(header.tensor_types), header.metadata.get("tokenizer.ggml.model"))
-    return Description("gguf", arch, _gguf_quantization(header), size, reason, True)
+        return {"error": f"not a readable GGUF file ({exc})"}
+    tokenizer = header.metadata.get("tokenizer.ggml.model")
+    return {
+        "architecture": header.architecture,
+        "quantization": _gguf_quantization(header),
+        "types": dict(header.tensor_types),
+        "tokenizer": tokenizer if isinstance(tokenizer, str) else None,
+    }
 
 
-def _gguf_quantization(header: Any) -> str | None:
+def _gguf_quantization(header: GGUFHeader) -> str | None:
     """The file type llama.cpp names (``Q4_K_M``), else the commonest tensor type."""
     from gguf import LlamaFileType
 
@@ -53,7 +74,7 @@ def _gguf_quantization(header: Any) -> str | None:
     return common[0][0] if common else None
 
 
-def describe_folder(path: Path, size: int | None = None) -> Description:
+def describe_folder(path: Path, size: int | None = None, cache: HeaderCache | None = None) -> Description:
     """A folder with config.json: MLX-converted (a ``quantization`` entry, or safetensors saved by
     MLX) or a transformers safetensors folder. ``size``: when the caller knows it already."""
     size = folder_size(path) if size is None else size
@@ -61,25 +82,39 @@ def describe_folder(path: Path, size: int | None = None) -> Description:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         if not isinstance(config, dict):
             raise ValueError("not an object")
+        names = os.listdir(path)
     except OSError as exc:
         return Description("safetensors", None, None, size, f"cannot read config.json ({exc.strerror or exc})", False)
     except ValueError as exc:
         return Description("safetensors", None, None, size, f"config.json is not valid JSON ({exc})", False)
     arch = config.get("model_type") if isinstance(config.get("model_type"), str) else None
-    weights = sorted(path.glob("model*.safetensors"))
-    meta, dtype = _safetensors_header(weights[0]) if weights else ({}, None)
+    weights = sorted(n for n in names if n.startswith("model") and n.endswith(".safetensors"))
+    facts = _weights_facts(path / weights[0], cache) if weights else {}
     quant = config.get("quantization")
-    mlx = isinstance(quant, dict) or meta.get("format") == "mlx"
-    quantization, quantized = _folder_quantization(quant, config.get("quantization_config"), dtype)
+    mlx = isinstance(quant, dict) or facts.get("format") == "mlx"
+    quantization, quantized = _folder_quantization(quant, config.get("quantization_config"), facts.get("dtype"))
     reason = model_type_problem(config.get("model_type"))
     if not reason and not weights:
-        bins = list(path.glob("*.bin")) or list(path.glob("*.pth"))
+        torch = any(n.endswith((".bin", ".pth")) for n in names)
         reason = (
             "the weights are PyTorch files; mlx-lm reads only safetensors"
-            if bins
+            if torch
             else "no model*.safetensors weights in the folder"
         )
     return Description("mlx" if mlx else "safetensors", arch, quantization, size, reason, quantized)
+
+
+def _weights_facts(file: Path, cache: HeaderCache | None) -> dict:
+    try:
+        stat = file.stat()
+    except OSError:
+        return {}
+    facts = cache.get(file, stat) if cache else None
+    if facts is None:
+        facts = safetensors_facts(file)
+        if cache:
+            cache.put(file, stat, facts)
+    return facts
 
 
 def _folder_quantization(quant: Any, quant_config: Any, dtype: str | None) -> tuple[str | None, bool]:
@@ -90,27 +125,6 @@ def _folder_quantization(quant: Any, quant_config: Any, dtype: str | None) -> tu
     if isinstance(quant_config, dict) and quant_config.get("quant_method"):
         return str(quant_config["quant_method"]), True
     return dtype, False
-
-
-def _safetensors_header(file: Path) -> tuple[dict, str | None]:
-    """(``__metadata__``, the commonest weight dtype) from the JSON header: 8 bytes of length, then
-    JSON naming each tensor's dtype."""
-    try:
-        with open(file, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if not 0 < n < 1 << 27:
-                return {}, None
-            header = json.loads(f.read(n))
-    except (OSError, ValueError):
-        return {}, None
-    meta = header.pop("__metadata__", None) if isinstance(header, dict) else None
-    counts: dict[str, int] = {}
-    for value in header.values() if isinstance(header, dict) else ():
-        dtype = value.get("dtype") if isinstance(value, dict) else None
-        if dtype in _DTYPES:
-            counts[_DTYPES[dtype]] = counts.get(_DTYPES[dtype], 0) + 1
-    dtype = max(counts, key=counts.__getitem__) if counts else None
-    return (meta if isinstance(meta, dict) else {}), dtype
 
 
 def folder_size(path: Path) -> int:

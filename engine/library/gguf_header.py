@@ -62,6 +62,26 @@ def read_header(path: Path) -> GGUFHeader:
             return _Parser(view, size).header()
 
 
+_LENGTH = struct.Struct("<Q")
+
+
+def _skip_strings(view: mmap.mmap, at: int, count: int, size: int) -> int:
+    """The offset after ``count`` strings (each its 8-byte length, then its bytes) from ``at``:
+    the vocabulary's hundreds of thousands, so a tight loop, checked once at the end (a read
+    past the end of the map raises struct.error on the way)."""
+    if count > (size - at) // 8:
+        raise GGUFHeaderError(f"an array at byte {at} claims {count} strings, more than the file holds")
+    unpack = _LENGTH.unpack_from
+    try:
+        for _ in range(count):
+            at += 8 + unpack(view, at)[0]
+    except struct.error:
+        at = size + 1
+    if at > size:
+        raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({size} bytes)")
+    return at
+
+
 class _Parser:
     def __init__(self, view: mmap.mmap, size: int) -> None:
         self.view, self.size, self.at = view, size, 0
@@ -99,8 +119,7 @@ class _Parser:
         if item in _SCALARS:
             self.skip(count * struct.calcsize(_SCALARS[item]))
         elif item == _STRING:
-            for _ in range(count):  # each string is its length, then its bytes
-                self.skip(self.take("<Q"))
+            self.at = _skip_strings(self.view, self.at, count, self.size)
         else:
             raise GGUFHeaderError(f"unsupported metadata array item type {item}")
         return None

@@ -16,6 +16,7 @@ from engine.library.describe import Description, describe_folder, describe_gguf
 from engine.library.entry import SOURCES, LibraryEntry
 from engine.library.folders import added_folders
 from engine.library.gguf_header import is_gguf
+from engine.library.header_cache import HeaderCache
 from engine.library.locations import (
     CONVERTER_VERSION,
     environment,
@@ -36,10 +37,12 @@ def scan_library(folders: Iterable[str | os.PathLike] = (), env: Mapping[str, st
     """Every model found, sorted by source (SOURCES' order) then name; see the module doc."""
     env = environment(env)
     extra = [*added_folders(env), *(Path(os.fspath(f)) for f in folders)]
+    cache = HeaderCache(logitscope_models(env).parent / "library-headers.json")
     found: list[Found] = []
     for scanner in (_logitscope, _huggingface, _lmstudio, _ollama):
-        found.extend(scanner(env))
-    found.extend(_folders(extra))
+        found.extend(scanner(env, cache))
+    found.extend(_folders(extra, cache))
+    cache.save()
     total, available = total_memory(), available_memory()
     entries, seen = [], set()
     for source, name, path, d in found:
@@ -58,7 +61,7 @@ def scan_library(folders: Iterable[str | os.PathLike] = (), env: Mapping[str, st
     return entries
 
 
-def _logitscope(env: Mapping[str, str]) -> Iterator[Found]:
+def _logitscope(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
     """GGUF files Logitscope converted: named after the file they came from (source.json). Folders
     an older converter wrote are left out: loading their GGUF converts it again."""
     for folder in _children(logitscope_models(env)):
@@ -69,10 +72,10 @@ def _logitscope(env: Mapping[str, str]) -> Iterator[Found]:
         except (OSError, ValueError, AttributeError):
             origin = None
         name = Path(origin).stem if isinstance(origin, str) and origin else folder.name
-        yield "logitscope", name, folder, describe_folder(folder)
+        yield "logitscope", name, folder, describe_folder(folder, cache=cache)
 
 
-def _huggingface(env: Mapping[str, str]) -> Iterator[Found]:
+def _huggingface(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
     """The hub cache through huggingface_hub's own scanner: one entry per model repo, its ``main``
     snapshot (else the newest); a snapshot of GGUF files gives one entry per file."""
     from huggingface_hub import scan_cache_dir
@@ -88,26 +91,26 @@ def _huggingface(env: Mapping[str, str]) -> Iterator[Found]:
         revision = max(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified))
         snapshot = Path(revision.snapshot_path)
         if (snapshot / "config.json").is_file():
-            yield "huggingface", repo.repo_id, snapshot, describe_folder(snapshot, revision.size_on_disk)
+            yield "huggingface", repo.repo_id, snapshot, describe_folder(snapshot, revision.size_on_disk, cache)
             continue
         for file in _gguf_files(snapshot):
-            yield "huggingface", f"{repo.repo_id}/{file.name}", file, _describe_gguf_file(file)
+            yield "huggingface", f"{repo.repo_id}/{file.name}", file, _describe_gguf_file(file, cache)
 
 
-def _lmstudio(env: Mapping[str, str]) -> Iterator[Found]:
+def _lmstudio(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
     """``<models>/<publisher>/<repo>/``: an MLX or safetensors folder, or GGUF files in it."""
     for root in lmstudio_model_folders(env):
         for publisher in _children(root):
             for repo in _children(publisher):
                 label = f"{publisher.name}/{repo.name}"
                 if (repo / "config.json").is_file():
-                    yield "lmstudio", label, repo, describe_folder(repo)
+                    yield "lmstudio", label, repo, describe_folder(repo, cache=cache)
                     continue
                 for file in _gguf_files(repo):
-                    yield "lmstudio", f"{label}/{file.name}", file, _describe_gguf_file(file)
+                    yield "lmstudio", f"{label}/{file.name}", file, _describe_gguf_file(file, cache)
 
 
-def _ollama(env: Mapping[str, str]) -> Iterator[Found]:
+def _ollama(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
     """``manifests/<host>/<namespace>/<model>/<tag>`` -> the model layer's ``blobs/sha256-<hex>``."""
     root = ollama_models(env)
     for host in _children(root / "manifests"):
@@ -115,7 +118,7 @@ def _ollama(env: Mapping[str, str]) -> Iterator[Found]:
             for model in _children(namespace):
                 for tag in _children(model, files=True):
                     name = _ollama_name(host.name, namespace.name, model.name, tag.name)
-                    yield _ollama_entry(root, name, tag)
+                    yield _ollama_entry(root, name, tag, cache)
 
 
 def _ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
@@ -125,7 +128,7 @@ def _ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
     return f"{prefix}{model}:{tag}"
 
 
-def _ollama_entry(root: Path, name: str, manifest: Path) -> Found:
+def _ollama_entry(root: Path, name: str, manifest: Path, cache: HeaderCache) -> Found:
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
         layers = [x for x in data.get("layers", []) if isinstance(x, dict) and x.get("mediaType") == _OLLAMA_MODEL]
@@ -138,34 +141,34 @@ def _ollama_entry(root: Path, name: str, manifest: Path) -> Found:
     if not blob.is_file():
         reason = f"the model blob {blob.name} is missing"
         return "ollama", name, blob, Description("gguf", None, None, 0, reason, True)
-    return "ollama", name, blob, describe_gguf(blob)
+    return "ollama", name, blob, describe_gguf(blob, cache)
 
 
-def _folders(folders: list[Path]) -> Iterator[Found]:
+def _folders(folders: list[Path], cache: HeaderCache) -> Iterator[Found]:
     for folder in folders:
-        yield from _walk(folder, _FOLDER_DEPTH)
+        yield from _walk(folder, _FOLDER_DEPTH, cache)
 
 
-def _walk(path: Path, depth: int) -> Iterator[Found]:
+def _walk(path: Path, depth: int, cache: HeaderCache) -> Iterator[Found]:
     if path.is_file():
         if path.suffix.lower() == ".gguf" or is_gguf(path):
-            yield "folder", path.name, path.absolute(), _describe_gguf_file(path)
+            yield "folder", path.name, path.absolute(), _describe_gguf_file(path, cache)
         return
     if (path / "config.json").is_file():
-        yield "folder", path.name, path.absolute(), describe_folder(path)
+        yield "folder", path.name, path.absolute(), describe_folder(path, cache=cache)
         return
     if depth <= 0:
         return
     for file in _gguf_files(path):
-        yield "folder", file.name, file.absolute(), _describe_gguf_file(file)
+        yield "folder", file.name, file.absolute(), _describe_gguf_file(file, cache)
     for child in _children(path):
         if not child.name.startswith("."):
-            yield from _walk(child, depth - 1)
+            yield from _walk(child, depth - 1, cache)
 
 
-def _describe_gguf_file(file: Path) -> Description:
+def _describe_gguf_file(file: Path, cache: HeaderCache) -> Description:
     split = _SPLIT.search(file.name)
-    d = describe_gguf(file)
+    d = describe_gguf(file, cache)
     if split and not d.reason:
         parts = int(split.group(2))
         reason = f"a GGUF split into {parts} files: the converter reads single-file GGUFs only"
