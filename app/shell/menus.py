@@ -13,6 +13,7 @@ from app.model.conversation_labels import conversation_label, conversation_toolt
 from app.shell.compare_models import add_compare_action
 from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
 from app.shell.layout import reset_layout
+from app.shell.library import LibraryController, add_library_action
 from app.shell.logging_setup import show_log
 from app.shell.logit_lens import add_lens_action
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
@@ -35,8 +36,8 @@ def _action(window: MainWindow, menu: QMenu, text: str, slot, shortcut=None) -> 
 
 class Menus:
     """What the menus keep after they are built: the submenus filled when shown, the theme
-    group, the precision and KV cache items, Compare models…, Logit lens of every token and
-    the dialogs they opened last. The window holds it as ``window.menus``."""
+    group, the precision and KV cache items, Compare models…, Logit lens of every token, the
+    model library and the dialogs they opened last. The window holds it as ``window.menus``."""
 
     def __init__(self) -> None:
         self.conversations_menu: QMenu | None = None
@@ -46,6 +47,7 @@ class Menus:
         self.kv_cache: KVCacheMenu | None = None
         self.compare_action: QAction | None = None
         self.lens_action: QAction | None = None
+        self.library: LibraryController | None = None
         self.export_actions: dict[str, QAction] = {}
         self.delete_box: QMessageBox | None = None
         self.log_dialog = None
@@ -83,6 +85,8 @@ def build_menus(window: MainWindow) -> Menus:
     add_chat_actions(window, chat_menu)  # Replay under the current settings, branch at its first change
 
     model_menu = bar.addMenu("&Models")
+    menus.library = add_library_action(window, model_menu)  # Library… (app/shell/library.py)
+    model_menu.addSeparator()
     _action(window, model_menu, "Default model (SmolLM2-135M-Instruct)", lambda: window.load_model("default"))
     _action(window, model_menu, "Open model folder…", lambda: open_folder(window))
     _action(window, model_menu, "Open GGUF file…", lambda: open_gguf(window))
