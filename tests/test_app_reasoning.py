@@ -1,0 +1,220 @@
+"""Issue 26 in the app, on a tiny Qwen3-style model through the real worker and engine: the
+thinking collapsed above the answer and opened by a click on its header, its tokens
+inspectable, copied and exported marked as thinking, kept over a restart.
+
+The model is tests/tiny_reasoning.py's Qwen3-style one with the template of Qwen3's
+thinking models (the generation prompt opens ``<think>``, as Qwen3-Thinking-2507's does;
+``enable_thinking=False`` still closes it): random weights never write ``</think>``
+themselves, so the thinking budget ends it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from engine.params import SamplingParams  # noqa: E402
+from engine.reasoning import ANSWER, THINKING  # noqa: E402
+from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.test_app_compare import link_point  # noqa: E402
+from tests.tiny_model import write_tiny_model  # noqa: E402
+from tests.tiny_reasoning import QWEN3_TEMPLATE, qwen3_tokenizer  # noqa: E402
+
+NO_THINK = (
+    "{%- if enable_thinking is defined and enable_thinking is false %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+)
+THINKING_TEMPLATE = QWEN3_TEMPLATE.replace(NO_THINK, NO_THINK + "    {%- else %}\n        {{- '<think>\\n' }}\n")
+BUDGET = 5
+
+
+def write_thinking_qwen3(folder: Path, seed: int = 0) -> Path:
+    """The tiny Qwen3-style model whose generation prompt opens the thinking."""
+    assert THINKING_TEMPLATE != QWEN3_TEMPLATE
+    return write_tiny_model(folder, seed, tokenizer=qwen3_tokenizer(), template=THINKING_TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def qwen_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_thinking_qwen3(tmp_path_factory.mktemp("qwen3-app") / "tiny-qwen3")
+
+
+@pytest.fixture
+def window(qtbot, profile, qwen_folder):  # noqa: F811
+    window = open_window(qtbot, profile, str(qwen_folder))
+    yield window
+    close_window(window)
+
+
+def thinking_params(window, **changes) -> SamplingParams:
+    """Sampled, with the end of text and ``</think>`` banned: the budget ends the thinking."""
+    markers = window.model_info.reasoning
+    banned = {t: -100.0 for t in (*window.model_info.eos_token_ids, *markers.end, *markers.start)}
+    params = SamplingParams(temperature=1.0, seed=3, max_tokens=14, top_logprobs=4, logit_bias=banned)
+    return params.with_changes(**{"thinking_budget": BUDGET, **changes})
+
+
+def box_point(box) -> QPoint:
+    """A point on a check box's box (its centre may lie past its words, where a click misses)."""
+    return QPoint(8, box.height() // 2)
+
+
+def last_reply(window):
+    window._redraw_if_dirty()
+    entry = [e for e in window.entries if e.role == "assistant"][-1]
+    return entry, entry.steps
+
+
+def thinking_blocks_visible(window) -> list[bool]:
+    """Whether each block holding a thinking token is shown."""
+    doc = window.chat.document()
+    entry, steps = last_reply(window)
+    shown = []
+    for i, step in enumerate(steps):
+        if step.phase == THINKING:
+            position, _ = window.chat.writer.span_of((entry.stream, i))
+            shown.append(doc.findBlock(position).isVisible())
+    return shown
+
+
+def test_thinking_is_collapsed_above_the_answer_and_opens_with_a_click(qtbot, window):
+    send(qtbot, window, "what is 2+2?", thinking_params(window))
+    entry, steps = last_reply(window)
+    phases = [s.phase for s in steps]
+    assert phases == [THINKING] * (BUDGET + 1) + [ANSWER] * (14 - BUDGET - 1)
+    assert steps[BUDGET].forced and steps[BUDGET].text == "</think>"
+    # Collapsed once the answer started: the header says what it holds, the tokens are hidden.
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text.startswith("▸ Thinking · 6 tokens ·") and "ended by the thinking budget" in text
+    assert thinking_blocks_visible(window) and not any(thinking_blocks_visible(window))
+    answer_y = token_point(window, (entry.stream, BUDGET + 1)).y()
+    # A real click on the header opens it: the thinking is drawn above the answer.
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=header)
+    assert all(thinking_blocks_visible(window))
+    assert token_point(window, (entry.stream, 0)).y() < token_point(window, (entry.stream, BUDGET + 1)).y()
+    assert token_point(window, (entry.stream, BUDGET + 1)).y() > answer_y
+    header = link_point(window.chat, "think:", prefix=True)
+    assert window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()[0] == "▾"
+    # A thinking token is a token like any other: clicked, the inspector shows it.
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=token_point(window, (entry.stream, 2)))
+    assert window.model.selection == (entry.stream, 2)
+    assert "thinking" in window.inspector.title.text()
+    # Clicked again, the header closes it.
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=link_point(window.chat, "think:", True))
+    assert not any(thinking_blocks_visible(window))
+
+
+def test_copy_marks_the_thinking(qtbot, window):
+    send(qtbot, window, "what is 2+2?", thinking_params(window))
+    entry, steps = last_reply(window)
+    thinking = "".join(s.text for s in steps[: BUDGET + 1]).strip("\n").removesuffix("</think>").strip("\n")
+    answer = "".join(s.text for s in steps[BUDGET + 1 :]).lstrip("\n")
+    assert thinking and answer
+    menu = window.chat.token_menu((entry.stream, 2))
+    assert menu.actions()[0].text().endswith("(thinking)")
+    next(a for a in menu.actions() if a.text() == "Copy reply text").trigger()
+    assert QApplication.clipboard().text() == f"<think>\n{thinking}\n</think>\n\n{answer}"
+    # Ctrl+C over a selection of the whole reply (the thinking opened): the same marks.
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=link_point(window.chat, "think:", True))
+    window.chat.selectAll()
+    window.chat.setFocus()
+    qtbot.keyClick(window.chat, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    selected = QApplication.clipboard().text()
+    assert selected.endswith(f"<think>\n{thinking}\n</think>\n\n{answer}")
+
+
+def test_answer_settings_and_budget_from_the_panel_apply_from_the_right_token(qtbot, window):
+    panel, row = window.panel, window.panel.reasoning
+    base = thinking_params(window, thinking_budget=None)
+    window.controls.set_params(base)  # the thinking's settings; the rest is set in the panel
+    # The budget, typed into its field.
+    row.budget.setFocus()
+    row.budget.selectAll()
+    qtbot.keyClicks(row.budget, str(BUDGET))
+    qtbot.keyClick(row.budget, Qt.Key.Key_Tab)
+    assert window.controls.current.thinking_budget == BUDGET
+    # The switch and the Answer tab, clicked: a second set of the same fields.
+    qtbot.mouseClick(row.answer_switch, Qt.MouseButton.LeftButton, pos=box_point(row.answer_switch))
+    assert row.phase_tabs.isVisible()
+    qtbot.mouseClick(row.phase_tabs, Qt.MouseButton.LeftButton, pos=row.phase_tabs.tabRect(1).center())
+    assert panel.stack.currentWidget() is panel.answer_controls
+    answer = SamplingParams(temperature=0.2, top_k=3, max_tokens=14, top_logprobs=4, logit_bias=base.logit_bias)
+    panel.answer_controls.set_params(answer)
+    # Validated as the first: a bad value there refuses the send and says where.
+    panel.answer_controls.bias.setText("12:abc")
+    panel.answer_controls.bias.editingFinished.emit()
+    assert "answer" in panel.send_problem()
+    panel.answer_controls.set_params(answer)
+    assert window.controls.current.think_variant == answer
+    window.composer.setPlainText("what is 2+2?")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    entry, steps = last_reply(window)
+    first = BUDGET + 1
+    assert [s.phase for s in steps[:first]] == [THINKING] * first and steps[BUDGET].forced
+    assert all(s.params.temperature == 1.0 and s.params.think_variant == answer for s in steps[:first])
+    assert all(s.params == answer.with_changes(seed=base.seed) for s in steps[first:])
+    # The timeline: the change marker and the "answer" line before the first answer token.
+    timeline = window.timeline
+    assert [line.value() for line in timeline.change_lines] == [first - 0.5]
+    assert timeline.change_lines[0].label.format.startswith("answer settings: ")
+    assert timeline.phase.answer_line.isVisible() and timeline.phase.answer_line.value() == first - 0.5
+    assert timeline.phase.spans[0].getRegion() == (-0.5, first - 0.5)
+    xs, _ = timeline.phase.first_points[0].getData()
+    assert list(xs) == list(range(first, first + 8))
+    # The inspector: the forced end of the thinking says so.
+    window.select_token((entry.stream, BUDGET))
+    window._redraw_if_dirty()
+    assert "end of thinking forced by the budget" in window.inspector.title.text()
+
+
+def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, profile, tiny_folder):  # noqa: F811
+    toggle = window.panel.reasoning.think_toggle
+    assert window.model_info.thinking_switch and toggle.isVisible() and toggle.isChecked()
+    qtbot.mouseClick(toggle, Qt.MouseButton.LeftButton, pos=box_point(toggle))
+    assert not toggle.isChecked()
+    send(qtbot, window, "what is 2+2?", thinking_params(window))
+    _, steps = last_reply(window)
+    assert [s.phase for s in steps] == [ANSWER] * 14  # the template closed the thinking itself
+    assert window.chat.writer.thinking_header_span(last_reply(window)[0].stream) is None
+    # A model whose template has no switch: no toggle.
+    window.loader.load(str(tiny_folder))
+    qtbot.waitUntil(lambda: window.model_info.name == "tiny-llama", timeout=TIMEOUT)
+    assert not window.model_info.thinking_switch and not toggle.isVisible()
+
+
+def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_folder, tmp_path):  # noqa: F811
+    import csv
+    import json
+
+    from app.shell.score_dialog import controller
+
+    window = open_window(qtbot, profile, str(qwen_folder))
+    send(qtbot, window, "what is 2+2?", thinking_params(window))
+    entry, steps = last_reply(window)
+    phases = [s.phase for s in steps]
+    assert phases == [THINKING] * (BUDGET + 1) + [ANSWER] * (14 - BUDGET - 1)
+    window.select_token((entry.stream, 3))
+    out = controller(window).export("reply", str(tmp_path / "reply.jsonl"))
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["phase"] for r in records if r["type"] == "token"] == phases
+    out = controller(window).export("reply", str(tmp_path / "reply.csv"))
+    with open(out, newline="") as f:
+        by_index = {int(row["index"]): row["phase"] for row in csv.DictReader(f)}
+    assert [by_index[i] for i in range(len(steps))] == phases
+    close_window(window)
+
+    window = open_window(qtbot, profile, str(qwen_folder))
+    entry, steps = last_reply(window)
+    assert [s.phase for s in steps] == phases
+    # Read back, the thinking is drawn collapsed above the answer, without a time.
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text == "▸ Thinking · 6 tokens · ended by the thinking budget"
+    assert not any(thinking_blocks_visible(window))
+    close_window(window)
