@@ -2,10 +2,9 @@
 thinking collapsed above the answer and opened by a click on its header, its tokens
 inspectable, copied and exported marked as thinking, kept over a restart.
 
-The model is tests/tiny_reasoning.py's Qwen3-style one with the template of Qwen3's
-thinking models (the generation prompt opens ``<think>``, as Qwen3-Thinking-2507's does;
-``enable_thinking=False`` still closes it): random weights never write ``</think>``
-themselves, so the thinking budget ends it."""
+The model is tests/tiny_thinking.py's: the Qwen3-style one with the template of Qwen3's
+thinking models (the generation prompt opens ``<think>``; ``enable_thinking=False`` still
+closes it): random weights never write ``</think>`` themselves, so the budget ends it."""
 
 from __future__ import annotations
 
@@ -22,20 +21,9 @@ from engine.params import SamplingParams  # noqa: E402
 from engine.reasoning import ANSWER, THINKING  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 from tests.test_app_compare import link_point  # noqa: E402
-from tests.tiny_model import write_tiny_model  # noqa: E402
-from tests.tiny_reasoning import QWEN3_TEMPLATE, qwen3_tokenizer  # noqa: E402
+from tests.tiny_thinking import write_thinking_qwen3  # noqa: E402
 
-NO_THINK = (
-    "{%- if enable_thinking is defined and enable_thinking is false %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
-)
-THINKING_TEMPLATE = QWEN3_TEMPLATE.replace(NO_THINK, NO_THINK + "    {%- else %}\n        {{- '<think>\\n' }}\n")
 BUDGET = 5
-
-
-def write_thinking_qwen3(folder: Path, seed: int = 0) -> Path:
-    """The tiny Qwen3-style model whose generation prompt opens the thinking."""
-    assert THINKING_TEMPLATE != QWEN3_TEMPLATE
-    return write_tiny_model(folder, seed, tokenizer=qwen3_tokenizer(), template=THINKING_TEMPLATE)
 
 
 @pytest.fixture(scope="module")
