@@ -33,7 +33,7 @@ class ContinuationsMixin:
         record.check_position(position)
         self._check_token("forced_token", forced_token)
         base_prompt, output = record.split(position)
-        request = self._continuation(base_prompt, output, forced_token, record.params)
+        request = self._continuation(base_prompt, output, forced_token, record.params_at(position))
         request.carry_in = record.carry_at(position)
         if any(r.id == request_id for r in self._live()):
             self.cancel(request_id)

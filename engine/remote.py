@@ -32,7 +32,9 @@ from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
 from engine.remote_emulation import ServerEmulation
 from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
+from engine.remote_fields import reasoning_refusals
 from engine.remote_listing import ServerListing, ask_server, pick_model
+from engine.remote_reasoning import phased_tokens
 from engine.remote_servers import (
     KINDS,
     STAGE_CHOICES,
@@ -43,7 +45,7 @@ from engine.remote_servers import (
     unsupported,
 )
 from engine.remote_stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
-from engine.remote_wire import RemoteError, WireToken, assign_texts
+from engine.remote_wire import RemoteError, WireToken
 
 __all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "ServerListing", "probe"]
 
@@ -228,6 +230,9 @@ class RemoteBackend(ServerEmulation):
         """``params`` as sent: refused if the server cannot apply them; a seed of None
         keeps ``seed``."""
         kind = self._require_kind()
+        phases = reasoning_refusals(kind, params)
+        if phases:
+            raise EngineError(str(phases[0]))
         bad = unsupported(kind, params)
         if bad:
             raise EngineError(f"{kind.title} does not take {', '.join(bad)}; set it to its off value.")
@@ -239,9 +244,12 @@ class RemoteBackend(ServerEmulation):
         """The request to send for ``req`` now; refuses what cannot be sent."""
         kind = self._require_kind()
         render = self._render if self._chat_template is not None else None
-        return build_request(
+        path, body = build_request(
             kind, req.params, req.messages, req.prefix, req.index, self._model, self._chat, self._stage, render
         )
+        if self.enable_thinking is not None and "messages" in body:  # vLLM, SGLang, llama.cpp, mlx_lm.server
+            body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
+        return path, body
 
     def _render(self, messages: Sequence[dict[str, str]]) -> str:
         if self._template is None:
@@ -301,8 +309,8 @@ class RemoteBackend(ServerEmulation):
         if what == PROGRESS:
             self._pending.append(PrefillProgress(req.id, payload[0], payload[1]))
         elif what == CHUNK:
-            for token in assign_texts(payload.entries, payload.text, req.decoder):
-                self._pending.append(self._token_step(req, token))
+            for token, phase in phased_tokens(payload, req):
+                self._pending.append(self._token_step(req, token, phase))
             self._usage(req, payload.usage)
         elif what == DONE:
             finish, usage = payload
@@ -319,8 +327,8 @@ class RemoteBackend(ServerEmulation):
             if isinstance(details, dict) and details.get("cached_tokens") is not None:
                 req.cached_tokens = int(details["cached_tokens"])
 
-    def _token_step(self, req: RemoteRequest, token: WireToken) -> TokenStep:
-        step = token_step(req, token, stage_for(self._require_kind(), self._stage, req.params))
+    def _token_step(self, req: RemoteRequest, token: WireToken, phase: str | None = None) -> TokenStep:
+        step = token_step(req, token, stage_for(self._require_kind(), self._stage, req.params), phase)
         if token.token_id is not None:
             self._pieces[token.token_id] = token.piece
         return step

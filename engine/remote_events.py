@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.events import Candidate, Finished, FinishReason, TokenStep, same_token
 from engine.params import SamplingParams
+from engine.reasoning import THINKING
 from engine.remote_wire import RemoteError, TextDecoder, WireToken
 
 
@@ -44,6 +45,9 @@ class RemoteRequest:
     started: float = field(default_factory=time.perf_counter)
     prompt_tokens: int = 0
     cached_tokens: int | None = None
+    phase: str | None = None
+    """The phase of the reply's last token: None until the server sent reasoning
+    (``engine.remote_reasoning``)."""
 
 
 def _reported(logprob: float) -> float | None:
@@ -55,8 +59,9 @@ def _candidate(token_id: int | None, text: str, logprob: float) -> Candidate:
     return Candidate(token_id, text, None, (_reported(logprob),), None, None, None, None)
 
 
-def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
-    """The next token of ``req``; advances its index and text."""
+def token_step(req: RemoteRequest, token: WireToken, stage: str, phase: str | None = None) -> TokenStep:
+    """The next token of ``req``; advances its index and text (a thinking token's text is
+    the server's reasoning, kept out of the reply's text that a continuation sends)."""
     top = [_candidate(a.token_id, a.text, a.logprob) for a in token.top]
     known = token.token_id is not None or token.piece  # a token with neither: no row to show
     if known and not any(same_token(c.token_id, c.text, token.token_id, token.piece) for c in top):
@@ -76,10 +81,12 @@ def token_step(req: RemoteRequest, token: WireToken, stage: str) -> TokenStep:
         top=tuple(top[: max(req.params.top_logprobs, 1) + 1]),
         params=req.params,
         reported_stage=stage,
+        phase=phase,
     )
     req.index += 1
     req.generated += 1
-    req.prefix += token.text
+    if phase != THINKING:
+        req.prefix += token.text
     return step
 
 

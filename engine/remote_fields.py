@@ -35,8 +35,9 @@ MIROSTAT_CHAIN = " with mirostat_v2 (its mirostat chain is logit bias, temperatu
 
 def refusals(kind: ServerKind, params: SamplingParams) -> list[SamplingParamsError]:
     """Every field set away from its off value, in a stage that runs, that ``kind`` cannot
-    apply: one error each, its ``field`` naming what to outline."""
-    return [
+    apply: one error each, its ``field`` naming what to outline (the settings per phase
+    first: no server can apply them)."""
+    return reasoning_refusals(kind, params) + [
         SamplingParamsError(
             field,
             getattr(params, field, None),
@@ -44,6 +45,34 @@ def refusals(kind: ServerKind, params: SamplingParams) -> list[SamplingParamsErr
         )
         for field, what, stage in _refused(kind, params)
     ]
+
+
+def reasoning_refusals(kind: ServerKind, params: SamplingParams) -> list[SamplingParamsError]:
+    """A reasoning model's settings per phase, which a server cannot apply: it samples a
+    reply with one setting from its first token to its last, and chooses every token."""
+    out = []
+    if params.think_variant is not None:
+        out.append(
+            SamplingParamsError(
+                "think_variant",
+                params.think_variant,
+                f"{kind.title} samples a whole reply with one setting: other settings from the end "
+                "of the thinking would need the reply stopped there and continued as a second "
+                "request, which is not the same sampling (the server's sampler state and cache start "
+                "again). Use them with a local model.",
+            )
+        )
+    if params.thinking_budget is not None:
+        out.append(
+            SamplingParamsError(
+                "thinking_budget",
+                params.thinking_budget,
+                f"{kind.title} chooses every token of its reply: the end-of-thinking marker cannot be "
+                "forced into it from here (a server's own thinking budget is set on the server). "
+                "Use the budget with a local model.",
+            )
+        )
+    return out
 
 
 def refused_by(server: str, params: SamplingParams) -> list[SamplingParamsError]:
@@ -57,7 +86,7 @@ def refused_by(server: str, params: SamplingParams) -> list[SamplingParamsError]
 
 def unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
     """What :func:`refusals` refuses, in words for one message (``top_k``, ...)."""
-    return [what for _, what, _ in _refused(kind, params)]
+    return [e.field for e in reasoning_refusals(kind, params)] + [what for _, what, _ in _refused(kind, params)]
 
 
 def _refused(kind: ServerKind, params: SamplingParams) -> list[tuple[str, str, str]]:

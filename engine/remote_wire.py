@@ -71,6 +71,9 @@ class WireToken:
 class WireChunk:
     entries: list[WireEntry] = field(default_factory=list)
     text: str = ""
+    reasoning: str = ""
+    """The thinking's text the server parsed out of the reply (``reasoning_content``:
+    vLLM, SGLang, llama.cpp; ``reasoning``: mlx_lm.server, newer vLLM)."""
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
     has_logprobs: bool = False
@@ -157,6 +160,8 @@ def parse_chunk(obj: Mapping[str, Any], vocab_pieces: bool = False) -> WireChunk
     message = choice.get("delta") or choice.get("message")
     if isinstance(message, Mapping):
         chunk.text = message.get("content") or ""
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        chunk.reasoning = reasoning if isinstance(reasoning, str) else ""
     else:
         chunk.text = choice.get("text") or ""
     lp = choice.get("logprobs")

@@ -107,6 +107,9 @@ class Request:
     """The rest of an end-of-thinking marker the thinking budget forces, token by token."""
     switch_to: SamplingParams | None = None
     """``think_variant`` to apply after this step: the thinking has just ended."""
+    before_switch: tuple[int, SamplingParams] | None = None
+    """(the first output index the variant sampled, the settings before it): a branch in
+    the thinking takes the thinking's settings."""
 
     @property
     def history(self) -> list[int]:
@@ -138,6 +141,15 @@ class RequestRecord:
     params: SamplingParams
     carries: tuple[dict[str, Any], ...] = ()
     """The carried stage state before each generated token."""
+    before_switch: tuple[int, SamplingParams] | None = None
+    """``Request.before_switch``: the settings before ``think_variant`` applied."""
+
+    def params_at(self, position: int) -> SamplingParams:
+        """The settings to continue with at output ``position``: the thinking's before the
+        switch to ``think_variant``, else the last ones."""
+        if self.before_switch is not None and position < self.before_switch[0]:
+            return self.before_switch[1]
+        return self.params
 
     def carry_at(self, position: int) -> dict[str, Any] | None:
         """The carried stage state before output ``position`` (None: not known, rebuilt fresh)."""
@@ -160,7 +172,12 @@ class RequestRecord:
 
 def record_of(request: Request) -> RequestRecord:
     return RequestRecord(
-        tuple(request.prompt), tuple(request.generated), request.index_offset, request.params, tuple(request.carries)
+        tuple(request.prompt),
+        tuple(request.generated),
+        request.index_offset,
+        request.params,
+        tuple(request.carries),
+        request.before_switch,
     )
 
 

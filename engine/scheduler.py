@@ -150,7 +150,6 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
         self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
-        request.switch_to = None  # a change sent after the thinking ended replaces the variant
         if request in self._active:
             self._set_params(request, checked, self._sampling, self._active.index(request))
         else:
@@ -368,6 +367,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
         for row, request in enumerate(requests):
             if request.switch_to is not None:  # the thinking ended: its variant, as a live change
+                request.before_switch = (request.next_index, request.params)
                 self._set_params(request, request.switch_to, sampling, row)
                 request.switch_to = None
         return events

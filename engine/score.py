@@ -31,6 +31,8 @@ from engine.events import PrefillProgress, ScoreDone, TokenStep
 from engine.inspection import pack_step, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
+from engine.reasoning import detect_markers
+from engine.reasoning_phase import PhaseTracker
 from engine.requests import check_prompt
 from engine.sampler import columns, group_aliases, group_chain, group_forms, run_chain
 from engine.stages import STAGES, row_chain
@@ -73,6 +75,8 @@ def score(
     start = len(context)
     state = _PositionState(full, start, per_token[0], breakers, loaded.vocab_size)
     decoder = StreamDecoder(text.decode)
+    markers = detect_markers(loaded.tokenizer)  # a reasoning reply's phases, as generation gives them
+    phases = PhaseTracker.after_prompt(markers, context, text.decode) if markers is not None else None
     caches = kv.new_request_cache(loaded.model, loaded.kv)
     nll: list[float] = []
     # Position p (start <= p < len(full)) is predicted by the logits at p - 1.
@@ -91,7 +95,8 @@ def score(
             steps = _score_rows(logits[run[0] - 1 - a :], run, indices, full, state, text, decoder)
             for p, step in zip(run, steps, strict=True):
                 nll.append(-step.raw_logprob)
-                yield _with_index(step, request_id, index_offset + p - start, p)
+                phase = phases.feed(full[p]) if phases is not None else None
+                yield replace(step, request_id=request_id, index=index_offset + p - start, position=p, phase=phase)
     elapsed = time.perf_counter() - began
     mean = sum(nll) / len(nll)
     yield ScoreDone(
@@ -212,7 +217,3 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     if n == 1:
         state.advance(steps[0])
     return steps
-
-
-def _with_index(step: TokenStep, request_id: int, index: int, position: int) -> TokenStep:
-    return replace(step, request_id=request_id, index=index, position=position)

@@ -86,7 +86,7 @@ def test_greedy_matches_mlx_lm_alone_and_batched(smollm):
 
 SAMPLED_ARGS = "--max-tokens 4 --temperature 0.8 --top-p 0.9 --seed 3 --top-logprobs 3".split()
 TOKEN_KEYS = {"type", "request", "index", "token_id", "text", "logprob", "raw_logprob"}
-TOKEN_KEYS |= {"entropy_raw", "entropy", "top", "chain", "entropies", "survivors", "forced"}
+TOKEN_KEYS |= {"entropy_raw", "entropy", "top", "chain", "entropies", "survivors", "forced", "phase"}
 CANDIDATE_KEYS = {"token_id", "text", "raw_logit", "raw_logprob", "logprob", "logprobs", "removed_by"}
 
 

@@ -183,3 +183,16 @@ def test_think_variant_and_budget_are_validated_and_round_trip():
         SamplingParams(think_variant={"temperature": 0.5})  # type: ignore[arg-type]
     with pytest.raises(SamplingParamsError):
         SamplingParams(think_variant=SamplingParams(logit_bias={10**6: 1.0})).verify(100)
+
+
+def test_what_the_app_uses_loads_no_mlx():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import engine.backend, engine.codec, engine.reasoning, engine.reasoning_phase, engine.remote_fields\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

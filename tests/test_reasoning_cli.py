@@ -88,3 +88,14 @@ def test_a_model_without_markers_writes_a_null_phase(tmp_path, capsys):
 def test_bad_reasoning_flags_are_usage_errors_before_loading(extra, says, capsys):
     code, records, err = generate(capsys, "--model", "/nonexistent", "--prompt", "x", *extra)
     assert code == 2 and records == [] and says in err and err.startswith("error: ")
+
+
+def test_each_variant_of_a_fork_carries_the_think_variant_and_budget(folder, capsys):
+    argv = ["--model", str(folder), "--prompt", "the cat <think>", *FLAGS, "--thinking-budget", "2"]
+    argv += ["--think-variant", json.dumps(VARIANT), "--variant", '{"seed": 9}', "--variant", '{"seed": 10}']
+    code, records, err = generate(capsys, *argv)
+    assert code == 0, err
+    for request in (0, 1):
+        tokens = [r for r in records if r["type"] == "token" and r["request"] == request]
+        assert [r["phase"] for r in tokens] == ["thinking"] * 3 + ["answer"] * 4
+        assert [r["forced"] for r in tokens] == [False, False, True, False, False, False, False]

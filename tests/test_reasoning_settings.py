@@ -164,3 +164,41 @@ def test_the_variant_needs_no_thinking_to_end_in_a_reply_without_markers(tiny):
     rid = scheduler.insert(tiny.tokenizer.encode("the cat"), THINK.with_changes(think_variant=VARIANT))
     steps = steps_of(run(scheduler), rid)
     assert all(s.params.think_variant == VARIANT and s.phase is None for s in steps)
+
+
+def test_a_branch_in_the_thinking_keeps_the_thinkings_settings(qwen, prompt):
+    """After the switch the request's settings are the variant's; a branch at a thinking
+    position continues with the thinking's settings (its variant and budget too), one in
+    the answer with the variant's."""
+    params = THINK.with_changes(think_variant=VARIANT)
+    scheduler = Scheduler(qwen)
+    rid = scheduler.insert(prompt, params)
+    original = steps_of(run(scheduler), rid)
+    in_thinking = scheduler.branch(rid, 2, original[2].token_id)
+    steps = steps_of(run(scheduler), in_thinking)
+    assert steps[0].forced and numbers(steps[1:]) == numbers(original[3:])  # the same reply, the switch included
+    assert steps[0].params == params
+    in_answer = scheduler.branch(rid, BUDGET + 2, original[BUDGET + 2].token_id)
+    assert steps_of(run(scheduler), in_answer)[0].params == VARIANT.with_changes(seed=THINK.seed)
+
+
+def test_replaying_a_reply_gives_its_phases(qwen, prompt):
+    from engine.score import score
+
+    scheduler = Scheduler(qwen)
+    rid = scheduler.insert(prompt, THINK.with_changes(think_variant=VARIANT))
+    generated = steps_of(run(scheduler), rid)
+    replayed = [
+        e
+        for e in score(
+            qwen,
+            prompt,
+            [s.token_id for s in generated],
+            [s.params for s in generated],
+            scheduler.breakers,
+            scheduler.text,
+        )
+        if isinstance(e, TokenStep)
+    ]
+    assert [s.phase for s in replayed] == [s.phase for s in generated]
+    assert [s.phase for s in replayed] == [THINKING] * (BUDGET + 1) + [ANSWER] * (14 - BUDGET - 1)
