@@ -206,3 +206,41 @@ def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_fold
     assert text == "▸ Thinking · 6 tokens · ended by the thinking budget"
     assert not any(thinking_blocks_visible(window))
     close_window(window)
+
+
+def test_the_reasoning_row_is_whole_at_800x600(qtbot, window):
+    from tests.test_app_small_window import CHAT_TEXT_HEIGHT, resized
+
+    resized(qtbot, window, 800, 600)
+    row, panel = window.panel.reasoning, window.panel
+    qtbot.mouseClick(row.answer_switch, Qt.MouseButton.LeftButton, pos=box_point(row.answer_switch))
+    qtbot.mouseClick(row.phase_tabs, Qt.MouseButton.LeftButton, pos=row.phase_tabs.tabRect(1).center())
+    qtbot.wait(100)
+    window.grab().save("/tmp/reasoning-800x600.png")
+    assert panel.stack.currentWidget() is panel.answer_controls
+    # The Answer tab starts as a copy of the thinking's settings.
+    assert panel.answer_controls.current == window.controls.current.with_changes(think_variant=None)
+    assert not panel.answer_controls.scroll.horizontalScrollBar().isVisible()
+    for widget in (row.answer_switch, row.budget, row.think_toggle, row.phase_tabs):
+        left = widget.mapTo(panel, QPoint(0, 0)).x()
+        assert widget.isVisible() and left >= 0 and left + widget.width() <= panel.width(), widget
+        assert widget.width() >= widget.minimumSizeHint().width(), widget
+    assert window.chat.height() >= CHAT_TEXT_HEIGHT
+
+
+def test_a_server_takes_neither_the_answers_settings_nor_the_budget(qtbot):
+    from app.views.sampling_panel import SamplingPanel
+
+    panel = SamplingPanel()
+    qtbot.addWidget(panel)
+    panel.reasoning.budget.setValue(BUDGET)
+    panel.reasoning.answer_switch.setChecked(True)
+    assert panel.controls.current.thinking_budget == BUDGET and panel.controls.current.think_variant is not None
+    panel.set_server("vllm")
+    row = panel.reasoning
+    assert not row.answer_switch.isEnabled() and not row.budget.isEnabled()
+    assert "local model" in row.budget.toolTip()
+    current = panel.controls.current
+    assert current.thinking_budget is None and current.think_variant is None and panel.send_problem() == ""
+    panel.set_server("")
+    assert panel.controls.current.thinking_budget == BUDGET

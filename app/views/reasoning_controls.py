@@ -30,6 +30,10 @@ ANSWER_TIP = (
     "end of the thinking, exactly as a live change does (the penalty window and DRY carry over)."
 )
 BUDGET_TIP = "End the thinking after this many thinking tokens by writing the end marker (</think>). 0 = off."
+SERVER_TIP = (
+    "A server samples a whole reply with one setting and chooses every token: other settings "
+    "for the answer and a thinking budget work with a local model only."
+)
 SWITCH_TIP = "The chat template's enable_thinking: off, the template closes the thinking before the reply starts."
 
 
@@ -92,6 +96,8 @@ class ReasoningRow(QWidget):
     def values(self, answer: SamplingParams) -> dict[str, Any]:
         """The fields this row adds to every setting sent: ``thinking_budget`` and
         ``think_variant`` (``answer`` when the switch is on)."""
+        if not self.answer_switch.isEnabled():  # a server: it cannot apply either
+            return {"thinking_budget": None, "think_variant": None}
         return {
             "thinking_budget": self.budget_value(),
             "think_variant": answer if self.answer_switch.isChecked() else None,
@@ -107,6 +113,16 @@ class ReasoningRow(QWidget):
         finally:
             self.blockSignals(False)
         return before != (self.budget.value(), self.answer_switch.isChecked())
+
+    def set_server(self, server: str) -> None:
+        """A server ("" = the local engine) samples a whole reply with one setting and chooses
+        every token: the answer's settings and the budget are off, and say why."""
+        for widget, tip in ((self.answer_switch, ANSWER_TIP), (self.budget, BUDGET_TIP)):
+            widget.setEnabled(not server)
+            widget.setToolTip(tip if not server else SERVER_TIP)
+        if server:
+            self.phase_tabs.setCurrentIndex(THINKING_TAB)
+        self.phase_tabs.setEnabled(not server)
 
     def set_thinking_switch(self, has_switch: bool) -> None:
         """The loaded model's template has ``enable_thinking`` (shown) or not (hidden)."""

@@ -64,6 +64,7 @@ class SamplingPanel(QWidget):
         self.answer_controls = SamplingControls(settings)
         self.answer_controls.params_changed.connect(lambda _params: self._push_reasoning())
         self.stack.addWidget(self.answer_controls)
+        self.reasoning.answer_switch.toggled.connect(self._on_answer_switch)
         self.reasoning.changed.connect(self._push_reasoning)
         self.reasoning.changed.connect(self._show_page)
         self.reasoning.phase_tabs.currentChanged.connect(self._show_page)
@@ -125,6 +126,8 @@ class SamplingPanel(QWidget):
 
     def set_server(self, server: str) -> None:
         """The kind of the server in use ("" = local), for every tab: what it cannot apply is refused."""
+        self.reasoning.set_server(server)
+        self._push_reasoning()
         for controls in (*self.variant_controls, self.answer_controls):
             controls.set_server(server)
 
@@ -133,7 +136,8 @@ class SamplingPanel(QWidget):
         each outlined; the first tab at fault is brought forward."""
         shown = range(self.count.value()) if self.compare_on() else range(1)
         faults = [(i, problem) for i in shown if (problem := self.variant_controls[i].send_problem())]
-        if self.reasoning.answer_switch.isChecked() and (problem := self.answer_controls.send_problem()):
+        switch = self.reasoning.answer_switch
+        if switch.isChecked() and switch.isEnabled() and (problem := self.answer_controls.send_problem()):
             self.reasoning.phase_tabs.setCurrentIndex(ANSWER_TAB)
             return "Not sent — fix the settings outlined in red. The answer's settings: " + problem.replace("\n", " ")
         if not faults:
@@ -150,12 +154,20 @@ class SamplingPanel(QWidget):
         self._refresh_tabs()
 
     def _on_params(self, i: int, params: SamplingParams) -> None:
-        if i == 0 and self.reasoning.show_values(params):  # set by hand or restored: the row follows
+        # Set by hand or restored: the row follows (not for a server: the row keeps its values).
+        if i == 0 and self.reasoning.answer_switch.isEnabled() and self.reasoning.show_values(params):
             if params.think_variant is not None:
                 self.answer_controls.set_params(params.think_variant)
             self._push_reasoning()
         self._refresh_tabs()
         self.params_changed.emit(i, params)
+
+    def _on_answer_switch(self, on: bool) -> None:
+        """The Answer tab starts as a copy of the thinking's settings, to change from there."""
+        if on and self.answer_controls.current == SamplingParams():
+            self.answer_controls.set_params(
+                self.controls.current.with_changes(think_variant=None, thinking_budget=None)
+            )
 
     def _push_reasoning(self) -> None:
         """The budget and the answer's settings go with every setting sent (each tab)."""
