@@ -244,3 +244,37 @@ def test_a_server_takes_neither_the_answers_settings_nor_the_budget(qtbot):
     assert current.thinking_budget is None and current.think_variant is None and panel.send_problem() == ""
     panel.set_server("")
     assert panel.controls.current.thinking_budget == BUDGET
+
+
+def test_a_change_of_the_answers_settings_mid_answer_applies_to_the_answer(qtbot, window):
+    """The engine replaces a running request's settings whole: once the answer started, a
+    live change sends the answer's settings, not the thinking's back."""
+    answer = SamplingParams(temperature=0.5, max_tokens=400, top_logprobs=4)
+    params = thinking_params(window, max_tokens=400, think_variant=answer.with_changes(logit_bias={}))
+    send(qtbot, window, "count", params, wait=False)
+
+    def answering() -> bool:
+        steps = [s for reply in window.model.replies.values() for s in reply.steps]
+        return len(steps) > BUDGET + 4 and steps[-1].phase == ANSWER
+
+    qtbot.waitUntil(answering, timeout=TIMEOUT)
+    panel = window.panel
+    panel.answer_controls.set_params(answer.with_changes(temperature=0.25))  # the Answer tab, changed
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    _, steps = last_reply(window)
+    first = BUDGET + 1
+    assert [s.params.temperature for s in steps[:first]] == [1.0] * first
+    later = [s.params.temperature for s in steps[first:]]
+    assert later[0] == 0.5 and later[-1] == 0.25 and set(later) == {0.5, 0.25}, later
+
+
+def test_a_thinking_cut_off_by_the_token_limit_says_so(qtbot, window):
+    send(qtbot, window, "what is 2+2?", thinking_params(window, max_tokens=4))
+    entry, steps = last_reply(window)
+    assert [s.phase for s in steps] == [THINKING] * 4
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text.startswith("▾ Thinking · 4 tokens") and text.endswith(
+        "cut off: the reply reached its token limit inside the thinking"
+    )
+    assert all(thinking_blocks_visible(window))  # nothing else to show: it stays open
