@@ -31,16 +31,6 @@ class ThinkingSpan:
     """The end marker was forced by the thinking budget."""
 
 
-def thinking_span(steps: Sequence[TokenStep]) -> ThinkingSpan | None:
-    """The thinking a reply starts with, or None when its first token is not thinking."""
-    if not steps or steps[0].phase != THINKING:
-        return None
-    end = first_answer(steps)
-    thinking = steps[:end] if end is not None else steps
-    # The end marker forced: the budget's (a token picked by hand right there reads the same).
-    return ThinkingSpan(0, end, len(thinking), end is not None and thinking[-1].forced)
-
-
 def first_answer(steps: Sequence[TokenStep]) -> int | None:
     """The index of the first answer token that follows thinking, or None."""
     seen_thinking = False

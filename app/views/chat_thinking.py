@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtGui import QTextCursor, QTextDocument
 
 from app.model.streams import StreamKey
-from app.model.thinking import thinking_header, thinking_span
+from app.model.thinking import ThinkingSpan, thinking_header
 from app.views.chat_sections import Block, block, char
 from app.views.theme import Colors
 from engine.events import TokenStep
@@ -80,12 +80,13 @@ def seconds(part: ThinkingPart) -> float | None:
     return (part.ended if part.ended is not None else time.monotonic()) - part.started
 
 
-def header_text(part: ThinkingPart, steps: list[TokenStep], streaming: bool, note: str, open_: bool) -> str:
-    span = thinking_span(steps)
-    if span is None:
-        return ""
+def header_text(part: ThinkingPart, steps: list[TokenStep], drawn: int, live: bool, note: str, open_: bool) -> str:
+    """The header's words for the ``drawn`` steps so far (from what the part knows: no scan
+    of the steps at every flush of a long thinking)."""
+    end = part.end if part.end is not None else drawn
+    span = ThinkingSpan(0, part.end, end, part.end is not None and steps[end - 1].forced)
     finish = note.strip()[1:-1] if note.strip().startswith("[") else None
-    return thinking_header(span, streaming, finish, seconds(part), open_)
+    return thinking_header(span, live, finish, seconds(part), open_)
 
 
 def is_open(part: ThinkingPart, chosen: bool | None) -> bool:
@@ -136,7 +137,7 @@ class ThinkingMixin:
         if part is None:
             return
         open_ = is_open(part, self.thinking_open.get(body.stream))
-        text = header_text(part, body.steps[: body.drawn], body.live, body.note, open_)
+        text = header_text(part, body.steps, body.drawn, body.live, body.note, open_)
         if text != part.header:
             part.header = text
             header = self.doc.findBlock(body.anchor.position()).previous()

@@ -35,6 +35,9 @@ class PhaseMarks:
         self.end: int | None = None
         """Where the answer starts (a position in the steps drawn), or None."""
         self.thinking = False
+        self._steps: list[TokenStep] | None = None
+        self._scanned = 0
+        self._end: int | None = None
         self.hide()
 
     def set_colors(self, colors: Colors) -> None:
@@ -60,6 +63,17 @@ class PhaseMarks:
         for item in (*self.spans, *self.first_points, self.answer_line, self.legend):
             item.setVisible(False)
 
+    def _first_answer(self, steps: list[TokenStep]) -> int | None:
+        """``first_answer(steps)``, scanning only the steps added since the last call for the
+        same reply (it is called at every redraw while a reply streams)."""
+        if steps is not self._steps:
+            self._steps, self._scanned, self._end = steps, 0, None
+        if self._end is None:
+            found = first_answer(steps[max(0, self._scanned - 1) :])
+            self._end = None if found is None else found + max(0, self._scanned - 1)
+            self._scanned = len(steps)
+        return self._end
+
     def update(self, steps: list[TokenStep], x: np.ndarray, p: np.ndarray, h: np.ndarray) -> None:
         """Place the marks for ``steps`` (drawn at ``x``, with probabilities ``p`` and
         entropies ``h``); hidden for a reply without thinking."""
@@ -67,7 +81,7 @@ class PhaseMarks:
             self.end, self.thinking = None, False
             self.hide()
             return
-        end = first_answer(steps)
+        end = self._first_answer(steps)
         self.end, self.thinking = end, True
         last = x[end] if end is not None else x[-1] + 1
         for span in self.spans:
