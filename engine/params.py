@@ -132,7 +132,10 @@ class SamplingParams:
                     f"logit_bias token ids must be in [0, {vocab_size - 1}], got {token_id}.",
                 )
         if self.think_variant is not None:
-            self.think_variant.verify(vocab_size)
+            try:
+                self.think_variant.verify(vocab_size)
+            except SamplingParamsError as exc:  # named by the field that holds it, for the UI
+                raise SamplingParamsError("think_variant", self.think_variant, f"think_variant: {exc}") from None
 
     def with_changes(self, **changes: Any) -> SamplingParams:
         """A validated copy with some fields changed."""

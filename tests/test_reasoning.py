@@ -181,8 +181,9 @@ def test_think_variant_and_budget_are_validated_and_round_trip():
         assert error.value.field == "thinking_budget"
     with pytest.raises(SamplingParamsError):
         SamplingParams(think_variant={"temperature": 0.5})  # type: ignore[arg-type]
-    with pytest.raises(SamplingParamsError):
+    with pytest.raises(SamplingParamsError, match="think_variant: logit_bias") as ids:
         SamplingParams(think_variant=SamplingParams(logit_bias={10**6: 1.0})).verify(100)
+    assert ids.value.field == "think_variant"
 
 
 def test_what_the_app_uses_loads_no_mlx():

@@ -132,7 +132,6 @@ def test_settings_per_phase_are_refused_with_the_reason_and_the_switch_is_sent(v
     assert fields == ["think_variant", "thinking_budget"]  # the app's check before a send
 
 
-@pytest.mark.slow
 def test_mlx_lm_servers_reasoning_gives_the_local_engines_phases(tmp_path):
     """mlx_lm.server (0.32) starts the reply in its reasoning state when the prompt's last
     ``<think>`` is open (here typed in the user's message), and answers after ``</think>``;
