@@ -91,7 +91,9 @@ def test_thinking_is_collapsed_above_the_answer_and_opens_with_a_click(qtbot, wi
     # A thinking token is a token like any other: clicked, the inspector shows it.
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=token_point(window, (entry.stream, 2)))
     assert window.model.selection == (entry.stream, 2)
+    window._redraw_if_dirty()
     assert "thinking" in window.inspector.title.text()
+    assert window.timeline.selection_line.isVisible() and window.timeline.selection_line.value() == 2
     # Clicked again, the header closes it.
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=link_point(window.chat, "think:", True))
     assert not any(thinking_blocks_visible(window))
