@@ -161,6 +161,10 @@ def test_answer_settings_and_budget_from_the_panel_apply_from_the_right_token(qt
     window.select_token((entry.stream, BUDGET))
     window._redraw_if_dirty()
     assert "end of thinking forced by the budget" in window.inspector.title.text()
+    from app.views.chat_view import tooltip_for
+
+    tip = tooltip_for(steps[BUDGET])
+    assert "end of thinking forced by the budget" in tip and "picked by hand" not in tip
 
 
 def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, profile, tiny_folder):  # noqa: F811
@@ -280,3 +284,11 @@ def test_a_thinking_cut_off_by_the_token_limit_says_so(qtbot, window):
         "cut off: the reply reached its token limit inside the thinking"
     )
     assert all(thinking_blocks_visible(window))  # nothing else to show: it stays open
+
+
+@pytest.mark.slow
+def test_the_default_model_has_no_thinking_toggle(qtbot, profile):  # noqa: F811
+    window = open_window(qtbot, profile, "default")
+    assert window.model_info.reasoning is None and not window.model_info.thinking_switch
+    assert not window.panel.reasoning.think_toggle.isVisible()
+    close_window(window)

@@ -24,7 +24,7 @@ from app.model.remote_labels import is_chosen, p_label
 from app.model.scored import shown_kinds
 from app.model.streams import StreamKey, TokenRef
 from app.model.textfmt import escape, percent, prob, visible
-from app.model.thinking import mark_thinking, phase_word
+from app.model.thinking import forced_by_budget, mark_thinking, phase_title, phase_word
 from app.views.chat_doc import ChatDocument
 from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
 from app.views.theme import LIGHT, Colors, probability_color
@@ -287,8 +287,8 @@ def tooltip_for(step: TokenStep) -> str:
         head += f", {p_label(step, final=False)} {percent(step.raw_logprob)}"
     lines = [head]
     if step.phase is not None:
-        lines.append(f"<i>{phase_word(step)}</i>")
-    if step.forced:
+        lines.append(f"<i>{phase_title(step)}</i>")  # thinking / answer, the budget's forced end
+    if step.forced and not forced_by_budget(step):
         lines.append("<i>picked by hand</i>")
     others = [cand for cand in step.top if not is_chosen(step, cand)][:5]
     for cand in others:
