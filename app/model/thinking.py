@@ -52,13 +52,13 @@ def thinking_header(span: ThinkingSpan, streaming: bool, finish: str | None, sec
         if streaming:
             words += " · thinking…"
         elif finish == FinishReason.LENGTH:
-            words += " · cut off: the reply reached its token limit inside the thinking"
+            words += " · cut off by the token limit"
         elif finish == FinishReason.CANCELLED:
             words += " · stopped inside the thinking"
         else:
-            words += " · never closed: the reply ended inside the thinking"
+            words += " · never closed: the reply ended in it"
     elif span.forced_end:
-        words += " · ended by the thinking budget"
+        words += " · ended by the budget"
     return words
 
 
