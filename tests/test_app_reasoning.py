@@ -149,6 +149,7 @@ def test_answer_settings_and_budget_from_the_panel_apply_from_the_right_token(qt
     assert [s.phase for s in steps[:first]] == [THINKING] * first and steps[BUDGET].forced
     assert all(s.params.temperature == 1.0 and s.params.think_variant == answer for s in steps[:first])
     assert all(s.params == answer.with_changes(seed=base.seed) for s in steps[first:])
+    assert window.statusBar().currentMessage() == f"The answer's settings in force from token {first}."
     # The timeline: the change marker and the "answer" line before the first answer token.
     timeline = window.timeline
     assert [line.value() for line in timeline.change_lines] == [first - 0.5]

@@ -17,6 +17,7 @@ from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.model.thinking import live_params_for
+from app.model.timeline_series import variant_applied
 from app.store.serialize import steps_to_json
 from app.store.store import Message
 from engine.events import Divergence, Finished, FinishReason, TokenStep
@@ -166,8 +167,9 @@ class GenerationMixin:
         reply.steps.append(step)
         if self.journal is not None:
             self.journal.token(reply.id, reply.message_id, self.model_name, reply.params, reply.steps)
-        if len(reply.steps) > reply.prefix_len + 1 and step.params != reply.steps[-2].params:
-            self.events.status(f"New parameters in force from token {step.index}.")
+        if len(reply.steps) > reply.prefix_len + 1 and step.params != (before := reply.steps[-2].params):
+            settings = "The answer's settings" if variant_applied(before, step.params) else "New parameters"
+            self.events.status(f"{settings} in force from token {step.index}.")
         self.events.tokens_added(reply.key)
         if self.follow_latest and self._followed == reply.key:
             self._set_selection((reply.key, len(reply.steps) - 1))
