@@ -21,6 +21,7 @@ from engine.params import SamplingParams  # noqa: E402
 from engine.reasoning import ANSWER, THINKING  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 from tests.test_app_compare import link_point  # noqa: E402
+from tests.test_reasoning_remote import vllm_like  # noqa: E402, F401
 from tests.tiny_thinking import write_thinking_qwen3  # noqa: E402
 
 BUDGET = 5
@@ -290,4 +291,29 @@ def test_the_default_model_has_no_thinking_toggle(qtbot, profile):  # noqa: F811
     window = open_window(qtbot, profile, "default")
     assert window.model_info.reasoning is None and not window.model_info.thinking_switch
     assert not window.panel.reasoning.think_toggle.isVisible()
+    close_window(window)
+
+
+def test_a_servers_reasoning_content_is_drawn_as_thinking(qtbot, profile, tiny_folder, vllm_like):  # noqa: F811
+    """A server that streams its thinking as ``reasoning_content`` (vLLM with a reasoning
+    parser; tests/test_reasoning_remote.py's stand-in): the same collapsed section, and the
+    per-phase settings off, saying why."""
+    from app.model.remote_jobs import RemoteSpec
+
+    window = open_window(qtbot, profile, str(tiny_folder))
+    window.connect_remote(RemoteSpec(f"http://127.0.0.1:{vllm_like.server_address[1]}", ""))
+    qtbot.waitUntil(lambda: window.model_info.backend == "remote" or bool(window.last_error), timeout=TIMEOUT)
+    assert not window.last_error, window.last_error
+    row = window.panel.reasoning
+    assert not row.answer_switch.isEnabled() and not row.budget.isEnabled()
+    send(qtbot, window, "hi", SamplingParams(temperature=0.7, seed=1, max_tokens=20))
+    entry, steps = last_reply(window)
+    assert [s.phase for s in steps] == [THINKING] * 3 + [ANSWER] * 2
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text.startswith("▸ Thinking · 3 tokens")
+    assert not any(thinking_blocks_visible(window))
+    assert window.chat.token_menu((entry.stream, 0)) is not None
+    next(a for a in window.chat.token_menu((entry.stream, 0)).actions() if a.text() == "Copy reply text").trigger()
+    assert QApplication.clipboard().text() == "<think>\nLet me\n</think>\n\nHi!"
     close_window(window)
