@@ -12,6 +12,7 @@ the thinking is written; closed once the answer starts, unless the header was cl
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 THINK_LEFT = 20
 """The thinking's indent, deeper than the answer's (8): it reads as an aside."""
-Move = QTextCursor.MoveOperation
-Keep = QTextCursor.MoveMode.KeepAnchor
 
 
 @dataclass(eq=False)
@@ -117,6 +116,7 @@ class ThinkingMixin:
     """A thinking opened or closed by a click on its header (else: open while written)."""
     bodies: dict[int, Body]
     _by_stream: dict[StreamKey, list[Body]]
+    _replace_block: Callable[[int, Block], None]  # ChatDocument's: a block's text and format replaced
 
     def _phase_blocks(self, body: Body, step: TokenStep, index: int) -> bool:
         """Open the thinking before a reply's first thinking token, and the answer's block
