@@ -317,3 +317,13 @@ def test_a_servers_reasoning_content_is_drawn_as_thinking(qtbot, profile, tiny_f
     next(a for a in window.chat.token_menu((entry.stream, 0)).actions() if a.text() == "Copy reply text").trigger()
     assert QApplication.clipboard().text() == "<think>\nLet me\n</think>\n\nHi!"
     close_window(window)
+
+
+def test_a_thinking_the_reply_ended_in_says_it_never_closed(qtbot, window):
+    eos = {t: 100.0 for t in window.model_info.eos_token_ids}  # the end of text at once, inside the thinking
+    send(qtbot, window, "what is 2+2?", SamplingParams(max_tokens=6, top_logprobs=2, logit_bias=eos))
+    _, steps = last_reply(window)
+    assert steps and all(s.phase == THINKING for s in steps)
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text.startswith(f"▾ Thinking · {len(steps)} token") and text.endswith("never closed: the reply ended in it")
