@@ -327,3 +327,19 @@ def test_a_thinking_the_reply_ended_in_says_it_never_closed(qtbot, window):
     header = link_point(window.chat, "think:", prefix=True)
     text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
     assert text.startswith(f"▾ Thinking · {len(steps)} token") and text.endswith("never closed: the reply ended in it")
+
+
+def test_the_thinking_is_open_while_it_is_written(qtbot, window):
+    send(qtbot, window, "count", thinking_params(window, max_tokens=1000, thinking_budget=900), wait=False)
+    qtbot.waitUntil(lambda: any(len(r.steps) > 3 for r in window.model.replies.values()), timeout=TIMEOUT)
+    window._redraw_if_dirty()
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text.startswith("▾ Thinking ·") and text.endswith("thinking…")
+    assert thinking_blocks_visible(window) and all(thinking_blocks_visible(window))
+    window.stop()
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    window._redraw_if_dirty()
+    header = link_point(window.chat, "think:", prefix=True)
+    text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
+    assert text.endswith("stopped inside the thinking")
