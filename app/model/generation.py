@@ -16,6 +16,8 @@ from app.model.entries import CANCELLED_EARLY, REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.seeds import with_seed
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
+from app.model.thinking import live_params_for
+from app.model.timeline_series import variant_applied
 from app.store.serialize import steps_to_json
 from app.store.store import Message
 from engine.events import Divergence, Finished, FinishReason, TokenStep
@@ -37,6 +39,9 @@ class ReplyFailed(RuntimeError):
 class GenerationMixin:
     journal = None
     """An :class:`app.store.stream.StreamJournal` writing replies while they stream, or None."""
+    enable_thinking: bool | None = None
+    """The chat template's ``enable_thinking`` for the next prompts; None: the template's
+    default (a model whose template has no such switch)."""
 
     # Commands ---------------------------------------------------------------------------------
 
@@ -111,6 +116,10 @@ class GenerationMixin:
         for tag in list(self.replies):
             self.events.cancel_requested(tag)
 
+    def set_enable_thinking(self: ChatModel, enabled: bool | None) -> None:
+        """The panel's Thinking toggle: sent with every reply started from now on."""
+        self.enable_thinking = enabled
+
     def update_live_params(self: ChatModel, params: SamplingParams, column: int = 0) -> None:
         """New parameters, from their next token, for column ``column`` of the compare runs
         being written; the main settings (column 0) also go to the single replies."""
@@ -119,8 +128,8 @@ class GenerationMixin:
             for r in self.replies.values()
             if r.finished is None and (r.column == column if r.run is not None else column == 0)
         ]
-        for reply in targets:
-            self.events.params_requested(reply.id, params)
+        for reply in targets:  # an answer already written takes the answer's settings
+            self.events.params_requested(reply.id, live_params_for(reply.steps, params))
         if targets:
             self.events.status("Parameters changed: they apply from the next token.")
 
@@ -158,8 +167,9 @@ class GenerationMixin:
         reply.steps.append(step)
         if self.journal is not None:
             self.journal.token(reply.id, reply.message_id, self.model_name, reply.params, reply.steps)
-        if len(reply.steps) > reply.prefix_len + 1 and step.params != reply.steps[-2].params:
-            self.events.status(f"New parameters in force from token {step.index}.")
+        if len(reply.steps) > reply.prefix_len + 1 and step.params != (before := reply.steps[-2].params):
+            settings = "The answer's settings" if variant_applied(before, step.params) else "New parameters"
+            self.events.status(f"{settings} in force from token {step.index}.")
         self.events.tokens_added(reply.key)
         if self.follow_latest and self._followed == reply.key:
             self._set_selection((reply.key, len(reply.steps) - 1))
@@ -271,7 +281,7 @@ class GenerationMixin:
         self.events.busy_changed(True)
         text = "".join(s.text for s in prefix)
         carry = carry_from_steps(prefix) or None  # mirostat's μ as the reply left it
-        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text, carry)
+        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text, carry, self.enable_thinking)
         self.events.job_submitted(job)
         return reply
 
@@ -292,7 +302,9 @@ class GenerationMixin:
         params = tuple(c.params for c in run.columns)
         text = "".join(s.text for s in prefix)
         carry = carry_from_steps(prefix) or None
-        self.events.job_submitted(ForkJob(run.group, tags, self.context_for(message), params, output, text, carry))
+        self.events.job_submitted(
+            ForkJob(run.group, tags, self.context_for(message), params, output, text, carry, self.enable_thinking)
+        )
         return run
 
     def _save_reply(self: ChatModel, reply: Reply, finished: Finished) -> None:

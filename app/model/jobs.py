@@ -42,6 +42,8 @@ class ChatJob:
     carry: Mapping[str, Any] | None = None
     """Stage state the history cannot rebuild (mirostat's μ), folded from the steps of
     ``output`` (:func:`engine.stages.carry.carry_from_steps`); None: it starts afresh."""
+    enable_thinking: bool | None = None
+    """The chat template's ``enable_thinking`` for this prompt; None: the template's default."""
 
 
 @dataclass(frozen=True)
@@ -60,3 +62,5 @@ class ForkJob:
     """The text of ``output`` (a remote server continues from text)."""
     carry: Mapping[str, Any] | None = None
     """As :attr:`ChatJob.carry`, for every variant."""
+    enable_thinking: bool | None = None
+    """As :attr:`ChatJob.enable_thinking`."""

@@ -111,9 +111,25 @@ def is_marked(before: SamplingParams, after: SamplingParams) -> bool:
     return before != after and not set(params_diff(before, after)) <= UNMARKED
 
 
+def variant_applied(before: SamplingParams, after: SamplingParams) -> bool:
+    """Whether ``after`` is ``before``'s ``think_variant`` taking over at the end of the
+    thinking (the engine keeps the request's seed where the variant has none)."""
+    variant = before.think_variant
+    if variant is None:
+        return False
+    return after == (variant if variant.seed is not None else variant.with_changes(seed=before.seed))
+
+
+def answer_base(before: SamplingParams) -> SamplingParams:
+    """``before`` without what only the thinking had: what the answer's settings changed."""
+    return before.with_changes(think_variant=None, thinking_budget=None)
+
+
 def change_label(before: SamplingParams, after: SamplingParams) -> str:
     """A marker's short label: the first fields that changed, then how many more (a seed
-    that changed with them is left to the tooltip)."""
+    that changed with them is left to the tooltip); the answer's settings taking over say so."""
+    if variant_applied(before, after):
+        return f"answer settings: {change_label(answer_base(before), after) or 'the same'}"
     names = [name for name in params_diff(before, after) if name not in UNMARKED] or params_diff(before, after)
     extra = len(names) - MAX_LABEL_FIELDS
     return ", ".join(names[:MAX_LABEL_FIELDS]) + (f" +{extra}" if extra > 0 else "")

@@ -31,13 +31,15 @@ CSV_COLUMNS = (
     "entropy",
     "survivors",
     "interrupted",
+    "phase",
 )
 
 
 def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """One row per token × candidate × stage (``logprob`` empty once removed; ``token_id``
     and ``candidate_id`` empty where a server did not report the id; ``interrupted`` 1 for
-    the tokens of a reply or scored text the app stopped while writing)."""
+    the tokens of a reply or scored text the app stopped while writing; ``phase`` thinking
+    or answer for a reasoning model's token, else empty)."""
     interrupted = 0
     for r in recs:
         if r.get("type") in ("branch", "score"):  # the records that place the tokens after them
@@ -67,6 +69,7 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
                     "entropy": r["entropies"].get(stage),
                     "survivors": (r.get("survivors") or {}).get(stage),
                     "interrupted": interrupted,
+                    "phase": r.get("phase") or "",  # empty: a model without reasoning markers
                 }
 
 

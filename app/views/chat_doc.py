@@ -47,6 +47,7 @@ from app.views.chat_sections import (
     token_format,
     trailer_block,
 )
+from app.views.chat_thinking import ThinkingMixin, ThinkingPart
 from app.views.theme import LIGHT, Colors
 from engine.events import TokenStep
 
@@ -69,6 +70,9 @@ class Body:
     column: int = 0
     offsets: array = field(default_factory=lambda: array("l"))
     lengths: array = field(default_factory=lambda: array("l"))
+    thinking: ThinkingPart | None = None  # a reasoning reply's thinking (app.views.chat_thinking)
+    live: bool = False  # the reply is being written
+    note: str = ""  # its finish note ("[length]"), which the thinking's header reads
 
     @property
     def drawn(self) -> int:
@@ -95,7 +99,7 @@ class Section:
     table: QTextTable | None = None
 
 
-class ChatDocument:
+class ChatDocument(ThinkingMixin):
     def __init__(self, document: QTextDocument) -> None:
         self.doc = document
         self.doc.setUndoRedoEnabled(False)  # a read-only chat: an undo stack would only grow
@@ -109,6 +113,8 @@ class ChatDocument:
         self.bodies: dict[int, Body] = {}
         self._by_stream: dict[StreamKey, list[Body]] = {}
         self._next_body = 1
+        self.thinking_open: dict[StreamKey, bool] = {}
+        """A thinking opened or closed by a click on its header (else: open while written)."""
         # Counters, for tests and the benchmark: what the document had to do.
         self.tokens_drawn = 0
         self.sections_drawn = 0
@@ -160,7 +166,9 @@ class ChatDocument:
             if body.stream != stream:
                 self.rename(body.stream, stream)
             body.steps = steps
+            body.live, body.note = entry.streaming, entry.note
             self._append_body(body)
+            self._refresh_thinking(body)
         section.entry = entry
         if section.header != entry.header():
             section.header = entry.header()
@@ -206,6 +214,7 @@ class ChatDocument:
             tail.setPosition(cursor.position())
             body = self._new_body(entry.stream, entry.steps, 0)
             body.anchor, body.tail = anchor, tail
+            body.live, body.note = entry.streaming, entry.note
             section.bodies.append(body)
             if not entry.steps and entry.text and not entry.streaming:
                 # Saved without its steps (the app stopped before they were written): the text.
@@ -294,6 +303,8 @@ class ChatDocument:
         cursor = body.cursor()
         base = body.base()
         for index in range(body.drawn, len(body.steps)):
+            if body.table is None and self._phase_blocks(body, body.steps[index], index):
+                base = body.base()
             position = cursor.position()
             selected = (body.stream, index) == self.selected
             fmt = token_format(f"tok:{body.id}:{index}", body.steps[index], selected, self.color_tokens, self.colors)
@@ -301,6 +312,7 @@ class ChatDocument:
             body.offsets.append(position - base)
             body.lengths.append(cursor.position() - position)
         self.tokens_drawn += new
+        self._refresh_thinking(body)
         return new
 
     def restyle(self, ref: TokenRef | None) -> None:
@@ -346,6 +358,8 @@ class ChatDocument:
 
     def rename(self, old: StreamKey, new: StreamKey) -> None:
         bodies = self._by_stream.pop(old, [])
+        if old in self.thinking_open:
+            self.thinking_open[new] = self.thinking_open.pop(old)
         for body in bodies:
             body.stream = new
         self._by_stream.setdefault(new, []).extend(bodies)

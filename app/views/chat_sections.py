@@ -30,10 +30,13 @@ from app.model.scored import shading_logprob
 from app.model.textfmt import prob, visible
 from app.views.theme import Colors, probability_color, variant_color
 from engine.events import TokenStep
+from engine.reasoning import THINKING
 
 NO_BRUSH = QBrush(QColor(0, 0, 0, 0))
 DISPLAY_ONLY = int(QTextFormat.Property.UserProperty) + 1
 """A character format property: drawn text that is not the conversation's (left out of copies)."""
+THINKING_TEXT = int(QTextFormat.Property.UserProperty) + 2
+"""A character format property: a reasoning reply's thinking (a copy marks it as such)."""
 SEED_TIP = "Put this seed in the sampling panel: the same seed and settings write this reply again."
 Span = tuple[str, QTextCharFormat]
 WJ, ZWSP = "\u2060", "\u200b"  # word joiner (no break here), zero-width space (a break may go here)
@@ -194,6 +197,9 @@ def token_format(href: str, step: TokenStep, selected: bool, colored: bool, colo
     fmt.setAnchor(True)
     fmt.setAnchorHref(href)
     fmt.setForeground(QColor(colors.foreground))
+    if step.phase == THINKING:  # quieter than the answer; a copy knows it by the property
+        fmt.setForeground(QColor(colors.muted))
+        fmt.setProperty(THINKING_TEXT, True)
     style_token(fmt, step, selected, colored, colors)
     return fmt
 

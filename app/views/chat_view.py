@@ -24,11 +24,13 @@ from app.model.remote_labels import is_chosen, p_label
 from app.model.scored import shown_kinds
 from app.model.streams import StreamKey, TokenRef
 from app.model.textfmt import escape, percent, prob, visible
+from app.model.thinking import forced_by_budget, mark_thinking, phase_title, phase_word
 from app.views.chat_doc import ChatDocument
-from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP
+from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
 from app.views.theme import LIGHT, Colors, probability_color
 from app.views.throttle import RedrawClock, Throttler, own_clock
 from engine.events import TokenStep
+from engine.reasoning import THINKING
 
 BRANCH_CHOICES = 5
 """Candidates offered by "Branch from here with", the most likely first."""
@@ -150,7 +152,9 @@ class ChatView(QTextBrowser):
                 self.token_clicked.emit(ref)
             return
         values = [int(v) for v in rest.split(":")]
-        if kind == "seed":
+        if kind == "think":
+            self.writer.toggle_thinking(*values)
+        elif kind == "seed":
             self.seed_reused.emit(*values)
         elif kind == "br":
             self.branch_stepped.emit(*values)
@@ -215,12 +219,13 @@ class ChatView(QTextBrowser):
         step = steps[ref[1]] if ref[1] < len(steps) else None
         if step is not None:
             token = step.text or step.piece  # a token without text (<|im_end|>): its piece
-            copy = menu.addAction(f"Copy token “{visible(token)[:24]}”")
+            phase = f" ({phase_word(step)})" if step.phase == THINKING else ""
+            copy = menu.addAction(f"Copy token “{visible(token)[:24]}”{phase}")
             copy.triggered.connect(lambda: QApplication.clipboard().setText(token))
         if self.textCursor().hasSelection():
             selection = menu.addAction("Copy selection")
             selection.triggered.connect(lambda: QApplication.clipboard().setText(plain_text(self.textCursor())))
-        reply = "".join(s.text for s in steps)
+        reply = mark_thinking([(s.text, s.phase == THINKING) for s in steps])  # thinking as <think>…</think>
         copy_reply = menu.addAction("Copy reply text")
         copy_reply.setEnabled(bool(reply))
         copy_reply.triggered.connect(lambda: QApplication.clipboard().setText(reply))
@@ -256,25 +261,24 @@ class ChatView(QTextBrowser):
 def plain_text(cursor: QTextCursor) -> str:
     """The text selected by ``cursor`` as the conversation has it: glyphs and links drawn
     only for the eye left out. A token without text (``⟨<|im_end|>⟩``) is left out too: the
-    reply's text, saved and sent back to the model, does not hold it either."""
+    reply's text, saved and sent back to the model, does not hold it either. A reasoning
+    reply's thinking is marked ``<think>…</think>`` (:func:`app.model.thinking.mark_thinking`)."""
     doc = QTextDocument()
     QTextCursor(doc).insertFragment(cursor.selection())
-    drawn = []
+    pieces: list[tuple[str, bool]] = []
     block = doc.begin()
     while block.isValid():
+        if block != doc.begin():  # the line break belongs with the text before it
+            pieces.append(("\n", bool(pieces) and pieces[-1][1]))
         it = block.begin()
         while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.charFormat().boolProperty(DISPLAY_ONLY):
-                drawn.append((fragment.position(), fragment.length()))
+            fmt = it.fragment().charFormat()
+            if not fmt.boolProperty(DISPLAY_ONLY):
+                text = it.fragment().text().replace("\u2028", "\n").replace("\xa0", " ")
+                pieces.append((text, fmt.boolProperty(THINKING_TEXT)))
             it += 1
         block = block.next()
-    edit = QTextCursor(doc)
-    for position, length in reversed(drawn):  # from the end: earlier positions stay put
-        edit.setPosition(position)
-        edit.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
-        edit.removeSelectedText()
-    return doc.toPlainText()
+    return mark_thinking(pieces)
 
 
 def tooltip_for(step: TokenStep) -> str:
@@ -282,7 +286,9 @@ def tooltip_for(step: TokenStep) -> str:
     if step.reported_stage is None:  # a server's one stage is not raw: no second number
         head += f", {p_label(step, final=False)} {percent(step.raw_logprob)}"
     lines = [head]
-    if step.forced:
+    if step.phase is not None:
+        lines.append(f"<i>{phase_title(step)}</i>")  # thinking / answer, the budget's forced end
+    if step.forced and not forced_by_budget(step):
         lines.append("<i>picked by hand</i>")
     others = [cand for cand in step.top if not is_chosen(step, cand)][:5]
     for cand in others:

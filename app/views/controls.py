@@ -61,6 +61,9 @@ class SamplingControls(QWidget):
         """The kind of the server in use (``ModelInfo.server``), whose refusals are errors here; "" = local."""
         self.errors: list[SamplingParamsError] = []
         """Every value the panel refuses now (empty when it can be sent)."""
+        self.reasoning: dict[str, Any] = {}
+        """``thinking_budget`` and ``think_variant``, set by the dock's reasoning row
+        (``app.views.reasoning_controls``) and sent with these settings."""
         self.chain = ChainEditor()
         self.chain.changed.connect(self._changed)
         # Every numeric field by name, the chain's and the reply's, for presets and errors.
@@ -156,6 +159,7 @@ class SamplingControls(QWidget):
         """The parameters shown, or None and every error, in the panel's order."""
         values: dict[str, Any] = self.chain.values()
         values.update({spec.name: self.fields[spec.name].value() for spec in REPLY_FIELDS})
+        values.update(self.reasoning)
         errors: list[SamplingParamsError] = []
         texts = (
             ("seed", parse_seed, self.seed.text()),
@@ -182,6 +186,7 @@ class SamplingControls(QWidget):
 
     def set_params(self, params: SamplingParams) -> None:
         self._loading = True
+        self.reasoning = {"thinking_budget": params.thinking_budget, "think_variant": params.think_variant}
         try:
             self.chain.set_params(params)
             for spec in REPLY_FIELDS:
@@ -204,6 +209,12 @@ class SamplingControls(QWidget):
         if params != self.current:
             self.current = params
             self.params_changed.emit(params)
+
+    def set_reasoning(self, values: dict[str, Any]) -> None:
+        """The reasoning row's fields (budget, the answer's settings), sent from now on."""
+        if values != self.reasoning:
+            self.reasoning = dict(values)
+            self._changed()
 
     def set_vocab_size(self, vocab_size: int) -> None:
         """The loaded model's vocabulary size (0 = not known): logit-bias ids must be below it."""

@@ -33,6 +33,7 @@ from app.model.inspector_settings import settings_line, settings_tooltip, title_
 from app.model.remote_labels import NOT_REPORTED, p_label, step_stage_label
 from app.model.reply_origin import ReplyOrigin
 from app.model.textfmt import escape, percent, visible
+from app.model.thinking import forced_by_budget, phase_title
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
 from app.views.compare_tokens import CompareTokensView
@@ -185,7 +186,9 @@ class InspectorWidget(QWidget):
         return NOTHING_SELECTED if model is not None and latest_token(model.entries) is not None else PLACEHOLDER
 
     def _title_html(self, step: TokenStep) -> str:
-        picked = " · picked by hand" if step.forced else ""
+        picked = " · picked by hand" if step.forced and not forced_by_budget(step) else ""
+        if phase := phase_title(step):  # a reasoning model's token: thinking or answer
+            picked += f" · {phase}"
         if step.params.greedy and not step.forced:
             # The stages after temperature were computed at T = 1 for inspection only.
             picked = " · greedy: the most likely token entering temperature"

@@ -22,6 +22,7 @@ from app.model.streams import COLUMN_NAMES
 from app.views.controls import SamplingControls
 from app.views.fitting import WrapRow
 from app.views.param_fields import ClampingSpinBox
+from app.views.reasoning_controls import ANSWER_TAB, ReasoningRow
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import SamplingParams
@@ -32,6 +33,7 @@ DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
 class SamplingPanel(QWidget):
     params_changed = Signal(int, object)  # variant (0 = the main settings), SamplingParams
     variants_changed = Signal()  # the compare switch, the count or a label changed
+    thinking_switched = Signal(object)  # the chat template's enable_thinking: True / False
 
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
@@ -57,7 +59,17 @@ class SamplingPanel(QWidget):
             self.variant_controls.append(controls)
             self.stack.addWidget(controls)
             self.tabs.addTab("")
-        self.tabs.currentChanged.connect(self.stack.setCurrentIndex)
+        # A reasoning model's answer: a second set of the same fields (issue 26).
+        self.reasoning = ReasoningRow()
+        self.answer_controls = SamplingControls(settings)
+        self.answer_controls.params_changed.connect(lambda _params: self._push_reasoning())
+        self.stack.addWidget(self.answer_controls)
+        self.reasoning.answer_switch.toggled.connect(self._on_answer_switch)
+        self.reasoning.changed.connect(self._push_reasoning)
+        self.reasoning.changed.connect(self._show_page)
+        self.reasoning.phase_tabs.currentChanged.connect(self._show_page)
+        self.reasoning.thinking_switched.connect(self.thinking_switched)
+        self.tabs.currentChanged.connect(self._show_page)
         self.compare.toggled.connect(self._on_mode)
         self.count.valueChanged.connect(self._on_mode)
         top = QHBoxLayout()  # the switch and the count one under the other in a narrow dock
@@ -72,6 +84,7 @@ class SamplingPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(top)
+        layout.addWidget(self.reasoning)
         layout.addWidget(self.tabs)
         layout.addWidget(self.hint)
         layout.addWidget(self.stack, 1)
@@ -108,12 +121,14 @@ class SamplingPanel(QWidget):
 
     def set_vocab_size(self, vocab_size: int) -> None:
         """The loaded model's vocabulary size (0 = not known), for every tab's logit-bias ids."""
-        for controls in self.variant_controls:
+        for controls in (*self.variant_controls, self.answer_controls):
             controls.set_vocab_size(vocab_size)
 
     def set_server(self, server: str) -> None:
         """The kind of the server in use ("" = local), for every tab: what it cannot apply is refused."""
-        for controls in self.variant_controls:
+        self.reasoning.set_server(server)
+        self._push_reasoning()
+        for controls in (*self.variant_controls, self.answer_controls):
             controls.set_server(server)
 
     def send_problem(self) -> str:
@@ -121,6 +136,10 @@ class SamplingPanel(QWidget):
         each outlined; the first tab at fault is brought forward."""
         shown = range(self.count.value()) if self.compare_on() else range(1)
         faults = [(i, problem) for i in shown if (problem := self.variant_controls[i].send_problem())]
+        switch = self.reasoning.answer_switch
+        if switch.isChecked() and switch.isEnabled() and (problem := self.answer_controls.send_problem()):
+            self.reasoning.phase_tabs.setCurrentIndex(ANSWER_TAB)
+            return "Not sent — fix the settings outlined in red. The answer's settings: " + problem.replace("\n", " ")
         if not faults:
             return ""
         if self.compare_on():
@@ -135,8 +154,37 @@ class SamplingPanel(QWidget):
         self._refresh_tabs()
 
     def _on_params(self, i: int, params: SamplingParams) -> None:
+        # Set by hand or restored: the row follows (not for a server: the row keeps its values).
+        if i == 0 and self.reasoning.answer_switch.isEnabled() and self.reasoning.show_values(params):
+            if params.think_variant is not None:
+                self.answer_controls.set_params(params.think_variant)
+            self._push_reasoning()
         self._refresh_tabs()
         self.params_changed.emit(i, params)
+
+    def _on_answer_switch(self, on: bool) -> None:
+        """The Answer tab starts as a copy of the thinking's settings, to change from there."""
+        if on and self.answer_controls.current == SamplingParams():
+            self.answer_controls.set_params(
+                self.controls.current.with_changes(think_variant=None, thinking_budget=None)
+            )
+
+    def _push_reasoning(self) -> None:
+        """The budget and the answer's settings go with every setting sent (each tab)."""
+        values = self.reasoning.values(self.answer_controls.current)
+        for controls in self.variant_controls:
+            controls.set_reasoning(values)
+
+    def _show_page(self, *_args) -> None:
+        """The Answer tab shows the answer's fields; else the compare tab in view."""
+        if self.reasoning.answer_shown():
+            self.stack.setCurrentWidget(self.answer_controls)
+        else:
+            self.stack.setCurrentIndex(self.tabs.currentIndex())
+
+    def set_thinking_switch(self, has_switch: bool) -> None:
+        """Whether the loaded model's chat template has ``enable_thinking`` (the toggle shows)."""
+        self.reasoning.set_thinking_switch(has_switch)
 
     def _on_mode(self, *_args) -> None:
         on = self.compare.isChecked()

@@ -37,6 +37,7 @@ from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
 from app.views.timeline_marks import change_marker
 from app.views.timeline_origin import OriginLabels
+from app.views.timeline_phase import PhaseMarks
 from app.views.timeline_rows import PlotRows
 from app.views.timeline_run import RunPlots
 from engine.events import TokenStep
@@ -95,6 +96,7 @@ class TimelineWidget(RunPlots, QWidget):
         self.selection_line = pg.InfiniteLine(angle=90, movable=False)
         self.prob_plot.addItem(self.selection_line)
         self.change_lines: list[pg.InfiniteLine] = []
+        self.phase = PhaseMarks(self.prob_plot, self.entropy_plot)  # a reasoning reply's thinking and answer
         # A compare run: a curve per column, the divergence curve and the first difference.
         self.variant_curves: list[pg.PlotDataItem] = []
         self.divergence_curve = self.entropy_plot.plot([], [])
@@ -122,6 +124,7 @@ class TimelineWidget(RunPlots, QWidget):
         bar.addWidget(self.stage_label)
         bar.addWidget(self.stage)
         bar.addWidget(self.legend)
+        bar.addWidget(self.phase.legend)
         bar.addStretch(1)
         bar.addWidget(self.origin.label, 100)  # the room left, right-aligned
         layout = QVBoxLayout(self)
@@ -168,6 +171,7 @@ class TimelineWidget(RunPlots, QWidget):
         self.first_difference.label.setColor(colors.marker)
         self.argmax_marks.setPen(pg.mkPen(colors.marker, width=2))
         self.selection_line.setPen(pg.mkPen(colors.chosen, width=1))
+        self.phase.set_colors(colors)
         for column, curve in enumerate(self.variant_curves):
             curve.setPen(pg.mkPen(variant_color(column, colors), width=1.5))
         if self.run_mode:
@@ -193,6 +197,8 @@ class TimelineWidget(RunPlots, QWidget):
         self.stage_label.setVisible(not run)
         self.stage.setVisible(not run)
         self.legend.setVisible(run)
+        if run:
+            self.phase.hide()
         self.entropy_plot.setLabel("left", "JS (nats)" if run else f"H {self.stage.currentText()}")
 
     def _show_empty(self, empty: bool) -> None:
@@ -312,6 +318,7 @@ class TimelineWidget(RunPlots, QWidget):
             if len(marks):
                 self.argmax_marks.addPoints(x=x[marks], y=p[marks])
         self._dots_drawn = series.n
+        self.phase.update(self.steps, x, p, h)
         if [line.value() for line in self.change_lines] != [series.x[i] - 0.5 for i in series.changes]:
             self._draw_changes(series)
         self._set_x_range(x)

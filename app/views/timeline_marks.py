@@ -10,7 +10,7 @@ from typing import Any
 
 import pyqtgraph as pg
 
-from app.model.timeline_series import change_label, params_diff
+from app.model.timeline_series import answer_base, change_label, params_diff, variant_applied
 from app.views.plot_axes import CentredAxis
 from app.views.theme import Colors
 from engine.params import SamplingParams
@@ -34,6 +34,8 @@ class TokenAxis(CentredAxis):
 def change_lines(before: SamplingParams, after: SamplingParams) -> list[str]:
     """One line per field that changed: ``"temperature 0.7 → 1.2"``; the seed last (a new
     seed alone makes no marker: what changed the distribution comes first)."""
+    if variant_applied(before, after):  # the end of the thinking: the answer's own settings
+        return ["the answer's settings (think_variant):", *change_lines(answer_base(before), after)]
     names = sorted(params_diff(before, after), key=lambda name: name == "seed")
     return [f"{name} {format_value(getattr(before, name))} → {format_value(getattr(after, name))}" for name in names]
 

@@ -1,0 +1,161 @@
+"""A reasoning reply's thinking in the chat document: a header line that toggles it
+("▾ Thinking · N tokens · T s"), the thinking tokens in blocks of their own, then the answer.
+
+The thinking is part of the reply's body (``app.views.chat_doc.Body``): its tokens are
+offsets from the body's start like the answer's, so clicking, selecting and colouring work
+on them as on any token. The header is written before the body's start, so rewriting it
+(the count grows as the reply streams) moves no token. Collapsing hides the thinking's
+blocks (``QTextBlock.setVisible``): nothing is removed, a copy still sees them. Open while
+the thinking is written; closed once the answer starts, unless the header was clicked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QTextCursor, QTextDocument
+
+from app.model.streams import StreamKey
+from app.model.thinking import ThinkingSpan, thinking_header
+from app.views.chat_sections import Block, block, char
+from app.views.theme import Colors
+from engine.events import TokenStep
+from engine.reasoning import ANSWER, THINKING
+
+if TYPE_CHECKING:
+    from app.views.chat_doc import Body
+
+THINK_LEFT = 20
+"""The thinking's indent, deeper than the answer's (8): it reads as an aside."""
+
+
+@dataclass(eq=False)
+class ThinkingPart:
+    """What the document keeps of one reply's thinking."""
+
+    answer: QTextCursor | None = None
+    """Where the answer's block starts, once it does (kept there by Qt)."""
+    end: int | None = None
+    """The first answer token's index."""
+    started: float = 0.0
+    ended: float | None = None
+    timed: bool = False
+    """Whether the thinking was seen streaming (a reply read back has no times)."""
+    header: str = ""
+
+
+def header_block(href: str, text: str, colors: Colors) -> Block:
+    """The thinking's header line: a link that opens and closes it (drawn for the eye only)."""
+    return block(top=4, left=8), [(text, char(colors, href=href, px=12, display_only=True))]
+
+
+def open_thinking(doc: QTextDocument, anchor: QTextCursor, tail: QTextCursor, href: str, colors: Colors) -> None:
+    """Start a thinking at an empty body: its header in the body's block, then a block for
+    its tokens, where the body now starts."""
+    fmt, spans = header_block(href, "▾ Thinking", colors)
+    tail.setBlockFormat(fmt)
+    for text, span in spans:
+        tail.insertText(text, span)
+    tail.insertBlock(block(left=THINK_LEFT), char(colors))
+    anchor.setPosition(tail.position())
+
+
+def start_answer(doc: QTextDocument, tail: QTextCursor, part: ThinkingPart, index: int, colors: Colors) -> None:
+    """The first answer token is next: a block of its own after the thinking."""
+    tail.insertBlock(block(left=8, top=4), char(colors))
+    part.answer = QTextCursor(doc)
+    part.answer.setPosition(tail.position())
+    part.answer.setKeepPositionOnInsert(True)
+    part.end = index
+    part.ended = time.monotonic() if part.timed else None
+
+
+def seconds(part: ThinkingPart) -> float | None:
+    if not part.timed:
+        return None
+    return (part.ended if part.ended is not None else time.monotonic()) - part.started
+
+
+def header_text(part: ThinkingPart, steps: list[TokenStep], drawn: int, live: bool, note: str, open_: bool) -> str:
+    """The header's words for the ``drawn`` steps so far (from what the part knows: no scan
+    of the steps at every flush of a long thinking)."""
+    end = part.end if part.end is not None else drawn
+    span = ThinkingSpan(0, part.end, end, part.end is not None and steps[end - 1].forced)
+    finish = note.strip()[1:-1] if note.strip().startswith("[") else None
+    return thinking_header(span, live, finish, seconds(part), open_)
+
+
+def is_open(part: ThinkingPart, chosen: bool | None) -> bool:
+    """Open while it is written, closed once the answer started; a click decides after."""
+    return chosen if chosen is not None else part.end is None
+
+
+def set_visible(doc: QTextDocument, anchor: QTextCursor, part: ThinkingPart, tail: QTextCursor, on: bool) -> None:
+    """Show or hide the thinking's blocks (from the body's start to the answer's block)."""
+    stop = part.answer.position() if part.answer is not None else tail.position() + 1
+    first = doc.findBlock(anchor.position())
+    blk, changed = first, False
+    while blk.isValid() and blk.position() < stop:
+        if blk.isVisible() != on:
+            blk.setVisible(on)
+            changed = True
+        blk = blk.next()
+    if changed:
+        doc.markContentsDirty(first.position(), max(1, stop - first.position()))
+
+
+class ThinkingMixin:
+    """:class:`app.views.chat_doc.ChatDocument`'s drawing of a reply's thinking."""
+
+    doc: QTextDocument
+    colors: Colors
+    thinking_open: dict[StreamKey, bool]
+    """A thinking opened or closed by a click on its header (else: open while written)."""
+    bodies: dict[int, Body]
+    _by_stream: dict[StreamKey, list[Body]]
+    _replace_block: Callable[[int, Block], None]  # ChatDocument's: a block's text and format replaced
+
+    def _phase_blocks(self, body: Body, step: TokenStep, index: int) -> bool:
+        """Open the thinking before a reply's first thinking token, and the answer's block
+        before the first answer token after it; True when the body's start moved."""
+        if body.thinking is None:
+            if step.phase != THINKING or body.offsets:
+                return False
+            body.thinking = ThinkingPart(started=time.monotonic(), timed=body.live)
+            open_thinking(self.doc, body.anchor, body.tail, f"think:{body.id}", self.colors)
+            return True
+        if body.thinking.end is None and step.phase == ANSWER:
+            start_answer(self.doc, body.tail, body.thinking, index, self.colors)
+        return False
+
+    def _refresh_thinking(self, body: Body) -> None:
+        """Rewrite the thinking's header where it changed; show or hide its blocks."""
+        part = body.thinking
+        if part is None:
+            return
+        open_ = is_open(part, self.thinking_open.get(body.stream))
+        text = header_text(part, body.steps, body.drawn, body.live, body.note, open_)
+        if text != part.header:
+            part.header = text
+            header = self.doc.findBlock(body.anchor.position()).previous()
+            self._replace_block(header.position(), header_block(f"think:{body.id}", text, self.colors))
+        set_visible(self.doc, body.anchor, part, body.tail, open_)
+
+    def toggle_thinking(self, body_id: int) -> None:
+        """The thinking's header was clicked: open it, or close it."""
+        body = self.bodies.get(body_id)
+        if body is None or body.thinking is None:
+            return
+        self.thinking_open[body.stream] = not is_open(body.thinking, self.thinking_open.get(body.stream))
+        self._refresh_thinking(body)
+
+    def thinking_header_span(self, stream: StreamKey) -> tuple[int, int] | None:
+        """Where the thinking's header of ``stream`` is drawn (tests, screenshots)."""
+        for body in self._by_stream.get(stream, []):
+            if body.thinking is not None:
+                header = self.doc.findBlock(body.anchor.position()).previous()
+                return header.position(), header.length() - 1
+        return None
