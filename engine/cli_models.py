@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from engine.library import LibraryEntry, add_folder, remove_folder, scan_library
+from engine.library.entry import human_size
 
 _COLUMNS = ("SOURCE", "NAME", "FORMAT", "ARCH", "QUANT", "SIZE", "FITS", "PATH", "REASON")
 
@@ -68,12 +69,3 @@ def _row(e: LibraryEntry) -> tuple[str, ...]:
         e.path,
         e.reason or "loadable",
     )
-
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.make_util import outside_make
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -38,7 +40,8 @@ def make(target: str, tree: Path, dist: Path, build: Path, timeout: float) -> su
     no venv is made in the copy) and the bundle under tmp_path."""
     scripts = sysconfig.get_path("scripts")
     variables = [f"DIST={dist}", f"BUILD={build}", "INSTALL=", f"BIN={scripts}"]
-    return subprocess.run(["make", target, *variables], cwd=tree, capture_output=True, text=True, timeout=timeout)
+    command = ["make", "--no-print-directory", target, *variables]
+    return subprocess.run(command, cwd=tree, capture_output=True, text=True, env=outside_make(), timeout=timeout)
 
 
 @pytest.mark.bundle

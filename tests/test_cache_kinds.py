@@ -18,6 +18,7 @@ from tests.tiny_archs import CONFIGS, WINDOW, write_tiny_arch
 ARCHS = list(CONFIGS)
 KINDS = {
     "llama": ["KVCache"],
+    "qwen2": ["KVCache"],
     "qwen3": ["KVCache"],
     "gemma3_text": ["KVCache", "RotatingKVCache"],
     "gpt_oss": ["KVCache", "RotatingKVCache"],

@@ -223,8 +223,8 @@ def test_converter_version_is_part_of_the_cache_key(tiny_gguf, tmp_path, monkeyp
     monkeypatch.setenv("LOGITSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     first = converted_folder(tiny_gguf)
     assert converted_folder(tiny_gguf) == first
-    assert first.name.endswith("-v" + engine.models._CONVERTER_VERSION)
-    monkeypatch.setattr(engine.models, "_CONVERTER_VERSION", engine.models._CONVERTER_VERSION + "-next")
+    assert first.name.endswith("-v" + engine.models.CONVERTER_VERSION)
+    monkeypatch.setattr(engine.models, "CONVERTER_VERSION", engine.models.CONVERTER_VERSION + "-next")
     second = converted_folder(tiny_gguf)
     assert second != first and first.is_dir() and (second / "config.json").is_file()
     assert first.name.split("-v")[0] == second.name.split("-v")[0]  # same content hash

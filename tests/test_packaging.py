@@ -20,6 +20,8 @@ import pytest
 import yaml
 from PySide6.QtGui import QImage
 
+from tests.make_util import outside_make
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "macos.yml"
 SIGNING_STEPS = {"make app-sign", "make app-notarize"}
@@ -177,7 +179,14 @@ def test_spec_asks_for_the_macos_that_the_mlx_wheels_it_ships_need(monkeypatch, 
 
 
 def make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=outside_make(env),
+        timeout=120,
+    )
 
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux side of the targets")

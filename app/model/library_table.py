@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.library.entry import human_size
+
 if TYPE_CHECKING:
     from engine.library import LibraryEntry
 
@@ -46,16 +48,6 @@ COLUMNS = (
     Column("path", "Path", "Where it is (~ is your home folder): what Models → Open… or --model takes"),
 )
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
-
-
-def human_size(size: int) -> str:
-    """``1536`` -> ``'1.5 KB'``; decimal units, as Finder and LM Studio show sizes."""
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
 
 
 def fits_words(fits: bool | None) -> str:

@@ -43,3 +43,14 @@ class LibraryEntry:
         is one GGUF file of a cached repo that holds several)."""
         by_repo = self.source == "huggingface" and not self.path.lower().endswith(".gguf")
         return self.name if by_repo else self.path
+
+
+def human_size(size: int) -> str:
+    """``1536`` -> ``'1.5 KB'``: decimal units, as Finder and LM Studio show sizes (the
+    library's table and ``python -m engine models`` say the same)."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
