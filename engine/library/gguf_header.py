@@ -75,7 +75,7 @@ def _skip_strings(view: mmap.mmap, at: int, count: int, size: int) -> int:
     try:
         for _ in range(count):
             at += 8 + unpack(view, at)[0]
-    except struct.error:
+    except (struct.error, OverflowError):  # past the map, or a length near 2**64 (no C offset)
         at = size + 1
     if at > size:
         raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({size} bytes)")

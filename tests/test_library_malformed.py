@@ -1,0 +1,49 @@
+"""The model library on files no program should have written, or that another one left half
+done: each is listed with a reason (or left out where it is not a model), the rest of the
+listing stays, and nothing is raised. Small hand-made files only (no weights are read)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from engine.library import scan_library
+from engine.library.gguf_header import GGUFHeaderError, read_header
+
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse (RecursionError)
+LLAMA = json.dumps({"model_type": "llama"})
+
+
+def model_folder(folder: Path, config: str = LLAMA, weights: tuple[str, ...] = ("model.safetensors",)) -> Path:
+    """A folder as a model's looks from outside: config.json and weight files (empty: never read)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(config)
+    for name in weights:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def by_name(env: dict, folders: list[Path] = ()) -> dict:
+    return {e.name: e for e in scan_library(folders, env=env)}
+
+
+def _string(text: bytes) -> bytes:
+    return struct.pack("<Q", len(text)) + text
+
+
+def test_a_gguf_string_array_claiming_2_64_bytes_is_refused(tmp_path):
+    """A vocabulary whose first string claims 2**64 - 1 bytes: Python's offsets overflow C's,
+    which must read as a malformed header, not end the listing."""
+    strings = struct.pack("<IIQ", 9, 8, 2) + struct.pack("<Q", 2**64 - 1) + b"x" * 64  # array of 2 strings
+    data = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string(b"tokenizer.ggml.tokens") + strings + bytes(100)
+    folder = tmp_path / "Models"
+    folder.mkdir()
+    (folder / "hostile.gguf").write_bytes(data)
+    with pytest.raises(GGUFHeaderError, match="truncated"):
+        read_header(folder / "hostile.gguf")
+    model_folder(folder / "good")
+    entries = by_name({"HOME": str(tmp_path)}, [folder])
+    assert entries["hostile.gguf"].reason.startswith("not a readable GGUF file") and entries["good"].loadable
