@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.library import scan_library
+from engine.library import added_folders, scan_library
 from engine.library.gguf_header import GGUFHeaderError, read_header
 
 DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse (RecursionError)
@@ -47,3 +47,33 @@ def test_a_gguf_string_array_claiming_2_64_bytes_is_refused(tmp_path):
     model_folder(folder / "good")
     entries = by_name({"HOME": str(tmp_path)}, [folder])
     assert entries["hostile.gguf"].reason.startswith("not a readable GGUF file") and entries["good"].loadable
+
+
+def test_json_nested_too_deeply_is_a_reason_not_a_crash(tmp_path):
+    """config.json, an Ollama manifest, LM Studio's settings.json and Logitscope's own
+    library.json, each nested 100,000 levels: listed with a reason or ignored."""
+    lms = tmp_path / ".lmstudio"
+    model_folder(lms / "models" / "pub" / "deep-config", DEEP)
+    model_folder(lms / "models" / "pub" / "good")
+    (lms / "settings.json").write_text(DEEP)  # its downloadsFolder unreadable: the default folder stays
+    manifests = tmp_path / ".ollama" / "models" / "manifests" / "registry.ollama.ai" / "library" / "deep"
+    manifests.mkdir(parents=True)
+    (manifests / "latest").write_text(DEEP)
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "library.json").write_text(DEEP)
+    env = {"HOME": str(tmp_path), "LOGITSCOPE_CONFIG_DIR": str(config)}
+    assert added_folders(env) == []
+    entries = by_name(env)
+    assert entries["pub/deep-config"].reason == "config.json is not valid JSON (nested too deeply to parse)"
+    assert entries["deep:latest"].reason == "the manifest is not readable JSON"
+    assert entries["pub/good"].loadable and len(entries) == 3
+
+
+def test_a_config_json_that_is_not_an_object_says_what_it_holds(tmp_path):
+    folder = tmp_path / "Models"
+    model_folder(folder / "listed", "[1, 2]")
+    model_folder(folder / "nothing", "null")
+    entries = by_name({"HOME": str(tmp_path)}, [folder])
+    assert entries["listed"].reason == "config.json holds an array, not a JSON object"
+    assert entries["nothing"].reason == "config.json holds null, not a JSON object"

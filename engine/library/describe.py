@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +9,19 @@ from typing import Any
 
 from engine.library.gguf_header import GGUFHeader, GGUFHeaderError, read_header
 from engine.library.header_cache import HeaderCache
+from engine.library.jsonfile import read_json
 from engine.library.safetensors_header import safetensors_facts
 from engine.library.support import gguf_problem, model_type_problem
+
+# What a config.json that is not an object holds, in JSON's words.
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 @dataclass(frozen=True)
@@ -79,14 +89,15 @@ def describe_folder(path: Path, size: int | None = None, cache: HeaderCache | No
     MLX) or a transformers safetensors folder. ``size``: when the caller knows it already."""
     size = folder_size(path) if size is None else size
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        if not isinstance(config, dict):
-            raise ValueError("not an object")
+        config = read_json(path / "config.json")
         names = os.listdir(path)
     except OSError as exc:
         return Description("safetensors", None, None, size, f"cannot read config.json ({exc.strerror or exc})", False)
     except ValueError as exc:
         return Description("safetensors", None, None, size, f"config.json is not valid JSON ({exc})", False)
+    if not isinstance(config, dict):  # valid JSON, yet not the object of settings mlx-lm reads
+        reason = f"config.json holds {_JSON_KINDS.get(type(config), 'a value')}, not a JSON object"
+        return Description("safetensors", None, None, size, reason, False)
     arch = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     weights = sorted(n for n in names if n.startswith("model") and n.endswith(".safetensors"))
     facts = _weights_facts(path / weights[0], cache) if weights else {}

@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from engine.library.jsonfile import read_json
 from engine.library.locations import config_dir, environment, home
 
 _FILE = "library.json"
@@ -24,7 +25,7 @@ def added_folders(env: Mapping[str, str] | None = None) -> list[Path]:
     """The persisted list (empty when there is none or the file is unreadable)."""
     file = config_dir(environment(env)) / _FILE
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = read_json(file)
     except (OSError, ValueError):
         return []
     folders = data.get("folders") if isinstance(data, dict) else None

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from engine.library.jsonfile import read_json
+
 _VERSION = 1
 
 
@@ -26,7 +28,7 @@ class HeaderCache:
         self.changed = False
         if file is not None:
             try:
-                data = json.loads(file.read_text(encoding="utf-8"))
+                data = read_json(file)
                 if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("files"), dict):
                     self.entries = data["files"]
             except (OSError, ValueError):

@@ -18,13 +18,14 @@ The rules follow each program's own:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
+
+from engine.library.jsonfile import read_json
 
 # The suffix of Logitscope's converted folders (``<hash>-v4``): bumped when the GGUF converter's
 # output changes, which leaves the older folders unused (engine.models.converted_folder).
@@ -111,7 +112,7 @@ def lmstudio_model_folders(env: Mapping[str, str]) -> list[Path]:
 
 def _downloads_folder(settings: Path, env: Mapping[str, str]) -> Path | None:
     try:
-        value = json.loads(settings.read_text(encoding="utf-8")).get("downloadsFolder")
+        value = read_json(settings).get("downloadsFolder")
     except (OSError, ValueError, AttributeError):
         return None
     return _expand(value, env) if isinstance(value, str) and value else None

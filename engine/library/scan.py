@@ -6,7 +6,6 @@ and stat() only) or imports MLX. A malformed model is described with the reason,
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -17,6 +16,7 @@ from engine.library.entry import SOURCES, LibraryEntry
 from engine.library.folders import added_folders
 from engine.library.gguf_header import is_gguf
 from engine.library.header_cache import HeaderCache
+from engine.library.jsonfile import read_json
 from engine.library.locations import (
     CONVERTER_VERSION,
     environment,
@@ -68,7 +68,7 @@ def _logitscope(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
         if not folder.name.endswith(f"-v{CONVERTER_VERSION}") or not (folder / "config.json").is_file():
             continue  # a conversion under way (.converting-*), an older converter's, or not a model
         try:
-            origin = json.loads((folder / "source.json").read_text(encoding="utf-8")).get("gguf")
+            origin = read_json(folder / "source.json").get("gguf")
         except (OSError, ValueError, AttributeError):
             origin = None
         name = Path(origin).stem if isinstance(origin, str) and origin else folder.name
@@ -130,7 +130,7 @@ def _ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
 
 def _ollama_entry(root: Path, name: str, manifest: Path, cache: HeaderCache) -> Found:
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data = read_json(manifest)
         layers = [x for x in data.get("layers", []) if isinstance(x, dict) and x.get("mediaType") == _OLLAMA_MODEL]
         digest = str(layers[0]["digest"]) if layers else ""
     except (OSError, ValueError, AttributeError, TypeError, KeyError):
