@@ -12,6 +12,7 @@ import pytest
 
 from engine.library import added_folders, scan_library
 from engine.library.gguf_header import GGUFHeaderError, read_header
+from tests.library_home import write_hf_repo
 
 DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse (RecursionError)
 LLAMA = json.dumps({"model_type": "llama"})
@@ -77,3 +78,18 @@ def test_a_config_json_that_is_not_an_object_says_what_it_holds(tmp_path):
     entries = by_name({"HOME": str(tmp_path)}, [folder])
     assert entries["listed"].reason == "config.json holds an array, not a JSON object"
     assert entries["nothing"].reason == "config.json holds null, not a JSON object"
+
+
+def test_an_unreadable_hub_repo_leaves_the_others_listed(tmp_path):
+    """huggingface_hub's scanner skips a repo laid out wrongly but stops at one it cannot read
+    (a ref that is a symlink loop, a ref that is not UTF-8): the other repos stay listed."""
+    hub = tmp_path / "hub"
+    write_hf_repo(hub, "org/good", model_folder(tmp_path / "src-good"))
+    loop = write_hf_repo(hub, "org/loop", model_folder(tmp_path / "src-loop")).parent.parent
+    (loop / "refs" / "loop").symlink_to("loop")
+    binary = write_hf_repo(hub, "org/binary", model_folder(tmp_path / "src-binary")).parent.parent
+    (binary / "refs" / "pr").write_bytes(b"\xff\xfe")
+    entries = by_name({"HOME": str(tmp_path), "HF_HUB_CACHE": str(hub)})
+    assert list(entries) == ["org/good"] and entries["org/good"].loadable
+    (tmp_path / "looped-hub").symlink_to("looped-hub")  # the cache folder itself a loop: nothing
+    assert scan_library(env={"HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "looped-hub")}) == []

@@ -78,14 +78,7 @@ def _logitscope(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
 def _huggingface(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
     """The hub cache through huggingface_hub's own scanner: one entry per model repo, its ``main``
     snapshot (else the newest); a snapshot of GGUF files gives one entry per file."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    try:
-        info = scan_cache_dir(hf_hub_cache(env))
-    except (CacheNotFound, OSError, ValueError):
-        return
-    for repo in info.repos:
+    for repo in _hub_repos(hf_hub_cache(env)):
         if repo.repo_type != "model" or not repo.revisions:
             continue
         revision = max(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified))
@@ -95,6 +88,33 @@ def _huggingface(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
             continue
         for file in _gguf_files(snapshot):
             yield "huggingface", f"{repo.repo_id}/{file.name}", file, _describe_gguf_file(file, cache)
+
+
+def _hub_repos(hub: Path) -> Iterable:
+    """The cached repos as huggingface_hub's scanner reads them. It leaves out a repo whose
+    layout is broken, yet a repo it cannot read (a ref it cannot open or decode, a folder
+    without permission) ends the whole scan: then each repo is scanned alone, through the
+    scanner's own per-repo step, and only the unreadable ones are left out."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
+
+    try:
+        return scan_cache_dir(hub).repos
+    except CacheNotFound:
+        return []
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: pathlib's "Symlink loop"
+        pass
+    try:
+        from huggingface_hub.utils._cache_manager import _scan_cached_repo
+    except ImportError:  # a huggingface_hub without it: nothing rather than a failed listing
+        return []
+    repos = []
+    for folder in _children(Path(os.path.realpath(hub))):  # resolved, as scan_cache_dir's paths are
+        try:
+            repos.append(_scan_cached_repo(folder))
+        except (CorruptedCacheException, OSError, ValueError, RuntimeError):
+            continue
+    return repos
 
 
 def _lmstudio(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
