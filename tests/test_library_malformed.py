@@ -93,3 +93,28 @@ def test_an_unreadable_hub_repo_leaves_the_others_listed(tmp_path):
     assert list(entries) == ["org/good"] and entries["org/good"].loadable
     (tmp_path / "looped-hub").symlink_to("looped-hub")  # the cache folder itself a loop: nothing
     assert scan_library(env={"HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "looped-hub")}) == []
+
+
+def test_a_model_missing_weight_shards_cannot_be_loaded(tmp_path):
+    """A download cut short: the index names two shards and one came (the other still a
+    ``.incomplete`` blob), or a series of three without its second. Neither is loadable;
+    a complete series is."""
+    shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    partial = model_folder(tmp_path / "src", weights=shards[:1])
+    (partial / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": shards[0], "b": shards[1]}}))
+    hub = tmp_path / "hub"
+    repo = write_hf_repo(hub, "org/partial", partial).parent.parent
+    (repo / "blobs" / ("0" * 64 + ".incomplete")).write_bytes(b"half")
+    folder = tmp_path / "Models"
+    model_folder(folder / "gap", weights=("model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"))
+    model_folder(folder / "whole", weights=shards)
+    entries = by_name({"HOME": str(tmp_path), "HF_HUB_CACHE": str(hub)}, [folder])
+    cut = entries["org/partial"]
+    assert (cut.loadable, cut.fits) == (False, None)
+    assert cut.reason == (
+        "the weights are incomplete: 1 of 2 files missing (model-00002-of-00002.safetensors)"
+        " (a download of it is unfinished)"
+    )
+    gap = "the weights are incomplete: 1 of 3 files missing (model-00002-of-00003.safetensors)"
+    assert entries["gap"].reason == gap
+    assert entries["whole"].loadable and entries["whole"].reason == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from engine.library.jsonfile import read_json
 from engine.library.safetensors_header import safetensors_facts
 from engine.library.support import gguf_problem, model_type_problem
 
+_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.safetensors$")
+_MAX_SHARDS = 10_000  # more is no real model: not worth naming every file of
 # What a config.json that is not an object holds, in JSON's words.
 _JSON_KINDS = {
     list: "an array",
@@ -112,7 +115,32 @@ def describe_folder(path: Path, size: int | None = None, cache: HeaderCache | No
             if torch
             else "no model*.safetensors weights in the folder"
         )
+    if not reason and weights:
+        reason = missing_weights(path, weights)
     return Description("mlx" if mlx else "safetensors", arch, quantization, size, reason, quantized)
+
+
+def missing_weights(path: Path, weights: list[str]) -> str:
+    """Why the weights are incomplete (a download cut short, a copy half done): a file the
+    safetensors index names, or a shard of a ``-0000k-of-0000n`` series, that is not in the
+    folder; "" when every one is there. mlx-lm would load the rest and fail on the first
+    missing tensor."""
+    try:
+        index = read_json(path / "model.safetensors.index.json")
+    except (OSError, ValueError):
+        index = None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    wanted = {f for f in weight_map.values() if isinstance(f, str)} if isinstance(weight_map, dict) else set()
+    for name in weights:
+        shard = _SHARD.search(name)
+        if shard and int(shard.group(2)) <= _MAX_SHARDS:
+            first, total = name[: shard.start()], shard.group(2)
+            wanted |= {f"{first}-{i:05d}-of-{total}.safetensors" for i in range(1, int(total) + 1)}
+    missing = sorted(f for f in wanted if not (path / f).is_file())
+    if not missing:
+        return ""
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    return f"the weights are incomplete: {len(missing)} of {len(wanted)} files missing ({missing[0]}{more})"
 
 
 def _weights_facts(file: Path, cache: HeaderCache | None) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from engine.library.describe import Description, describe_folder, describe_gguf
@@ -84,7 +85,10 @@ def _huggingface(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
         revision = max(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified))
         snapshot = Path(revision.snapshot_path)
         if (snapshot / "config.json").is_file():
-            yield "huggingface", repo.repo_id, snapshot, describe_folder(snapshot, revision.size_on_disk, cache)
+            d = describe_folder(snapshot, revision.size_on_disk, cache)
+            if d.reason and any((repo.repo_path / "blobs").glob("*.incomplete")):
+                d = replace(d, reason=f"{d.reason} (a download of it is unfinished)")
+            yield "huggingface", repo.repo_id, snapshot, d
             continue
         for file in _gguf_files(snapshot):
             yield "huggingface", f"{repo.repo_id}/{file.name}", file, _describe_gguf_file(file, cache)
