@@ -29,6 +29,7 @@ from engine.gguf import convert_gguf
 from engine.kv_quantization import KV_OFF, KVQuantization, check_kv
 from engine.library.gguf_header import is_gguf
 from engine.library.locations import CONVERTER_VERSION, cached_snapshot, logitscope_models
+from engine.library.scan import gguf_model_files
 from engine.precision import AUTO, Precision, check_choice
 
 ProgressFn = Callable[[str, float], None]
@@ -172,10 +173,11 @@ def _cached_repo(repo_id: str, progress: ProgressFn | None) -> str:
     snapshot = cached_snapshot(repo_id, os.environ)
     if snapshot is None or (snapshot / "config.json").is_file():
         return str(snapshot or repo_id)
-    ggufs = sorted(snapshot.glob("*.gguf"))
+    ggufs = gguf_model_files(snapshot)  # as the library lists them: no vision projector (mmproj)
     if len(ggufs) == 1:
         return str(converted_folder(ggufs[0], progress))
-    raise ModelLoadError(repo_id, f"the cached snapshot has no config.json and {len(ggufs)} GGUF files: pass one")
+    what = f"the cached snapshot has no config.json and {len(ggufs)} GGUF models"
+    raise ModelLoadError(repo_id, f"{what}: pass one by its path")
 
 
 def load(

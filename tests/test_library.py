@@ -259,3 +259,22 @@ def test_ollama_names_follow_ollama_list():
     assert _ollama_name("registry.ollama.ai", "library", "llama3.2", "3b") == "llama3.2:3b"
     assert _ollama_name("registry.ollama.ai", "alice", "tiny", "latest") == "alice/tiny:latest"
     assert _ollama_name("hf.co", "bartowski", "Qwen3-GGUF", "Q4_K_M") == "hf.co/bartowski/Qwen3-GGUF:Q4_K_M"
+
+
+def test_a_cached_gguf_repo_id_loads_its_one_model_beside_a_vision_projector(home, tmp_path, monkeypatch):
+    """``--model <repo id>`` of a cached GGUF repo holding one model and its ``mmproj`` file:
+    the model is converted, as the listing offers it; the projector is not a second model."""
+    from engine.models import resolve
+
+    gguf = Path(next(x.path for x in home.expected if x.source == "lmstudio" and x.format == "gguf" and x.loadable))
+    files = tmp_path / "files"
+    files.mkdir()
+    shutil.copy(gguf, files / "tiny-Q8_0.gguf")
+    shutil.copy(gguf, files / "mmproj-tiny-f16.gguf")
+    write_hf_repo(tmp_path / "hub", "bartowski/tiny-GGUF", files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("LOGITSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    name, target = resolve("bartowski/tiny-GGUF")
+    assert name == "bartowski/tiny-GGUF" and Path(target).parent == tmp_path / "cache" / "models"
+    assert json.loads((Path(target) / "config.json").read_text())["model_type"] == "llama"

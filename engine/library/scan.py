@@ -90,7 +90,7 @@ def _huggingface(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
                 d = replace(d, reason=f"{d.reason} (a download of it is unfinished)")
             yield "huggingface", repo.repo_id, snapshot, d
             continue
-        for file in _gguf_files(snapshot):
+        for file in gguf_model_files(snapshot):
             yield "huggingface", f"{repo.repo_id}/{file.name}", file, _describe_gguf_file(file, cache)
 
 
@@ -130,7 +130,7 @@ def _lmstudio(env: Mapping[str, str], cache: HeaderCache) -> Iterator[Found]:
                 if (repo / "config.json").is_file():
                     yield "lmstudio", label, repo, describe_folder(repo, cache=cache)
                     continue
-                for file in _gguf_files(repo):
+                for file in gguf_model_files(repo):
                     yield "lmstudio", f"{label}/{file.name}", file, _describe_gguf_file(file, cache)
 
 
@@ -183,7 +183,7 @@ def _walk(path: Path, depth: int, cache: HeaderCache) -> Iterator[Found]:
         return
     if depth <= 0:
         return
-    for file in _gguf_files(path):
+    for file in gguf_model_files(path):
         yield "folder", file.name, file.absolute(), _describe_gguf_file(file, cache)
     for child in _children(path):
         if not child.name.startswith("."):
@@ -200,7 +200,7 @@ def _describe_gguf_file(file: Path, cache: HeaderCache) -> Description:
     return d
 
 
-def _gguf_files(folder: Path) -> list[Path]:
+def gguf_model_files(folder: Path) -> list[Path]:
     """The GGUF models in a folder: vision projectors (mmproj) and later split parts left out."""
     files = []
     for file in _children(folder, files=True):
