@@ -5,7 +5,10 @@ listing stays, and nothing is raised. Small hand-made files only (no weights are
 from __future__ import annotations
 
 import json
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,36 @@ def test_a_model_missing_weight_shards_cannot_be_loaded(tmp_path):
     gap = "the weights are incomplete: 1 of 3 files missing (model-00002-of-00003.safetensors)"
     assert entries["gap"].reason == gap
     assert entries["whole"].loadable and entries["whole"].reason == ""
+
+
+SHRINK_THEN_READ = """
+import os, sys
+from pathlib import Path
+from engine.library import gguf_header
+
+parse = gguf_header._Parser.header
+
+def shrink_then_parse(self):
+    os.truncate(sys.argv[1], 100)  # rewritten by a download while the listing reads it
+    return parse(self)
+
+gguf_header._Parser.header = shrink_then_parse
+try:
+    gguf_header.read_header(Path(sys.argv[1]))
+except gguf_header.GGUFHeaderError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_gguf_that_shrinks_while_it_is_read_is_refused_not_a_crash(tmp_path):
+    """A memory map of a file that shrinks ends the process (SIGBUS) at the first read past the
+    new end; the header is read with plain reads instead, which come back short."""
+    from engine.models import default_model_path
+
+    path = tmp_path / "shrinking.gguf"
+    shutil.copy(default_model_path(), path)
+    done = subprocess.run(
+        [sys.executable, "-c", SHRINK_THEN_READ, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-2000:]}"
+    assert "refused: the file is truncated" in done.stdout

@@ -3,19 +3,19 @@
 The listing needs the architecture, the file type, each tensor's type and whether the file
 holds every byte its tensor table claims (a truncated download). ``engine.gguf_read`` parses the
 whole metadata into Python values (a 150,000-token vocabulary takes a while); this reader walks
-the same bytes through a memory map, keeps the scalar metadata, steps over arrays without
-decoding them, and checks every read against the file's size, so a malformed file is a
-``GGUFHeaderError`` saying what is wrong, never a crash or a huge allocation.
+the same bytes with plain reads (a memory map would end the process with SIGBUS if the file
+shrank meanwhile), keeps the scalar metadata, steps over arrays without decoding them, and
+checks every read against the file's size, so a malformed file is a ``GGUFHeaderError``
+saying what is wrong, never a crash or a huge allocation.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -58,39 +58,63 @@ def read_header(path: Path) -> GGUFHeader:
         size = f.seek(0, 2)
         if size < 24:
             raise GGUFHeaderError(f"only {size} bytes, shorter than a GGUF header")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            return _Parser(view, size).header()
+        return _Parser(_Head(f, size), size).header()
+
+
+class _Head:
+    """The file's first bytes, read as far as the parser needs them (doubling, from 1 MiB)."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f, self.size, self.data = f, size, bytearray()
+
+    def reach(self, end: int) -> bytearray:
+        """The bytes read so far, at least ``end`` of them; GGUFHeaderError when the file has
+        fewer (it claims more than it holds, or it shrank while being read)."""
+        if end > len(self.data):
+            want = min(self.size, max(end, 2 * len(self.data), 1 << 20))
+            self.f.seek(len(self.data))
+            self.data += self.f.read(want - len(self.data))  # in place: a bytearray grows
+            if end > len(self.data):
+                raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({len(self.data)} bytes)")
+        return self.data
 
 
 _LENGTH = struct.Struct("<Q")
 
 
-def _skip_strings(view: mmap.mmap, at: int, count: int, size: int) -> int:
+def _skip_strings(head: _Head, at: int, count: int, size: int) -> int:
     """The offset after ``count`` strings (each its 8-byte length, then its bytes) from ``at``:
-    the vocabulary's hundreds of thousands, so a tight loop, checked once at the end (a read
-    past the end of the map raises struct.error on the way)."""
+    the vocabulary's hundreds of thousands, so a tight loop over the bytes read so far, which
+    reads more when it runs past them."""
     if count > (size - at) // 8:
         raise GGUFHeaderError(f"an array at byte {at} claims {count} strings, more than the file holds")
     unpack = _LENGTH.unpack_from
-    try:
-        for _ in range(count):
-            at += 8 + unpack(view, at)[0]
-    except (struct.error, OverflowError):  # past the map, or a length near 2**64 (no C offset)
-        at = size + 1
+    while count:
+        data, done = head.data, 0
+        try:
+            for done in range(count):  # noqa: B007 (``done`` says where it stopped)
+                at += 8 + unpack(data, at)[0]
+            count = 0
+        except struct.error:  # past the bytes read so far: string ``done`` starts at ``at``; read on
+            count -= done
+            head.reach(at + 8)
+        except OverflowError:  # a length near 2**64 (no C offset)
+            at = size + 1
+            break
     if at > size:
         raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({size} bytes)")
     return at
 
 
 class _Parser:
-    def __init__(self, view: mmap.mmap, size: int) -> None:
-        self.view, self.size, self.at = view, size, 0
+    def __init__(self, head: _Head, size: int) -> None:
+        self.head, self.size, self.at = head, size, 0
 
     def take(self, fmt: str) -> Any:
         n = struct.calcsize(fmt)
         if self.at + n > self.size:
             raise GGUFHeaderError(f"the file is truncated: its header runs past its end ({self.size} bytes)")
-        value = struct.unpack_from(fmt, self.view, self.at)[0]
+        value = struct.unpack_from(fmt, self.head.reach(self.at + n), self.at)[0]
         self.at += n
         return value
 
@@ -104,7 +128,7 @@ class _Parser:
         start = self.at
         self.skip(n)
         try:
-            return bytes(self.view[start : self.at]).decode("utf-8")
+            return bytes(self.head.reach(self.at)[start : self.at]).decode("utf-8")
         except UnicodeDecodeError:
             raise GGUFHeaderError(f"a string at byte {start} is not UTF-8") from None
 
@@ -119,13 +143,13 @@ class _Parser:
         if item in _SCALARS:
             self.skip(count * struct.calcsize(_SCALARS[item]))
         elif item == _STRING:
-            self.at = _skip_strings(self.view, self.at, count, self.size)
+            self.at = _skip_strings(self.head, self.at, count, self.size)
         else:
             raise GGUFHeaderError(f"unsupported metadata array item type {item}")
         return None
 
     def header(self) -> GGUFHeader:
-        if self.view[:4] != MAGIC:
+        if self.head.reach(4)[:4] != MAGIC:
             raise GGUFHeaderError("it does not start with the GGUF magic bytes")
         self.at = 4
         version = self.take("<I")
