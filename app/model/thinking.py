@@ -67,10 +67,10 @@ def live_params_for(steps: Sequence[TokenStep], params: SamplingParams) -> Sampl
     settings sent for the answer (``think_variant``), since the engine replaces a running
     request's settings whole; before, the settings as they are (the variant still waits
     for the end of the thinking)."""
-    variant = params.think_variant
-    if variant is None or not steps or steps[-1].phase != ANSWER or first_answer(steps) is None:
+    answer = params.answer_settings()
+    if answer is None or not steps or steps[-1].phase != ANSWER or first_answer(steps) is None:
         return params
-    return variant if variant.seed is not None else variant.with_changes(seed=params.seed)
+    return answer
 
 
 def phase_word(step: TokenStep) -> str:
