@@ -21,6 +21,7 @@ from engine.codec import divergence_record, done_record, token_record
 from engine.errors import EngineError, ModelLoadError
 from engine.events import Divergence, Finished, TokenStep
 from engine.params import DEFAULT_SAMPLERS, SamplingParams, SamplingParamsError
+from engine.reasoning import has_thinking_switch
 from engine.remote_cli import add_remote_flags, generate_remote
 from engine.stages.registry import FIELDS
 
@@ -121,8 +122,24 @@ def reasoning_from(args: argparse.Namespace, params: SamplingParams) -> Sampling
     variant = None
     if args.think_variant is not None:
         changes = _json_object("--think-variant", args.think_variant)
+        if "max_tokens" in changes:  # the answer keeps the reply's (SamplingParams.answer_settings)
+            raise _UsageError(
+                "--think-variant cannot set max_tokens: it limits the whole reply, thinking and answer "
+                "together; set it with --max-tokens."
+            )
         variant = SamplingParams.from_dict({**params.to_dict(), **changes})
     return params.with_changes(think_variant=variant, thinking_budget=args.thinking_budget)
+
+
+def _reasoning_notes(args: argparse.Namespace, params: SamplingParams, markers: bool, tokenizer: object) -> list[str]:
+    """What a reasoning flag changes nothing for with this model (the run goes on): said,
+    rather than left to be guessed from the records."""
+    notes = []
+    if not markers and (params.think_variant is not None or params.thinking_budget is not None):
+        notes.append("this model has no reasoning markers: --think-variant and --thinking-budget change nothing.")
+    if getattr(args, "no_thinking", False) and not has_thinking_switch(tokenizer):
+        notes.append("this model's chat template has no enable_thinking switch: --no-thinking changes nothing.")
+    return notes
 
 
 def _json_object(flag: str, text: str) -> dict:
@@ -196,6 +213,8 @@ def generate(args: argparse.Namespace) -> int:
     loaded = load(args.model, precision=args.precision, kv=kv)
     rows = len(variants) if variants else len(args.prompt)
     scheduler = Scheduler(loaded, max_batch_size=max(1, rows), prefill_chunk=args.prefill_chunk)
+    for note in _reasoning_notes(args, params, scheduler.reasoning is not None, loaded.tokenizer):
+        print(f"note: {note}", file=sys.stderr)
     if args.chat:
         thinking = False if args.no_thinking else None
         prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p}], thinking) for p in args.prompt]

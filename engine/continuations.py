@@ -14,14 +14,15 @@ from typing import Any
 from engine.errors import EngineError
 from engine.events import Divergence
 from engine.params import SamplingParams
+from engine.reasoning_rows import continued_in_answer
 from engine.requests import Request, check_prompt, check_token, check_tokens, new_request
 from engine.stages.carry import check_carry
 
 
 class ContinuationsMixin:
     """Needs the scheduler's ``vocab_size``, ``context_length``, ``max_batch_size``, ``text``,
-    ``_next_id``, ``_enqueue``, ``_record_for``, ``_live``, ``_checked``, ``cancel`` and
-    ``_first_difference``."""
+    ``_next_id``, ``_enqueue``, ``_record_for``, ``_live``, ``_checked``, ``cancel``,
+    ``_first_difference``, ``reasoning`` and ``_set_params``."""
 
     def branch(self, request_id: int, position: int, forced_token: int) -> int:
         """Continue request ``request_id`` from output ``position`` with ``forced_token``.
@@ -137,6 +138,9 @@ class ContinuationsMixin:
         )
         request.index_offset = len(output)
         request.forced_first = forced_token
+        answer = continued_in_answer(request, self.reasoning, self.text.decode)
+        if answer is not None:
+            self._set_params(request, answer)
         return request
 
     def _divergences(self, requests: list[Request], pairs: list[tuple[int, int]], js) -> list[Divergence]:

@@ -137,6 +137,18 @@ class SamplingParams:
             except SamplingParamsError as exc:  # named by the field that holds it, for the UI
                 raise SamplingParamsError("think_variant", self.think_variant, f"think_variant: {exc}") from None
 
+    def answer_settings(self) -> SamplingParams | None:
+        """The settings from a reasoning model's first answer token: ``think_variant`` with
+        this request's ``seed`` where the variant names none, and always this request's
+        ``max_tokens`` (the limit of the whole reply, thinking and answer together: an
+        answer's own smaller one would end the reply at its first token). None without a
+        variant."""
+        variant = self.think_variant
+        if variant is None:
+            return None
+        seed = variant.seed if variant.seed is not None else self.seed
+        return variant.with_changes(seed=seed, max_tokens=self.max_tokens)
+
     def with_changes(self, **changes: Any) -> SamplingParams:
         """A validated copy with some fields changed."""
         return replace(self, **changes)

@@ -36,6 +36,37 @@ def tracker_for(request: Request, markers: ReasoningMarkers, decode: Decode) -> 
     return request.phases
 
 
+def continued_in_answer(request: Request, markers: ReasoningMarkers | None, decode: Decode) -> SamplingParams | None:
+    """For a continuation whose earlier output passed the end of the thinking: its settings
+    from its first token, ``think_variant`` taking over as it did in the reply it continues
+    (a token picked in the answer is drawn on with the answer's settings; ``before_switch``
+    says so). None: it starts before that end (or has no variant)."""
+    if markers is None or request.params.think_variant is None or not request.index_offset:
+        return None
+    earlier = len(request.prompt) - request.index_offset
+    tracker = PhaseTracker.after_prompt(markers, request.prompt[:earlier], decode)
+    ended = False
+    for token in request.prompt[earlier:]:
+        before = tracker.phase
+        tracker.feed(token)
+        ended = ended or (before == THINKING and tracker.phase != THINKING)
+    if not ended or tracker.phase == THINKING:
+        return None
+    request.before_switch = (request.index_offset, request.params)
+    return switched(request.params)
+
+
+def live_settings(request: Request, params: SamplingParams) -> SamplingParams:
+    """A live change's settings: once the request's thinking has ended, ``params``' answer
+    settings where it carries a ``think_variant`` (a change sent with the thinking's
+    settings, by a caller that had not yet seen the answer start, must not bring them back
+    into the answer)."""
+    thinking = request.phases is not None and request.phases.phase == THINKING
+    if params.think_variant is None or request.before_switch is None or thinking:
+        return params
+    return switched(params)
+
+
 def phase_of(request: Request, token: int, markers: ReasoningMarkers | None, decode: Decode) -> str | None:
     """The phase of ``token``, just drawn (or forced) for ``request``; queues the budget's
     end marker and the switch to ``think_variant`` where they are due."""
@@ -58,8 +89,7 @@ def phase_of(request: Request, token: int, markers: ReasoningMarkers | None, dec
 
 
 def switched(params: SamplingParams) -> SamplingParams:
-    """The settings after the thinking: ``think_variant``, keeping the request's seed when
-    the variant has none (as ``update_params`` does)."""
-    variant = params.think_variant
-    assert variant is not None
-    return variant if variant.seed is not None else variant.with_changes(seed=params.seed)
+    """The settings after the thinking (``SamplingParams.answer_settings``)."""
+    answer = params.answer_settings()
+    assert answer is not None
+    return answer

@@ -35,7 +35,8 @@ def phased_tokens(chunk: WireChunk, req: RemoteRequest) -> list[tuple[WireToken,
 
 def _answer_start(entries: list[WireEntry], content: str) -> int:
     """The first token of the answer: the answer is the reply's end, so the last place its
-    text starts among the tokens' texts; every token when there is no answer text."""
+    text starts among the tokens' texts (the last token where they do not spell it); no
+    token when there is no answer text."""
     if not content:
         return len(entries)
     texts = [e.raw.decode("utf-8", "replace") for e in entries]
@@ -43,8 +44,8 @@ def _answer_start(entries: list[WireEntry], content: str) -> int:
     at = whole.rfind(content)
     if at < 0:  # a server that trimmed its content
         at = whole.rfind(content.strip())
-    if at < 0:
-        return len(entries)
+    if at < 0:  # texts that do not spell it (a server sending ids only): the last token answers,
+        return max(len(entries) - 1, 0)  # so the answer's text is kept, not dropped with the thinking
     offset = 0
     for i, text in enumerate(texts):
         if offset + len(text) > at:

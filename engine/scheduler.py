@@ -30,7 +30,7 @@ from engine.inspection import RowInspection, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.reasoning import detect_markers
-from engine.reasoning_rows import next_forced, phase_of
+from engine.reasoning_rows import live_settings, next_forced, phase_of
 from engine.requests import (
     Request,
     RequestRecord,
@@ -149,6 +149,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         checked = self._checked(params)
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
+        checked = live_settings(request, checked)
         self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
         if request in self._active:
             self._set_params(request, checked, self._sampling, self._active.index(request))

@@ -284,6 +284,10 @@ def test_a_thinking_cut_off_by_the_token_limit_says_so(qtbot, window):
     text = window.chat.document().findBlock(window.chat.cursorForPosition(header).position()).text()
     assert text.startswith("▾ Thinking · 4 tokens") and text.endswith("cut off by the token limit")
     assert all(thinking_blocks_visible(window))  # nothing else to show: it stays open
+    # Copied, it is not closed: no </think> the model never wrote.
+    next(a for a in window.chat.token_menu((entry.stream, 1)).actions() if a.text() == "Copy reply text").trigger()
+    thinking = "".join(s.text for s in steps).strip("\n")
+    assert QApplication.clipboard().text() == f"<think>\n{thinking}\n"
 
 
 @pytest.mark.slow

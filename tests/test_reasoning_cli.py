@@ -72,6 +72,12 @@ def test_a_model_without_markers_writes_a_null_phase(tmp_path, capsys):
     code, records, err = generate(capsys, "--model", str(plain), "--prompt", "the cat", "--max-tokens", "3")
     assert code == 0, err
     assert [r["phase"] for r in records if r["type"] == "token"] == [None] * 3
+    # The reasoning flags change nothing for it: the run goes on, and stderr says so.
+    argv = ["--model", str(plain), "--prompt", "the cat", "--max-tokens", "3", "--chat", "--no-thinking"]
+    code, records, err = generate(capsys, *argv, "--thinking-budget", "2")
+    assert code == 0 and [r["phase"] for r in records if r["type"] == "token"] == [None] * 3
+    assert "no reasoning markers: --think-variant and --thinking-budget change nothing" in err
+    assert "no enable_thinking switch: --no-thinking changes nothing" in err
 
 
 @pytest.mark.parametrize(
@@ -83,6 +89,7 @@ def test_a_model_without_markers_writes_a_null_phase(tmp_path, capsys):
         (["--think-variant", '{"temperature": -1}'], "temperature"),
         (["--think-variant", '{"what": 1}'], "what"),
         (["--thinking-budget", "0"], "thinking_budget"),
+        (["--think-variant", '{"max_tokens": 3}'], "--think-variant cannot set max_tokens"),
     ],
 )
 def test_bad_reasoning_flags_are_usage_errors_before_loading(extra, says, capsys):

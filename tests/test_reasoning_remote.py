@@ -171,3 +171,19 @@ def test_mlx_lm_servers_reasoning_gives_the_local_engines_phases(tmp_path):
             backend.close()
     assert [s.token_id for s in remote] == [s.token_id for s in local]
     assert [s.phase for s in remote] == [s.phase for s in local]
+
+
+def test_a_chunk_with_reasoning_and_content_keeps_the_answers_text_when_the_tokens_have_no_text():
+    """A chunk carrying both texts whose tokens came as ids only (vLLM's
+    ``return_tokens_as_token_ids``): the answer's text is not dropped with the thinking."""
+    from engine.remote_events import RemoteRequest
+    from engine.remote_reasoning import phased_tokens
+    from engine.remote_wire import TextDecoder, WireChunk, WireEntry
+
+    entries = [WireEntry(i, b"", -0.1, ()) for i in (11, 12, 13)]
+    req = RemoteRequest(1, (), SamplingParams(), "", 0, decoder=TextDecoder())
+    tokens = phased_tokens(WireChunk(entries, text="Hi!", reasoning="Let me"), req)
+    assert [phase for _, phase in tokens] == [THINKING, THINKING, ANSWER]
+    assert "".join(t.text for t, phase in tokens if phase == ANSWER) == "Hi!"
+    assert "".join(t.text for t, phase in tokens if phase == THINKING) == "Let me"
+    assert req.phase == ANSWER

@@ -202,3 +202,50 @@ def test_replaying_a_reply_gives_its_phases(qwen, prompt):
     ]
     assert [s.phase for s in replayed] == [s.phase for s in generated]
     assert [s.phase for s in replayed] == [THINKING] * (BUDGET + 1) + [ANSWER] * (14 - BUDGET - 1)
+
+
+def test_the_answers_own_max_tokens_does_not_cut_the_reply(qwen, prompt):
+    """``max_tokens`` limits the whole reply: a variant's smaller one (the Answer tab's,
+    copied before the Thinking tab's was raised) does not end the reply at its first answer
+    token; the answer keeps the request's."""
+    steps = alone(qwen, prompt, THINK.with_changes(think_variant=VARIANT.with_changes(max_tokens=3)))
+    assert len(steps) == THINK.max_tokens
+    assert [s.params.max_tokens for s in steps] == [THINK.max_tokens] * THINK.max_tokens
+    assert steps[BUDGET + 1].params.temperature == VARIANT.temperature
+
+
+def test_a_continuation_in_the_answer_continues_with_the_answers_settings(qwen, prompt):
+    """The app continues a reply it holds as steps (a token picked in the answer, Compare
+    from here) with the panel's settings, the variant in them: the thinking ended in the
+    earlier output, so the answer's settings apply from the first token, as in the reply
+    it continues."""
+    params = THINK.with_changes(think_variant=VARIANT)
+    original = alone(qwen, prompt, params)
+    at = BUDGET + 3
+    output = [s.token_id for s in original[:at]]
+    scheduler = Scheduler(qwen)
+    rid = scheduler.continue_output(prompt, output, original[at].token_id, params)
+    steps = steps_of(run(scheduler), rid)
+    answer = VARIANT.with_changes(seed=THINK.seed)
+    assert [s.params for s in steps] == [answer] * len(steps)
+    assert steps[0].forced and numbers(steps[1:]) == numbers(original[at + 1 :])
+    [forked] = scheduler.fork_output(prompt, output, [params])
+    assert numbers(steps_of(run(scheduler), forked)) == numbers(original[at:])
+
+
+def test_a_live_change_with_the_thinkings_settings_after_the_switch_keeps_the_answers(qwen, prompt):
+    """The app sends the panel's settings (the thinking's, its variant in them) when it has
+    not yet seen the answer start: once the thinking ended, the variant's apply."""
+    params = THINK.with_changes(think_variant=VARIANT)
+    changed = THINK.with_changes(think_variant=VARIANT.with_changes(top_k=5))
+    scheduler = Scheduler(qwen)
+    rid = scheduler.insert(prompt, params)
+    events: list = []
+    while scheduler.has_work():
+        new = scheduler.step()
+        events += new
+        if any(isinstance(e, TokenStep) and e.request_id == rid and e.index == BUDGET + 1 for e in new):
+            scheduler.update_params(rid, changed)
+    steps = steps_of(events, rid)
+    assert [s.params.temperature for s in steps[BUDGET + 1 :]] == [VARIANT.temperature] * (14 - BUDGET - 1)
+    assert steps[-1].params == VARIANT.with_changes(top_k=5, seed=THINK.seed)

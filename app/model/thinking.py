@@ -67,10 +67,10 @@ def live_params_for(steps: Sequence[TokenStep], params: SamplingParams) -> Sampl
     settings sent for the answer (``think_variant``), since the engine replaces a running
     request's settings whole; before, the settings as they are (the variant still waits
     for the end of the thinking)."""
-    variant = params.think_variant
-    if variant is None or not steps or steps[-1].phase != ANSWER or first_answer(steps) is None:
+    answer = params.answer_settings()
+    if answer is None or not steps or steps[-1].phase != ANSWER or first_answer(steps) is None:
         return params
-    return variant if variant.seed is not None else variant.with_changes(seed=params.seed)
+    return answer
 
 
 def phase_word(step: TokenStep) -> str:
@@ -83,7 +83,8 @@ def phase_word(step: TokenStep) -> str:
 def mark_thinking(pieces: Sequence[tuple[str, bool]]) -> str:
     """A copied text from its pieces (text, whether it is thinking): each run of thinking
     written as Qwen3's chat template writes a reply's reasoning, ``<think>\n…\n</think>\n\n``
-    (its own marker tokens' text not doubled), the rest as it is."""
+    (its own marker tokens' text not doubled; ``</think>`` left out where the thinking never
+    closed), the rest as it is."""
     runs: list[tuple[bool, str]] = []
     for text, thinking in pieces:
         if runs and runs[-1][0] == thinking:
@@ -92,10 +93,15 @@ def mark_thinking(pieces: Sequence[tuple[str, bool]]) -> str:
             runs.append((thinking, text))
     out: list[str] = []
     after_thinking = False
-    for thinking, text in runs:
+    for k, (thinking, text) in enumerate(runs):
         if thinking:
-            inner = text.strip("\n").removeprefix("<think>").removesuffix("</think>").strip("\n")
-            out.append(f"<think>\n{inner}\n</think>\n\n" if inner.strip() else "")
+            bare = text.strip("\n").removeprefix("<think>")
+            # Closed where the answer follows or the end marker was copied; a thinking the
+            # reply ended in (or a selection ending in it) gets no </think> it never had.
+            closed = k + 1 < len(runs) or bare.endswith("</think>")
+            inner = bare.removesuffix("</think>").strip("\n")
+            end = "\n</think>\n\n" if closed else "\n"
+            out.append(f"<think>\n{inner}{end}" if inner.strip() else "")
         else:
             out.append(text.lstrip("\n") if after_thinking else text)
         after_thinking = thinking

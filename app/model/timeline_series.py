@@ -113,11 +113,10 @@ def is_marked(before: SamplingParams, after: SamplingParams) -> bool:
 
 def variant_applied(before: SamplingParams, after: SamplingParams) -> bool:
     """Whether ``after`` is ``before``'s ``think_variant`` taking over at the end of the
-    thinking (the engine keeps the request's seed where the variant has none)."""
-    variant = before.think_variant
-    if variant is None:
-        return False
-    return after == (variant if variant.seed is not None else variant.with_changes(seed=before.seed))
+    thinking (``SamplingParams.answer_settings``: the request's seed where the variant has
+    none, and its max_tokens)."""
+    answer = before.answer_settings()
+    return answer is not None and after == answer
 
 
 def answer_base(before: SamplingParams) -> SamplingParams:

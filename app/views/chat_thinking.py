@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtGui import QTextCursor, QTextDocument
 
 from app.model.streams import StreamKey
-from app.model.thinking import ThinkingSpan, thinking_header
+from app.model.thinking import ThinkingSpan, forced_by_budget, thinking_header
 from app.views.chat_sections import Block, block, char
 from app.views.theme import Colors
 from engine.events import TokenStep
@@ -83,7 +83,7 @@ def header_text(part: ThinkingPart, steps: list[TokenStep], drawn: int, live: bo
     """The header's words for the ``drawn`` steps so far (from what the part knows: no scan
     of the steps at every flush of a long thinking)."""
     end = part.end if part.end is not None else drawn
-    span = ThinkingSpan(0, part.end, end, part.end is not None and steps[end - 1].forced)
+    span = ThinkingSpan(0, part.end, end, part.end is not None and forced_by_budget(steps[end - 1]))
     finish = note.strip()[1:-1] if note.strip().startswith("[") else None
     return thinking_header(span, live, finish, seconds(part), open_)
 

@@ -28,6 +28,9 @@ from app.views.wheel_guard import wheel_only_when_focused
 from engine.params import SamplingParams
 
 DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
+ANSWER_MAX_TOKENS_TIP = (
+    "The limit of the whole reply, thinking and answer together: set it on the Thinking tab (the answer keeps it)."
+)
 
 
 class SamplingPanel(QWidget):
@@ -62,6 +65,9 @@ class SamplingPanel(QWidget):
         # A reasoning model's answer: a second set of the same fields (issue 26).
         self.reasoning = ReasoningRow()
         self.answer_controls = SamplingControls(settings)
+        # The reply's length is one limit, the Thinking tab's: the engine keeps it for the answer.
+        self.answer_controls.fields["max_tokens"].setEnabled(False)
+        self.answer_controls.fields["max_tokens"].setToolTip(ANSWER_MAX_TOKENS_TIP)
         self.answer_controls.params_changed.connect(lambda _params: self._push_reasoning())
         self.stack.addWidget(self.answer_controls)
         self.reasoning.answer_switch.toggled.connect(self._on_answer_switch)
@@ -159,6 +165,8 @@ class SamplingPanel(QWidget):
             if params.think_variant is not None:
                 self.answer_controls.set_params(params.think_variant)
             self._push_reasoning()
+        if i == 0:  # shown as the answer keeps it (SamplingParams.answer_settings)
+            self.answer_controls.fields["max_tokens"].set_value(params.max_tokens)
         self._refresh_tabs()
         self.params_changed.emit(i, params)
 
