@@ -71,7 +71,7 @@ MEMORY_LEFT: list[int] = []
 WHY: Counter[str] = Counter()
 """What made the rejected calls invalid, as the fuzzer saw it."""
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 STEPS = int(os.environ.get("FUZZ_STEPS", "30"))
 KNOWN_BUGS = os.environ.get("FUZZ_KNOWN_BUGS", "1") == "1"
 """The bugs pinned in tests/test_fuzz_regressions.py are fixed: their inputs are drawn (and
