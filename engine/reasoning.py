@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.errors import EngineError
+
 THINKING = "thinking"
 ANSWER = "answer"
 Phase = Literal["thinking", "answer"]
@@ -36,6 +38,14 @@ HARMONY_END = "<|end|><|start|>assistant<|channel|>final<|message|>"
 thinking budget forces it (gpt-oss's documented turn; harmony has no shorter end)."""
 SWITCH = "enable_thinking"
 """The chat-template variable Qwen3's (and others') templates read to turn thinking off."""
+
+
+def checked_switch(enabled: object) -> bool | None:
+    """``enable_thinking`` as every backend takes it: True, False, or None (the template's
+    default); anything else is refused before it is kept."""
+    if enabled is not None and not isinstance(enabled, bool):
+        raise EngineError(f"enable_thinking must be True, False or None, got {enabled!r}.")
+    return enabled
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from engine.capabilities import NO_MODEL, Capabilities
 from engine.errors import EngineError
 from engine.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.params import SamplingParams
+from engine.reasoning import checked_switch
 from engine.remote_emulation import ServerEmulation
 from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
 from engine.remote_fields import reasoning_refusals
@@ -196,9 +197,7 @@ class RemoteBackend(ServerEmulation):
         return self._begin(messages, params, output_text + forced_text, len(output), forced)
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
-        if enabled is not None and not isinstance(enabled, bool):
-            raise EngineError(f"enable_thinking must be True, False or None, got {enabled!r}.")
-        self.enable_thinking = enabled
+        self.enable_thinking = checked_switch(enabled)
 
     def _text_of(self, ids: Sequence[int | None]) -> str:
         if any(t is None or t not in self._pieces for t in ids):

@@ -23,7 +23,7 @@ from engine.kv_quantization import KVQuantization
 from engine.models import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.params import SamplingParams
 from engine.prompts import encode_messages, scored_text
-from engine.reasoning import has_thinking_switch
+from engine.reasoning import checked_switch, has_thinking_switch
 from engine.scheduler import Scheduler
 from engine.session_compare import CompareModelsMixin
 from engine.session_lens import LensMixin
@@ -142,9 +142,7 @@ class EngineSession(CompareModelsMixin, LensMixin):
         return encode_messages(self.scheduler.loaded.tokenizer, messages, self.enable_thinking)
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
-        if enabled is not None and not isinstance(enabled, bool):
-            raise EngineError(f"enable_thinking must be True, False or None, got {enabled!r}.")
-        self.enable_thinking = enabled
+        self.enable_thinking = checked_switch(enabled)
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
         prompt = self.prompt_for(messages)

@@ -317,6 +317,9 @@ def test_worker_errors_carry_the_exception(qtbot):
     bad = SamplingParamsError("logit_bias", {99999: 1.0}, "logit_bias token ids must be below 300, got 99999.")
 
     class RefusingSession:
+        def set_enable_thinking(self, enabled):
+            pass
+
         def start(self, messages, params):
             raise bad
 

@@ -193,8 +193,7 @@ class EngineWorker(QObject):
         """One ``StartedRequest`` per reply of ``job``, through the backend's own calls (a
         server emulates fork; the texts are for backends that continue from text)."""
         messages = list(job.messages)
-        if (set_thinking := getattr(session, "set_enable_thinking", None)) is not None:  # tests' stand-ins lack it
-            set_thinking(job.enable_thinking)
+        session.set_enable_thinking(job.enable_thinking)
         if isinstance(job, ForkJob):
             if job.output:
                 return session.fork_reply(
