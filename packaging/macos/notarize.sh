@@ -10,14 +10,9 @@ set -euo pipefail
 app=${1:?usage: notarize.sh path/to/Logitscope.app build-folder}
 build=${2:-build}
 
-need() {
-    for name in "$@"; do
-        if [ -z "${!name:-}" ]; then
-            echo "app-notarize: $name is not set (packaging/README.md, Signing and notarization)" >&2
-            exit 2
-        fi
-    done
-}
+step=app-notarize
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/need.sh"
 if [ -n "${APPLE_API_KEY:-}" ]; then need APPLE_API_KEY_ID APPLE_API_ISSUER; else need APPLE_ID APPLE_APP_PASSWORD APPLE_TEAM_ID; fi
 mkdir -p "$build"
 work=$(mktemp -d "$build/notarize.XXXXXX")

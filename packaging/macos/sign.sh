@@ -10,14 +10,8 @@ set -euo pipefail
 app=${1:?usage: sign.sh path/to/Logitscope.app}
 here=$(cd "$(dirname "$0")" && pwd)
 
-need() {
-    for name in "$@"; do
-        if [ -z "${!name:-}" ]; then
-            echo "app-sign: $name is not set (packaging/README.md, Signing and notarization)" >&2
-            exit 2
-        fi
-    done
-}
+step=app-sign
+. "$here/need.sh"
 need APPLE_SIGNING_IDENTITY
 if [ -n "${APPLE_CERTIFICATE_P12:-}" ]; then need APPLE_CERTIFICATE_PASSWORD; fi
 if [ ! -d "$app" ]; then
