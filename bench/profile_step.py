@@ -18,7 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from bench.common import PROMPT, default_model, median, row_params, synthetic_model
-from engine.inspection import to_host, unpack_row
+from engine.inspection import to_host
 from engine.params import SamplingParams
 from engine.scheduler import Scheduler
 
@@ -55,9 +55,7 @@ def profile(loaded, batch: int, repeats: int = 7, prompt_ids: list[int] | None =
         packed = to_host(sampled.packed)
         t3 = time.perf_counter()
         for row, request in enumerate(requests):
-            unpack_row(
-                packed[row], sampled.top_n, request.params.top_logprobs, sampled.chains[row], scheduler.text.piece
-            )
+            sampled.unpack(packed, row, request.params.top_logprobs, scheduler.text.piece)
             request.decoder.decode(request.generated[-4:])
         t4 = time.perf_counter()
         for cache in scheduler._batch:

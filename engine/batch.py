@@ -18,11 +18,12 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.inspection import RowInspection, pack_step
+from engine.inspection import PackLayout, RowInspection, unpack_row
 from engine.params import SamplingParams
-from engine.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, run_chain, step_key
+from engine.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.stages import STAGES, row_chain
 from engine.stages.base import Accepted, Rows, RowsState, StateContext
+from engine.step import compiled_step
 
 Carry = Mapping[str, Any]
 """What each stage with carried state (mirostat's μ) holds before a token, by stage name."""
@@ -42,12 +43,20 @@ class Sampled:
     tokens: mx.array
     """[B] int32, on the device (speculative decode feeds them to the next forward pass)."""
     packed: mx.array
-    """[B, W] float32 inspection data (see engine.inspection.pack_step), batch order."""
+    """[N] float32 inspection data: each group's rows (``engine.inspection.PackLayout``),
+    group after group; ``places`` says where each batch row is."""
     top_n: int
     chains: list[tuple[str, ...]]
     """Each row's own chain (without ``raw``)."""
     final: mx.array
     """[B, V] logits after each row's last stage, batch order (for fork divergences)."""
+    places: list[tuple[int, PackLayout]]
+    """Each batch row's offset in ``packed`` and its group's layout."""
+
+    def unpack(self, host: np.ndarray, row: int, row_top_n: int, text_of: Callable[[int], str]) -> RowInspection:
+        """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`."""
+        offset, layout = self.places[row]
+        return unpack_row(host[offset : offset + layout.width], layout, row_top_n, self.chains[row], text_of)
 
 
 def new_states(
@@ -168,26 +177,50 @@ class SamplingBatch:
         groups = self._plan()
         top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
         tokens_parts, packed_parts, final_parts = [], [], []
+        places: list[tuple[int, PackLayout]] = [(0, None)] * len(self.params)  # type: ignore[list-item]
+        offset = 0
         for group in groups:
             rows = group.rows.rows
             inputs = dict(group.columns)
             inputs.update(state_inputs(self.states, group.chain, self.params, group.rows, indices))
             noise = None
             if not all(self.params[r].greedy for r in rows):
-                noise = gumbel_noise([step_key(self.params[r].seed, indices[r]) for r in rows], self.vocab)
-            result = run_chain(group.rows.take(logits), group.chain, inputs, noise, group.aliases, group.forms)
+                keys = step_keys([self.params[r].seed for r in rows], [indices[r] for r in rows])
+                noise = gumbel_noise(keys, self.vocab)
+            override = None
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
-                result.tokens = mx.where(override >= 0, override, result.tokens)
-            tokens_parts.append(result.tokens)
-            packed_parts.append(pack_step(result, inputs.get("counts"), top_n))
-            final_parts.append(result.outputs[-1])
-        tokens, packed, final = tokens_parts[0], packed_parts[0], final_parts[0]
+            counts = inputs.get("counts")
+            fn, layout = compiled_step(
+                group.chain,
+                group.aliases,
+                noise is not None,
+                group.forms,
+                top_n,
+                counts is not None,
+                override is not None,
+            )
+            zero = mx.array(0)
+            tokens, packed, final = fn(
+                group.rows.take(logits),
+                inputs,
+                noise if noise is not None else zero,
+                counts if counts is not None else zero,
+                override if override is not None else zero,
+            )
+            for k, row in enumerate(rows):
+                places[row] = (offset + k * layout.width, layout)
+            offset += len(rows) * layout.width
+            tokens_parts.append(tokens)
+            packed_parts.append(packed.reshape(-1))
+            final_parts.append(final)
+        tokens, final = tokens_parts[0], final_parts[0]
+        packed = packed_parts[0] if len(groups) == 1 else mx.concatenate(packed_parts)
         if len(groups) > 1:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
-            tokens, packed, final = (mx.concatenate(p)[back] for p in (tokens_parts, packed_parts, final_parts))
-        return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final)
+            tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
+        return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final, places)
 
     def _plan(self) -> list[_Group]:
         if self._groups is None:

@@ -1,15 +1,16 @@
 """Per-step inspection data for every stage of the chain, in one host transfer.
 
-For each stage that ran, the batch's logits after it become logprobs (one log-sum-exp
-per stage), an entropy and a surviving-token count; each candidate's logprob is
-gathered from every stage. Everything is packed into one float32 array with a slot per
-canonical stage name (``STAGE_NAMES``; NaN where the stage did not run), so groups of
-rows with different chains concatenate, and a step costs exactly one copy to the host.
+Each distinct distribution the chain made (the stages that ran; a stage that was the
+identity for every row is its input again) gets its max, log Z, entropy and surviving
+tokens, reduced once over all of them stacked; every candidate's logit is gathered once
+from the stack. A group's rows are packed as :class:`PackLayout` says (only the stages
+that ran), groups are laid one after another in one flat float32 array, and a step
+costs exactly one copy to the host, where logprobs are finished with the device's own
+float32 operations.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -18,136 +19,166 @@ import mlx.core as mx
 import numpy as np
 
 from engine.events import Candidate, ChainValues
-from engine.params import STAGE_NAMES
 from engine.sampler import ChainResult
 
-N_STAGES = len(STAGE_NAMES)
-_EXTRA = ("raw_logit", "bias", "penalty", "count", "dry")  # per candidate, before the per-stage logprobs
-_PER_SLOT = len(_EXTRA) + N_STAGES
-_HEAD = 1 + 2 * N_STAGES  # token, entropies, survivors
+BLOCK = 128
+"""Top candidates are found among the ``top_n`` blocks of this many tokens with the
+largest maxima (every top-n token lies in one of them), so a step partitions a few
+thousand values instead of the vocabulary: four times cheaper on the CPU."""
+_STATS = ("max", "log_z", "entropy", "survivors")  # per distribution, per row
 
 
-def entropy(logprobs: mx.array) -> mx.array:
-    """[B, V] logprobs -> [B] entropy in nats; removed (-inf) tokens contribute 0."""
-    terms = mx.where(logprobs > float("-inf"), mx.exp(logprobs) * logprobs, 0.0)
-    return -mx.sum(terms, axis=-1)
+@dataclass(frozen=True)
+class PackLayout:
+    """Where a group's values sit in each of its packed rows (host and device agree on it).
 
-
-def _distribution_stats(
-    logits: mx.array, parent: tuple[mx.array, mx.array, mx.array] | None = None
-) -> tuple[tuple[mx.array, mx.array, mx.array, mx.array], tuple[mx.array, mx.array, mx.array]]:
-    """``((max [B, 1], log Z [B, 1], entropy [B], surviving tokens [B]), (max, shift, exp))``
-    with at most one exp over [B, V]: a logprob is ``(l - max) - log Z``, exact to float32
-    even for large logits (``l - lse`` carries an ulp of the largest logit).
-
-    ``H = log Z - sum(e * s) / Z`` with ``s = l - max`` and ``e = exp(s)``: exp is the
-    costly pass on the CPU backend, so it is taken once (and the shift keeps the
-    subtraction well conditioned). ``parent`` (the previous distribution's max, shift and
-    exp) is reused when these logits are the parent's with tokens removed and its most
-    likely token kept (:data:`KEEPS_TOP`): the same max, so the same shift and exp values
-    on the survivors, and no exp at all.
+    The distinct distributions of the chain (a stage that was the identity for every row
+    repeats its input: one distribution) are stacked raw first, the last stage's second,
+    then the others in chain order. A row is ``[token, stats [4, D], index [S], counts [S],
+    logits [D, S]]``: each distribution's max, log Z, entropy and surviving tokens; the
+    candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``, the top of the last
+    stage, the drawn token), their penalty counts, and their logit in every distribution.
+    A logprob is ``(logit - max) - log Z`` in float32 on the host, the same operations the
+    device would do, so the numbers are the same to the bit.
     """
-    finite = logits > float("-inf")
-    if parent is None:
-        top = mx.max(logits, axis=-1, keepdims=True)
-        shifted = logits - top
-        e = mx.exp(shifted)
-    else:
-        top, shifted, e = parent
-        e = mx.where(finite, e, 0.0)
-    z = mx.sum(e, axis=-1, keepdims=True)
-    log_z = mx.log(z)
-    h = log_z[:, 0] - mx.sum(mx.where(e > 0, e * shifted, 0.0), axis=-1) / z[:, 0]
-    survivors = mx.sum(finite, axis=-1).astype(mx.float32)
-    return (top, log_z, mx.maximum(h, 0.0), survivors), (top, shifted, e)
 
+    chain: tuple[str, ...]
+    """The group's stages (without ``raw``)."""
+    sources: tuple[int, ...]
+    """For each output (``raw``, then each stage), the first output with the same values."""
+    top_n: int
 
-KEEPS_TOP = frozenset({"top_k", "top_p", "min_p", "top_n_sigma"})
-"""Stages whose output is their input with tokens removed, the most likely one always kept."""
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The distinct outputs in stack order."""
+        distinct = sorted(set(self.sources))
+        last = self.sources[-1]
+        return (0, *([last] if last else []), *(i for i in distinct if i not in (0, last)))
 
+    @property
+    def slots(self) -> int:
+        return slots(self.top_n)
 
-def _top_indices(values: mx.array, n: int) -> mx.array:
-    n = min(n, values.shape[-1])
-    return mx.argpartition(-values, kth=n - 1, axis=-1)[:, :n]
+    @property
+    def width(self) -> int:
+        d, s = len(self.order), self.slots
+        return 1 + len(_STATS) * d + 2 * s + d * s
+
+    def distribution(self, stage: str) -> int:
+        """The stack index of the distribution after ``stage`` (``raw`` too)."""
+        output = 0 if stage == "raw" else self.chain.index(stage) + 1
+        return self.order.index(self.sources[output])
+
+    def effect_pair(self, stage: str) -> tuple[int, int] | None:
+        """The distributions before and after ``stage``, or None when it did not run."""
+        if stage not in self.chain:
+            return None
+        i = self.chain.index(stage)
+        before = "raw" if i == 0 else self.chain[i - 1]
+        return self.distribution(before), self.distribution(stage)
 
 
 def slots(top_n: int) -> int:
     return 2 * top_n + 1 if top_n > 0 else 1
 
 
+def layout_of(result: ChainResult, top_n: int) -> PackLayout:
+    return PackLayout(result.chain, tuple(result.sources()), top_n)
+
+
+def _blocks(values: mx.array) -> mx.array | None:
+    """[..., V] -> [..., V / BLOCK, BLOCK], or None when V is not a multiple of ``BLOCK``."""
+    vocab = values.shape[-1]
+    return None if vocab % BLOCK else values.reshape(*values.shape[:-1], vocab // BLOCK, BLOCK)
+
+
+def _largest(values: mx.array, n: int) -> mx.array:
+    """The indices of the ``n`` largest of ``values`` along its last axis, in no order."""
+    size = values.shape[-1]
+    return mx.argpartition(values, kth=size - n, axis=-1)[..., size - n :]
+
+
+def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: mx.array | None) -> mx.array:
+    """[..., V] -> [..., n] int32: the ids of the ``n`` largest values, in no order.
+
+    The top ``n`` values of a row lie in the ``n`` blocks with the largest maxima (a value
+    outside them is beaten or tied by those ``n`` maxima), so a partition over the block
+    maxima, then over the values of those blocks, finds them.
+    """
+    n = min(n, values.shape[-1])
+    if blocks is None or block_max is None or n >= block_max.shape[-1]:
+        return _largest(values, n).astype(mx.int32)
+    best = _largest(block_max, n)
+    inside = mx.take_along_axis(blocks, best[..., None], axis=-2).reshape(*values.shape[:-1], n * BLOCK)
+    within = _largest(inside, n)
+    block = mx.take_along_axis(best, within // BLOCK, axis=-1)
+    return (block * BLOCK + within % BLOCK).astype(mx.int32)
+
+
+def pack_outputs(layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.array, counts) -> mx.array:
+    """[B, layout.width] float32: the inspection data of one group (pure; compiled with the
+    chain by ``engine.step.compiled_step``, or alone by :func:`pack_step`).
+
+    The statistics of every distribution are reduced once over the stacked distributions
+    ([D, B, V]: one max by blocks, one exp, three sums), and every candidate's logit is
+    gathered once from the stack: a handful of kernels however long the chain, which is
+    what a step costs on a GPU.
+    """
+    stack = mx.stack([outputs[i] for i in layout.order])  # [D, B, V]
+    batch = tokens.shape[0]
+    blocks = _blocks(stack)
+    block_max = None if blocks is None else mx.max(blocks, axis=-1)  # [D, B, V / BLOCK]
+    top = mx.max(stack if block_max is None else block_max, axis=-1, keepdims=True)
+    shifted = stack - top
+    e = mx.exp(shifted)
+    z = mx.sum(e, axis=-1)
+    log_z = mx.log(z)
+    h = mx.maximum(log_z - mx.sum(mx.where(e > 0, e * shifted, 0.0), axis=-1) / z, 0.0)
+    survivors = mx.sum(stack > float("-inf"), axis=-1).astype(mx.float32)
+    chosen = tokens[:, None].astype(mx.int32)
+    if layout.top_n > 0:
+        two = min(2, len(layout.order))  # raw, the last
+        tops = _top_indices(
+            stack[:two],
+            layout.top_n,
+            None if blocks is None else blocks[:two],
+            None if block_max is None else block_max[:two],
+        )
+        tops = mx.broadcast_to(tops, (2, *tops.shape[1:]))  # the last is raw when nothing changed it
+        index = mx.concatenate([tops.transpose(1, 0, 2).reshape(batch, -1), chosen], axis=1)
+    else:
+        index = chosen
+    logits = mx.take_along_axis(stack, mx.broadcast_to(index[None], (stack.shape[0], *index.shape)), axis=-1)
+    if counts.ndim == 2:
+        counted = mx.take_along_axis(counts, index, axis=-1).astype(mx.float32)
+    else:
+        counted = mx.zeros(index.shape, mx.float32)
+    return mx.concatenate(
+        [
+            tokens[:, None].astype(mx.float32),
+            *(stat.T for stat in (top[..., 0], log_z, h, survivors)),  # [B, D] each
+            index.astype(mx.float32),
+            counted,
+            logits.transpose(1, 0, 2).reshape(batch, -1),
+        ],
+        axis=1,
+    )
+
+
 def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.array:
-    """[B, _HEAD + S * (1 + _PER_SLOT)] float32, S = 2 * top_n + 1 candidate slots:
-    the top ``top_n`` of ``raw``, of the last stage, and the drawn token. Each distinct
-    distribution (a stage that was the identity for every row repeats its input) is
-    normalized once. Compiled once per chain shape (its stages, which outputs repeat an
-    input, ``top_n``, whether counts are reported): fused kernels instead of a hundred
-    small ones, which is what a step costs on a GPU."""
-    key = (result.chain, tuple(result.sources()), top_n, counts is not None)
+    """[B, width] float32 inspection data of a chain's result (see :class:`PackLayout`),
+    compiled once per layout."""
+    layout = layout_of(result, top_n)
+    key = (layout, counts is not None)
     fn = _PACKERS.get(key)
     if fn is None:
-        fn = _PACKERS[key] = mx.compile(partial(_pack, result.chain, key[1], top_n))
+        fn = _PACKERS[key] = mx.compile(partial(pack_outputs, layout))
         while len(_PACKERS) > 64:
             _PACKERS.pop(next(iter(_PACKERS)))
     return fn(result.outputs, result.tokens, counts if counts is not None else mx.array(0.0))
 
 
 _PACKERS: dict[tuple, Callable] = {}
-
-
-def _pack(
-    chain: tuple[str, ...], sources: tuple[int, ...], top_n: int, outputs: list[mx.array], tokens: mx.array, counts
-) -> mx.array:
-    raw, last = outputs[0], outputs[sources[-1]]
-    batch = tokens.shape[0]
-    chosen = tokens[:, None].astype(mx.int32)
-    index = chosen
-    if top_n > 0:
-        tops = [_top_indices(raw, top_n)]
-        tops.append(tops[0] if sources[-1] == 0 else _top_indices(last, top_n))
-        index = mx.concatenate([*tops, chosen], axis=1)
-    width = index.shape[1]
-    nan_row = mx.full((batch,), math.nan, mx.float32)
-    nan_slots = mx.full((batch, width), math.nan, mx.float32)
-    zeros = mx.zeros((batch, width), mx.float32)
-
-    def gather(values: mx.array) -> mx.array:
-        return mx.take_along_axis(values, index, axis=-1)
-
-    per_source: dict[int, tuple[mx.array, mx.array, mx.array]] = {}
-    exps: dict[int, tuple[mx.array, mx.array, mx.array]] = {}
-    for i in sorted(set(sources)):  # each distinct distribution in chain order, its parent first
-        parent = exps.get(sources[i - 1]) if i > 0 and chain[i - 1] in KEEPS_TOP else None
-        (top, log_z, h, n), exps[i] = _distribution_stats(outputs[i], parent)
-        per_source[i] = (h, n, (gather(outputs[i]) - top) - log_z)
-    entropies, survivors, stage_lps = [], [], []
-    for name in STAGE_NAMES:
-        position = 0 if name == "raw" else (chain.index(name) + 1 if name in chain else None)
-        if position is None:
-            entropies.append(nan_row)
-            survivors.append(nan_row)
-            stage_lps.append(nan_slots)
-            continue
-        h, n, lps = per_source[sources[position]]
-        entropies.append(h)
-        survivors.append(n)
-        stage_lps.append(lps)
-    extra = [
-        gather(raw),
-        _effect(chain, outputs, "bias", gather, zeros),
-        _effect(chain, outputs, "penalties", gather, zeros),
-        gather(counts).astype(mx.float32) if counts.ndim == 2 else zeros,
-        _effect(chain, outputs, "dry", gather, zeros),
-    ]
-    head = mx.stack([tokens.astype(mx.float32), *entropies, *survivors], axis=1)
-    return mx.concatenate([head, index.astype(mx.float32), *extra, *stage_lps], axis=1)
-
-
-def _effect(chain: tuple[str, ...], outputs: list[mx.array], stage: str, gather, zeros: mx.array) -> mx.array:
-    """How much ``stage`` changed each candidate's logit (0 when it did not run)."""
-    if stage not in chain:
-        return zeros
-    i = chain.index(stage)
-    return gather(outputs[i + 1] - outputs[i])
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,36 +193,45 @@ class RowInspection(ChainValues):
 
 def unpack_row(
     packed: np.ndarray,
-    top_n: int,
+    layout: PackLayout,
     row_top_n: int,
     chain: Sequence[str],
     text_of: Callable[[int], str],
 ) -> RowInspection:
-    """Host side: one row of :func:`pack_step`, for a row whose stages were ``chain``
-    (without ``raw``); candidates deduplicated and sorted by their last-stage logprob."""
+    """Host side: one row of :func:`pack_outputs`, for a row whose stages were ``chain``
+    (without ``raw``; a subset of the group's); candidates deduplicated and sorted by their
+    last-stage logprob."""
     chain = ("raw", *chain)
-    columns = [STAGE_NAMES.index(name) for name in chain]
-    n_slots = slots(top_n)
-    index = packed[_HEAD : _HEAD + n_slots].astype(np.int64)
-    values = packed[_HEAD + n_slots :].reshape(_PER_SLOT, n_slots)
-    stage_values = values[len(_EXTRA) :][columns]  # [len(chain), S]
+    d, n_slots, top_n = len(layout.order), layout.slots, layout.top_n
+    stats = packed[1 : 1 + len(_STATS) * d].reshape(len(_STATS), d)
+    at = 1 + len(_STATS) * d
+    index = packed[at : at + n_slots].astype(np.int64)
+    counts = packed[at + n_slots : at + 2 * n_slots]
+    logits = packed[at + 2 * n_slots :].reshape(d, n_slots)
+    lps = (logits - stats[0][:, None]) - stats[1][:, None]  # float32, as on the device
+    rows = [layout.distribution(name) for name in chain]
+    stage_values = lps[rows]  # [len(chain), S]
+    effects = []
+    for stage in ("bias", "penalties", "dry"):
+        pair = layout.effect_pair(stage)
+        with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
+            effects.append(logits[pair[1]] - logits[pair[0]] if pair else np.zeros(n_slots, np.float32))
+    extra = np.stack([logits[0], *effects[:2], counts, effects[2]])
     by_id: dict[int, int] = {}
-    for slot in _wanted_slots(values[0], stage_values[-1], top_n, row_top_n, n_slots):
+    for slot in _wanted_slots(logits[0], stage_values[-1], top_n, row_top_n, n_slots):
         by_id.setdefault(int(index[slot]), slot)
     top = tuple(
         sorted(
-            (_candidate(int(index[s]), values[:, s], stage_values[:, s], chain, text_of) for s in by_id.values()),
+            (_candidate(int(index[s]), extra[:, s], stage_values[:, s], chain, text_of) for s in by_id.values()),
             key=lambda c: (-c.logprob, -c.raw_logprob),
         )
     )
-    entropies = packed[1 : 1 + N_STAGES][columns]
-    survivors = packed[1 + N_STAGES : _HEAD][columns]
     return RowInspection(
         token_id=int(packed[0]),
         chain=chain,
         logprobs=tuple(float(v) for v in stage_values[:, n_slots - 1]),
-        entropies=tuple(_clean_entropy(float(e)) for e in entropies),
-        survivors=tuple(int(s) for s in survivors),
+        entropies=tuple(_clean_entropy(float(stats[2][r])) for r in rows),
+        survivors=tuple(int(stats[3][r]) for r in rows),
         top=top,
     )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
@@ -67,31 +68,38 @@ def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, nois
     return mx.where(greedy, best, mx.argmax(final + noise, axis=-1)).astype(mx.int32)
 
 
-def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool, forms: tuple[str | None, ...]):
-    key = (chain, aliases, use_noise, forms)
+def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping[str, mx.array], noise: mx.array):
+    """The chain's body (traced by ``mx.compile``): ``raw``, then each stage not in
+    ``aliases`` in its form, and the draw. Returns every output [B, V] and the tokens [B]."""
+    TRACES["count"] += 1
+    logits = raw.astype(mx.float32)
+    outputs = [logits]
+    entering = None
+    for name, form in zip(chain, forms, strict=True):
+        if STAGES[name].spec.marks_greedy:
+            entering = logits
+        if name not in aliases:
+            logits = STAGES[name].apply_form(form)(logits, inputs)
+        outputs.append(logits)
+    tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
+    return outputs, tokens
+
+
+def compiled_once(key: tuple, make):
+    """``mx.compile(make())``, kept under ``key`` in a bounded cache (the least used leaves)."""
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
         return _COMPILED[key]
-
-    def core(raw: mx.array, inputs: dict[str, mx.array], noise: mx.array):
-        TRACES["count"] += 1
-        logits = raw.astype(mx.float32)
-        outputs = [logits]
-        entering = None
-        for name, form in zip(chain, forms, strict=True):
-            if STAGES[name].spec.marks_greedy:
-                entering = logits
-            if name not in aliases:
-                logits = STAGES[name].apply_form(form)(logits, inputs)
-            outputs.append(logits)
-        tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
-        return outputs, tokens
-
-    compiled = mx.compile(core)
-    _COMPILED[key] = compiled
+    compiled = _COMPILED[key] = mx.compile(make())
     while len(_COMPILED) > MAX_COMPILED_CHAINS:
         _COMPILED.popitem(last=False)
     return compiled
+
+
+def _compiled(chain: tuple[str, ...], aliases: frozenset[str], use_noise: bool, forms: tuple[str | None, ...]):
+    return compiled_once(
+        ("chain", chain, aliases, use_noise, forms), lambda: partial(apply_chain, chain, aliases, use_noise, forms)
+    )
 
 
 def run_chain(
@@ -153,6 +161,25 @@ def step_key(seed: int, index: int) -> mx.array:
     return mx.random.key(splitmix64(seed ^ splitmix64(index)))
 
 
-def gumbel_noise(keys: Sequence[mx.array], vocab: int) -> mx.array:
-    """[B, V] float32 Gumbel noise, each row from its own key."""
-    return mx.stack([mx.random.gumbel(shape=(vocab,), key=k) for k in keys])
+def step_keys(seeds: Sequence[int], indices: Sequence[int]) -> mx.array:
+    """[B, 2] uint32: :func:`step_key` of each row, made on the host in one array (the
+    key of a 64-bit seed is its high and low words)."""
+    words = [splitmix64(seed ^ splitmix64(index)) for seed, index in zip(seeds, indices, strict=True)]
+    return mx.array(np.array([[w >> 32, w & 0xFFFFFFFF] for w in words], dtype=np.uint32).reshape(-1, 2))
+
+
+def gumbel_noise(keys: Sequence[mx.array] | mx.array, vocab: int) -> mx.array:
+    """[B, V] float32 Gumbel noise, each row from its own key (``keys``: [B, 2] uint32 or a
+    list of keys), drawn for every row at once: the same values as one draw per row."""
+    stacked = keys if isinstance(keys, mx.array) else mx.stack(list(keys))
+    return _gumbel_rows(vocab)(stacked)
+
+
+def _gumbel_rows(vocab: int):
+    fn = _GUMBEL.get(vocab)
+    if fn is None:
+        fn = _GUMBEL[vocab] = mx.vmap(lambda key: mx.random.gumbel(shape=(vocab,), key=key))
+    return fn
+
+
+_GUMBEL: dict[int, object] = {}

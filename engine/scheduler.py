@@ -26,7 +26,7 @@ from engine.divergence import group_pairs, pair_divergences
 from engine.dry import BreakerCache
 from engine.errors import EngineError
 from engine.events import Event, Finished, FinishReason, PrefillProgress
-from engine.inspection import RowInspection, to_host, unpack_row
+from engine.inspection import RowInspection, to_host
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.reasoning import detect_markers
@@ -342,7 +342,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         packed_device = sampled.packed
         if pairs:  # the divergences ride along in the step's one transfer
             js = pair_divergences(sampled.final, pairs)
-            packed_device = mx.concatenate([packed_device.reshape(-1), js])
+            packed_device = mx.concatenate([packed_device, js])
         if speculate:
             mx.async_eval(packed_device)
             self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
@@ -351,13 +351,10 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
             for request in requests:
                 request.fed += 1
         host = to_host(packed_device)  # the one transfer
-        packed = host[: host.size - len(pairs)].reshape(len(requests), -1) if pairs else host
         events: list[Event] = []
         inspections = []
         for row, request in enumerate(requests):
-            inspection = unpack_row(
-                packed[row], sampled.top_n, request.params.top_logprobs, sampled.chains[row], self.text.piece
-            )
+            inspection = sampled.unpack(host, row, request.params.top_logprobs, self.text.piece)
             request.carries.append(carries[row])
             inspections.append(inspection)
             events.extend(self._accept(request, inspection, forced[row] is not None))

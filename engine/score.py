@@ -28,7 +28,7 @@ from engine.detokenize import StreamDecoder
 from engine.dry import Breakers
 from engine.errors import EngineError
 from engine.events import PrefillProgress, ScoreDone, TokenStep
-from engine.inspection import pack_step, to_host, unpack_row
+from engine.inspection import layout_of, pack_step, to_host, unpack_row
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.reasoning import detect_markers
@@ -193,8 +193,9 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     packed_rows = host[:-n].reshape(n, -1)
     steps = []
     own_chain = row_chain(params)
+    layout = layout_of(result, top_n)
     for i, p in enumerate(rows):
-        inspection = unpack_row(packed_rows[i], top_n, params.top_logprobs, own_chain, text.piece)
+        inspection = unpack_row(packed_rows[i], layout, params.top_logprobs, own_chain, text.piece)
         token = full[p]
         steps.append(
             TokenStep(

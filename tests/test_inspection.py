@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.inspection import pack_step, to_host, unpack_row
+from engine.inspection import layout_of, pack_step, to_host, unpack_row
 from engine.params import SamplingParams
 from engine.stages import row_chain
 from tests.chain_util import run
@@ -18,7 +18,8 @@ def inspect(logits, params, top_n):
     result = run(logits, params)
     packed = to_host(pack_step(result, None, top_n))
     assert packed.dtype == np.float32
-    return [unpack_row(packed[i], top_n, p.top_logprobs, row_chain(p), str) for i, p in enumerate(params)]
+    layout = layout_of(result, top_n)
+    return [unpack_row(packed[i], layout, p.top_logprobs, row_chain(p), str) for i, p in enumerate(params)]
 
 
 @pytest.mark.parametrize(("dtype", "tolerance"), [(mx.float16, 0.03), (mx.bfloat16, 0.1)])

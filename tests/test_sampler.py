@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from engine import sampler
-from engine.inspection import unpack_row
 from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
 from engine.stages import row_chain
 from engine.stages.min_p import apply_min_p
@@ -194,7 +193,7 @@ def test_rows_with_different_orders_are_sampled_in_one_batch():
         return out
 
     def report(sampled, row, p):
-        return unpack_row(np.array(sampled.packed)[row], sampled.top_n, p.top_logprobs, sampled.chains[row], str)
+        return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str)
 
     together = batch_of(rows).sample(logits, [0, 0, 0])
     assert together.chains[1] == ("top_k", "top_p", "temperature")

@@ -18,7 +18,6 @@ from engine.batch import SamplingBatch
 from engine.dry import Breakers
 from engine.errors import EngineError
 from engine.events import TokenStep
-from engine.inspection import unpack_row
 from engine.params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.score import score
@@ -116,9 +115,7 @@ def test_mu_evolves_as_llama_cpp_over_many_steps_with_mixed_rows():
         x = random_logits(100 + step, len(params))
         sampled = batch.sample(mx.array(x), [step] * len(params))
         packed = np.array(sampled.packed)
-        steps = [
-            unpack_row(packed[r], sampled.top_n, p.top_logprobs, sampled.chains[r], str) for r, p in enumerate(params)
-        ]
+        steps = [sampled.unpack(packed, r, p.top_logprobs, str) for r, p in enumerate(params)]
         tokens = [int(t) for t in np.array(sampled.tokens)]
         for r, p in enumerate(params):
             if "mirostat_v2" not in p.samplers:

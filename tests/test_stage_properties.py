@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from engine.batch import SamplingBatch
 from engine.dry import Breakers, resolve_breakers
-from engine.inspection import unpack_row
 from engine.params import SAMPLER_STAGES, SamplingParams
 from engine.sampler import columns, draw, gumbel_noise, step_key, xtc_coin
 from engine.stages import STAGES, row_chain
@@ -153,7 +152,7 @@ def batch_of(rows, history) -> SamplingBatch:
 
 
 def inspect(sampled, row: int, p: SamplingParams):
-    return unpack_row(np.array(sampled.packed)[row], sampled.top_n, p.top_logprobs, sampled.chains[row], str)
+    return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

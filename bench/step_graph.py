@@ -1,0 +1,147 @@
+"""Figures 21 and 22 (issue 33): what a decode step costs outside the model.
+
+21. ``step_primitives``: the primitives (graph nodes) a decode step runs outside the
+    forward pass, ours and mlx-lm's, counted from the graph MLX would run (its
+    ``export_to_dot``) on any backend: the logits are evaluated first, so only what
+    follows them counts — our chain, draw, inspection pack and the sampler state's
+    update; mlx-lm's logits processors, log-softmax and sampler. Compiled functions are
+    counted after MLX's fusion (one ``Compiled…`` node per fused element-wise kernel).
+    ``kernels`` leaves out the primitives that are views (reshape, slice, ...), which
+    launch nothing. On a GPU a step costs its kernel count, not its arithmetic.
+22. ``tiny_decode``: a CPU proxy of the GPU step. A random llama of 2 layers and hidden
+    64 with the default model's real vocabulary (V = 49,152): its forward pass is cheap,
+    so the work around it shows, as it does on a GPU. Decoded greedily with ten
+    candidates by us and by ``mlx_lm.stream_generate`` (the same span on both sides).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+
+from bench.chain_cost import CLASSIC, EVERY_STAGE
+from bench.common import PROMPT, median, no_eos, peer_sampling, synthetic_model
+from engine.models import LoadedModel
+from engine.params import SamplingParams
+from engine.scheduler import Scheduler
+
+VIEWS = frozenset(
+    {"Reshape", "Squeeze", "ExpandDims", "Broadcast", "Slice", "Transpose", "StopGradient", "AsStrided", "Flatten"}
+)
+"""Primitives that make a view of their input and launch no kernel."""
+
+CHAINS = {"greedy": {}, "classic": CLASSIC, "every": EVERY_STAGE}
+GOALS = {"ours_at_most": 20, "tiny_ratio_at_least": 0.9}
+
+
+def tiny_model() -> LoadedModel:
+    """2 layers, hidden 64, the default model's tokenizer and vocabulary (V = 49,152)."""
+    return synthetic_model(Path(tempfile.gettempdir()) / "logitscope-bench-tiny64", hidden=64, layers=2)
+
+
+def count_nodes(*outputs: mx.array) -> dict:
+    """The primitives in the graph that computes ``outputs`` from what is already evaluated."""
+    out = io.StringIO()
+    mx.export_to_dot(out, *outputs)
+    labels = re.findall(r'label ="([^"]+)", shape=rectangle', out.getvalue())
+    return {"primitives": len(labels), "kernels": sum(label not in VIEWS for label in labels)}
+
+
+def _state_arrays(sampling) -> list[mx.array]:
+    """The device arrays a step's ``accept`` leaves in the sampler's state."""
+    found: list[mx.array] = []
+
+    def walk(value, depth: int) -> None:
+        if isinstance(value, mx.array):
+            found.append(value)
+        elif depth < 3 and hasattr(value, "__dict__"):
+            for item in vars(value).values():
+                walk(item, depth + 1)
+        elif depth < 3 and isinstance(value, list | tuple):
+            for item in value:
+                walk(item, depth + 1)
+
+    for state in sampling.states.values():
+        walk(state, 0)
+    return found
+
+
+def ours(loaded: LoadedModel, batch: int, settings: dict) -> dict:
+    """Our step's graph after the logits, at ``batch`` rows sharing ``settings``."""
+    scheduler = Scheduler(loaded, max_batch_size=batch, prefill_chunk=512, speculate=False)
+    prompt = loaded.tokenizer.encode(PROMPT)
+    for i in range(batch):
+        params = SamplingParams(seed=i, max_tokens=10_000, top_logprobs=10, logit_bias=no_eos(loaded), **settings)
+        scheduler.insert(prompt[i:], params)
+    while len(scheduler._active) < batch:
+        scheduler.step()
+    scheduler.step()
+    requests, sampling = scheduler._active, scheduler._sampling
+    logits = scheduler.model(mx.array([[r.generated[-1]] for r in requests]), cache=scheduler._batch)[:, -1, :]
+    mx.eval(logits)
+    mx.eval(*_state_arrays(sampling))
+    sampled = sampling.sample(logits, [r.next_index for r in requests])
+    step = count_nodes(sampled.tokens, sampled.packed)
+    # The state's update for the token just drawn (its graph runs at the next step).
+    tokens = [int(t) for t in sampled.tokens.tolist()]
+    sampling.accept(tokens, [r.leaving_token() for r in requests])
+    update = count_nodes(*_state_arrays(sampling))
+    return {key: step[key] + update[key] for key in step}
+
+
+def peer(loaded: LoadedModel, batch: int, settings: dict) -> dict:
+    """mlx-lm's step after the logits: ``generate_step`` at batch 1, ``BatchGenerator._step``
+    (a processor chain and a sampler per row) at larger batches."""
+    p = SamplingParams(max_tokens=10_000, logit_bias=no_eos(loaded), **settings)
+    sampler, processors = peer_sampling(p)
+    logits = mx.random.normal((batch, loaded.vocab_size))
+    context = mx.array(loaded.tokenizer.encode(PROMPT))
+    mx.eval(logits, context)
+    rows = []
+    for row in range(batch):
+        part = logits[row : row + 1]
+        for processor in processors:
+            part = processor(context, part)
+        rows.append(part)
+    processed = rows[0] if batch == 1 else mx.concatenate(rows, axis=0)
+    logprobs = processed - mx.logsumexp(processed, axis=-1, keepdims=True)
+    tokens = mx.concatenate([sampler(logprobs[r : r + 1]) for r in range(batch)]) if batch > 1 else sampler(logprobs)
+    return count_nodes(tokens, logprobs)
+
+
+def step_primitives(smoke: bool = False) -> dict:
+    loaded = tiny_model()
+    out: dict = {}
+    for chain, settings in CHAINS.items():
+        for batch in (1,) if smoke else (1, 8):
+            out[f"{chain}, batch {batch}"] = {
+                "ours": ours(loaded, batch, settings),
+                "mlx_lm": peer(loaded, batch, settings),
+            }
+    out["goal"] = {"ours_kernels_at_most": GOALS["ours_at_most"]}
+    return out
+
+
+def tiny_decode(smoke: bool = False) -> dict:
+    from bench.throughput import _ours_arrivals, _peer_arrivals, _steady_rate
+
+    loaded = tiny_model()
+    prompt = loaded.tokenizer.encode(PROMPT)
+    tokens, repeats = (8, 1) if smoke else (200, 5)
+    params = SamplingParams(max_tokens=tokens, top_logprobs=10, logit_bias=no_eos(loaded))
+    mine, theirs = [], []
+    for _ in range(repeats):
+        mine.append(_steady_rate(_ours_arrivals(loaded, prompt, params)))
+        theirs.append(_steady_rate(_peer_arrivals(loaded, prompt, tokens)))
+    return {
+        "ours_tps": round(median(mine), 1),
+        "mlx_lm_tps": round(median(theirs), 1),
+        "ratio": round(median(mine) / median(theirs), 3),
+        "tokens": tokens,
+        "repeats": repeats,
+        "goal": {"ratio_at_least": GOALS["tiny_ratio_at_least"]},
+    }
