@@ -13,6 +13,14 @@ behind that fall: on a 20,000-token prompt of the tiny model it chose 2,048-toke
 that took a second each, and Esc waited for them (issue 11). So a slower measurement is
 believed at once and a faster one only halfway, a chunk is at most twice the last one,
 and the target leaves room for a machine busy with other work: Esc acts within a second.
+
+A GPU reads a prompt far faster than a cancel needs to wait for, and cutting it into
+pieces costs launches (the H100 prefilled a 1,000-token prompt at 0.40 of mlx-lm's rate in
+adaptive chunks): there, with nothing else running, a chunk is mlx-lm's own prefill step
+(``LARGEST``, whole prompts up to it), unless the measured rate says that would take more
+than ``GPU_ALONE_SECONDS``. A chunk of a size not run before is not believed once the rate
+is known: its time includes building and compiling that shape's graph (the first chunk
+of a process took 10 times a warm one), so it only seeds the rate until a warm one arrives.
 """
 
 from __future__ import annotations
@@ -21,29 +29,47 @@ import mlx.core as mx
 
 ALONE_SECONDS = 0.3
 BUSY_SECONDS = 0.25
-SMALLEST, LARGEST = 4, 2048
+GPU_ALONE_SECONDS = 1.0
+SMALLEST, LARGEST = 4, 2048  # LARGEST: mlx-lm's prefill_step_size
 GROWTH = 2  # a chunk is at most this many times the last measured one
 
 
+def on_gpu() -> bool:
+    return mx.default_device() != mx.cpu
+
+
 def first_size() -> int:
-    """Before any measurement: small on a CPU, large on a GPU."""
-    return 16 if mx.default_device() == mx.cpu else 512
+    """Before any measurement: small on a CPU, mlx-lm's prefill step on a GPU."""
+    return LARGEST if on_gpu() else 16
 
 
 class ChunkSizer:
-    def __init__(self, fixed: int | None = None) -> None:
+    """Chunk sizes for one model on this device. ``gpu``: whether the device is a GPU
+    (default: MLX's default device)."""
+
+    def __init__(self, fixed: int | None = None, gpu: bool | None = None) -> None:
         self.fixed = fixed
+        self.gpu = on_gpu() if gpu is None else gpu
         self.rate: float | None = None  # prompt tokens per second, smoothed
+        self.warm = False  # whether ``rate`` comes from a chunk of a size run before
         self.last = 0  # the size of the last measured chunk
+        self._sizes: set[int] = set()  # chunk sizes run before (their graphs are built)
 
     def size(self, busy: bool) -> int:
         if self.fixed is not None:
             return self.fixed
+        if self.gpu and not busy:
+            if self.rate is None or not self.warm or self.rate * GPU_ALONE_SECONDS >= LARGEST:
+                return LARGEST
+            return self._power(self.rate * GPU_ALONE_SECONDS)
         if self.rate is None:
-            return first_size()
-        wanted = min(self.rate * (BUSY_SECONDS if busy else ALONE_SECONDS), GROWTH * self.last, LARGEST)
+            return first_size() if not self.gpu else 512
+        return self._power(min(self.rate * (BUSY_SECONDS if busy else ALONE_SECONDS), GROWTH * self.last))
+
+    @staticmethod
+    def _power(wanted: float) -> int:
         power = SMALLEST
-        while power * 2 <= wanted:
+        while power * 2 <= min(wanted, LARGEST):
             power *= 2
         return power
 
@@ -52,6 +78,13 @@ class ChunkSizer:
         if seconds <= 0 or tokens <= 0:
             return
         rate = tokens / seconds
+        warm = tokens in self._sizes
+        self._sizes.add(tokens)
+        self.last = tokens
+        if not warm and self.warm:
+            return  # a new shape's first run: its graph building is not the rate
+        if warm and not self.warm:
+            self.rate, self.warm = rate, True  # the first warm measurement replaces the cold seed
+            return
         # Slower: believed at once (the context grew); faster: halfway (it may be noise).
         self.rate = rate if self.rate is None else min(rate, 0.5 * self.rate + 0.5 * rate)
-        self.last = tokens

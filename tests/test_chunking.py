@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.chunking import ALONE_SECONDS, BUSY_SECONDS, LARGEST, SMALLEST, ChunkSizer, first_size
+from engine.chunking import ALONE_SECONDS, BUSY_SECONDS, GPU_ALONE_SECONDS, LARGEST, SMALLEST, ChunkSizer, first_size
 from engine.errors import EngineError
 from engine.events import PrefillProgress, TokenStep
 from engine.params import SamplingParams
@@ -59,3 +59,34 @@ def test_adaptive_prefill_gives_the_same_tokens(tiny):
 def test_bad_chunk_sizes_are_refused(tiny, bad):
     with pytest.raises(EngineError, match="prefill_chunk"):
         Scheduler(tiny, prefill_chunk=bad)
+
+
+def test_a_gpu_alone_reads_whole_prompts_up_to_mlx_lms_prefill_step():
+    """On a GPU a chunk costs its launches: with nothing else running a prompt goes in
+    mlx-lm's prefill steps (2,048 tokens), busy it is sized for the decoding rows."""
+    gpu = ChunkSizer(gpu=True)
+    assert gpu.size(busy=False) == LARGEST == 2048
+    gpu.record(2048, 5.0)  # cold: its graph was being built
+    assert gpu.size(busy=False) == LARGEST
+    gpu.record(2048, 4.0)  # warm, and slow (a large model): 512 tokens/s
+    assert gpu.size(busy=False) == 512 and 512 / gpu.rate <= GPU_ALONE_SECONDS
+    assert gpu.size(busy=True) == 128  # 0.25 s of the decoding rows
+    fast = ChunkSizer(gpu=True)
+    fast.record(2048, 0.02)
+    fast.record(2048, 0.01)
+    assert fast.size(busy=False) == LARGEST and fast.size(busy=True) == 2048
+    assert ChunkSizer(gpu=False).size(busy=False) == 16
+
+
+def test_a_shape_run_for_the_first_time_does_not_set_the_rate_once_one_is_warm():
+    """The first run of a chunk size includes building its graph: it seeds the rate only
+    until a chunk of a size run before is measured, which replaces it outright."""
+    sizer = ChunkSizer(gpu=False)
+    sizer.record(16, 1.6)  # cold: 10 tokens/s, mostly graph building
+    assert sizer.rate == 10 and not sizer.warm
+    sizer.record(16, 0.016)  # the same shape, warm: 1,000 tokens/s, believed at once
+    assert sizer.rate == 1000 and sizer.warm
+    sizer.record(32, 3.2)  # a new shape's first run, slow: not the rate
+    assert sizer.rate == 1000
+    sizer.record(32, 0.064)  # warm and slower (the context grew): believed at once
+    assert sizer.rate == 500
