@@ -29,8 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.events import Candidate, Finished, TokenStep
+from bench.guard import BenchError, drifted, wait_for
+from engine.backend import Messages, ModelInfo, StartedRequest
+from engine.events import Candidate, Event, Finished, TokenStep
+from engine.kv_quantization import KV_OFF, KVQuantization
+from engine.models import ProgressFn
 from engine.params import SamplingParams
+from engine.session import EngineSession
 
 WORDS = " the a lighthouse keeper found message in bottle, and sea was calm. night".split(" ")
 CHAIN = ("raw", "penalties", "temperature", "top_p")
@@ -83,36 +88,53 @@ def build_conversation(db_path: Path, tokens: int) -> int:
     return conversation.id
 
 
-class SyntheticSession:
-    """Stands in for ``EngineSession`` on the worker's thread: no model, a paced stream."""
+class SyntheticSession(EngineSession):
+    """Stands in for ``EngineSession`` on the worker's thread: no model, a paced stream.
 
-    def __init__(self, tokens: int, rate: float) -> None:
+    It derives from the real session, so a call the worker starts making is there (with
+    the real one's words if it needs a model: "no model is loaded yet"), and
+    ``tests/test_bench_smoke.py`` checks that every call it overrides keeps the real
+    signature (``bench.guard.drifted``): ``load`` once fell behind the precision and KV-cache
+    arguments, the worker reported the load as failed and this bench waited for a model."""
+
+    def __init__(self, tokens: int = 400, rate: float = 200.0) -> None:
+        super().__init__()
         self.tokens, self.rate = tokens, rate
         self.stream = [synthetic_step(i, 1) for i in range(tokens)]
         self.request: int | None = None
         self.sent = 0
         self.started = 0.0
 
-    def load(self, source, progress=None):
-        from engine.session import ModelInfo
+    def load(
+        self, source: str, progress: ProgressFn | None = None, precision: str = "auto", kv: KVQuantization | None = None
+    ) -> ModelInfo:
+        self.info = ModelInfo(
+            name="synthetic",
+            source=source,
+            vocab_size=49152,
+            context_length=100_000,
+            has_chat_template=True,
+            eos_token_ids=(2,),
+            path=source,
+            precision="float16",
+            precision_choice=precision,
+            kv=kv or KV_OFF,
+        )
+        return self.info
 
-        return ModelInfo("synthetic", source, 49152, 100_000, True, (2,), source)
-
-    def start(self, messages, params):
-        from engine.session import StartedRequest
-
+    def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
         self.request, self.sent, self.started = 1, 0, time.perf_counter()
         return StartedRequest(1, tuple(range(40)))
 
     def has_work(self) -> bool:
         return self.request is not None
 
-    def step(self) -> list:
+    def step(self) -> list[Event]:
         due = min(self.tokens, int((time.perf_counter() - self.started) * self.rate) + 1)
         if due <= self.sent:
             time.sleep(max(0.0, self.sent / self.rate - (time.perf_counter() - self.started)))  # this thread only
             return []
-        events: list = self.stream[self.sent : due]
+        events: list[Event] = list(self.stream[self.sent : due])
         self.sent = due
         if self.sent == self.tokens:
             text = "".join(s.text for s in self.stream)
@@ -126,22 +148,31 @@ class SyntheticSession:
     def cancel_all(self) -> None:
         self.request = None
 
-    def update_params(self, request_id, params) -> None:
+    def update_params(self, request_id: int, params: SamplingParams) -> None:
         pass
 
-    def memory_bytes(self) -> int:
+    @staticmethod
+    def memory_bytes() -> int:
         return 0
 
-    def release_thread(self) -> None:
-        pass
+    @staticmethod
+    def release_thread() -> None:
+        pass  # no MLX stream was used on the worker's thread
 
 
-def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
+STANDIN_LOAD_LIMIT_S = 120.0
+"""The stand-in's load: nothing but the engine's imports on the worker's thread (seconds)."""
+
+
+def measure(length: int, tokens: int = 400, rate: float = 200.0, idle_s: float = 1.5) -> dict:
+    """One conversation of ``length`` tokens, then a reply of ``tokens`` at ``rate``; the
+    window settles for ``idle_s`` (at most 1 s) and is watched idle for ``idle_s`` first."""
+    if problems := drifted(SyntheticSession, EngineSession):
+        raise BenchError("the stand-in session no longer matches EngineSession: " + "; ".join(problems))
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QElapsedTimer, QEventLoop, QSettings, QTimer
+    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.__main__ import settle_memory
     from app.shell.window import MainWindow
 
     app = QApplication.instance() or QApplication([])
@@ -155,22 +186,32 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
         model="synthetic",
         session_factory=lambda: SyntheticSession(tokens, rate),
     )
+    try:  # closed on every way out: a worker thread left running aborts the process at exit
+        return _measure(app, window, conversation, tokens, rate, idle_s)
+    finally:
+        window.close()
+
+
+def _measure(app, window, conversation: int, tokens: int, rate: float, idle_s: float) -> dict:
+    from PySide6.QtCore import QElapsedTimer, QTimer
+
+    from app.__main__ import settle_memory
+
     window.resize(1500, 900)
     window.show()
     window.controls.set_params(PARAMS)
-    while window.model_info is None:  # the stand-in session imports the engine on its thread
-        app.processEvents()
-        time.sleep(0.01)
+    # The stand-in session imports the engine on its thread.
+    wait_for(window, lambda: window.model_info is not None, "the stand-in model's load", STANDIN_LOAD_LIMIT_S)
     app.processEvents()
     # Opening the conversation again, timed: reading it from the store and drawing it.
     started = time.perf_counter()
     window.open_conversation(conversation)
     app.processEvents()
     open_ms = (time.perf_counter() - started) * 1000
-    settle(app, 1.0)  # the first paint of every view is not part of streaming
+    settle(app, min(1.0, idle_s))  # the first paint of every view is not part of streaming
     settle_memory()  # as ``python -m app`` does once its window is up
     drawn_before = window.chat.writer.tokens_drawn
-    baseline = timer_gaps(app, 1.5)
+    baseline = timer_gaps(app, idle_s)
 
     gaps: list[float] = []
     cpu_gaps: list[float] = []
@@ -186,11 +227,6 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
         last[0], last[1] = now, cpu_now
 
     timer.timeout.connect(tick)
-    loop = QEventLoop()
-    # Until the reply is saved: its steps are serialized on another thread after it ends.
-    done = QTimer()
-    done.setInterval(5)
-    done.timeout.connect(lambda: None if window.busy() or window.background.pending else loop.quit())
     clock.start()
     last[1] = time.thread_time()
     timer.start()
@@ -198,15 +234,21 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
     wall = time.perf_counter()
     window.composer.setPlainText("And then?")
     window.send()
-    done.start()
-    loop.exec()
-    done.stop()
+    # Until the reply is saved: its steps are serialized on another thread after it ends.
+    wait_for(
+        window,
+        lambda: not (window.busy() or window.background.pending),
+        f"the {tokens}-token reply",
+        60 + 10 * tokens / rate,
+    )
     window._redraw_if_dirty()
     cpu = time.thread_time() - cpu
     wall = time.perf_counter() - wall
     timer.stop()
     saved = len(window.thread_messages[-1].branch.steps)
-    result = {
+    if saved != tokens:
+        raise BenchError(f"the reply was saved with {saved} of its {tokens} tokens")
+    return {
         "ms_per_token": round(1000 * cpu / tokens, 3),
         "max_gap_ms": round(max(gaps), 1),
         "p99_gap_ms": round(sorted(gaps)[int(0.99 * (len(gaps) - 1))], 1),
@@ -218,8 +260,6 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0) -> dict:
         "seconds": round(wall, 2),
         "chat_redraws": window.redraws,
     }
-    window.close()
-    return result
 
 
 def settle(app, seconds: float) -> None:
@@ -254,9 +294,15 @@ def timer_gaps(app, seconds: float) -> list[float]:
     return gaps[1:] or [0.0]
 
 
-def gui_scaling(lengths: tuple[int, ...] = (100, 2000, 20000), tokens: int = 400, rate: float = 200.0) -> dict:
-    measure(100, 100, rate)  # warm up: first-use costs (fonts, symbol pixmaps, imports) are not per token
-    return {str(n): measure(n, tokens, rate) for n in lengths}
+def gui_scaling(
+    lengths: tuple[int, ...] = (100, 2000, 20000),
+    tokens: int = 400,
+    rate: float = 200.0,
+    warmup: int = 100,
+    idle_s: float = 1.5,
+) -> dict:
+    measure(100, warmup, rate, idle_s)  # warm up: first-use costs (fonts, symbol pixmaps, imports) are not per token
+    return {str(n): measure(n, tokens, rate, idle_s) for n in lengths}
 
 
 def main() -> None:
@@ -266,7 +312,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     args = parser.parse_args()
     lengths = tuple(int(n) for n in args.lengths.split(","))
-    print(json.dumps(gui_scaling(lengths, args.tokens, args.rate)))
+    try:
+        print(json.dumps(gui_scaling(lengths, args.tokens, args.rate)))
+    except BenchError as exc:
+        raise SystemExit(f"python -m bench.gui_scaling: {exc}") from None  # one line on stderr, exit 1
     sys.exit(0)
 
 

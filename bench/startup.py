@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.guard import BenchError, one_line
+
 MARKS = ("python_ready", "qt_imported", "window_built", "window_shown", "answers_input", "model_ready")
 PEER = """
 import time, sys
@@ -49,22 +51,26 @@ def _env(root: Path, cache: Path) -> dict[str, str]:
     return env
 
 
-def launch_app(root: Path, cache: Path, timeout: float = 900) -> dict:
+def launch_app(root: Path, cache: Path, timeout: float = 900, model: str = "default") -> dict:
     report = root / "startup.json"
     env = _env(root, cache)
     env["LOGITSCOPE_LAUNCHED_AT"] = repr(time.time())
-    run = subprocess.run(
-        [sys.executable, "-m", "app", "--model", "default", "--startup-report", str(report)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "app", "--model", model, "--startup-report", str(report)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"the app did not report its start-up within {timeout:.0f} s") from exc
     if not report.exists():
-        raise RuntimeError(f"the app wrote no start-up report (exit {run.returncode}): {run.stderr[-2000:]}")
+        last = one_line(run.stderr.strip().splitlines()[-1]) if run.stderr.strip() else "nothing on stderr"
+        raise BenchError(f"the app wrote no start-up report (exit {run.returncode}): {last}")
     data = json.loads(report.read_text())
     if "error" in data:
-        raise RuntimeError(f"the model failed to load: {data['error']}")
+        raise BenchError(f"the model failed to load: {one_line(str(data['error']))}")
     return data
 
 
@@ -73,7 +79,7 @@ def launch_peer(folder: Path) -> tuple[float, float]:
         [sys.executable, "-c", PEER, str(folder), repr(time.time())], capture_output=True, text=True, timeout=600
     )
     if out.returncode != 0:
-        raise RuntimeError(out.stderr[-2000:])
+        raise BenchError(f"mlx_lm.load of {folder} failed: {one_line(out.stderr.strip().splitlines()[-1])}")
     imported, ready = (float(v) for v in out.stdout.split())
     return imported, ready
 
@@ -81,7 +87,7 @@ def launch_peer(folder: Path) -> tuple[float, float]:
 def converted_folder(cache: Path) -> Path:
     found = sorted(p.parent for p in cache.rglob("config.json"))
     if not found:
-        raise RuntimeError(f"no converted model under {cache}")
+        raise BenchError(f"no converted model under {cache}")
     return found[0]
 
 
@@ -89,13 +95,15 @@ def _median(runs: list[dict], key: str) -> float:
     return round(statistics.median(r[key] for r in runs), 2)
 
 
-def startup(later_runs: int = 3) -> dict:
+def startup(later_runs: int = 3, model: str = "default") -> dict:
+    """``model``: what the app loads (``--model``); a folder is also what the peer loads, and
+    a first run has nothing to convert."""
     scratch = Path(tempfile.mkdtemp(prefix="logitscope-bench-startup-"))
     cache = scratch / "cache"
-    first = launch_app(scratch / "run0", cache)
-    later = [launch_app(scratch / f"run{i + 1}", cache) for i in range(later_runs)]
-    folder = converted_folder(cache)
-    peer = [launch_peer(folder) for _ in range(later_runs)]
+    first = launch_app(scratch / "run0", cache, model=model)
+    later = [launch_app(scratch / f"run{i + 1}", cache, model=model) for i in range(max(1, later_runs))]
+    folder = Path(model) if Path(model).is_dir() else converted_folder(cache)
+    peer = [launch_peer(folder) for _ in range(max(1, later_runs))]
     peer_ready = round(statistics.median(r for _, r in peer), 2)
     ours_ready = _median(later, "model_ready")
     return {

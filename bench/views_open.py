@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.guard import LOAD_LIMIT_S, BenchError, one_line, wait_for
 from engine.params import SamplingParams
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -42,13 +43,13 @@ STATES = ("plain", "layers", "compare")
 GOAL = 0.97
 
 
-def _wait(app, condition, timeout: float = 600.0) -> None:
-    end = time.perf_counter() + timeout
-    while not condition():
-        if time.perf_counter() > end:
-            raise TimeoutError("the window did not get there in time")
-        app.processEvents()
-        time.sleep(0.005)
+JOB_LIMIT_S = 600.0
+"""A reply, a comparison or a lens job on the default model: seconds each on this CPU."""
+
+
+def _wait(window, condition, what: str, limit_s: float = JOB_LIMIT_S) -> None:
+    """Until ``condition()``; a ``BenchError`` if the window shows an error or time runs out."""
+    wait_for(window, condition, what, limit_s)
 
 
 def _params(window, tokens: int) -> SamplingParams:
@@ -75,7 +76,7 @@ def _reply(app, window, clock: _Clock, tokens: int) -> float:
     window.composer.setPlainText(PROMPT)
     start = len(clock.times)
     window.send()
-    _wait(app, lambda: not window.busy())
+    _wait(window, lambda: not window.busy(), "a reply")
     return clock.rate(start)
 
 
@@ -101,9 +102,9 @@ def _compare_dialog(app, window, clock: _Clock, tokens: int):
     dialog = window.compare_models.dialog
     dialog.precision.setCurrentIndex(dialog.precision.findData("float16"))
     dialog.compare_button.click()
-    _wait(app, lambda: not dialog.running)
+    _wait(window, lambda: not dialog.running, "the comparison of the models")
     if window.compare_models.last is None:
-        raise RuntimeError(f"the comparison did not finish: {window.last_error}")
+        raise BenchError(f"the comparison did not finish: {one_line(window.last_error) or 'no error shown'}")
     return dialog
 
 
@@ -117,25 +118,26 @@ def _lens_beside(app, window, clock: _Clock, tokens: int) -> tuple[float, int, i
     window.composer.setPlainText("And then?")
     start = len(clock.times)
     window.send()
-    _wait(app, lambda: len(clock.times) > start)
+    _wait(window, lambda: len(clock.times) > start, "the reply's first token")
     window.inspector.tabs.setCurrentIndex(LAYERS_TAB)
     window.model.select((previous.stream, 0))
     lens = window.logit_lens
     job = lens.read_every_token()
     if job is None:
-        raise RuntimeError(f"the lens did not start: {lens.lens.every_unavailable()}")
+        raise BenchError(f"the lens did not start: {lens.lens.every_unavailable()}")
 
     def read() -> int:
         found = lens.lens.of(previous.stream)
         return len(found.rows) if found is not None else 0
 
-    _wait(app, lambda: not window.busy())
+    _wait(window, lambda: not window.busy(), "a reply beside the lens job")
     during = read()
-    _wait(app, lambda: lens.lens.running is None)
+    _wait(window, lambda: lens.lens.running is None, "the lens job")
     return clock.rate(start), during, read()
 
 
-def views_open(tokens: int = 32, rounds: int = 3) -> dict:
+def views_open(tokens: int = 32, rounds: int = 3, model: str = "default") -> dict:
+    """``model``: what the window loads (``engine.models.load``'s words)."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
@@ -145,12 +147,17 @@ def views_open(tokens: int = 32, rounds: int = 3) -> dict:
     app = QApplication.instance() or QApplication([])
     scratch = Path(tempfile.mkdtemp(prefix="logitscope-views-open-"))
     settings = QSettings(str(scratch / "s.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model="default")
+    window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=model)
+    try:  # closed on every way out: a worker thread left running aborts the process at exit
+        return _views_open(app, window, tokens, rounds)
+    finally:
+        window.close()
+
+
+def _views_open(app, window, tokens: int, rounds: int) -> dict:
     window.resize(1500, 900)
     window.show()
-    _wait(app, lambda: window.model_info is not None or bool(window.last_error))
-    if window.model_info is None:
-        raise RuntimeError(window.last_error)
+    _wait(window, lambda: window.model_info is not None, "the model's load", LOAD_LIMIT_S)
     clock = _Clock(window.engine.worker)
     dialog = _compare_dialog(app, window, clock, tokens)
     _reply(app, window, clock, tokens)  # warm: the first reply of a conversation compiles
@@ -161,7 +168,6 @@ def views_open(tokens: int = 32, rounds: int = 3) -> dict:
             rates[state].append(_reply(app, window, clock, tokens))
     _set_state(app, window, "plain", dialog)
     beside, during, positions = _lens_beside(app, window, clock, tokens)
-    window.close()
     plain = statistics.median(rates["plain"])
     result = {"tokens": tokens, "rounds": rounds, "goal": GOAL}
     for state in STATES:
@@ -182,7 +188,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(json.dumps(views_open(args.tokens, args.rounds), indent=1))
+    try:
+        print(json.dumps(views_open(args.tokens, args.rounds), indent=1))
+    except BenchError as exc:
+        raise SystemExit(f"python -m bench.views_open: {exc}") from None
 
 
 if __name__ == "__main__":
