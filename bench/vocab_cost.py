@@ -18,21 +18,30 @@ from bench.profile_step import profile
 VOCABS = (32_000, 151_936, 262_144)
 # Eight float16 layers: about the step time of the default model (30 Q4 layers) here.
 LAYERS = 8
+HIDDEN = 576  # the default model's width
 
 
-def vocab_cost(vocabs=VOCABS, steps: int = 8) -> dict:
+def vocab_cost(
+    vocabs=VOCABS,
+    steps: int = 8,
+    hidden: int = HIDDEN,
+    layers: int = LAYERS,
+    repeats: int = 7,
+    folder: Path | None = None,
+    tokenizer: Path | None = None,
+) -> dict:
+    """``folder``: where the synthetic models are written (by default the temporary
+    folder, where they are kept for the next run); ``tokenizer``: as ``synthetic_model``."""
     rows = {}
     for vocab in vocabs:
-        folder = Path(tempfile.gettempdir()) / f"logitscope-bench-vocab-{vocab}-{LAYERS}"
-        loaded = synthetic_model(folder, hidden=576, layers=LAYERS, vocab=vocab)
-        parts = profile(loaded, batch=1, prompt_ids=[t % vocab for t in loaded.tokenizer.encode(PROMPT)])
+        where = (folder or Path(tempfile.gettempdir())) / f"logitscope-bench-vocab-{vocab}-{layers}-{hidden}"
+        loaded = synthetic_model(where, hidden=hidden, layers=layers, vocab=vocab, tokenizer=tokenizer)
+        ids = [t % vocab for t in loaded.tokenizer.encode(PROMPT)]  # V = 32k is smaller than the tokenizer
+        parts = profile(loaded, batch=1, repeats=repeats, prompt_ids=ids)
         outside = parts["sample_and_pack"] + parts["transfer"] + parts["host"]
         step, forward = parts["forward"] + outside, parts["forward"]
-        prompt = [t % vocab for t in loaded.tokenizer.encode(PROMPT)]  # V = 32k is smaller than the tokenizer
         ban = make_logits_processors(logit_bias=no_eos(loaded))
-        last = list(
-            stream_generate(loaded.model, loaded.tokenizer, prompt, max_tokens=steps * 2, logits_processors=ban)
-        )
+        last = list(stream_generate(loaded.model, loaded.tokenizer, ids, max_tokens=steps * 2, logits_processors=ban))
         peer_ms = 1000 / last[-1].generation_tps
         rows[str(vocab)] = {
             "step_ms": round(step, 1),
@@ -43,4 +52,4 @@ def vocab_cost(vocabs=VOCABS, steps: int = 8) -> dict:
             "mlx_lm_step_ms": round(peer_ms, 1),
             "ratio_to_mlx_lm": round(peer_ms / parts["full_step"], 3),
         }
-    return {"hidden": 576, "layers": LAYERS, "by_vocab": rows}
+    return {"hidden": hidden, "layers": layers, "by_vocab": rows}
