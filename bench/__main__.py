@@ -73,6 +73,8 @@ FIGURES = [
     "gemma",
     "views_open",
     "library",
+    "step_primitives",
+    "tiny_decode",
 ]
 
 
@@ -151,7 +153,7 @@ Figure = Callable[[Run], "dict | str"]
 
 def plan() -> dict[str, Figure]:
     """Each figure's entry: how it runs in a full run and, with ``run.small``, in a smoke run."""
-    from bench import chain_cost, compare, memory, prefill, reuse, sampling_cost, throughput, vocab_cost
+    from bench import chain_cost, compare, memory, prefill, reuse, sampling_cost, step_graph, throughput, vocab_cost
 
     def lazy(module: str, function: str) -> Callable[..., Any]:
         # These modules import the app (Qt) or build files: only when their figure runs.
@@ -199,6 +201,8 @@ def plan() -> dict[str, Figure]:
         "library": lambda run: lazy("library_listing", "library_listing")(
             **run.small(hf=3, gguf_files=1, ollama=1, runs=1)
         ),
+        "step_primitives": lambda run: step_graph.step_primitives(**run.small(smoke=True)),
+        "tiny_decode": lambda run: step_graph.tiny_decode(**run.small(smoke=True)),
     }
 
 

@@ -37,7 +37,11 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def default_model() -> LoadedModel:
-    return load("default")
+    """The default model, or the folder ``LOGITSCOPE_BENCH_DEFAULT`` names (on a machine
+    without its file: a model of its shape, ``bench/gpu_model.py``)."""
+    import os
+
+    return load(os.environ.get("LOGITSCOPE_BENCH_DEFAULT") or "default")
 
 
 def tiny_model(folder: Path) -> LoadedModel:

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/gpu_run.sh DIR: issue 33's GPU figures on a bare GPU machine, in under 8 minutes, the
+# JSON into DIR. What it needs comes in .gpu/ (bench/gpu_prepare.sh makes it here), in two
+# parts because a call carries at most 64 MiB; the machine keeps /tmp between calls while it
+# is warm, so the two calls follow each other at once:
+#   run(carry=[".gpu/a"], command="bash bench/gpu_run.sh --stage")
+#   run(carry=[".gpu/b"], command="bash bench/gpu_run.sh $OUT", timeout_s=540)
+# Writes DIR/bench-gpu.json (python -m bench --json: figures 1, 2, 9, 11, 12, 21, 22),
+# DIR/profile-b1.json and DIR/profile-b8.json (python -m bench.profile_step), DIR/run.log,
+# and DIR/nsys.txt where the machine has nsys. "The default model" there is a model of its
+# exact shape with random weights (bench/gpu_model.py): the real file does not fit a call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+HOLD=/tmp/logitscope-gpu
+SITE=$HOLD/site
+if [ "${1:-}" = "--stage" ]; then
+  mkdir -p "$HOLD" && cp .gpu/a/* "$HOLD"/ && ls -la "$HOLD" && exit 0
+fi
+DIR=${1:?usage: bench/gpu_run.sh DIR | --stage}
+mkdir -p "$DIR"
+exec > >(tee "$DIR/run.log") 2>&1
+PY=${PY:-python3}
+if [ ! -d "$SITE/mlx" ]; then
+  [ -d .gpu/a ] && cp .gpu/a/* "$HOLD"/ 2>/dev/null
+  mkdir -p "$SITE" && cp .gpu/b/cuda.part* "$HOLD"/ || exit 1
+  ls "$HOLD"/cuda.part00 "$HOLD"/cuda.part01 >/dev/null || { echo "part a missing: run --stage first"; exit 1; }
+  # The wheels first: pip --target skips a package whose folder exists (mlx-cuda-13's lib is in mlx/).
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .gpu/b/wheels/*.whl || exit 1
+  cat "$HOLD"/cuda.part0* | xz -d | tar -C "$SITE" -xf - || exit 1
+fi
+# libmlx.so finds CUDA's libraries at $ORIGIN/../../nvidia/*/lib, as pip lays them out: point
+# that at the machine's own Python packages (nvidia-nccl-cu13, nvidia-cublas, ...).
+NV=$($PY -c "import nvidia; print(list(nvidia.__path__)[0])" 2>/dev/null)
+if [ -n "$NV" ] && [ ! -e "$SITE/nvidia" ]; then ln -s "$NV" "$SITE/nvidia"; fi
+[ -n "$NV" ] && export LD_LIBRARY_PATH=$(ls -d "$NV"/*/lib 2>/dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}
+export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1
+$PY -c "import mlx.core as mx; print('MLX', mx.__version__, mx.default_device()); assert mx.default_device() == mx.gpu" || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+git log -1 --format='commit %H' 2>/dev/null || true
+export LOGITSCOPE_BENCH_DEFAULT
+LOGITSCOPE_BENCH_DEFAULT=$($PY -m bench.gpu_model .gpu/b/default "$HOLD/default-shaped") || exit 1
+start=$(date +%s)
+timeout 330 $PY -m bench --json --only decode batched chain_cost compare prefill step_primitives tiny_decode \
+  >"$DIR/bench-gpu.json"
+echo "bench: exit $? after $(($(date +%s) - start)) s"
+for b in 1 8; do
+  timeout 45 $PY -m bench.profile_step --batch $b >"$DIR/profile-b$b.json"
+  echo "profile batch $b: exit $?"
+done
+if command -v nsys >/dev/null; then
+  timeout 60 nsys profile -o "$HOLD/steps" --force-overwrite true $PY -m bench.profile_step --batch 1 >/dev/null &&
+    nsys stats --report cuda_gpu_kern_sum "$HOLD/steps.nsys-rep" >"$DIR/nsys.txt"
+else
+  echo "nsys is not on this machine's PATH: kernel counts are figure 21's graph counts" | tee "$DIR/nsys.txt"
+fi
+echo "done after $(($(date +%s) - start)) s"
