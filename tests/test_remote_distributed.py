@@ -150,9 +150,10 @@ def test_distributed_server_gives_the_single_servers_greedy_tokens_and_logprobs(
 
 
 def test_a_distributed_start_that_fails_says_why_and_leaves_nothing_running(model_folder: Path, tmp_path: Path):
-    """mlx_lm.server stays up after its model failed to load (/health answers 503 for good);
-    the helper stops as soon as a request is refused, with the error from the ranks' log,
-    instead of waiting out its limit."""
+    """mlx_lm.server stays up after its model failed to load (/health answers 503 for good),
+    or ends when a rank aborts first; either way the helper stops as soon as a request is
+    refused or the launcher exits, with the error from the ranks' log, instead of waiting
+    out its limit."""
     broken = tmp_path / "no-index"
     broken.mkdir()
     for f in model_folder.iterdir():
@@ -163,6 +164,9 @@ def test_a_distributed_start_that_fails_says_why_and_leaves_nothing_running(mode
         mlx_lm_distributed_server(broken, tmp_path, ranks=2, pipeline=True),
     ):
         pass
-    assert "answered 404" in str(failed.value)  # the server's own refusal, not a timeout
+    # The server's own refusal, or its exit when a rank aborts on the missing file first
+    # (the launcher then ends: both happen here, by a race between the ranks): not a timeout.
+    assert re.search(r"answered 404|exited \(\d+\) before it answered", str(failed.value))
+    assert "not ready in" not in str(failed.value)
     pgid = int(re.search(r"process group (\d+)", str(failed.value)).group(1))
     assert group_gone(pgid)
