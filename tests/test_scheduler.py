@@ -331,7 +331,9 @@ def pipelined_run(tiny, prompt, speculate: bool, monkeypatch) -> tuple[list, int
     events += run(scheduler)
     # Every field but the wall-clock ones: the same numbers to the bit.
     keep = [e for e in events if not isinstance(e, PrefillProgress)]
-    untimed = [dataclasses.replace(e, prompt_tps=0.0, generation_tps=0.0) if isinstance(e, Finished) else e for e in keep]
+    untimed = [
+        dataclasses.replace(e, prompt_tps=0.0, generation_tps=0.0) if isinstance(e, Finished) else e for e in keep
+    ]
     return untimed, sum(taken)
 
 
