@@ -53,6 +53,12 @@ class Sampled:
     places: list[tuple[int, PackLayout]]
     """Each batch row's offset in ``packed`` and its group's layout."""
 
+    def take(self, keep: Sequence[int]) -> Sampled:
+        """The rows ``keep`` (the others left the batch); ``packed`` stays as it is."""
+        index = mx.array(list(keep), dtype=mx.int32)
+        chains, places = [self.chains[i] for i in keep], [self.places[i] for i in keep]
+        return Sampled(self.tokens[index], self.packed, self.top_n, chains, self.final[index], places)
+
     def unpack(self, host: np.ndarray, row: int, row_top_n: int, text_of: Callable[[int], str]) -> RowInspection:
         """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`."""
         offset, layout = self.places[row]
@@ -99,6 +105,9 @@ class SamplingBatch:
         self.params: list[SamplingParams] = []
         self.states = new_states(self.ctx, [], [], [])
         self._groups: list[_Group] | None = None
+        self.version = 0
+        """Bumped by every change of a row's parameters or of the rows but a ``filter``: a step
+        sampled ahead (``sample_ahead``) holds only while it is the same."""
 
     def __len__(self) -> int:
         return len(self.params)
@@ -121,6 +130,7 @@ class SamplingBatch:
         return batch
 
     def extend(self, other: SamplingBatch) -> None:
+        self.version += 1
         self.params += other.params
         for name, state in self.states.items():
             state.extend(other.states[name])
@@ -141,6 +151,7 @@ class SamplingBatch:
 
     def set_params(self, row: int, params: SamplingParams, history: Sequence[int]) -> None:
         """A live change from the next token: each stage's state decides what to rebuild."""
+        self.version += 1
         old = self.params[row]
         self.params[row] = params
         for state in self.states.values():
@@ -221,6 +232,22 @@ class SamplingBatch:
             back = mx.array(np.argsort(order).astype(np.int32))
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
         return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final, places)
+
+    def sample_ahead(
+        self, logits: mx.array, tokens: mx.array, leaving: Sequence[int | None], indices: Sequence[int]
+    ) -> Sampled | None:
+        """The next step sampled before this one is read back (mlx-lm's ``generate_step``
+        queues step n+1 whole before it reads step n): every state the chains read takes
+        ``tokens`` (this step's, still on the device) with ``advance``, then ``logits`` (the
+        next step's) are sampled at ``indices``. None when a state the chains read needs the
+        token on the host (DRY, mirostat): nothing is changed then."""
+        used = {name for group in self._plan() for name in group.chain}
+        states = [s for name, s in self.states.items() if name in used or STAGES[name].reported]
+        if not all(s.advances for s in states):
+            return None
+        for state in states:
+            state.advance(tokens, leaving)
+        return self.sample(logits, indices)
 
     def _plan(self) -> list[_Group]:
         if self._groups is None:

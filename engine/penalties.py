@@ -26,10 +26,11 @@ def count_tokens(history: Sequence[int], window: int, vocab: int) -> np.ndarray:
     return np.bincount(tokens, minlength=vocab).astype(np.int32)[:vocab]
 
 
-def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = ()) -> int | None:
+def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), coming: int = 0) -> int | None:
     """The token that left the window when the newest token arrived; the history is
-    ``head + tail`` (prompt and output), read in place rather than concatenated."""
-    length = len(head) + len(tail)
+    ``head + tail`` (prompt and output), read in place rather than concatenated.
+    ``coming=1``: the one that will leave when the next token arrives (never that token)."""
+    length = len(head) + len(tail) + coming
     if window <= 0 or length <= window:
         return None
     index = length - window - 1
@@ -47,16 +48,21 @@ class PenaltyCounts:
         rows = [count_tokens(h, w, vocab) for h, w in zip(histories, windows, strict=True)]
         return cls(mx.array(np.stack(rows)) if rows else mx.zeros((0, vocab), mx.int32))
 
-    def accept(self, tokens: Sequence[int], leaving: Sequence[int | None]) -> None:
-        """Count each row's new token and drop the token that left its window.
+    def accept(self, tokens: Sequence[int] | mx.array, leaving: Sequence[int | None]) -> None:
+        """Count each row's new token and drop the token that left its window; ``tokens``
+        may still be on the device ([B] int32: the step is not read back yet).
 
         O(B) scatter, independent of history length.
         """
-        rows = list(range(len(tokens)))
-        index_rows = rows + rows
-        index_cols = list(tokens) + [t if t is not None else 0 for t in leaving]
-        deltas = [1] * len(tokens) + [-1 if t is not None else 0 for t in leaving]
-        self.counts = self.counts.at[mx.array(index_rows), mx.array(index_cols)].add(mx.array(deltas, dtype=mx.int32))
+        rows = list(range(len(leaving)))
+        index_rows = mx.array(rows + rows)
+        gone = [t if t is not None else 0 for t in leaving]
+        if isinstance(tokens, mx.array):
+            index_cols = mx.concatenate([tokens.astype(mx.int32).reshape(-1), mx.array(gone, dtype=mx.int32)])
+        else:
+            index_cols = mx.array(list(tokens) + gone)
+        deltas = [1] * len(leaving) + [-1 if t is not None else 0 for t in leaving]
+        self.counts = self.counts.at[index_rows, index_cols].add(mx.array(deltas, dtype=mx.int32))
 
     def reset_row(self, row: int, history: Sequence[int], window: int) -> None:
         """Recount one row (its window size changed)."""

@@ -123,6 +123,10 @@ class Request:
     def leaving_token(self) -> int | None:
         return leaving_token(self.params.penalty_window, self.prompt, self.generated)
 
+    def leaving_next(self) -> int | None:
+        """The token that will leave the penalty window when the next one arrives."""
+        return leaving_token(self.params.penalty_window, self.prompt, self.generated, coming=1)
+
     @property
     def next_index(self) -> int:
         return self.index_offset + len(self.generated)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 
 from engine import cache as kv
-from engine.batch import SamplingBatch
+from engine.batch import Sampled, SamplingBatch
 from engine.cache_quantized import check_kinds
 from engine.chunking import ChunkSizer
 from engine.continuations import ContinuationsMixin
@@ -107,6 +107,9 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         # Logits of the next decode step for ``_active`` (in order), launched on the device
         # before the current step's tokens were read back (see _decode).
         self._prefetched: mx.array | None = None
+        # The next step's sampling queued with them, and the sampling batch's version then.
+        self._ahead: Sampled | None = None
+        self._ahead_version = -1
 
     # ----------------------------------------------------------------- public API
 
@@ -290,22 +293,31 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
     def _decode(self) -> list[Event]:
         """One token for every running row.
 
-        Like mlx-lm's generate_step, the forward pass of the *next* step is launched on
-        the device-side tokens of this one before they are read back, so graph building
-        and host work overlap the model. Only the forward pass is speculative: the
-        sampling pipeline is built when the next step is taken, so parameter changes
-        still apply from the next token. Rows that turn out finished are dropped from
-        the prefetched logits; new rows waiting to join turn speculation off for a step.
+        Like mlx-lm's generate_step, the *next* step is queued whole on the device-side
+        tokens of this one before they are read back: its forward pass, and its sampling
+        from state that takes the tokens on the device (``SamplingBatch.sample_ahead``), so
+        graph building and host work overlap the device. The sampled-ahead step is kept
+        only while nothing it assumed changed: a live change, a join or a switch of settings
+        (the sampling batch's ``version``) or a forced token discards it, and the next step
+        samples its logits (which do not depend on the settings) again, so a change still
+        applies from the next token and a speculated token is never reported. Rows that
+        turn out finished are dropped from both; new rows waiting to join turn speculation
+        off for a step.
         """
         logits, self._prefetched = self._prefetched, None
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (
+            self._ahead_version != self._sampling.version or any(next_forced(r) is not None for r in self._active)
+        ):
+            ahead = None
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
             kv.after_batch_forward(self._batch, self.kv)
             for request in self._active:
                 request.fed += 1
-        ahead = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
-        events = self._sample(self._active, logits, self._sampling, speculate=ahead)
+        ahead_ok = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
+        events = self._sample(self._active, logits, self._sampling, speculate=ahead_ok, ahead=ahead)
         done = self._finished_ids(events)
         if done:
             leaving = [i for i, r in enumerate(self._active) if r.id in done]
@@ -321,6 +333,8 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         self._active = [self._active[i] for i in keep]
         if self._prefetched is not None:
             self._prefetched = self._prefetched[mx.array(keep, dtype=mx.int32)] if keep else None
+        if self._ahead is not None:
+            self._ahead = self._ahead.take(keep) if keep else None
 
     def _last_step(self, request: Request) -> bool:
         """Whether the request finishes with its next token whatever it is."""
@@ -334,10 +348,13 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         logits: mx.array,
         sampling: SamplingBatch,
         speculate: bool = False,
+        ahead: Sampled | None = None,
     ) -> list[Event]:
+        """Sample ``logits`` (or take ``ahead``, this step sampled during the last one), queue
+        the next step when ``speculate``, read this one back and accept its tokens."""
         forced = [next_forced(r) for r in requests]
         carries = [sampling.carry(row) for row in range(len(requests))]
-        sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
+        sampled = ahead if ahead is not None else sampling.sample(logits, [r.next_index for r in requests], forced)
         pairs = group_pairs([r.group for r in requests])
         packed_device = sampled.packed
         if pairs:  # the divergences ride along in the step's one transfer
@@ -347,7 +364,15 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
             mx.async_eval(packed_device)
             self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
             kv.after_batch_forward(self._batch, self.kv)
-            mx.async_eval(self._prefetched)
+            queued = [self._prefetched]
+            if not pairs and sampling is self._sampling:
+                leaving = [r.leaving_next() for r in requests]
+                following = [r.next_index + 1 for r in requests]
+                self._ahead = sampling.sample_ahead(self._prefetched, sampled.tokens, leaving, following)
+                if self._ahead is not None:
+                    self._ahead_version = sampling.version
+                    queued += [self._ahead.tokens, self._ahead.packed]
+            mx.async_eval(*queued)
             for request in requests:
                 request.fed += 1
         host = to_host(packed_device)  # the one transfer

@@ -301,3 +301,48 @@ def test_speculative_decode_changes_nothing(tiny, prompt):
     ahead, _ = scripted_run(tiny, prompt, speculate=True)
     assert ahead == plain
     assert any(kind == "Finished" and rid == c for kind, rid, *_ in plain)
+
+
+def pipelined_run(tiny, prompt, speculate: bool, monkeypatch) -> tuple[list, int]:
+    """Penalties over a short window (their counts taken on the device ahead), a stop
+    string, a live change, a cancel, a join and a row whose chain holds DRY (never sampled
+    ahead): every event whole, and how many steps were sampled ahead."""
+    taken = []
+    original = Scheduler._sample
+
+    def spy(self, requests, logits, sampling, speculate=False, ahead=None):
+        taken.append(ahead is not None)
+        return original(self, requests, logits, sampling, speculate, ahead)
+
+    monkeypatch.setattr(Scheduler, "_sample", spy)
+    window = SAMPLED.with_changes(presence_penalty=0.5, frequency_penalty=0.3, penalty_window=3, max_tokens=18)
+    scheduler = Scheduler(tiny, speculate=speculate, prefill_chunk=64)
+    a = scheduler.insert(prompt, window)
+    b = scheduler.insert(prompt[:4], window.with_changes(seed=5, stop=("ab",), top_logprobs=6))
+    events = []
+    for step in range(60):
+        if step == 5:
+            scheduler.update_params(a, window.with_changes(temperature=0.5, penalty_window=2))
+        if step == 7:
+            scheduler.insert(prompt[2:], window.with_changes(seed=9, dry_multiplier=0.8, max_tokens=6))
+        if step == 12 and b in scheduler.request_ids():
+            scheduler.cancel(b)
+        events += scheduler.step()
+    events += run(scheduler)
+    # Every field but the wall-clock ones: the same numbers to the bit.
+    keep = [e for e in events if not isinstance(e, PrefillProgress)]
+    untimed = [
+        dataclasses.replace(e, prompt_tps=0.0, generation_tps=0.0) if isinstance(e, Finished) else e for e in keep
+    ]
+    return untimed, sum(taken)
+
+
+def test_a_step_sampled_ahead_is_the_step_sampled_in_turn(tiny, prompt, monkeypatch):
+    """The next step's sampling queued before this one is read back (penalty counts taken on
+    the device) reports exactly what sampling it in turn reports; a live change, a join, a
+    cancel and a stop discard only what was sampled ahead."""
+    plain, _ = pipelined_run(tiny, prompt, False, monkeypatch)
+    ahead, taken = pipelined_run(tiny, prompt, True, monkeypatch)
+    assert ahead == plain
+    tokens = sum(isinstance(e, TokenStep) for e in plain)
+    assert tokens > 30 and taken >= 5  # sampled ahead until the DRY row joins, after it leaves

@@ -80,6 +80,16 @@ class RowsState(Protocol):
         """What a branch from this row's next token must restore (None: rebuilt from the history)."""
         ...
 
+    advances: bool
+    """Whether ``advance`` can take a token still on the device (False: the state needs
+    it on the host, and the next step is not sampled ahead while the state is read)."""
+
+    def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
+        """Take each row's new token while it is still on the device ([B] int32), so the next
+        step's sampling can be queued before this one is read back; the ``accept`` that
+        follows then leaves what was done here. Called only when ``advances``."""
+        ...
+
 
 StateFactory = Callable[[StateContext, Sequence[SamplingParams], Sequence[Sequence[int]], Sequence[Any]], RowsState]
 """(context, each row's params, history and carried value) -> the rows' state."""
@@ -189,6 +199,11 @@ class StepInputs:
 
     def carry(self, row: int) -> Any:
         return None
+
+    advances = True  # nothing is carried from token to token
+
+    def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
+        pass
 
 
 def step_inputs(make: Callable[[list[SamplingParams], list[int]], dict[str, mx.array]]) -> StateFactory:

@@ -57,6 +57,11 @@ class BiasRows:
     def carry(self, row: int) -> Any:
         return None
 
+    advances = True  # the bias does not follow the tokens
+
+    def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
+        pass
+
 
 def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carries) -> BiasRows:
     return BiasRows(ctx.vocab, params)

@@ -70,6 +70,11 @@ class DryRows:
     def carry(self, row: int) -> Any:
         return None
 
+    advances = False  # the repeats are matched on the host
+
+    def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
+        raise NotImplementedError
+
 
 def _row(ctx: StateContext, params: SamplingParams, history: Sequence[int]) -> DryRow | None:
     return DryRow(history, ctx.breakers(params.dry_sequence_breakers)) if params.has_dry else None

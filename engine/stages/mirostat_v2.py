@@ -72,6 +72,11 @@ class MuRows:
     def carry(self, row: int) -> Any:
         return self.mus[row]
 
+    advances = False  # μ moves by the drawn token's logprob, read on the host
+
+    def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
+        raise NotImplementedError
+
 
 def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carries: Sequence[Any]) -> MuRows:
     return MuRows([c if c is not None else 2.0 * p.mirostat_tau for p, c in zip(params, carries, strict=True)])

@@ -62,6 +62,7 @@ class CountRows:
     def __init__(self, vocab: int, counts: PenaltyCounts) -> None:
         self.vocab = vocab
         self.counts = counts
+        self._advanced = False
 
     def extend(self, other: CountRows) -> None:
         self.counts.extend(other.counts)
@@ -76,7 +77,16 @@ class CountRows:
 
     def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:
         """O(1) per row (llama.cpp's ring buffer): +1 for the new token, -1 for the one leaving."""
+        if self._advanced:  # counted on the device already (``advance``)
+            self._advanced = False
+            return
         self.counts.accept([a.token for a in accepted], [a.leaving for a in accepted])
+
+    advances = True
+
+    def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
+        self.counts.accept(tokens, leaving)
+        self._advanced = True
 
     def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
         return {"counts": rows.take(self.counts.counts)}
