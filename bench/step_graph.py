@@ -24,7 +24,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from bench.chain_cost import CLASSIC, EVERY_STAGE
-from bench.common import PROMPT, median, no_eos, peer_sampling, synthetic_model
+from bench.common import PROMPT, no_eos, peer_sampling, synthetic_model
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.scheduler import Scheduler
@@ -127,21 +127,10 @@ def step_primitives(smoke: bool = False) -> dict:
 
 
 def tiny_decode(smoke: bool = False) -> dict:
-    from bench.throughput import _ours_arrivals, _peer_arrivals, _steady_rate
+    """Figure 1's measurement (``bench.throughput.decode_batch1``) on the tiny llama."""
+    from bench.throughput import decode_batch1
 
-    loaded = tiny_model()
-    prompt = loaded.tokenizer.encode(PROMPT)
     tokens, repeats = (8, 1) if smoke else (200, 5)
-    params = SamplingParams(max_tokens=tokens, top_logprobs=10, logit_bias=no_eos(loaded))
-    mine, theirs = [], []
-    for _ in range(repeats):
-        mine.append(_steady_rate(_ours_arrivals(loaded, prompt, params)))
-        theirs.append(_steady_rate(_peer_arrivals(loaded, prompt, tokens)))
-    return {
-        "ours_tps": round(median(mine), 1),
-        "mlx_lm_tps": round(median(theirs), 1),
-        "ratio": round(median(mine) / median(theirs), 3),
-        "tokens": tokens,
-        "repeats": repeats,
-        "goal": {"ratio_at_least": GOALS["tiny_ratio_at_least"]},
-    }
+    result = decode_batch1(tiny_model(), tokens=tokens, repeats=repeats)
+    result["goal"] = {"ratio_at_least": GOALS["tiny_ratio_at_least"]}
+    return result
