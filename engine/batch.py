@@ -188,8 +188,9 @@ class SamplingBatch:
         groups = self._plan()
         top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
         tokens_parts, packed_parts, final_parts = [], [], []
-        places: list[tuple[int, PackLayout]] = [(0, None)] * len(self.params)  # type: ignore[list-item]
+        places: dict[int, tuple[int, PackLayout]] = {}
         offset = 0
+        zero = mx.array(0)
         for group in groups:
             rows = group.rows.rows
             inputs = dict(group.columns)
@@ -211,7 +212,6 @@ class SamplingBatch:
                 counts is not None,
                 override is not None,
             )
-            zero = mx.array(0)
             tokens, packed, final = fn(
                 group.rows.take(logits),
                 inputs,
@@ -231,7 +231,8 @@ class SamplingBatch:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
-        return Sampled(tokens, packed, top_n, [row_chain(p) for p in self.params], final, places)
+        chains = [row_chain(p) for p in self.params]
+        return Sampled(tokens, packed, top_n, chains, final, [places[row] for row in range(len(self.params))])
 
     def sample_ahead(
         self, logits: mx.array, tokens: mx.array, leaving: Sequence[int | None], indices: Sequence[int]

@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.events import Candidate, ChainValues
-from engine.sampler import ChainResult
+from engine.sampler import ChainResult, compiled_once
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -169,16 +169,8 @@ def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.ar
     """[B, width] float32 inspection data of a chain's result (see :class:`PackLayout`),
     compiled once per layout."""
     layout = layout_of(result, top_n)
-    key = (layout, counts is not None)
-    fn = _PACKERS.get(key)
-    if fn is None:
-        fn = _PACKERS[key] = mx.compile(partial(pack_outputs, layout))
-        while len(_PACKERS) > 64:
-            _PACKERS.pop(next(iter(_PACKERS)))
+    fn = compiled_once(("pack", layout, counts is not None), lambda: partial(pack_outputs, layout))
     return fn(result.outputs, result.tokens, counts if counts is not None else mx.array(0.0))
-
-
-_PACKERS: dict[tuple, Callable] = {}
 
 
 @dataclass(frozen=True, slots=True)

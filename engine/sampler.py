@@ -48,15 +48,21 @@ class ChainResult:
 
     def sources(self) -> list[int]:
         """For each output, the index of the first output holding the same values."""
-        out = [0]
-        for i, name in enumerate(self.chain, start=1):
-            out.append(out[-1] if name in self.aliases else i)
-        return out
+        return output_sources(self.chain, self.aliases)
 
     def output(self, stage: str) -> mx.array | None:
         if stage == "raw":
             return self.outputs[0]
         return self.outputs[self.chain.index(stage) + 1] if stage in self.chain else None
+
+
+def output_sources(chain: Sequence[str], aliases: frozenset[str]) -> list[int]:
+    """For each output of ``chain`` (``raw``, then each stage), the index of the first
+    output holding the same values (a stage in ``aliases`` repeats its input)."""
+    out = [0]
+    for i, name in enumerate(chain, start=1):
+        out.append(out[-1] if name in aliases else i)
+    return out
 
 
 def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, noise: mx.array | None) -> mx.array:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from engine.inspection import PackLayout, pack_outputs
-from engine.sampler import ChainResult, apply_chain, compiled_once
+from engine.sampler import apply_chain, compiled_once, output_sources
 
 
 def compiled_step(
@@ -28,7 +28,7 @@ def compiled_step(
     one per chain shape: element-wise work fuses across the stages and the pack, and a
     new value never recompiles. ``forced`` (with ``with_forced``; -1: draw) overrides the
     drawn token."""
-    layout = PackLayout(chain, _sources(chain, aliases), top_n)
+    layout = PackLayout(chain, tuple(output_sources(chain, aliases)), top_n)
 
     def make():
         def step(raw, inputs, noise, counts, forced):
@@ -40,7 +40,3 @@ def compiled_step(
         return step
 
     return compiled_once(("step", chain, aliases, use_noise, forms, top_n, with_counts, with_forced), make), layout
-
-
-def _sources(chain: tuple[str, ...], aliases: frozenset[str]) -> tuple[int, ...]:
-    return tuple(ChainResult(chain, [], mx.array(0), aliases).sources())
