@@ -31,6 +31,7 @@ ALONE_SECONDS = 0.3
 BUSY_SECONDS = 0.25
 GPU_ALONE_SECONDS = 1.0
 SMALLEST, LARGEST = 4, 2048  # LARGEST: mlx-lm's prefill_step_size
+FIRST_CPU, FIRST_GPU_BUSY = 16, 512  # before any measurement
 GROWTH = 2  # a chunk is at most this many times the last measured one
 
 
@@ -40,7 +41,7 @@ def on_gpu() -> bool:
 
 def first_size() -> int:
     """Before any measurement: small on a CPU, mlx-lm's prefill step on a GPU."""
-    return LARGEST if on_gpu() else 16
+    return LARGEST if on_gpu() else FIRST_CPU
 
 
 class ChunkSizer:
@@ -63,7 +64,7 @@ class ChunkSizer:
                 return LARGEST
             return self._power(self.rate * GPU_ALONE_SECONDS)
         if self.rate is None:
-            return first_size() if not self.gpu else 512
+            return FIRST_GPU_BUSY if self.gpu else FIRST_CPU
         return self._power(min(self.rate * (BUSY_SECONDS if busy else ALONE_SECONDS), GROWTH * self.last))
 
     @staticmethod
