@@ -27,6 +27,7 @@ from engine.dry import BreakerCache
 from engine.errors import EngineError
 from engine.events import Event, Finished, FinishReason, PrefillProgress
 from engine.inspection import RowInspection, to_host
+from engine.lookahead import Lookahead
 from engine.models import LoadedModel
 from engine.params import SamplingParams
 from engine.reasoning import detect_markers
@@ -104,12 +105,8 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         self._first_difference: dict[tuple[int, int], int | None] = {}
         self._prefilling: list[Request] = []  # the group whose prefill chunk runs now
         self.speculate = speculate
-        # Logits of the next decode step for ``_active`` (in order), launched on the device
-        # before the current step's tokens were read back (see _decode).
-        self._prefetched: mx.array | None = None
-        # The next step's sampling queued with them, and the sampling batch's version then.
-        self._ahead: Sampled | None = None
-        self._ahead_version = -1
+        self._lookahead = Lookahead()
+        """The next decode step for ``_active``, queued before this one was read back (_decode)."""
 
     # ----------------------------------------------------------------- public API
 
@@ -293,23 +290,13 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
     def _decode(self) -> list[Event]:
         """One token for every running row.
 
-        Like mlx-lm's generate_step, the *next* step is queued whole on the device-side
-        tokens of this one before they are read back: its forward pass, and its sampling
-        from state that takes the tokens on the device (``SamplingBatch.sample_ahead``), so
-        graph building and host work overlap the device. The sampled-ahead step is kept
-        only while nothing it assumed changed: a live change, a join or a switch of settings
-        (the sampling batch's ``version``) or a forced token discards it, and the next step
-        samples its logits (which do not depend on the settings) again, so a change still
-        applies from the next token and a speculated token is never reported. Rows that
-        turn out finished are dropped from both; new rows waiting to join turn speculation
-        off for a step.
+        The next step is queued whole before this one is read back (``engine.lookahead``).
+        Its sampling is kept only while nothing it assumed changed (a live change, a join, a
+        switch of settings or a forced token: its logits are sampled again), so a change
+        applies from the next token and a speculated token is never reported. New rows
+        waiting to join turn speculation off for a step.
         """
-        logits, self._prefetched = self._prefetched, None
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and (
-            self._ahead_version != self._sampling.version or any(next_forced(r) is not None for r in self._active)
-        ):
-            ahead = None
+        logits, ahead = self._lookahead.take(self._sampling.version)
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
@@ -331,10 +318,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         self._batch = kv.filter_batch(self._batch, keep) if self._batch is not None else None
         self._sampling.filter(keep)
         self._active = [self._active[i] for i in keep]
-        if self._prefetched is not None:
-            self._prefetched = self._prefetched[mx.array(keep, dtype=mx.int32)] if keep else None
-        if self._ahead is not None:
-            self._ahead = self._ahead.take(keep) if keep else None
+        self._lookahead.keep(keep)
 
     def _last_step(self, request: Request) -> bool:
         """Whether the request finishes with its next token whatever it is."""
@@ -350,11 +334,15 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         speculate: bool = False,
         ahead: Sampled | None = None,
     ) -> list[Event]:
-        """Sample ``logits`` (or take ``ahead``, this step sampled during the last one), queue
-        the next step when ``speculate``, read this one back and accept its tokens."""
+        """Sample ``logits`` (or take ``ahead``, this step sampled during the last one, unless
+        a token is forced), queue the next step when ``speculate``, read this one back and
+        accept its tokens."""
         forced = [next_forced(r) for r in requests]
         carries = [sampling.carry(row) for row in range(len(requests))]
-        sampled = ahead if ahead is not None else sampling.sample(logits, [r.next_index for r in requests], forced)
+        if ahead is None or any(f is not None for f in forced):
+            sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
+        else:
+            sampled = ahead
         pairs = group_pairs([r.group for r in requests])
         packed_device = sampled.packed
         if pairs:  # the divergences ride along in the step's one transfer
@@ -362,19 +350,8 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
             packed_device = mx.concatenate([packed_device, js])
         if speculate:
             mx.async_eval(packed_device)
-            self._prefetched = self.model(sampled.tokens[:, None], cache=self._batch)[:, -1, :]
-            kv.after_batch_forward(self._batch, self.kv)
-            queued = [self._prefetched]
-            if not pairs and sampling is self._sampling:
-                leaving = [r.leaving_next() for r in requests]
-                following = [r.next_index + 1 for r in requests]
-                self._ahead = sampling.sample_ahead(self._prefetched, sampled.tokens, leaving, following)
-                if self._ahead is not None:
-                    self._ahead_version = sampling.version
-                    queued += [self._ahead.tokens, self._ahead.packed]
-            mx.async_eval(*queued)
-            for request in requests:
-                request.fed += 1
+            ahead_by = sampling if not pairs and sampling is self._sampling else None
+            self._lookahead.queue(self.model, self._batch, self.kv, requests, sampled.tokens, ahead_by)
         host = to_host(packed_device)  # the one transfer
         events: list[Event] = []
         inspections = []

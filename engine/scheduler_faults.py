@@ -12,14 +12,15 @@ from engine.events import Event, FinishReason
 
 class FaultsMixin:
     """Needs the scheduler's ``_active``, ``_waiting``, ``_prefilling``, ``_batch``,
-    ``_prefetched``, ``_ahead``, ``_sampling``, ``vocab_size``, ``breakers``, ``_remove_rows`` and
+    ``_lookahead``, ``_sampling``, ``vocab_size``, ``breakers``, ``_remove_rows`` and
     ``_finished``."""
 
     def _fail_active(self, exc: Exception) -> list[Event]:
         """A decode step failed: its rows end with ``"error"`` (their earlier tokens stand),
         and the batch starts afresh, so the next request runs as on a new scheduler."""
         failed, self._active = self._active, []
-        self._batch, self._prefetched, self._ahead = None, None, None
+        self._batch = None
+        self._lookahead.clear()
         self._sampling = SamplingBatch(self.vocab_size, self.breakers)
         message = f"{type(exc).__name__}: {exc}"
         return [self._finished(r, FinishReason.ERROR, error=message) for r in failed]

@@ -834,7 +834,8 @@ class EngineMachine(RuleBasedStateMachine):
         assert all(s.finished is not None for s in self.specs.values())
         for scheduler in (self.main, self.shadow):
             assert scheduler._active == [] and not scheduler._waiting and not scheduler._pending
-            assert scheduler._batch is None and scheduler._prefetched is None
+            assert scheduler._batch is None and scheduler._lookahead.logits is None
+            assert scheduler._lookahead.sampled is None
             assert len(scheduler._sampling) == 0 and scheduler._sampling.states["dry"].rows == []
             assert scheduler._sampling.states["penalties"].counts.counts.shape[0] == 0
             if FIRST_DIFFERENCE_PRUNED:
