@@ -1,0 +1,106 @@
+"""Actions and their one enablement rule: what the backend can do, and what the state allows.
+
+An action (a menu item, or a control doing the same) is enabled when both parts of its rule
+hold: the loaded backend declares its capability (``engine.capabilities.Capabilities``; the
+backend's own sentence says why not), and its ``needs`` — a function of the app's state, such
+as "a reply is selected" — returns ``""``. A disabled item shows why as its tooltip and status
+tip. Rules are evaluated when a model loads and whenever :meth:`Actions.refresh` is called
+(the window calls it on the model's events that change what the rules read), so menus only lay
+the actions out and never decide enablement when they are shown.
+
+The app never decides a capability from the backend's type or name: a new backend only has to
+declare its capabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QWidget
+
+from engine.capabilities import Capabilities
+
+Needs = Callable[[], str]
+"""Why the action cannot run in the app's present state; ``""`` when it can."""
+
+
+@dataclass
+class _Rule:
+    item: QAction | QWidget
+    capability: str
+    needs: Needs | None
+    tooltip: str
+    """The item's own tooltip, shown again once the rule holds."""
+
+
+class Actions:
+    """One per window: ``add`` (or ``bind``) items with their rule, ``apply`` each loaded
+    model's capabilities, ``refresh`` when the state the rules read changes."""
+
+    def __init__(self, parent: QObject) -> None:
+        self._parent = parent
+        self._rules: list[_Rule] = []
+        self.capabilities: Capabilities | None = None
+        """The last applied; None before a model is loaded (capability parts then hold: the
+        item's own handler says the model is still loading)."""
+
+    def add(
+        self,
+        text: str,
+        slot: Callable[[], object],
+        *,
+        capability: str = "",
+        needs: Needs | None = None,
+        shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None,
+        tooltip: str = "",
+        checkable: bool = False,
+    ) -> QAction:
+        """A new action calling ``slot`` when triggered, under the rule given."""
+        action = QAction(text, self._parent, checkable=checkable)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        if tooltip:
+            action.setToolTip(tooltip)
+        if checkable:
+            action.toggled.connect(lambda _on: slot())
+        else:
+            action.triggered.connect(lambda _=False: slot())
+        self.bind(action, capability, needs)
+        return action
+
+    def bind(self, item: QAction | QWidget, capability: str = "", needs: Needs | None = None) -> None:
+        """Put an existing item (a panel's control doing an action's job too) under a rule."""
+        self._rules.append(_Rule(item, capability, needs, item.toolTip()))
+        self._apply_one(self._rules[-1])
+
+    def apply(self, capabilities: Capabilities) -> None:
+        """A model was loaded: its backend's capabilities."""
+        self.capabilities = capabilities
+        self.refresh()
+
+    def refresh(self) -> None:
+        for rule in self._rules:
+            self._apply_one(rule)
+
+    def reason(self, item: QAction | QWidget) -> str:
+        """Why ``item`` is disabled now (``""`` when it is enabled or not bound)."""
+        for rule in self._rules:
+            if rule.item is item:
+                return self._why(rule)
+        return ""
+
+    def _why(self, rule: _Rule) -> str:
+        if rule.capability and self.capabilities is not None and (why := self.capabilities.reason(rule.capability)):
+            return why
+        return rule.needs() if rule.needs is not None else ""
+
+    def _apply_one(self, rule: _Rule) -> None:
+        why = self._why(rule)
+        rule.item.setEnabled(not why)
+        # Qt strips the action's text into an empty tooltip; keep the item's own when enabled.
+        tip = f"Not available: {why}" if why else rule.tooltip
+        rule.item.setToolTip(tip)
+        rule.item.setStatusTip(tip if why else "")
