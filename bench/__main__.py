@@ -51,7 +51,7 @@ from bench.guard import BenchError
 from bench.table import table
 
 if TYPE_CHECKING:  # the engine (MLX) is imported when a figure first asks for a model
-    from engine.models import LoadedModel
+    from engine.models.load import LoadedModel
 
 FIGURES = [
     "decode",

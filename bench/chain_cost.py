@@ -17,14 +17,14 @@ import numpy as np
 
 from bench.common import PROMPT, median, no_eos
 from bench.sampling_cost import _scheduler_at_history, _steady_step
-from engine.batch import new_states, state_inputs
-from engine.dry import Breakers, DryRow
-from engine.inspection import pack_step
-from engine.models import LoadedModel
-from engine.params import SAMPLER_STAGES, SamplingParams
-from engine.sampler import columns, run_chain
-from engine.scheduler import Scheduler
+from engine.api.params import SAMPLER_STAGES, SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
+from engine.sampling.batch import new_states, state_inputs
+from engine.sampling.inspection import pack_step
+from engine.sampling.sampler import columns, run_chain
 from engine.stages.base import Rows, StateContext
+from engine.stages.dry_state import Breakers, DryRow
 
 CLASSIC = {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1}
 EVERY_STAGE = {

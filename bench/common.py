@@ -12,10 +12,10 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from engine.events import Finished, TokenStep
-from engine.models import LoadedModel, load, resolve
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel, load, resolve
+from engine.runtime.scheduler import Scheduler
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 

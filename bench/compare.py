@@ -14,9 +14,9 @@ import time
 from mlx_lm.generate import BatchGenerator
 
 from bench.common import PROMPT, median, peer_sampling, row_params
-from engine.events import TokenStep
-from engine.models import LoadedModel
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
 
 
 def _ours(loaded: LoadedModel, prompt: list[int], n: int, steps: int) -> tuple[float, float]:

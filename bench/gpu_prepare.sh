@@ -31,7 +31,7 @@ split -b $(((size + 1) / 2)) -d "$work/cuda.tar.xz" "$work/cuda.part"
 mv "$work/cuda.part00" .gpu/a/
 mv "$work/cuda.part01" .gpu/b/
 # The default model's config and tokenizer, as the engine converts it (converted on first use).
-folder=$("$PY" -c "from engine.models import resolve; print(resolve('default')[1])")
+folder=$("$PY" -c "from engine.models.load import resolve; print(resolve('default')[1])")
 for f in config.json tokenizer.json tokenizer_config.json chat_template.jinja; do
   [ -f "$folder/$f" ] && cp "$folder/$f" .gpu/b/default/
 done

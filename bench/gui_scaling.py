@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 from bench.guard import BenchError, drifted, wait_for
-from engine.backend import Messages, ModelInfo, StartedRequest
-from engine.events import Candidate, Event, Finished, TokenStep
-from engine.kv_quantization import KV_OFF, KVQuantization
-from engine.models import ProgressFn
-from engine.params import SamplingParams
-from engine.session import EngineSession
+from engine.api.backend import Messages, ModelInfo, StartedRequest
+from engine.api.events import Candidate, Event, Finished, TokenStep
+from engine.api.kv_quantization import KV_OFF, KVQuantization
+from engine.api.params import SamplingParams
+from engine.models.load import ProgressFn
+from engine.session.session import EngineSession
 
 WORDS = " the a lighthouse keeper found message in bottle, and sea was calm. night".split(" ")
 CHAIN = ("raw", "penalties", "temperature", "top_p")

@@ -14,13 +14,13 @@ from __future__ import annotations
 import mlx.core as mx
 
 from bench.common import median, no_eos, run
-from engine import cache as kv
-from engine.cache_quantized import quantize_layer
-from engine.events import Finished
-from engine.kv_quantization import KVQuantization
-from engine.models import LoadedModel, load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import Finished
+from engine.api.kv_quantization import KVQuantization
+from engine.api.params import SamplingParams
+from engine.caches import batch as kv
+from engine.caches.quantized import quantize_layer
+from engine.models.load import LoadedModel, load
+from engine.runtime.scheduler import Scheduler
 
 SETTINGS = (None, 8, 4)
 GROUP = 64

@@ -6,9 +6,9 @@ import mlx.core as mx
 import numpy as np
 
 from bench.common import PROMPT, no_eos, run
-from engine.models import LoadedModel
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
 
 MIB = 2**20
 

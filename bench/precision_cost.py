@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 from bench.common import GEMMA_MISSING, PROMPT, median, no_eos, run
-from engine.events import Finished
-from engine.models import LoadedModel, load
-from engine.params import SamplingParams
-from engine.precision import apply, choose
-from engine.scheduler import Scheduler
+from engine.api.events import Finished
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel, load
+from engine.models.precision import apply, choose
+from engine.runtime.scheduler import Scheduler
 
 DTYPES = ("float16", "float32", "bfloat16")
 

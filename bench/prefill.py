@@ -1,6 +1,6 @@
 """Figure 12: prefill speed of a 1,000-token prompt (and scoring speed of 200 tokens
 through the default chain, which should cost about one prefill), ours (chunk sizes as the app uses
-them: sized from the measured rate, engine/chunking.py) over mlx-lm's ``stream_generate``
+them: sized from the measured rate, engine/runtime/chunking.py) over mlx-lm's ``stream_generate``
 (one 2,048-token step); and on the synthetic model, fixed chunk sizes against the
 adaptive one, which is how the sizing was chosen."""
 
@@ -11,10 +11,10 @@ import time
 from mlx_lm.generate import stream_generate
 
 from bench.common import median
-from engine.events import Finished, TokenStep
-from engine.models import LoadedModel
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
 
 
 def _prompt(loaded: LoadedModel, tokens: int) -> list[int]:
@@ -40,11 +40,11 @@ def _peer(loaded: LoadedModel, prompt: list[int]) -> float:
 
 
 def _score(loaded: LoadedModel, text: list[int]) -> float:
-    """Teacher-forced scoring through the default chain (engine/score.py): tokens/s."""
-    from engine.dry import BreakerCache
-    from engine.events import ScoreDone
-    from engine.score import score
-    from engine.text import TokenText
+    """Teacher-forced scoring through the default chain (engine/analysis/score.py): tokens/s."""
+    from engine.analysis.score import score
+    from engine.api.events import ScoreDone
+    from engine.runtime.text import TokenText
+    from engine.stages.dry_state import BreakerCache
 
     pieces = TokenText(loaded.tokenizer)
     breakers = BreakerCache(loaded.vocab_size, pieces.piece, lambda t: list(loaded.tokenizer.encode(t)))

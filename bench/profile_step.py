@@ -18,9 +18,9 @@ from pathlib import Path
 import mlx.core as mx
 
 from bench.common import PROMPT, default_model, median, row_params, synthetic_model
-from engine.inspection import to_host
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
+from engine.sampling.inspection import to_host
 
 
 def greedy(loaded) -> SamplingParams:

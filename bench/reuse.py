@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from bench.common import first_token_time, median, run
-from engine.events import Finished, TokenStep
-from engine.models import LoadedModel
-from engine.params import SamplingParams
-from engine.prompts import encode_chat
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.prompts import encode_chat
+from engine.runtime.scheduler import Scheduler
 
 TURN1 = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -10,9 +10,9 @@ import numpy as np
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from bench.common import PROMPT, median, no_eos, row_params
-from engine.models import LoadedModel
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
 
 PENALTIES = {"repetition_penalty": 1.2, "presence_penalty": 0.3, "frequency_penalty": 0.3}
 

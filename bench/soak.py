@@ -20,10 +20,10 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from engine.events import Finished, TokenStep
-from engine.models import LoadedModel, load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel, load
+from engine.runtime.scheduler import Scheduler
 
 PROMPTS = ["the cat sat on the mat", "a b c d e f", "hello there, how are you", "the theme of the thin thing"]
 

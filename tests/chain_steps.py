@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from engine.events import Candidate, TokenStep
-from engine.params import SamplingParams
+from engine.api.events import Candidate, TokenStep
+from engine.api.params import SamplingParams
 
 VOCAB = [" Paris", " Lyon", " the", " a", " France", ".", "\n", " is", " city", "é", " of", "<|im_end|>"]
 LOGITS = [4.0, 3.2, 2.9, 2.0, 1.5, 1.1, 0.5, 0.2, -0.3, -1.0, -1.6, -2.5]

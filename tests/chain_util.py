@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.batch import new_states, state_inputs
-from engine.dry import Breakers
-from engine.params import SamplingParams
-from engine.sampler import ChainResult, columns, group_chain, run_chain
+from engine.api.params import SamplingParams
+from engine.sampling.batch import new_states, state_inputs
+from engine.sampling.sampler import ChainResult, columns, group_chain, run_chain
 from engine.stages.base import Rows, StateContext
+from engine.stages.dry_state import Breakers
 
 
 def fresh_state_inputs(params: list[SamplingParams], chain, vocab: int, index: int = 0) -> dict[str, mx.array]:

@@ -2,15 +2,15 @@
 (what it did not report is None), each as a CLI record of ``generate``, of ``score`` (with
 ``rank``), and the ``done`` / ``score_done`` / ``divergence`` records beside them.
 ``tests/data/cli_records_7900ff8.jsonl`` holds these records as commit 7900ff8's
-``engine/cli.py`` printed them (the three encoders before the codec)."""
+``engine/cli/main.py`` printed them (the three encoders before the codec)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-from engine.events import Candidate, Divergence, Finished, FinishReason, ScoreDone, TokenStep
-from engine.params import SamplingParams
+from engine.api.events import Candidate, Divergence, Finished, FinishReason, ScoreDone, TokenStep
+from engine.api.params import SamplingParams
 from tests.chain_steps import chain_step
 
 NAN = math.nan

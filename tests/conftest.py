@@ -24,14 +24,14 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny(tiny_folder: Path):
-    from engine.models import load
+    from engine.models.load import load
 
     return load(str(tiny_folder))
 
 
 @pytest.fixture(scope="session")
 def smollm():
-    from engine.models import load
+    from engine.models.load import load
 
     return load("default")
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.events import Divergence, Finished, PrefillProgress, TokenStep
-from engine.models import LoadedModel, load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.stages.carry import carry_from_steps
+from engine.api.carry import carry_from_steps
+from engine.api.events import Divergence, Finished, PrefillProgress, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel, load
+from engine.runtime.scheduler import Scheduler
 
 # Cache kinds: llama = KVCache; lfm2 = ArraysCache (recurrent) + KVCache;
 # gemma3_text = RotatingKVCache (window 16, wraps) + KVCache.

@@ -198,10 +198,10 @@ def _ollama_blob(blobs: Path, data: bytes) -> str:
 
 
 def _logitscope(home: MacHome, gguf: Path) -> None:
-    """The GGUF as engine.models.converted_folder leaves it: ``<hash>-v<N>`` with source.json."""
-    from engine.gguf import convert_gguf
+    """The GGUF as engine.models.load.converted_folder leaves it: ``<hash>-v<N>`` with source.json."""
     from engine.library.locations import CONVERTER_VERSION
-    from engine.models import file_hash
+    from engine.models.gguf_convert import convert_gguf
+    from engine.models.load import file_hash
 
     target = Path(home.env["LOGITSCOPE_CACHE_DIR"]) / "models" / f"{file_hash(gguf)[:24]}-v{CONVERTER_VERSION}"
     target.mkdir(parents=True)

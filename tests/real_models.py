@@ -20,7 +20,7 @@ def gemma_gguf(folder: Path) -> Path:
 
 
 def smollm_gguf() -> Path:
-    from engine.models import default_model_path
+    from engine.models.load import default_model_path
 
     return default_model_path()
 

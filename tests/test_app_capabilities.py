@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
 from app.shell.score_dialog import REPLAY_TEXT  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.test_app_remote import connect, replies, tiny_server  # noqa: E402, F401
 

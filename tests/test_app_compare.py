@@ -14,7 +14,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
     close_window,

@@ -17,7 +17,7 @@ from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.model.textfmt import visible  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
 NO_MODIFIER = Qt.KeyboardModifier.NoModifier

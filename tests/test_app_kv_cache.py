@@ -20,8 +20,8 @@ from app.model.kv_cache import (  # noqa: E402
     second_kv_label,
     with_choice,
 )
-from engine.kv_quantization import KVQuantization  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.kv_quantization import KVQuantization  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
     assistant_entries,
@@ -82,7 +82,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     from app.shell.kv_cache_menu import saved_kv
     from app.shell.window import MainWindow
     from app.views.about import about_text
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     asked: list = []
 
@@ -141,7 +141,7 @@ def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, t
 
     from app.model.kv_cache import SERVER_KEEPS
     from app.shell.kv_cache_menu import set_kv_cache, update_kv_cache_menu
-    from engine.remote_servers import KINDS, remote_capabilities
+    from engine.remote.servers import KINDS, remote_capabilities
 
     window = open_window(qtbot, profile, str(tiny_folder))
     local = window.model_info
@@ -209,7 +209,7 @@ def test_compare_models_kv_row_reaches_load_second_and_4_bit_moves_more_than_8_b
         session = session_of(window)
         second = session.second_model()
         assert second.kv == f"{bits}-bit (group 64)" and second.source == str(wide)
-        assert session._second.model is session.scheduler.loaded.model  # the weights shared
+        assert session.comparison.second.model is session.scheduler.loaded.model  # the weights shared
         assert comparison.base.label == f"{name} · float32"
         assert comparison.second.label == f"{name} · float32 · KV {bits}-bit"
         assert f"KV {bits}-bit" in comparison.title and f"KV {bits}-bit" in window.compare_models.summary_label.text()

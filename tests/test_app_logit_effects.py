@@ -12,8 +12,8 @@ pytest.importorskip("pytestqt")
 
 from app.views.inspector import BARS_TAB  # noqa: E402
 from app.views.inspector_table import COLUMNS  # noqa: E402
-from engine.codec import STORE, decode_step, encode_step  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.codec import STORE, decode_step, encode_step  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import assistant_entries, close_window, open_window, profile, send  # noqa: E402, F401
 
 

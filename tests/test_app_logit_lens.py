@@ -1,7 +1,7 @@
 """Issue 22, the app: the logit lens in the inspector's Layers tab, the timeline's *decided at
 layer* row and the export, on the real worker and EngineSession with the tiny random model.
 
-What the tab shows is what ``engine.lens`` computes here directly for the same tokens; the
+What the tab shows is what ``engine.analysis.lens`` computes here directly for the same tokens; the
 export holds what ``python -m engine lens`` prints for the same text; a cancelled job drops
 its late results; a server, no model and an engine error are said in words; and a reply
 goes first: a lens job started while it streams runs once it has ended."""
@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
     assistant_entries,
@@ -60,16 +60,16 @@ def read_out(qtbot, window, stream, index: int):
 
 
 def direct_lens(folder, tokens: list[int], positions: list[int], top: int = 20):
-    """engine.lens on the same tokens, the model loaded here."""
-    from engine.lens import lens
-    from engine.models import load
+    """engine.analysis.lens on the same tokens, the model loaded here."""
+    from engine.analysis.lens import lens
+    from engine.models.load import load
 
     return list(lens(load(str(folder)), tokens, positions, top))
 
 
 def cli_lens(*args: str) -> list[dict]:
     """``python -m engine lens`` in this process (the CLI's main), its records."""
-    from engine.cli import main
+    from engine.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -80,7 +80,7 @@ def cli_lens(*args: str) -> list[dict]:
 def test_the_layers_tab_shows_what_engine_lens_computes_and_caches_it(qtbot, profile, tiny_folder):  # noqa: F811
     from app.model.lens_grid import COLUMNS, decided_words
     from app.model.textfmt import visible
-    from engine.prompts import encode_messages
+    from engine.runtime.prompts import encode_messages
 
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "hello there", greedy(window, 12))

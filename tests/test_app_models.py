@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,
     close_window,

@@ -10,7 +10,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.test_app_window import long_context_folder, press  # noqa: E402, F401
 

@@ -17,8 +17,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from engine.reasoning import ANSWER, THINKING  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+from engine.api.reasoning import ANSWER, THINKING  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 from tests.test_app_compare import link_point  # noqa: E402
 from tests.test_reasoning_remote import vllm_like  # noqa: E402, F401

@@ -11,8 +11,8 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from engine.reasoning import ANSWER, THINKING  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+from engine.api.reasoning import ANSWER, THINKING  # noqa: E402
 from tests.test_app import TIMEOUT, profile, send  # noqa: E402, F401
 from tests.test_app_compare import link_point  # noqa: E402
 from tests.test_app_reasoning import (  # noqa: E402, F401

@@ -20,7 +20,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_fault_containment import Flaky  # noqa: E402
 from tests.tiny_model import MERGES  # noqa: E402
 
@@ -173,7 +173,7 @@ class FailingSession:
     """The engine session, its model raising once on the ``fail_at``-th call after loading."""
 
     def __new__(cls, fail_at: int):
-        from engine.session import EngineSession
+        from engine.session.session import EngineSession
 
         class _Session(EngineSession):
             def load(self, source, progress=None, precision="auto", kv=None):

@@ -18,7 +18,7 @@ httpx = pytest.importorskip("httpx")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from app.model.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
 from tests.test_app import (  # noqa: E402
     TIMEOUT,

@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
-from engine.params import DEFAULT_SAMPLERS, SamplingParams  # noqa: E402
+from engine.api.params import DEFAULT_SAMPLERS, SamplingParams  # noqa: E402
 from tests.local_server import mlx_lm_server  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.test_app_input import outlined  # noqa: E402

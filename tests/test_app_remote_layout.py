@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.local_server import mlx_lm_server  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 

@@ -18,7 +18,7 @@ pytest.importorskip("httpx")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.local_server import mlx_lm_server  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 from tests.test_app_remote import connect, replies  # noqa: E402

@@ -13,7 +13,7 @@ from PySide6.QtGui import QGuiApplication, QImage, QPalette, QTextCursor  # noqa
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.model.timeline_series import MIN_TOKENS  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.test_app_compare import link_point  # noqa: E402
 from tests.tiny_model import build_tokenizer  # noqa: E402

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
 from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
 from app.views.chat_panel import MIN_WIDTH  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
 

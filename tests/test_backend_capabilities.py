@@ -12,11 +12,11 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from engine.backend import Backend  # noqa: E402
-from engine.capabilities import NAMES, Capabilities  # noqa: E402
-from engine.errors import EngineError  # noqa: E402
-from engine.events import Divergence, Finished, TokenStep  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.backend import Backend  # noqa: E402
+from engine.api.capabilities import NAMES, Capabilities  # noqa: E402
+from engine.api.errors import EngineError  # noqa: E402
+from engine.api.events import Divergence, Finished, TokenStep  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.local_server import mlx_lm_server  # noqa: E402
 
 CHAT = [{"role": "user", "content": "hello there"}]
@@ -33,7 +33,7 @@ def server(tiny_folder, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local(tiny_folder):
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     session = EngineSession()
     session.load(str(tiny_folder))
@@ -42,7 +42,7 @@ def local(tiny_folder):
 
 @pytest.fixture
 def remote(server, tiny_folder):
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     backend = RemoteBackend(server, chat_template=str(tiny_folder))  # continues replies from text
     backend.load("")

@@ -78,8 +78,8 @@ def test_drifted_names_a_call_whose_signature_changed() -> None:
 
 def test_the_gui_scaling_stand_in_keeps_the_session_calls() -> None:
     from bench.gui_scaling import SyntheticSession
-    from engine.backend import Backend
-    from engine.session import EngineSession
+    from engine.api.backend import Backend
+    from engine.session.session import EngineSession
 
     assert drifted(SyntheticSession, EngineSession) == []
     assert isinstance(SyntheticSession(2, 100.0), Backend)

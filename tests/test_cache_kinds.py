@@ -8,11 +8,11 @@ from mlx_lm import stream_generate
 from mlx_lm.models.cache import QuantizedKVCache
 from mlx_lm.sample_utils import make_logits_processors
 
-from engine.errors import EngineError
-from engine.events import Finished, TokenStep
-from engine.models import load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.errors import EngineError
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import load
+from engine.runtime.scheduler import Scheduler
 from tests.tiny_archs import CONFIGS, WINDOW, write_tiny_arch
 
 ARCHS = list(CONFIGS)
@@ -165,7 +165,7 @@ def test_tiny_arch_folders_are_real_mlx_lm_folders(tmp_path: Path):
 
 def test_model_info_names_architecture_cache_kinds_and_quantization(tmp_path: Path):
     from app.views.about import about_text
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     session = EngineSession()
     info = session.load(str(write_tiny_arch(tmp_path / "lfm", "lfm2")))

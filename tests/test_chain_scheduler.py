@@ -4,10 +4,10 @@ orders, live changes of order and DRY, DRY state against a rebuild, and branches
 import numpy as np
 import pytest
 
-from engine.dry import DryRow
-from engine.events import TokenStep
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.runtime.scheduler import Scheduler
+from engine.stages.dry_state import DryRow
 
 EVERYTHING = SamplingParams(
     temperature=1.1,

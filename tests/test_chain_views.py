@@ -17,8 +17,8 @@ from PySide6.QtGui import QColor  # noqa: E402
 from app.model.param_text import format_breakers, parse_breakers  # noqa: E402
 from app.views.chain_view import REMOVED_ROLE, VALUE_ROLE, format_p  # noqa: E402
 from app.views.theme import LIGHT  # noqa: E402
-from engine.events import Candidate, TokenStep  # noqa: E402
-from engine.params import (  # noqa: E402
+from engine.api.events import Candidate, TokenStep  # noqa: E402
+from engine.api.params import (  # noqa: E402
     DEFAULT_SAMPLERS,
     LLAMA_CPP_SAMPLERS,
     SamplingParams,

@@ -15,7 +15,7 @@ from PySide6.QtGui import QCursor, QFontMetrics, QTextCursor, QTextDocument  # n
 from PySide6.QtWidgets import QApplication, QMenu  # noqa: E402
 
 from app.views.theme import LIGHT  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.chain_steps import chain_step  # noqa: E402
 from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 

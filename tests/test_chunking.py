@@ -2,11 +2,19 @@
 
 import pytest
 
-from engine.chunking import ALONE_SECONDS, BUSY_SECONDS, GPU_ALONE_SECONDS, LARGEST, SMALLEST, ChunkSizer, first_size
-from engine.errors import EngineError
-from engine.events import PrefillProgress, TokenStep
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.errors import EngineError
+from engine.api.events import PrefillProgress, TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.chunking import (
+    ALONE_SECONDS,
+    BUSY_SECONDS,
+    GPU_ALONE_SECONDS,
+    LARGEST,
+    SMALLEST,
+    ChunkSizer,
+    first_size,
+)
+from engine.runtime.scheduler import Scheduler
 
 
 def test_sizes_follow_the_rate_and_stay_in_bounds():

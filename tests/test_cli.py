@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.prompts import encode_chat
+from engine.runtime.prompts import encode_chat
 
 PROMPTS = ["The capital of France is", "Once upon a time, there was a", "def fibonacci(n):"]
 CHAT = "What is the capital of France?"

@@ -3,7 +3,7 @@
 from app.model.entries import build_entries, context_before, latest_token
 from app.model.streams import CompareColumn, CompareRun, Reply, branch_key, reply_key
 from app.store.store import Branch, Message
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 from tests.test_model import step
 
 

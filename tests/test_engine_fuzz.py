@@ -39,17 +39,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-import engine.requests as engine_requests
-from engine.errors import EngineError
-from engine.events import Divergence, Finished, PrefillProgress, TokenStep
-from engine.params import (
+import engine.runtime.requests as engine_requests
+from engine.api.errors import EngineError
+from engine.api.events import Divergence, Finished, PrefillProgress, TokenStep
+from engine.api.params import (
     DEFAULT_SAMPLERS,
     LLAMA_CPP_SAMPLERS,
     SAMPLER_STAGES,
     SamplingParams,
     SamplingParamsError,
 )
-from engine.scheduler import Scheduler
+from engine.runtime.scheduler import Scheduler
 from tests.engine_shadow import (
     ARCHS,
     OUTCOMES,
@@ -230,7 +230,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.loaded = with_context(tiny_loaded(arch), context)
         assert self.loaded.vocab_size == VOCAB and self.loaded.eos_token_ids == {EOS}
         self.config = config
-        # seed=None draws a seed from the OS (engine.requests.secrets); here it comes from the
+        # seed=None draws a seed from the OS (engine.runtime.requests.secrets); here it comes from the
         # example, so that Hypothesis can run an example again and get the same tokens.
         self.saved_secrets = engine_requests.secrets
         engine_requests.secrets = SimpleNamespace(randbits=random.Random(data.draw(st.integers(0, 2**32))).getrandbits)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from engine.events import Finished, TokenStep
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
 
 
 class Flaky:

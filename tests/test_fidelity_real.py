@@ -11,15 +11,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.events import TokenStep
-from engine.fidelity import check, summarize
-from engine.lens import lens
-from engine.models import load
-from engine.params import SamplingParams
-from engine.precision import FIDELITY_TOLERANCE
-from engine.prompts import encode_chat, encode_text
-from engine.scheduler import Scheduler
-from engine.score import score
+from engine.analysis.fidelity import check
+from engine.analysis.lens import lens
+from engine.analysis.score import score
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.api.precision import FIDELITY_TOLERANCE
+from engine.api.results import summarize
+from engine.models.load import load
+from engine.runtime.prompts import encode_chat, encode_text
+from engine.runtime.scheduler import Scheduler
 from tests import real_models
 
 pytestmark = pytest.mark.slow

@@ -7,12 +7,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.divergence import js_divergence
-from engine.errors import EngineError
-from engine.events import Divergence, Finished, TokenStep
-from engine.models import load
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.errors import EngineError
+from engine.api.events import Divergence, Finished, TokenStep
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.models.load import load
+from engine.runtime.scheduler import Scheduler
+from engine.sampling.divergence import js_divergence
 from tests.tiny_archs import write_tiny_arch
 
 VARIANTS = [

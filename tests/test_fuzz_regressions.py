@@ -5,10 +5,10 @@ test (the fuzzer draws these inputs too)."""
 import numpy as np
 import pytest
 
-from engine.errors import EngineError
-from engine.events import Finished, TokenStep
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.errors import EngineError
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
 
 PARAMS = SamplingParams(max_tokens=20)
 PROMPT = [5, 6, 7, 8]

@@ -8,9 +8,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.gguf_arch import llama3_factors
-from engine.models import load
+from engine.api.errors import ModelLoadError
+from engine.models.gguf_arch import llama3_factors
+from engine.models.load import load
 from tests.gguf_reference import bpe_vocab, random_model, spm_vocab, write_model_gguf
 
 PROMPT = [5, 77, 120, 3, 250, 41, 9, 200, 13, 64, 180, 7, 99, 31]  # longer than gemma3's window below
@@ -171,7 +171,7 @@ def test_llama3_rope_parameters_are_recovered_from_rope_freqs(tmp_path):
 
 
 def small_llama(extra: dict) -> dict:
-    from engine.gguf_arch import build_config
+    from engine.models.gguf_arch import build_config
 
     shapes = {
         "token_embd.weight": (100, 64),

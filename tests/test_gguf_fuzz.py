@@ -185,8 +185,8 @@ def build(spec: dict, folder: Path) -> Path:
 def worker(spec_file: str, folder: str) -> None:
     import mlx.core as mx
 
-    from engine.errors import ModelLoadError
-    from engine.models import load
+    from engine.api.errors import ModelLoadError
+    from engine.models.load import load
 
     for spec in json.loads(Path(spec_file).read_text()):
         path = build(spec, Path(folder))
@@ -242,7 +242,7 @@ def run_specs(specs: list[dict], folder: Path, timeout: float = 600) -> tuple[di
 
 
 def test_fuzzed_gguf_files_never_crash(tmp_path):
-    from engine.models import default_model_path
+    from engine.models.load import default_model_path
 
     start = time.perf_counter()
     default = layout(default_model_path())

@@ -13,10 +13,11 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
-from engine.gguf_quant import AFFINE_BITS, TO_FLOAT16, convert, decode_affine, pack
-from engine.models import load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.params import SamplingParams
+from engine.library.convertible import AFFINE_BITS, TO_FLOAT16
+from engine.models.gguf_quant import convert, decode_affine, pack
+from engine.models.load import load
+from engine.runtime.scheduler import Scheduler
 from tests.gguf_reference import bpe_vocab, random_blocks, random_model, write_model_gguf
 
 ROWS, COLS = 24, 512  # two K-quant super-blocks per row

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.gguf_read import read_gguf
-from engine.models import converted_folder, load
+from engine.api.errors import ModelLoadError
+from engine.models.gguf_read import read_gguf
+from engine.models.load import converted_folder, load
 from tests.gguf_reference import bpe_vocab, random_model, write_model_gguf
 
 STRING, ARRAY, UINT32 = 8, 9, 4
@@ -218,13 +218,13 @@ def test_bad_metadata_is_a_clear_load_error(tiny_gguf, tmp_path, monkeypatch, ca
 
 
 def test_converter_version_is_part_of_the_cache_key(tiny_gguf, tmp_path, monkeypatch):
-    import engine.models
+    import engine.models.load
 
     monkeypatch.setenv("LOGITSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     first = converted_folder(tiny_gguf)
     assert converted_folder(tiny_gguf) == first
-    assert first.name.endswith("-v" + engine.models.CONVERTER_VERSION)
-    monkeypatch.setattr(engine.models, "CONVERTER_VERSION", engine.models.CONVERTER_VERSION + "-next")
+    assert first.name.endswith("-v" + engine.models.load.CONVERTER_VERSION)
+    monkeypatch.setattr(engine.models.load, "CONVERTER_VERSION", engine.models.load.CONVERTER_VERSION + "-next")
     second = converted_folder(tiny_gguf)
     assert second != first and first.is_dir() and (second / "config.json").is_file()
     assert first.name.split("-v")[0] == second.name.split("-v")[0]  # same content hash

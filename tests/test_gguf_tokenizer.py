@@ -4,8 +4,8 @@ SentencePiece (a small vocabulary written with gguf-py), on plain text and throu
 
 import pytest
 
-from engine.models import default_model_path, load
-from engine.prompts import encode_chat
+from engine.models.load import default_model_path, load
+from engine.runtime.prompts import encode_chat
 from tests.gguf_reference import random_model, spm_vocab, write_model_gguf
 
 pytest.importorskip("torch")  # transformers reads GGUF metadata for AutoTokenizer with torch installed

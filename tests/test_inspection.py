@@ -6,9 +6,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.inspection import layout_of, pack_step, to_host, unpack_row
-from engine.params import SamplingParams
-from engine.stages import row_chain
+from engine.api.params import SamplingParams
+from engine.sampling.inspection import layout_of, pack_step, to_host, unpack_row
+from engine.specs import row_chain
 from tests.chain_util import run
 
 V = 3000

@@ -17,9 +17,9 @@ import pytest
 from scipy import stats
 from scipy.special import log_softmax, rel_entr
 
-from engine.errors import EngineError
-from engine.kld import BaseFile, compare
-from engine.kld_stats import summarize
+from engine.analysis.kld import BaseFile, compare
+from engine.api.errors import EngineError
+from engine.api.kld_stats import summarize
 from tests.tiny_model import write_tiny_model
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park " * 3
@@ -75,7 +75,7 @@ def pair(tmp_path_factory):
 
 def _kld(*args: str) -> subprocess.CompletedProcess:
     """The command in this process (the CLI's main, as ``python -m engine kld``)."""
-    from engine.cli import main
+    from engine.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -168,7 +168,7 @@ def test_refusals_are_clear_and_change_nothing(pair, tmp_path):
 
 
 def test_a_pair_that_would_not_fit_goes_through_a_file(pair, monkeypatch):
-    from engine import model_fit
+    from engine.models import fit as model_fit
 
     a, b = pair
     size = sum(p.stat().st_size for p in b.glob("*.safetensors"))
@@ -183,8 +183,8 @@ def test_a_pair_that_would_not_fit_goes_through_a_file(pair, monkeypatch):
 
 
 def test_the_session_compares_a_reply_and_a_text_with_a_second_model(pair, monkeypatch):
-    from engine import model_fit
-    from engine.session import EngineSession
+    from engine.models import fit as model_fit
+    from engine.session.session import EngineSession
 
     a, b = pair
     session = EngineSession()
@@ -215,8 +215,8 @@ def test_the_session_compares_a_reply_and_a_text_with_a_second_model(pair, monke
 
 
 def test_the_session_compares_with_its_own_weights_and_a_quantized_kv_cache(tmp_path):
-    from engine.kv_quantization import KVQuantization
-    from engine.session import EngineSession
+    from engine.api.kv_quantization import KVQuantization
+    from engine.session.session import EngineSession
     from tests.test_kv_quantization import WIDE
     from tests.tiny_archs import write_tiny_arch
 
@@ -225,7 +225,7 @@ def test_the_session_compares_with_its_own_weights_and_a_quantized_kv_cache(tmp_
     session.load(str(folder))
     running = session.scheduler.loaded
     second = session.load_second(str(folder), kv=KVQuantization(bits=4))
-    assert second.kv == "4-bit (group 64)" and session._second.model is running.model  # weights shared
+    assert second.kv == "4-bit (group 64)" and session.comparison.second.model is running.model  # weights shared
     four = [r.kld for r in session.compare_text(TEXT)]
     session.load_second(str(folder), kv=KVQuantization(bits=8))
     eight = [r.kld for r in session.compare_text(TEXT)]

@@ -17,14 +17,14 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
-from engine import cache as kv
-from engine.cache_quantized import BatchQuantizedKVCache, QuantizedCache, layer_kinds, quantize_layer
-from engine.errors import EngineError
-from engine.events import Finished, TokenStep
-from engine.kv_quantization import KV_OFF, KVQuantization
-from engine.models import load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.errors import EngineError
+from engine.api.events import Finished, TokenStep
+from engine.api.kv_quantization import KV_OFF, KVQuantization
+from engine.api.params import SamplingParams
+from engine.caches import batch as kv
+from engine.caches.quantized import BatchQuantizedKVCache, QuantizedCache, layer_kinds, quantize_layer
+from engine.models.load import load
+from engine.runtime.scheduler import Scheduler
 from tests.tiny_archs import write_tiny_arch
 
 # Heads 64 wide (the tiny models' 16 are narrower than any group size): 2 query heads
@@ -311,9 +311,9 @@ def test_fork_variants_equal_their_solo_runs(plain):
 
 
 def test_scoring_sees_what_generation_saw(plain):
-    from engine.dry import BreakerCache
-    from engine.score import score
-    from engine.text import TokenText
+    from engine.analysis.score import score
+    from engine.runtime.text import TokenText
+    from engine.stages.dry_state import BreakerCache
 
     loaded = plain.with_kv(KVQuantization(4))
     generated, _ = alone(loaded, PROMPT, no_eos(loaded, GREEDY), prefill_chunk=8)
@@ -373,7 +373,7 @@ def test_sliding_windows_and_odd_widths_are_refused_and_change_nothing(tmp_path,
 
 
 def test_the_session_loads_with_the_setting_and_keeps_its_model_on_a_refusal(folder, tmp_path):
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     session = EngineSession(prefill_chunk=8)
     info = session.load(str(folder), kv=KVQuantization(4, 32))
@@ -388,7 +388,7 @@ def test_the_session_loads_with_the_setting_and_keeps_its_model_on_a_refusal(fol
 
 
 def _main(*args: str) -> tuple[int, list[dict], str]:
-    from engine.cli import main
+    from engine.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

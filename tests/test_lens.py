@@ -1,4 +1,4 @@
-"""The logit lens (engine/lens.py) against transformers' float32 run of the same GGUF file
+"""The logit lens (engine/analysis/lens.py) against transformers' float32 run of the same GGUF file
 with forward hooks on its decoder layers (final norm + lm_head, + final-logit softcapping
 where the config has it, on each layer's output) — the default model (llama) and Gemma 3
 270M — and its own invariants on tiny models."""
@@ -13,9 +13,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.errors import EngineError
-from engine.lens import lens
-from engine.prompts import encode_text
+from engine.analysis.lens import lens
+from engine.api.errors import EngineError
+from engine.runtime.prompts import encode_text
 from tests import real_models
 
 TEXT = "The capital of France is Paris. It is known for the Eiffel Tower."
@@ -135,9 +135,9 @@ def test_cli_prints_one_record_per_layer(tiny_folder):
 def test_the_session_reads_a_reply_counted_from_its_first_token(tiny_folder):
     """A reply the engine generated: at each of its tokens the lens's last layer is the
     distribution the step reports under ``raw``, and its chosen token the one drawn."""
-    from engine.events import TokenStep
-    from engine.params import SamplingParams
-    from engine.session import EngineSession
+    from engine.api.events import TokenStep
+    from engine.api.params import SamplingParams
+    from engine.session.session import EngineSession
 
     session = EngineSession()
     session.load(str(tiny_folder))

@@ -11,10 +11,10 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from engine import lens as lens_module
-from engine.errors import EngineError
-from engine.lens import hidden_states, lens, read_out
-from engine.models import load
+from engine.analysis import lens as lens_module
+from engine.analysis.lens import hidden_states, lens, read_out
+from engine.api.errors import EngineError
+from engine.models.load import load
 from tests.tiny_archs import CONFIGS, write_tiny_arch
 
 TEXT = "the cat sat on the mat and the dog ran off"

@@ -1,4 +1,4 @@
-"""The logit lens on demand from the cached prefix (engine/session_lens.py): a reply the
+"""The logit lens on demand from the cached prefix (engine/session/lens.py): a reply the
 session wrote is read from a copy of the prefix store's entry, running only the tokens
 from the first position asked for, with the same numbers as a full pass; per cache kind
 what can be reused; the store and a reply streaming beside it are left as they were."""
@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from engine.events import TokenStep
-from engine.kv_quantization import KVQuantization
-from engine.lens import LensPosition, lens
-from engine.params import SamplingParams
-from engine.session import EngineSession
+from engine.analysis.lens import lens
+from engine.api.events import TokenStep
+from engine.api.kv_quantization import KVQuantization
+from engine.api.params import SamplingParams
+from engine.api.results import LensPosition
+from engine.session.session import EngineSession
 from tests.tiny_archs import CONFIGS, WINDOW, write_tiny_arch
 
 MESSAGES = [{"role": "user", "content": "the cat sat"}]

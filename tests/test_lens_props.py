@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import cache as kv
-from engine import lens as lens_module
-from engine.lens import lens, lens_continued
+from engine.analysis import lens as lens_module
+from engine.analysis.lens import lens, lens_continued
+from engine.caches import batch as kv
 from tests.test_lens_cache import assert_store_unchanged, store_snapshot
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,4 @@
-"""The logit lens's read-out (engine/lens.py): the summaries against a float64 stable sort
+"""The logit lens's read-out (engine/analysis/lens.py): the summaries against a float64 stable sort
 (ties included), the host product of the head against the model's own in MLX (dense,
 quantized, cached or not, softcapped, half precision)."""
 
@@ -9,9 +9,9 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from engine import lens as lens_module
-from engine.lens import lens, read_out
-from engine.models import load
+from engine.analysis import lens as lens_module
+from engine.analysis.lens import lens, read_out
+from engine.models.load import load
 from tests.tiny_archs import CONFIGS, write_tiny_arch
 
 TEXT = "the cat sat on the mat and the dog ran"

@@ -154,7 +154,7 @@ def test_malformed_models_are_listed_with_a_reason(home, tmp_path):
 
 
 def test_header_reader_agrees_with_the_converters_reader_and_never_crashes(home):
-    from engine.gguf_read import read_gguf
+    from engine.models.gguf_read import read_gguf
 
     path = Path(next(x.path for x in home.expected if x.source == "lmstudio" and x.loadable and x.format == "gguf"))
     full = read_gguf(path)
@@ -187,7 +187,7 @@ def test_listing_imports_no_mlx(home):
 def test_every_loadable_entry_loads_offline(home, monkeypatch):
     """What the listing offers as ``--model`` (paths, and the cached repo ids) loads with the
     network off, and its model computes a next token."""
-    from engine.models import load
+    from engine.models.load import load
 
     for key in [k for k in os.environ if k.startswith(("HF_", "HUGGINGFACE_", "XDG_", "OLLAMA_"))]:
         monkeypatch.delenv(key)
@@ -239,7 +239,7 @@ def test_gguf_headers_are_read_once_until_the_file_changes(home, tmp_path, monke
 
 def test_a_cached_repo_id_resolves_under_hf_home_offline(home, tmp_path, monkeypatch):
     """HF_HOME moves the cache the repo id is looked up in; outside it, the id is handed on."""
-    from engine.models import resolve
+    from engine.models.load import resolve
 
     shutil.copytree(home.hub, tmp_path / "hf" / "hub", symlinks=True)
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
@@ -264,7 +264,7 @@ def test_ollama_names_follow_ollama_list():
 def test_a_cached_gguf_repo_id_loads_its_one_model_beside_a_vision_projector(home, tmp_path, monkeypatch):
     """``--model <repo id>`` of a cached GGUF repo holding one model and its ``mmproj`` file:
     the model is converted, as the listing offers it; the projector is not a second model."""
-    from engine.models import resolve
+    from engine.models.load import resolve
 
     gguf = Path(next(x.path for x in home.expected if x.source == "lmstudio" and x.format == "gguf" and x.loadable))
     files = tmp_path / "files"

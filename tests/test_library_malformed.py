@@ -145,7 +145,7 @@ except gguf_header.GGUFHeaderError as exc:
 def test_a_gguf_that_shrinks_while_it_is_read_is_refused_not_a_crash(tmp_path):
     """A memory map of a file that shrinks ends the process (SIGBUS) at the first read past the
     new end; the header is read with plain reads instead, which come back short."""
-    from engine.models import default_model_path
+    from engine.models.load import default_model_path
 
     path = tmp_path / "shrinking.gguf"
     shutil.copy(default_model_path(), path)

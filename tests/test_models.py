@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from engine.errors import ModelLoadError
-from engine.gguf_read import read_gguf
-from engine.models import cache_root, default_model_path, load
-from engine.prompts import encode_chat
+from engine.api.errors import ModelLoadError
+from engine.models.gguf_read import read_gguf
+from engine.models.load import cache_root, default_model_path, load
+from engine.runtime.prompts import encode_chat
 from tests.gguf_reference import ReferenceBPE, permute_for_gguf
 from tests.tiny_model import MERGES, build_tokenizer, write_tiny_model
 
@@ -183,7 +183,7 @@ def test_load_errors_are_clear_and_leave_nothing(tiny, tmp_path):
 
 
 def test_folder_and_repo_id_resolution(tiny_folder, tmp_path, monkeypatch):
-    from engine.models import resolve
+    from engine.models.load import resolve
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # not cached: handed on as the repo id
 

@@ -163,7 +163,7 @@ def test_spec_gives_the_mac_bundle_its_identity_version_icon_minimum_and_model(m
     for kind, pixels in {**sizes, b"ic10": 1024}.items():
         image = QImage.fromData(entries[kind], "PNG")
         assert (image.width(), image.height()) == (pixels, pixels), kind
-    # The default model goes inside, under models/ (engine.models.bundled_model_path).
+    # The default model goes inside, under models/ (engine.models.load.bundled_model_path).
     models = [source for source, dest in calls["Analysis"]["datas"] if dest == "models"]
     assert [Path(source).name for source in models] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
     assert Path(models[0]).is_file()

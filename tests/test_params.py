@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from engine.params import SamplingParams, SamplingParamsError
+from engine.api.params import SamplingParams, SamplingParamsError
 
 BAD = [
     ("temperature", -0.1),

@@ -4,10 +4,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.events import TokenStep
-from engine.params import SamplingParams
-from engine.penalties import PenaltyCounts, leaving_token
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
+from engine.stages.penalty_counts import PenaltyCounts, leaving_token
 from tests.chain_util import run
 
 V = 97

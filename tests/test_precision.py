@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from engine import precision
-from engine.errors import EngineError
-from engine.fidelity import check, summarize
-from engine.models import load
-from engine.session import EngineSession
+from engine.analysis.fidelity import check
+from engine.api.errors import EngineError
+from engine.api.precision import FIDELITY_TOLERANCE
+from engine.api.results import summarize
+from engine.models import precision
+from engine.models.load import load
+from engine.session.session import EngineSession
 from tests.tiny_model import write_tiny_model
 
 TEXT = "the cat sat on the mat and the dog sat on the log"
@@ -116,8 +118,8 @@ def test_fidelity_command_prints_tokens_and_a_summary(half_folder):
     assert np.allclose([r["kld"] for r in tokens], kld, atol=2e-4)
     assert np.allclose([r["top5_max_diff"] for r in tokens], diff, atol=2e-3)
     assert summary["precision"] == "float16" and summary["reference"] == "float32"
-    assert summary["tokens"] == len(tokens) and summary["tolerance"] == precision.FIDELITY_TOLERANCE
-    assert summary["within_tolerance"] == (summary["top5_max_diff"] <= precision.FIDELITY_TOLERANCE)
+    assert summary["tokens"] == len(tokens) and summary["tolerance"] == FIDELITY_TOLERANCE
+    assert summary["within_tolerance"] == (summary["top5_max_diff"] <= FIDELITY_TOLERANCE)
 
 
 def test_precision_flag_is_checked_like_any_argument(half_folder):

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import Finished, TokenStep
-from engine.params import SamplingParams
-from engine.prompts import encode_chat
-from engine.reasoning import ANSWER, THINKING, detect_markers, has_thinking_switch
-from engine.reasoning_phase import split_reply
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.api.reasoning import ANSWER, THINKING, detect_markers, has_thinking_switch
+from engine.runtime.prompts import encode_chat
+from engine.runtime.reasoning_phase import split_reply
+from engine.runtime.scheduler import Scheduler
 from tests.tiny_model import write_tiny_model
 from tests.tiny_reasoning import write_qwen3_style
 
@@ -30,7 +30,7 @@ def qwen_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def qwen(qwen_folder: Path):
-    from engine.models import load
+    from engine.models.load import load
 
     return load(str(qwen_folder))
 
@@ -62,7 +62,7 @@ def test_the_markers_are_mlx_lms_and_the_template_has_the_switch(qwen, markers, 
     assert (markers.start_text, markers.end_text) == ("<think>", "</think>")
     assert markers.start == (vocab["<think>"],) and markers.end == (vocab["</think>"],)
     assert markers.template_switch and has_thinking_switch(qwen.tokenizer)
-    from engine.models import load
+    from engine.models.load import load
 
     plain = load(str(write_tiny_model(tmp_path / "plain")))
     assert detect_markers(plain.tokenizer) is None and not has_thinking_switch(plain.tokenizer)
@@ -150,7 +150,7 @@ def test_a_marker_after_the_answer_began_opens_thinking_again(qwen, markers):
 
 
 def test_the_session_reports_the_markers_and_sets_the_switch(qwen_folder, markers):
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     session = EngineSession(prefill_chunk=64)
     info = session.load(str(qwen_folder))
@@ -166,7 +166,7 @@ def test_the_session_reports_the_markers_and_sets_the_switch(qwen_folder, marker
 
 
 def test_think_variant_and_budget_are_validated_and_round_trip():
-    from engine.params import SamplingParamsError
+    from engine.api.params import SamplingParamsError
 
     variant = SamplingParams(temperature=0.3, logit_bias={5: 1.0}, dry_sequence_breakers=("x",))
     params = SamplingParams(temperature=0.9, think_variant=variant, thinking_budget=100)
@@ -192,7 +192,8 @@ def test_what_the_app_uses_loads_no_mlx():
 
     code = (
         "import sys\n"
-        "import engine.backend, engine.codec, engine.reasoning, engine.reasoning_phase, engine.remote_fields\n"
+        "import engine.api.backend, engine.api.codec, engine.api.reasoning\n"
+        "import engine.runtime.reasoning_phase, engine.remote.fields\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

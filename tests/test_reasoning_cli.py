@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from engine.events import TokenStep
-from engine.params import SamplingParams
-from engine.reasoning import detect_markers
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.api.reasoning import detect_markers
+from engine.cli.main import main
+from engine.runtime.scheduler import Scheduler
 from tests.tiny_model import write_tiny_model
 from tests.tiny_reasoning import write_qwen3_style
 
@@ -42,7 +42,7 @@ def test_budget_and_variant_from_the_command_line(folder, capsys):
     assert [r["forced"] for r in tokens] == [False, False, True, False, False, False, False]
     assert tokens[2]["text"] == "</think>"
     # The engine's own run of the same settings: the same tokens.
-    from engine.models import load
+    from engine.models.load import load
 
     loaded = load(str(folder))
     base = SamplingParams(temperature=1.0, seed=4, max_tokens=7, top_logprobs=2)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import TokenStep
-from engine.params import SamplingParams
-from engine.prompts import encode_chat
-from engine.reasoning import ANSWER, THINKING, detect_markers
-from engine.reasoning_phase import PhaseTracker, split_reply
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.api.reasoning import ANSWER, THINKING, detect_markers
+from engine.runtime.prompts import encode_chat
+from engine.runtime.reasoning_phase import PhaseTracker, split_reply
+from engine.runtime.scheduler import Scheduler
 from tests.tiny_reasoning import write_harmony_style
 
 CHAT = [{"role": "user", "content": "the cat"}]
@@ -24,7 +24,7 @@ REPLY = "<|channel|>analysis<|message|>We think.<|end|><|start|>assistant<|chann
 
 @pytest.fixture(scope="module")
 def harmony(tmp_path_factory: pytest.TempPathFactory):
-    from engine.models import load
+    from engine.models.load import load
 
     folder: Path = write_harmony_style(tmp_path_factory.mktemp("harmony") / "tiny-gpt-oss")
     return load(str(folder))

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from engine.errors import EngineError
-from engine.events import TokenStep
-from engine.params import SamplingParams
-from engine.reasoning import ANSWER, THINKING
-from engine.reasoning_phase import split_reply
-from engine.remote import RemoteBackend
+from engine.api.errors import EngineError
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.api.reasoning import ANSWER, THINKING
+from engine.remote.backend import RemoteBackend
+from engine.runtime.reasoning_phase import split_reply
 
 # (delta key, text) per streamed token: two thinking tokens, the end marker (empty delta),
 # two answer tokens.
@@ -126,7 +126,7 @@ def test_settings_per_phase_are_refused_with_the_reason_and_the_switch_is_sent(v
         backend.close()
     (body,) = vllm_like.bodies[before:]
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
-    from engine.remote_fields import refused_by
+    from engine.remote.servers import refused_by
 
     fields = [e.field for e in refused_by("vllm", SamplingParams(thinking_budget=3, think_variant=SamplingParams()))]
     assert fields == ["think_variant", "thinking_budget"]  # the app's check before a send
@@ -136,10 +136,10 @@ def test_mlx_lm_servers_reasoning_gives_the_local_engines_phases(tmp_path):
     """mlx_lm.server (0.32) starts the reply in its reasoning state when the prompt's last
     ``<think>`` is open (here typed in the user's message), and answers after ``</think>``;
     a bias on ``</think>`` makes the greedy tiny model close it after a few tokens."""
-    from engine.models import load
-    from engine.prompts import encode_chat
-    from engine.reasoning import detect_markers
-    from engine.scheduler import Scheduler
+    from engine.api.reasoning import detect_markers
+    from engine.models.load import load
+    from engine.runtime.prompts import encode_chat
+    from engine.runtime.scheduler import Scheduler
     from tests.local_server import mlx_lm_server
     from tests.tiny_reasoning import write_qwen3_style
 
@@ -176,9 +176,9 @@ def test_mlx_lm_servers_reasoning_gives_the_local_engines_phases(tmp_path):
 def test_a_chunk_with_reasoning_and_content_keeps_the_answers_text_when_the_tokens_have_no_text():
     """A chunk carrying both texts whose tokens came as ids only (vLLM's
     ``return_tokens_as_token_ids``): the answer's text is not dropped with the thinking."""
-    from engine.remote_events import RemoteRequest
-    from engine.remote_reasoning import phased_tokens
-    from engine.remote_wire import TextDecoder, WireChunk, WireEntry
+    from engine.remote.events import RemoteRequest
+    from engine.remote.reasoning import phased_tokens
+    from engine.remote.wire import TextDecoder, WireChunk, WireEntry
 
     entries = [WireEntry(i, b"", -0.1, ()) for i in (11, 12, 13)]
     req = RemoteRequest(1, (), SamplingParams(), "", 0, decoder=TextDecoder())

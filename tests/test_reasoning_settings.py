@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from app.model.timeline_series import is_marked
-from engine.events import TokenStep
-from engine.params import SamplingParams, SamplingParamsError
-from engine.prompts import encode_chat
-from engine.reasoning import ANSWER, THINKING, detect_markers
-from engine.scheduler import Scheduler
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams, SamplingParamsError
+from engine.api.reasoning import ANSWER, THINKING, detect_markers
+from engine.runtime.prompts import encode_chat
+from engine.runtime.scheduler import Scheduler
 from tests.tiny_reasoning import write_qwen3_style
 
 BUDGET = 4
@@ -35,7 +35,7 @@ VARIANT = SamplingParams(
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory):
-    from engine.models import load
+    from engine.models.load import load
 
     return load(str(write_qwen3_style(tmp_path_factory.mktemp("qwen3s") / "tiny-qwen3")))
 
@@ -183,7 +183,7 @@ def test_a_branch_in_the_thinking_keeps_the_thinkings_settings(qwen, prompt):
 
 
 def test_replaying_a_reply_gives_its_phases(qwen, prompt):
-    from engine.score import score
+    from engine.analysis.score import score
 
     scheduler = Scheduler(qwen)
     rid = scheduler.insert(prompt, THINK.with_changes(think_variant=VARIANT))

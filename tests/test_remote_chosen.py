@@ -1,5 +1,5 @@
 """Which token mlx_lm.server drew, read from one reply's text and top lists
-(``engine.remote_chosen``): exact where the text says so, *not reported* where it cannot,
+(``engine.remote.chosen``): exact where the text says so, *not reported* where it cannot,
 never a guess passed off as the server's choice. No network, no model."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engine.remote_chosen import chosen_from_text
-from engine.remote_wire import TextDecoder, WireAlt, WireEntry, assign_texts
+from engine.remote.chosen import chosen_from_text
+from engine.remote.wire import TextDecoder, WireAlt, WireEntry, assign_texts
 
 IDS: dict[str, int] = {}
 
@@ -155,9 +155,9 @@ class _MlxLike(BaseHTTPRequestHandler):
 
 
 def test_a_sampled_reply_is_one_request_whatever_a_second_would_draw():
-    from engine.events import Finished, TokenStep
-    from engine.params import SamplingParams
-    from engine.remote import RemoteBackend
+    from engine.api.events import Finished, TokenStep
+    from engine.api.params import SamplingParams
+    from engine.remote.backend import RemoteBackend
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _MlxLike)
     server.posts = []  # type: ignore[attr-defined]
@@ -190,9 +190,9 @@ def test_a_chosen_token_not_reported_reads_so_in_the_chain_table(qtbot):
     from app.model.remote_labels import NOT_REPORTED
     from app.views.chain_view import ChainModel
     from app.views.theme import LIGHT
-    from engine.params import SamplingParams
-    from engine.remote_events import RemoteRequest, token_step
-    from engine.remote_wire import WireToken
+    from engine.api.params import SamplingParams
+    from engine.remote.events import RemoteRequest, token_step
+    from engine.remote.wire import WireToken
 
     request = RemoteRequest(0, (), SamplingParams(temperature=1.0, top_logprobs=2), "", 0)
     listed = (WireAlt(1, " The", -0.2, b" The"), WireAlt(2, " A", -1.9, b" A"))

@@ -65,9 +65,9 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_chats(url: str, model: str, chats: list[list[dict]], max_tokens: int = N):
     """Greedy chat replies through ``RemoteBackend``, all started at once (as the app's
     compare does): each one's (steps, finish), and the seconds they took together."""
-    from engine.events import Finished, TokenStep
-    from engine.params import SamplingParams
-    from engine.remote import RemoteBackend
+    from engine.api.events import Finished, TokenStep
+    from engine.api.params import SamplingParams
+    from engine.remote.backend import RemoteBackend
 
     backend = RemoteBackend(url, timeout=300.0)
     try:

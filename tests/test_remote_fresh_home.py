@@ -29,7 +29,7 @@ def fresh_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
 
 def run(backend, rid, seconds: float = 120):
     """Step ``backend`` until it has no work: request ``rid``'s steps and its Finished."""
-    from engine.events import Finished, TokenStep
+    from engine.api.events import Finished, TokenStep
 
     steps, done = [], None
     deadline = time.monotonic() + seconds
@@ -44,8 +44,8 @@ def run(backend, rid, seconds: float = 120):
 
 
 def test_a_fresh_home_server_is_used_without_its_model_list(fresh_server, tiny_folder):
-    from engine.params import SamplingParams
-    from engine.remote import RemoteBackend, RemoteError, probe
+    from engine.api.params import SamplingParams
+    from engine.remote.backend import RemoteBackend, RemoteError, probe
 
     # The server's own bug, as a new user meets it: /v1/models answers with nothing.
     assert httpx.get(fresh_server + "/v1/models", timeout=10).content == b""

@@ -29,7 +29,7 @@ N = 8
 
 @pytest.fixture(scope="session")
 def mlx_server(tmp_path_factory: pytest.TempPathFactory):
-    from engine.models import resolve
+    from engine.models.load import resolve
 
     with mlx_lm_server(Path(resolve("default")[1]), tmp_path_factory.mktemp("mlx-server")) as url:
         yield url
@@ -37,7 +37,7 @@ def mlx_server(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def local():
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     session = EngineSession()
     # mlx_lm.server computes in the weights' stored float16; the engine's auto would be
@@ -51,7 +51,7 @@ LOCAL_DONE: dict[int, str] = {}
 
 def _run_local(session, prompt_ids, params):
     """The local engine's TokenSteps; its finish reason goes to LOCAL_DONE[id(steps)]."""
-    from engine.events import Finished, TokenStep
+    from engine.api.events import Finished, TokenStep
 
     rid = session.scheduler.insert(prompt_ids, params)
     steps = []
@@ -65,7 +65,7 @@ def _run_local(session, prompt_ids, params):
 
 
 def _run_remote(backend, start):
-    from engine.events import Finished, TokenStep
+    from engine.api.events import Finished, TokenStep
 
     ids = start if isinstance(start, list) else [start]
     steps, done = {i: [] for i in ids}, {}
@@ -81,7 +81,7 @@ def _run_remote(backend, start):
 
 
 def _remote(url, **kw):
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     # Minutes, not the default minute: a loaded 2-core CI machine runs the server's queued
     # requests one after another, and the last may wait longer than that for its first byte.
@@ -109,8 +109,8 @@ def _compare(local_steps, remote_steps):
 
 
 def test_greedy_text_parity(mlx_server, local):
-    from engine.params import SamplingParams
-    from engine.prompts import encode_text
+    from engine.api.params import SamplingParams
+    from engine.runtime.prompts import encode_text
 
     params = SamplingParams(max_tokens=N, top_logprobs=10)
     want = _run_local(local, encode_text(local.scheduler.loaded.tokenizer, PROMPT), params)
@@ -129,7 +129,7 @@ def test_greedy_text_parity(mlx_server, local):
 
 def test_greedy_chat_parity_and_concurrent_compare(mlx_server, local):
     """Three requests at once (compare): each equals its local reply."""
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
 
     plain = SamplingParams(max_tokens=N, top_logprobs=10)
     variants = [plain, plain.with_changes(top_logprobs=5, max_tokens=6), plain.with_changes(max_tokens=4)]
@@ -152,9 +152,9 @@ def test_greedy_chat_parity_and_concurrent_compare(mlx_server, local):
 
 
 def test_branch_continues_from_text_like_the_local_engine(mlx_server, local):
-    from engine.events import TokenStep
-    from engine.params import SamplingParams
-    from engine.prompts import encode_text
+    from engine.api.events import TokenStep
+    from engine.api.params import SamplingParams
+    from engine.runtime.prompts import encode_text
 
     params = SamplingParams(max_tokens=N, top_logprobs=3)
     first = _run_local(local, encode_text(local.scheduler.loaded.tokenizer, PROMPT), params)
@@ -186,7 +186,7 @@ def test_branch_continues_from_text_like_the_local_engine(mlx_server, local):
 
 def test_live_change_before_the_reply_arrives_restarts_with_the_new_settings(mlx_server, local):
     """mlx_lm.server answers only when the reply is done: a change before that restarts it."""
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
 
     params = SamplingParams(max_tokens=4, top_logprobs=2)
     first = _run_local(local, local.prompt_for(CHAT), params)[0].token_id
@@ -206,7 +206,7 @@ def test_live_change_before_the_reply_arrives_restarts_with_the_new_settings(mlx
 def test_a_seeded_sampled_reply_is_read_from_one_request_and_repeats(mlx_server):
     """The chosen tokens come from the reply's text among its top lists (one request); the
     ones read are the list's own numbers, and on this machine the seed repeats the reply."""
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
 
     params = SamplingParams(temperature=0.7, seed=7, max_tokens=8, top_logprobs=10)
     backend = _remote(mlx_server)
@@ -226,8 +226,8 @@ def test_a_seeded_sampled_reply_is_read_from_one_request_and_repeats(mlx_server)
 
 
 def test_cancel_and_cli_remote_json(mlx_server, capsys):
-    from engine.cli import main
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
+    from engine.cli.main import main
 
     backend = _remote(mlx_server)
     try:
@@ -250,10 +250,10 @@ def test_cancel_and_cli_remote_json(mlx_server, capsys):
 def test_chat_branch_through_a_local_chat_template(mlx_server, local):
     """mlx_lm.server cannot continue an assistant message; with the model's template
     rendered here the branch goes through /v1/completions and equals the local one."""
-    from engine.errors import EngineError
-    from engine.events import TokenStep
-    from engine.models import resolve
-    from engine.params import SamplingParams
+    from engine.api.errors import EngineError
+    from engine.api.events import TokenStep
+    from engine.api.params import SamplingParams
+    from engine.models.load import resolve
 
     params = SamplingParams(max_tokens=6, top_logprobs=3)
     first = _run_local(local, local.prompt_for(CHAT), params)

@@ -1,6 +1,6 @@
 """A sampled reply from a real ``mlx_lm.server`` (the default model, started on a fresh home
 folder) is one request: its chosen tokens are read from the reply's text among its top lists
-(``engine.remote_chosen``), so it never depends on two runs agreeing, with the server's
+(``engine.remote.chosen``), so it never depends on two runs agreeing, with the server's
 prompt cache cold (a fresh server) or warm (the same prompt sent twice first)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CHAT = [{"role": "user", "content": "Write a short poem about the sea."}]
 @pytest.fixture
 def fresh(tmp_path):
     """A fresh default-model server: its prompt cache is cold."""
-    from engine.models import resolve
+    from engine.models.load import resolve
 
     folder = Path(resolve("default")[1]).resolve()
     with mlx_lm_server(folder, tmp_path, fresh_home=True) as url:
@@ -31,7 +31,7 @@ def fresh(tmp_path):
 
 
 def reply(url: str, model: str, params):
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     backend = RemoteBackend(url, timeout=300)
     try:
@@ -46,7 +46,7 @@ def drawn(url: str, model: str, params) -> tuple[list[int], list[float], str]:
     """The tokens the server draws for ``params``, asked for as mlx_lm.server reports them
     (``top_logprobs`` absent: the chosen ids and logprobs). On this machine a seeded draw
     repeats, so it checks the tokens read from the one request."""
-    from engine.remote_servers import KINDS, build_request
+    from engine.remote.servers import KINDS, build_request
 
     path, body = build_request(KINDS["mlx_lm"], params, CHAT, "", 0, model, True, "auto", None)
     body.pop("top_logprobs")
@@ -58,7 +58,7 @@ def drawn(url: str, model: str, params) -> tuple[list[int], list[float], str]:
 def check_sampled_reply(url: str, workdir: Path, model: str, seed: int, temperature: float = 0.7) -> int:
     """One sampled reply: one request, no error, every token read from it the server's
     own choice; how many were read."""
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
 
     params = SamplingParams(temperature=temperature, seed=seed, max_tokens=24, top_logprobs=5)
     before = posts(workdir)
@@ -85,7 +85,7 @@ def test_a_sampled_reply_on_a_cold_server_is_one_request(fresh):
 
 
 def test_a_sampled_reply_after_the_same_prompt_twice_is_one_request(fresh):
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
 
     url, workdir, model = fresh
     for _ in range(2):  # the prompt cache now holds this prompt and a reply to it

@@ -79,9 +79,7 @@ def test_the_app_module_table_lists_every_module_by_layer():
 def test_the_readme_names_every_gguf_architecture_tensor_type_and_tokenizer_the_converter_takes():
     """README's Models section says what ``engine/gguf*`` loads (issue 24, point 20: it spoke
     of llama files with five tensor types while a Gemma 3 Q4_K_M file chatted)."""
-    from engine.gguf_arch import ARCHITECTURES
-    from engine.gguf_quant import SUPPORTED
-    from engine.gguf_tokenizer import TOKENIZER_MODELS
+    from engine.library.convertible import ARCHITECTURES, SUPPORTED, TOKENIZER_MODELS
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text[text.index("## Models") :]

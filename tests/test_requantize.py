@@ -7,7 +7,7 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from engine.models import load
+from engine.models.load import load
 from tests.gguf_reference import random_model, write_model_gguf
 from tests.test_gguf_arch import CASES
 from tools.requantize import requantize

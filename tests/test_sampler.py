@@ -6,9 +6,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine import sampler
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
-from engine.stages import row_chain
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.sampling import sampler
+from engine.specs import row_chain
 from engine.stages.min_p import apply_min_p
 from engine.stages.penalties import apply_penalties
 from engine.stages.temperature import apply_temperature
@@ -175,8 +175,8 @@ def test_a_stage_left_out_of_the_order_does_not_run():
 
 
 def test_rows_with_different_orders_are_sampled_in_one_batch():
-    from engine.batch import SamplingBatch
-    from engine.dry import Breakers
+    from engine.sampling.batch import SamplingBatch
+    from engine.stages.dry_state import Breakers
 
     logits = mx.array(np.random.default_rng(3).normal(0, 2, size=(3, 40)).astype(np.float32))
     rows = [

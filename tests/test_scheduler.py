@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from engine.errors import EngineError
-from engine.events import Finished, PrefillProgress, TokenStep
-from engine.params import SamplingParams, SamplingParamsError
-from engine.scheduler import Scheduler
+from engine.api.errors import EngineError
+from engine.api.events import Finished, PrefillProgress, TokenStep
+from engine.api.params import SamplingParams, SamplingParamsError
+from engine.runtime.scheduler import Scheduler
 
 SAMPLED = SamplingParams(temperature=1.0, top_p=0.95, seed=11, max_tokens=12, repetition_penalty=1.2, top_logprobs=3)
 

@@ -10,11 +10,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.errors import EngineError
-from engine.events import PrefillProgress, ScoreDone, TokenStep
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.score import score
+from engine.analysis.score import score
+from engine.api.errors import EngineError
+from engine.api.events import PrefillProgress, ScoreDone, TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
 
 EVERY_STAGE = SamplingParams(
     max_tokens=40,

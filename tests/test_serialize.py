@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from app.store.serialize import step_from_dict, step_to_dict, steps_from_json, steps_to_json
-from engine.codec import CODEC_VERSION
-from engine.codec_v1 import chain_from_v1
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.api.codec import CODEC_VERSION
+from engine.api.codec_v1 import chain_from_v1
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
 from tests.chain_steps import chain_step
 
 

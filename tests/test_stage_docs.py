@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.cli import build_parser
-from engine.params import SamplingParams
-from engine.stages import doc_table
-from engine.stages.registry import FIELDS, SPECS
+from engine.api.params import SamplingParams
+from engine.cli.main import build_parser
+from engine.specs import doc_table
+from engine.specs.registry import FIELDS, SPECS
 
 
 def test_the_stage_table_in_docs_is_the_one_the_specs_make():
     text = doc_table.ENGINE_MD.read_text(encoding="utf-8")
-    assert text == doc_table.updated(text), "run: python -m engine.stages.doc_table"
+    assert text == doc_table.updated(text), "run: python -m engine.specs.doc_table"
     for name in SPECS:
         assert f"| `{name}` |" in text
 

@@ -9,9 +9,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.dry import Breakers, DryRow, resolve_breakers
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 from engine.stages.dry import apply_dry
+from engine.stages.dry_state import Breakers, DryRow, resolve_breakers
 from tests import sampling_reference as ref
 
 # A small fake vocabulary. "<|end|>" is a multi-token breaker: "<|", "<", "foo<|" and "x\n<" end

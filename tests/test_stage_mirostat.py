@@ -14,14 +14,14 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.batch import SamplingBatch
-from engine.dry import Breakers
-from engine.errors import EngineError
-from engine.events import TokenStep
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.score import score
-from engine.stages.carry import carry_from_steps
+from engine.analysis.score import score
+from engine.api.carry import carry_from_steps
+from engine.api.errors import EngineError
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
+from engine.sampling.batch import SamplingBatch
+from engine.stages.dry_state import Breakers
 from engine.stages.mirostat_v2 import apply_mirostat_v2
 
 NEG_INF = -np.inf

@@ -9,7 +9,7 @@ pytest.importorskip("pytestqt")
 
 from app.model.presets import short_label  # noqa: E402
 from app.views.chain_editor import STAGE_HELP, stage_summary  # noqa: E402
-from engine.params import DEFAULT_SAMPLERS  # noqa: E402
+from engine.api.params import DEFAULT_SAMPLERS  # noqa: E402
 
 
 @pytest.fixture

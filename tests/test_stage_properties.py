@@ -13,12 +13,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.batch import SamplingBatch
-from engine.dry import Breakers, resolve_breakers
-from engine.params import SAMPLER_STAGES, SamplingParams
-from engine.sampler import columns, draw, gumbel_noise, step_key, xtc_coin
-from engine.stages import STAGES, row_chain
+from engine.api.params import SAMPLER_STAGES, SamplingParams
+from engine.sampling.batch import SamplingBatch
+from engine.sampling.sampler import columns, draw, gumbel_noise, step_key, xtc_coin
+from engine.specs import row_chain
+from engine.stages import STAGES
 from engine.stages.base import log_softmax
+from engine.stages.dry_state import Breakers, resolve_breakers
 from tests.chain_util import fresh_state_inputs
 
 NEG_INF = float("-inf")
@@ -274,7 +275,7 @@ def test_top_p_and_typical_p_on_what_top_k_left_equal_their_general_forms(pair, 
 
 def test_the_chain_with_its_forms_equals_the_chain_without_them():
     """A whole step on a real-size vocabulary: the forms the group gets change no output."""
-    from engine.sampler import group_chain, group_forms, run_chain
+    from engine.sampling.sampler import group_chain, group_forms, run_chain
     from tests.chain_util import fresh_state_inputs
 
     logits = mx.random.normal((3, 49_152), key=mx.random.key(5)) * 4

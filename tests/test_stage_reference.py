@@ -22,9 +22,9 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
-from engine.dry import DryRow, resolve_breakers
-from engine.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams
-from engine.sampler import columns, group_chain, gumbel_noise, run_chain, step_key, xtc_coin
+from engine.api.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.sampling.sampler import columns, group_chain, gumbel_noise, run_chain, step_key, xtc_coin
+from engine.stages.dry_state import DryRow, resolve_breakers
 from engine.stages.min_p import apply_min_p
 from engine.stages.penalties import apply_penalties
 from engine.stages.temperature import apply_temperature

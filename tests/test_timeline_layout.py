@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF  # noqa: E402
 from PySide6.QtGui import QImage, QPainter  # noqa: E402
 
 from app.views.theme import LIGHT  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from tests.chain_steps import chain_step  # noqa: E402
 
 ENTROPY_RANGES = {"0–2.4 nats": (0.0, 2.4), "0–0.3 nats": (0.0, 0.3), "1.00–1.03 nats": (1.0, 1.03)}

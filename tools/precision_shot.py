@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.shell.precision_menu import save_choice
     from app.shell.window import MainWindow
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
     from tools.shot_window import show_at, waiter
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
     from tools.shot_window import scratch_window, show_at, waiter
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

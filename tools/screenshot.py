@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.events import TokenStep
+    from engine.api.events import TokenStep
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -76,7 +76,7 @@ def screenshot(app, args: argparse.Namespace) -> int:
     from PySide6.QtCore import Qt
 
     from app.model.presets import apply_preset
-    from engine.params import SamplingParams
+    from engine.api.params import SamplingParams
     from tools.shot_window import scratch_window, show_at, waiter
 
     window = scratch_window(args.model or "default", "logitscope-shot-", args.theme or "light")

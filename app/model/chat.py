@@ -17,9 +17,9 @@ from app.model.generation import GenerationMixin
 from app.model.reply_origin import ReplyOrigin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
-from engine.events import TokenStep
-from engine.params import SamplingParams, SamplingParamsError
-from engine.remote_fields import refused_by
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams, SamplingParamsError
+from engine.remote.servers import refused_by
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 EVENTS = (

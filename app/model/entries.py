@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from app.model.seeds import reply_seed
 from app.model.streams import CompareRun, Reply, StreamKey, branch_key
 from app.store.store import Message
-from engine.events import FinishReason, TokenStep
+from engine.api.events import FinishReason, TokenStep
 
 WELCOME = "\n".join(
     [

@@ -20,9 +20,9 @@ from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
 from app.store.serialize import steps_to_json
 from app.store.store import Message
-from engine.events import Divergence, Finished, FinishReason, TokenStep
-from engine.params import SamplingParams
-from engine.stages.carry import carry_from_steps
+from engine.api.carry import carry_from_steps
+from engine.api.events import Divergence, Finished, FinishReason, TokenStep
+from engine.api.params import SamplingParams
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

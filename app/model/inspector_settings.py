@@ -14,7 +14,7 @@ from typing import Any
 
 from app.model.precision import precision_words
 from app.model.textfmt import escape, visible
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 DEFAULTS = SamplingParams()
 

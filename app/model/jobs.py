@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 Messages = tuple[dict[str, str], ...]
 
@@ -41,7 +41,7 @@ class ChatJob:
     """The text of ``output``: a remote server continues from text."""
     carry: Mapping[str, Any] | None = None
     """Stage state the history cannot rebuild (mirostat's μ), folded from the steps of
-    ``output`` (:func:`engine.stages.carry.carry_from_steps`); None: it starts afresh."""
+    ``output`` (:func:`engine.api.carry.carry_from_steps`); None: it starts afresh."""
     enable_thinking: bool | None = None
     """The chat template's ``enable_thinking`` for this prompt; None: the template's default."""
 

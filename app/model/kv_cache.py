@@ -2,7 +2,7 @@
 choice saved per model source, the setting a load sends, and the words the menu, the status
 bar, the About box and Compare models use.
 
-The engine does the quantizing (``engine.kv_quantization``, docs/ENGINE.md, "Quantized KV
+The engine does the quantizing (``engine.api.kv_quantization``, docs/ENGINE.md, "Quantized KV
 cache"); the app offers three choices, each with the engine's default group of 64 numbers
 and from the first token: off (the default), 8-bit and 4-bit. A choice is a number of bits,
 0 for off.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.model.per_model import PerModelChoice
-from engine.kv_quantization import KVQuantization
+from engine.api.kv_quantization import KVQuantization
 
 SETTINGS_KEY = "kv_cache_by_model"
 """QSettings key: a JSON object, model source -> bits (as ``precision_by_model``: a source may

@@ -55,7 +55,7 @@ class LensGrid:
 
 
 def lens_grid(row: Any, piece: Callable[[int], str], columns: int = COLUMNS) -> LensGrid:
-    """The grid of ``row`` (an ``engine.lens.LensPosition``), token texts from ``piece``."""
+    """The grid of ``row`` (an ``engine.api.results.LensPosition``), token texts from ``piece``."""
     layers = row.layers
     tokens = [t for t, _ in layers[-1].top[:columns]]
     if row.chosen not in tokens:

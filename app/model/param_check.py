@@ -5,7 +5,7 @@ one then met the next. Here a refused field is left out (its default is always v
 the rest checked again, until they pass; then the ids of ``logit_bias`` are checked against
 the loaded model's vocabulary (``SamplingParams.verify``), as the engine would at insert, and,
 for a server, every field its kind cannot apply in a stage that runs
-(``engine.remote_fields.refused_by``), as the remote backend would when the reply starts.
+(``engine.remote.servers.refused_by``), as the remote backend would when the reply starts.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.params import SamplingParams, SamplingParamsError
-from engine.remote_fields import refused_by
+from engine.api.params import SamplingParams, SamplingParamsError
+from engine.remote.servers import refused_by
 
 
 def check_values(

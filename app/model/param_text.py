@@ -5,7 +5,7 @@ written one per line with ``\\n``, ``\\t`` and ``\\\\`` escapes, never split on 
 
 from __future__ import annotations
 
-from engine.params import SamplingParamsError
+from engine.api.params import SamplingParamsError
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 _ESCAPED = {value: "\\" + key for key, value in _ESCAPES.items()}

@@ -2,7 +2,7 @@
 and the words the Precision menu, the status bar, the About box, the inspector and the
 Check precision dialog use.
 
-The engine decides what a choice means (``engine.precision``: ``auto`` is float32 unless
+The engine decides what a choice means (``engine.api.precision``: ``auto`` is float32 unless
 float32 would not fit in memory); the app only remembers the choice for each model source
 and says what a model, or a saved reply, was computed in.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from app.model.kv_cache import about_kv, kv_label
 from app.model.per_model import PerModelChoice
-from engine.precision import AUTO, FIDELITY_TOLERANCE, PRECISIONS
+from engine.api.precision import AUTO, FIDELITY_TOLERANCE, PRECISIONS
 
 SETTINGS_KEY = "precision_by_model"
 """QSettings key: a JSON object, model source -> choice (a source may hold slashes, which

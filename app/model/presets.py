@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams
-from engine.stages.registry import FIELDS, SPECS
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.specs.registry import FIELDS, SPECS
 
 STAGE_PARAMS = ("samplers", *FIELDS)
 """The fields every preset sets: the order and every stage's parameters (from the specs)."""

@@ -1,7 +1,7 @@
 """What the connect dialog hands the worker to use a server instead of the local engine.
 
 Everything a server does differently (fork as one stream per variant, continuing from
-text, no scoring) lives in the remote backend behind the calls of ``engine.backend``;
+text, no scoring) lives in the remote backend behind the calls of ``engine.api.backend``;
 the worker drives it as it drives the local engine. :class:`RemoteSpec` keeps its key in
 memory only (``repr`` hides it).
 """
@@ -21,9 +21,9 @@ class RemoteSpec:
     chat_template: str | None = None
 
     def backend(self):
-        """A ``engine.remote.RemoteBackend`` for this server (imported here: httpx is
+        """A ``engine.remote.backend.RemoteBackend`` for this server (imported here: httpx is
         loaded only when a server is used)."""
-        from engine.remote import RemoteBackend
+        from engine.remote.backend import RemoteBackend
 
         return RemoteBackend(
             self.url, api_key=self.api_key, stage=self.stage, timeout=self.timeout, chat_template=self.chat_template

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 
 def top_token(step: TokenStep) -> int:

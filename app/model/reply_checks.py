@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.model.scored import SCORE_LABEL
-from engine.events import FinishReason
+from engine.api.events import FinishReason
 
 
 def branch_of(chat: Any, stream: Any) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.model.remote_labels import server_title
-from engine.events import TokenStep
+from engine.api.events import TokenStep
 
 LOCAL = "local"
 REMOTE = "remote"
@@ -23,7 +23,7 @@ NOT_REPORTED_ENTROPY = "entropy: not reported by the server"
 
 
 def backend_of(info) -> str:
-    """What the store records for the backend of ``info`` (an ``engine.backend.ModelInfo``):
+    """What the store records for the backend of ``info`` (an ``engine.api.backend.ModelInfo``):
     ``local``, or ``remote:<server kind>:<stage>:detected`` / ``…:set`` — the stage the
     server's numbers are, followed from the server's kind or set (or assumed) in Connect….
     A server is known by its capabilities (it reports one stage), not by its type."""

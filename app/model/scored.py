@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from app.model.jobs import Messages
 from app.model.streams import Reply
-from engine.events import ScoreDone, TokenStep
-from engine.params import SamplingParams
+from engine.api.events import ScoreDone, TokenStep
+from engine.api.params import SamplingParams
 
 
 @dataclass(frozen=True)

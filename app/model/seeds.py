@@ -5,7 +5,7 @@ know it until the first token came back, nor keep it with the reply's parameters
 reply sent with "random each reply" (seed None) gets its seed here, when it is sent: the
 engine uses it, each ``TokenStep.params.seed`` records it, the saved branch keeps it, and
 the chat shows it with a one-click "reuse". The draw depends only on the seed and the
-token's index (``engine.sampler.step_key``): the same seed and settings write the same
+token's index (``engine.sampling.sampler.step_key``): the same seed and settings write the same
 reply again.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import secrets
 
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 SEED_BITS = 31
 """As the sampling panel's Roll: at most ten digits, short enough to read and type."""

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-from engine.events import Finished, TokenStep
-from engine.params import SamplingParams
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
 
 StreamKey = tuple[str, int]
 TokenRef = tuple[StreamKey, int]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.events import FinishReason, TokenStep
-from engine.params import SamplingParams
-from engine.reasoning import ANSWER, THINKING
+from engine.api.events import FinishReason, TokenStep
+from engine.api.params import SamplingParams
+from engine.api.reasoning import ANSWER, THINKING
 
 FIRST_ANSWER_TOKENS = 8
 """How many of the answer's first tokens the timeline draws larger: where the model decided."""

@@ -15,8 +15,8 @@ from dataclasses import fields
 import numpy as np
 
 from app.model.textfmt import prob
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 LAST_STAGE = "last stage"
 """The stage selector's default: each token's own last stage."""

@@ -1,6 +1,6 @@
 """Menu items and controls a backend may not do, enabled from what the backend declares.
 
-Each item is bound to one name of ``engine.capabilities.Capabilities``; when a model is
+Each item is bound to one name of ``engine.api.capabilities.Capabilities``; when a model is
 loaded (local or on a server) the item is enabled if its backend can do it, else disabled
 with the backend's own reason as its tooltip and status tip. The app never decides this
 from the backend's type or name: a new backend only has to declare its capabilities.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
-from engine.capabilities import Capabilities
+from engine.api.capabilities import Capabilities
 
 
 @dataclass
@@ -44,7 +44,7 @@ class CapabilityGate:
             self._apply_one(bound, capabilities)
 
     def apply_info(self, info) -> None:
-        """A worker's ``model_loaded`` (an ``engine.backend.ModelInfo``)."""
+        """A worker's ``model_loaded`` (an ``engine.api.backend.ModelInfo``)."""
         self.apply(info.capabilities)
 
     @staticmethod

@@ -8,7 +8,7 @@ lens's runners are) and calls ``EngineSession.load_second`` then
 are pulled one forward chunk per event, so a cancel queued meanwhile applies at the next
 step; a cancelled job's second model is released (its late results are dropped by the GUI's
 :class:`app.model.model_compare.ModelComparisons`). Everything sent back is plain data:
-the ``SecondModel``, ``engine.kld.TokenKLD`` rows and the text of each token they name
+the ``SecondModel``, ``engine.api.results.TokenKLD`` rows and the text of each token they name
 (the app does not import MLX). The second model stays loaded for the next comparison
 with the same settings, and goes when a job is cancelled, when the running model changes
 (``release``) or when other settings are asked for.
@@ -22,12 +22,12 @@ from PySide6.QtCore import Signal, Slot
 
 from app.model.model_compare import CompareJob, CompareSettings
 from app.shell.stepped_runner import SteppedRunner
-from engine.errors import EngineError
+from engine.api.errors import EngineError
 
 
 class CompareRunner(SteppedRunner):
     loading = Signal(int, str, float)  # tag, stage, fraction (< 0: unknown length)
-    loaded = Signal(int, object)  # tag, engine.session_compare.SecondModel
+    loaded = Signal(int, object)  # tag, engine.api.results.SecondModel
     progressed = Signal(int, int, int)  # tag, tokens done, tokens in all
     finished = Signal(int, object, object)  # tag, [TokenKLD], {token_id: text}
 

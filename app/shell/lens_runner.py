@@ -3,11 +3,11 @@ position per event of the worker's loop.
 
 ``LensRunner`` (a :class:`app.shell.stepped_runner.SteppedRunner`) lives on the worker's
 thread beside ``EngineWorker`` and pulls ``EngineSession.lens_reply`` (or ``lens_text`` for a
-text scored without a prompt) one ``engine.lens.LensPosition`` per event. The worker's decode
+text scored without a prompt) one ``engine.api.results.LensPosition`` per event. The worker's decode
 steps are events of the same loop, so a reply being written keeps streaming while the lens
 runs: its steps run between the lens's pieces. What a step may wait for is one piece — the
 first holds the lens's one forward pass over the reply (up to its last position asked for),
-and every 16th the read-out of the next 16 positions through every layer (``engine.lens``
+and every 16th the read-out of the next 16 positions through every layer (``engine.analysis.lens``
 reads them in groups); the others hand over a position already read. Cancel closes the
 generator. Everything sent back is plain data: the ``LensPosition`` and the text of each
 token it names that was not sent before (the app does not import MLX).
@@ -21,11 +21,11 @@ from PySide6.QtCore import Signal, Slot
 
 from app.model.logit_lens import LensJob
 from app.shell.stepped_runner import SteppedRunner
-from engine.errors import EngineError
+from engine.api.errors import EngineError
 
 
 class LensRunner(SteppedRunner):
-    position_ready = Signal(int, object, object)  # tag, engine.lens.LensPosition, {token_id: text} new ones
+    position_ready = Signal(int, object, object)  # tag, engine.api.results.LensPosition, {token_id: text} new ones
     finished = Signal(int)  # tag: every position asked for was sent
 
     def __init__(self, worker: Any) -> None:

@@ -24,7 +24,7 @@ from app.shell.logging_setup import note_error, note_model
 from app.shell.menus import recent_models
 from app.shell.precision_menu import update_precision_menu
 from app.shell.worker import describe
-from engine.events import FinishReason
+from engine.api.events import FinishReason
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow

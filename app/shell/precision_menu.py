@@ -21,7 +21,7 @@ from app.model.precision import (
     CHOICE_TIPS,
     SERVER_CHOOSES,
 )
-from engine.precision import PRECISIONS
+from engine.api.precision import PRECISIONS
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow

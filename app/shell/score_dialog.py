@@ -30,7 +30,7 @@ from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, Scoring, replay_words, sc
 from app.views.file_dialogs import EXPORTS, PLOTS
 from app.views.plot_export import save_plot
 from app.views.score_views import ReplayOverlay, ScoreTextDialog, SurprisalRow
-from engine.events import ScoreDone, TokenStep
+from engine.api.events import ScoreDone, TokenStep
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow

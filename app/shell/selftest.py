@@ -9,7 +9,7 @@ import time
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 PROMPT = "What is the capital of France?"
 
@@ -20,8 +20,7 @@ class _Requests(QObject):
 
 
 def run_selftest(app, model: str, timeout: float, tokens: int = 8) -> int:
-    from app.shell.worker import ChatJob, WorkerThread, describe
-    from engine.session import runtime_report
+    from app.shell.worker import ChatJob, WorkerThread, describe, runtime_report
 
     engine = WorkerThread()
     requests = _Requests()

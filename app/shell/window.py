@@ -46,7 +46,7 @@ from app.views.status import StatusWidgets
 from app.views.theme import apply_theme
 from app.views.throttle import RedrawClock
 from app.views.timeline import TimelineWidget
-from engine.params import SamplingParams, SamplingParamsError
+from engine.api.params import SamplingParams, SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 from app.shell.layout import default_sizes
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow

@@ -11,15 +11,15 @@ and outline the widget of the field at fault; :func:`describe` makes the message
 
 Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes back
 with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
-worker calls only the calls of ``engine.backend.Backend`` on its session and decides by
+worker calls only the calls of ``engine.api.backend.Backend`` on its session and decides by
 the session's ``capabilities``, never by its type, so any backend can stand in for it
 (the precision check, ``app.shell.precision_check``, calls ``check_fidelity``; Compare
 models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``; the logit
 lens, ``app.shell.lens_runner``, ``lens_reply`` and ``lens_text``).
 
-A load names the precision to compute in (``engine.precision``: the Models → Precision
+A load names the precision to compute in (``engine.api.precision``: the Models → Precision
 choice saved for that model) and the KV cache's quantization (an
-``engine.kv_quantization.KVQuantization`` or None: the Models → KV cache choice); a server
+``engine.api.kv_quantization.KVQuantization`` or None: the Models → KV cache choice); a server
 ignores the precision and refuses a KV cache that quantizes.
 """
 
@@ -34,9 +34,9 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.model.jobs import ChatJob, ForkJob
 from app.model.scored import ReplayJob, ScoreJob
-from engine.errors import EngineError, ModelLoadError
-from engine.events import Divergence, Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
-from engine.params import SamplingParams, SamplingParamsError
+from engine.api.errors import EngineError, ModelLoadError
+from engine.api.events import Divergence, Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
+from engine.api.params import SamplingParams, SamplingParamsError
 
 __all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
 
@@ -84,7 +84,7 @@ class EngineWorker(QObject):
 
     def session_with(self, capability: str):
         """The session if its ``capabilities`` say it can do ``capability`` (an
-        ``engine.capabilities`` name), else None; call on the worker's thread (the runners
+        ``engine.api.capabilities`` name), else None; call on the worker's thread (the runners
         beside the worker do: ``app.shell.stepped_runner``)."""
         session = self._session
         return session if session is not None and getattr(session.capabilities, capability) else None
@@ -101,7 +101,7 @@ class EngineWorker(QObject):
     def _ensure_session(self):
         if self._session is None:
             if self._session_factory is None:
-                from engine.session import EngineSession
+                from engine.session.session import EngineSession
 
                 self._session = EngineSession()
             else:
@@ -399,3 +399,11 @@ class WorkerThread:
         QMetaObject.invokeMethod(self.worker, "shutdown", Qt.ConnectionType.BlockingQueuedConnection)
         self.thread.quit()
         return self.thread.wait(timeout_ms)
+
+
+def runtime_report() -> dict[str, object]:
+    """Where the engine's code and MLX's libraries were loaded from (``--selftest`` prints it).
+    Here because the worker is the one module of the app that loads the local engine."""
+    from engine.session.session import runtime_report as report
+
+    return report()

@@ -4,7 +4,7 @@ A JSON Lines export is a ``header`` record then the records of ``python -m engin
 / ``score`` (``token``, ``done``, ``score_done``), each token record extended with what the
 app needs to show it again (``message``, ``branch``, ``position``, ``piece``, the chosen
 token's per-stage ``logprobs``, each candidate's ``bias``, ``penalty`` and ``count``: the
-token codec's ``EXPORT`` style, :mod:`engine.codec`) and
+token codec's ``EXPORT`` style, :mod:`engine.api.codec`) and
 with ``conversation`` / ``message`` / ``branch`` / ``compare_run`` / ``score`` records that
 place the tokens. Messages and branches are numbered from 0 within the export (not the
 database's ids), so export → import → export gives the same records. docs/EXPORT.md has
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from app.store.export_csv import write_csv
-from engine.codec import EXPORT, RecordType, decode_step, encode_step
-from engine.events import FinishReason, TokenStep
-from engine.params import SamplingParams
+from engine.api.codec import EXPORT, RecordType, decode_step, encode_step
+from engine.api.events import FinishReason, TokenStep
+from engine.api.params import SamplingParams
 
 FORMAT = "logitscope-export"
 VERSION = 1
@@ -33,7 +33,7 @@ APP_VERSION = "0.1.0"
 
 class ExportRecord(str, Enum):
     """The ``type`` of the records an export adds to the CLI's (``token``, ``done``,
-    ``score_done``: :class:`engine.codec.RecordType`) to place the tokens."""
+    ``score_done``: :class:`engine.api.codec.RecordType`) to place the tokens."""
 
     HEADER = "header"
     CONVERSATION = "conversation"

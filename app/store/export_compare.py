@@ -1,6 +1,6 @@
 """Exports of a model comparison (Models → Compare models…), Qt-free: JSON Lines holding
 ``python -m engine kld``'s records for the compared tokens (one ``token`` record each, then
-the ``summary``; shaped by :mod:`engine.kld_records`), or CSV with one row per token.
+the ``summary``; shaped by :mod:`engine.api.kld_records`), or CSV with one row per token.
 docs/EXPORT.md lists the fields."""
 
 from __future__ import annotations

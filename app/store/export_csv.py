@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.codec import RecordType
-from engine.events import same_token
+from engine.api.codec import RecordType
+from engine.api.events import same_token
 
 CSV_COLUMNS = (
     "message",

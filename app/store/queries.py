@@ -13,7 +13,7 @@ import sqlite3
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
 from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.serialize import steps_from_json
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 
 class StoreQueries:

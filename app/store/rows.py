@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 
 @dataclass

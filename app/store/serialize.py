@@ -1,7 +1,7 @@
-"""The store's token steps: one :mod:`engine.codec` record per step (style ``STORE``:
+"""The store's token steps: one :mod:`engine.api.codec` record per step (style ``STORE``:
 values as computed, ``"v"`` on each), a reply's steps as one JSON array.
 
-Every record version the store ever wrote reads back (:func:`engine.codec.decode_step`):
+Every record version the store ever wrote reads back (:func:`engine.api.codec.decode_step`):
 version 1 (the release before the stage chain, mapped onto a chain), version 2 (keyed by
 stage name) and the current one.
 """
@@ -12,9 +12,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.codec import STORE, decode_step, encode_step, record_version
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.codec import STORE, decode_step, encode_step, record_version
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 
 def step_to_dict(step: TokenStep, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.store.serialize import step_to_dict
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 
 @dataclass

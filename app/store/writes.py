@@ -18,8 +18,8 @@ from app.store.journal_read import journal_replies
 from app.store.rows import Branch, Conversation, Message
 from app.store.schema import INTERRUPTED
 from app.store.serialize import steps_to_json
-from engine.events import TokenStep
-from engine.params import SamplingParams
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 
 class StoreWrites:

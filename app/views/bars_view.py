@@ -29,7 +29,7 @@ from app.views.inspector_labels import LabelPool, elide, fit_text, row_stride, t
 from app.views.inspector_table import COLUMNS, CandidateTable  # noqa: F401 (COLUMNS: re-exported)
 from app.views.plot_axes import CentredAxis
 from app.views.theme import LIGHT, Colors
-from engine.events import Candidate, TokenStep
+from engine.api.events import Candidate, TokenStep
 
 NOTE_ROOM = 2.5
 """The x range may grow to this many times the widest bar to leave "removed by" notes room."""

@@ -7,7 +7,7 @@ stage will not show in the inspector). Rows are dragged to reorder (Qt's own
 InternalMove, which moves the model row) or moved with the arrow buttons. Below the
 list, the selected stage's parameters; ``bias`` (always first) and the draw (always
 last) are not reorderable and not listed. Rows, pages, help and summaries are made from
-the stage specs (``engine/stages/<name>_spec.py``).
+the stage specs (``engine/specs/<name>.py``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from PySide6.QtWidgets import (
 
 from app.views.lines_edit import LinesEdit
 from app.views.param_fields import ERROR_STYLE, LIST_FIELDS, STAGE_FIELDS, SliderField, make_field, narrow_form
-from engine.params import SAMPLER_STAGES, SamplingParams
-from engine.stages.registry import SPECS
+from engine.api.params import SAMPLER_STAGES, SamplingParams
+from engine.specs.registry import SPECS
 
 STAGE_ROLE = Qt.ItemDataRole.UserRole
 SUMMARY_ROLE = Qt.ItemDataRole.UserRole + 1

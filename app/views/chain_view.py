@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.model.remote_labels import NOT_REPORTED, is_chosen, sort_key, token_id_text
 from app.model.textfmt import prob, visible
 from app.views.theme import LIGHT, Colors
-from engine.events import Candidate, TokenStep
+from engine.api.events import Candidate, TokenStep
 
 VALUE_ROLE = Qt.ItemDataRole.UserRole
 """A cell's probability (0 when removed); a header's stage name."""

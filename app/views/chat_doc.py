@@ -49,7 +49,7 @@ from app.views.chat_sections import (
 )
 from app.views.chat_thinking import ThinkingMixin, ThinkingPart
 from app.views.theme import LIGHT, Colors
-from engine.events import TokenStep
+from engine.api.events import TokenStep
 
 FONT_PX = 14
 Move = QTextCursor.MoveOperation

@@ -29,8 +29,8 @@ from app.model.entries import ChatEntry, ColumnEntry
 from app.model.scored import shading_logprob
 from app.model.textfmt import prob, visible
 from app.views.theme import Colors, probability_color, variant_color
-from engine.events import TokenStep
-from engine.reasoning import THINKING
+from engine.api.events import TokenStep
+from engine.api.reasoning import THINKING
 
 NO_BRUSH = QBrush(QColor(0, 0, 0, 0))
 DISPLAY_ONLY = int(QTextFormat.Property.UserProperty) + 1

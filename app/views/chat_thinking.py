@@ -22,8 +22,8 @@ from app.model.streams import StreamKey
 from app.model.thinking import ThinkingSpan, forced_by_budget, thinking_header
 from app.views.chat_sections import Block, block, char
 from app.views.theme import Colors
-from engine.events import TokenStep
-from engine.reasoning import ANSWER, THINKING
+from engine.api.events import TokenStep
+from engine.api.reasoning import ANSWER, THINKING
 
 if TYPE_CHECKING:
     from app.views.chat_doc import Body

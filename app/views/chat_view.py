@@ -29,8 +29,8 @@ from app.views.chat_doc import ChatDocument
 from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
 from app.views.theme import LIGHT, Colors, probability_color
 from app.views.throttle import RedrawClock, Throttler, own_clock
-from engine.events import TokenStep
-from engine.reasoning import THINKING
+from engine.api.events import TokenStep
+from engine.api.reasoning import THINKING
 
 BRANCH_CHOICES = 5
 """Candidates offered by "Branch from here with", the most likely first."""

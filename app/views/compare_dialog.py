@@ -36,7 +36,7 @@ from app.model.model_compare import CompareSettings, Comparison, num
 from app.model.precision import CHOICE_LABELS, CHOICE_TIPS
 from app.model.textfmt import escape, visible
 from app.views.file_dialogs import MODELS, Folders
-from engine.precision import PRECISIONS
+from engine.api.precision import PRECISIONS
 
 REFUSED_COLOR = "#b42318"
 SOURCE_TIP = "A model folder, a .gguf file, a Hugging Face repo id, or default (the bundled model)."

@@ -1,7 +1,7 @@
 """Models → "Connect to a server…": an OpenAI-compatible server's URL, one of its models,
 where its API key comes from, and which distribution its logprobs are.
 
-The model list comes from the server's ``/v1/models`` through ``engine.remote.probe``,
+The model list comes from the server's ``/v1/models`` through ``engine.remote.backend.probe``,
 which blocks: it runs on a plain thread and reports back through a queued signal, with a
 busy bar meanwhile and the server's error in the dialog. A server that answers but cannot
 list its models (mlx_lm.server on a fresh home folder) is said so, with why, and a model
@@ -228,7 +228,7 @@ class ConnectDialog(QDialog):
         self.list_button.setEnabled(False)
         probe = self._probe_fn
         if probe is None:
-            from engine.remote import probe
+            from engine.remote.backend import probe
 
         relay = self.relay
 

@@ -40,7 +40,7 @@ from app.views.fitting import WrapRow
 from app.views.lines_edit import LinesEdit
 from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field, narrow_form
 from app.views.wheel_guard import wheel_only_when_focused
-from engine.params import SamplingParams, SamplingParamsError
+from engine.api.params import SamplingParams, SamplingParamsError
 
 STOP_TIP = (
     "stop: strings that end the reply (not shown), one per line; a line is taken whole, "

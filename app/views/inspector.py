@@ -40,7 +40,7 @@ from app.views.compare_tokens import CompareTokensView
 from app.views.lens_tab import LayersView
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
-from engine.events import Candidate, TokenStep
+from engine.api.events import Candidate, TokenStep
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

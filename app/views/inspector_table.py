@@ -20,7 +20,7 @@ from app.model.inspector_settings import COUNT_NOTE, DRY_NOTE, FINAL_NOTE, PENAL
 from app.model.remote_labels import NOT_REPORTED, is_chosen, token_id_text
 from app.model.textfmt import percent, visible
 from app.views.theme import Colors
-from engine.events import Candidate, TokenStep
+from engine.api.events import Candidate, TokenStep
 
 COLUMNS = ["token", "id", "raw logit", "p raw", "p final", "removed by", "bias", "penalty", "dry", "count"]
 HEADER_TIPS = {

@@ -136,7 +136,7 @@ class LayersView(QWidget):
         self._show(True, True, False, False)
 
     def show_position(self, lens: ReplyLens, row) -> None:
-        """Position ``row`` (an ``engine.lens.LensPosition``) of ``lens``'s reply."""
+        """Position ``row`` (an ``engine.api.results.LensPosition``) of ``lens``'s reply."""
         state = ("result", id(lens), id(row), self.colors)
         if state == self.state:
             return

@@ -1,6 +1,6 @@
 """Numeric parameter widgets (a slider over a convenient range beside a spin box over
 the whole valid range) and the table of every SamplingParams field by stage, made from
-the stage specs (``engine/stages/<name>_spec.py``)."""
+the stage specs (``engine/specs/<name>.py``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QSlider, QSpinBox, QWidget
 
 from app.views.wheel_guard import wheel_only_when_focused
-from engine.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
-from engine.stages.registry import SPECS
-from engine.stages.spec import Field
+from engine.api.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
+from engine.specs.registry import SPECS
+from engine.specs.spec import Field
 
 SLIDER_STEPS = 1000
 

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QTabBar, QVBoxLayo
 from app.views.fitting import WrapRow
 from app.views.param_fields import ClampingSpinBox
 from app.views.wheel_guard import wheel_only_when_focused
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 BUDGET_MAX = 1_000_000
 THINKING_TAB, ANSWER_TAB = 0, 1

@@ -25,7 +25,7 @@ from app.views.param_fields import ClampingSpinBox
 from app.views.reasoning_controls import ANSWER_TAB, ReasoningRow
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.wheel_guard import wheel_only_when_focused
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
 ANSWER_MAX_TOKENS_TIP = (

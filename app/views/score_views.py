@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 from app.model.replay import Replay
 from app.views.file_dialogs import TEXTS, Folders
 from app.views.timeline import TimelineWidget
-from engine.events import TokenStep
+from engine.api.events import TokenStep
 
 
 class ScoreTextDialog(QDialog):

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from app.model.remote_labels import label_forms
 from app.views.fitting import FittedLabel
-from engine.events import Finished, FinishReason
+from engine.api.events import Finished, FinishReason
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

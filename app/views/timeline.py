@@ -40,8 +40,8 @@ from app.views.timeline_origin import OriginLabels
 from app.views.timeline_phase import PhaseMarks
 from app.views.timeline_rows import PlotRows
 from app.views.timeline_run import RunPlots
-from engine.events import TokenStep
-from engine.params import STAGE_NAMES
+from engine.api.events import TokenStep
+from engine.api.params import STAGE_NAMES
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

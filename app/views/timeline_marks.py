@@ -13,7 +13,7 @@ import pyqtgraph as pg
 from app.model.timeline_series import answer_base, change_label, params_diff, variant_applied
 from app.views.plot_axes import CentredAxis
 from app.views.theme import Colors
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 HOVER_PX = 5
 """A marker's hover target reaches this many pixels either side of its dashed line."""

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QLabel
 
 from app.model.thinking import FIRST_ANSWER_TOKENS, first_answer
 from app.views.theme import Colors
-from engine.events import TokenStep
-from engine.reasoning import THINKING
+from engine.api.events import TokenStep
+from engine.api.reasoning import THINKING
 
 
 class PhaseMarks:

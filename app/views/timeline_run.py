@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from app.model.textfmt import prob
 from app.model.timeline_series import nearest
 from app.views.theme import variant_color
-from engine.events import TokenStep
+from engine.api.events import TokenStep
 
 if TYPE_CHECKING:
     from app.views.timeline import TimelineWidget

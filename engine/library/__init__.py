@@ -2,7 +2,7 @@
 hub cache, LM Studio, Ollama, folders the user adds), described from headers and stat() alone.
 
 Qt-free and MLX-free (the app lists models on its GUI thread): nothing here imports mlx or
-mlx_lm. The command is ``python -m engine models`` (engine.cli_models, docs/ENGINE.md).
+mlx_lm. The command is ``python -m engine models`` (engine.cli.models, docs/ENGINE.md).
 """
 
 from engine.library.entry import FORMATS, SOURCES, LibraryEntry

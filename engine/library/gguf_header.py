@@ -1,7 +1,7 @@
 """Read a GGUF file's header (metadata and tensor table) without touching its weights.
 
 The listing needs the architecture, the file type, each tensor's type and whether the file
-holds every byte its tensor table claims (a truncated download). ``engine.gguf_read`` parses the
+holds every byte its tensor table claims (a truncated download). ``engine.models.gguf_read`` parses the
 whole metadata into Python values (a 150,000-token vocabulary takes a while); this reader walks
 the same bytes with plain reads (a memory map would end the process with SIGBUS if the file
 shrank meanwhile), keeps the scalar metadata, steps over arrays without decoding them, and

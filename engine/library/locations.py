@@ -13,7 +13,7 @@ The rules follow each program's own:
   else ``<data folder>/models``. The older ``~/.cache/lm-studio/models`` is scanned too.
 - Ollama: ``OLLAMA_MODELS``, else ``~/.ollama/models``.
 - Logitscope: ``LOGITSCOPE_CACHE_DIR/models``, else platformdirs' user cache folder
-  (``engine.models.cache_root``).
+  (``engine.models.load.cache_root``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import platformdirs
 from engine.library.jsonfile import read_json
 
 # The suffix of Logitscope's converted folders (``<hash>-v4``): bumped when the GGUF converter's
-# output changes, which leaves the older folders unused (engine.models.converted_folder).
+# output changes, which leaves the older folders unused (engine.models.load.converted_folder).
 CONVERTER_VERSION = "4"
 
 

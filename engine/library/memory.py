@@ -1,10 +1,10 @@
 """Whether a model fits in memory now, estimated from its size on disk without importing MLX.
 
 The rule (docs/ENGINE.md, ``models``): a model needs about its size on disk once loaded, a tenth
-more when it is quantized (its scales are widened: ``engine.model_fit``); ``auto`` precision
+more when it is quantized (its scales are widened: ``engine.models.fit``); ``auto`` precision
 widens half-precision weights to float32 only where that fits, so the size on disk is what it
 needs at least. It fits when that is within the share of the machine's memory a model may use
-(``engine.precision.MEMORY_SHARE`` of the physical memory, from ``os.sysconf``) and within what
+(``engine.api.precision.MEMORY_SHARE`` of the physical memory, from ``os.sysconf``) and within what
 is available now (psutil's ``available``, where psutil is installed).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from engine.precision import MEMORY_SHARE
+from engine.api.precision import MEMORY_SHARE
 
 
 def total_memory() -> int:

@@ -1,8 +1,8 @@
 """What ``engine.models.load`` takes, decided without importing MLX or mlx-lm.
 
-- a GGUF file: an architecture the converter maps (``engine.gguf_arch.ARCHITECTURES``), every
-  tensor in a type it converts (``engine.gguf_quant.SUPPORTED``) and a tokenizer it builds
-  (``engine.gguf_tokenizer.TOKENIZER_MODELS``);
+- a GGUF file: an architecture the converter maps (``engine.library.convertible.ARCHITECTURES``), every
+  tensor in a type it converts (``engine.library.convertible.SUPPORTED``) and a tokenizer it builds
+  (``engine.library.convertible.TOKENIZER_MODELS``);
 - a folder: a ``model_type`` mlx-lm has a module for (its ``models/`` folder, found with
   ``importlib.util.find_spec`` without importing the package, and its ``MODEL_REMAPPING``
   read from the source), and safetensors weights named as mlx-lm looks for them.
@@ -15,9 +15,7 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-from engine.gguf_arch import ARCHITECTURES
-from engine.gguf_quant import SUPPORTED
-from engine.gguf_tokenizer import TOKENIZER_MODELS
+from engine.library.convertible import ARCHITECTURES, SUPPORTED, TOKENIZER_MODELS
 
 GGUF_TYPES = frozenset(t.name for t in SUPPORTED)
 

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
-from engine.stages.spec import StageSpec
+from engine.api.params import SamplingParams
+from engine.specs.spec import StageSpec
 
 NEG_INF = float("-inf")
 
@@ -27,7 +27,7 @@ Inputs = Mapping[str, mx.array]
 @dataclass(frozen=True)
 class StateContext:
     """What state factories may need besides the rows: the vocabulary size and DRY's
-    breaker resolver (``breakers(strings) -> engine.dry.Breakers``)."""
+    breaker resolver (``breakers(strings) -> engine.stages.dry_state.Breakers``)."""
 
     vocab: int
     breakers: Callable[[tuple[str, ...]], Any]

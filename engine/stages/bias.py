@@ -8,9 +8,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
+from engine.specs.bias import SPEC
 from engine.stages.base import Accepted, Inputs, Rows, Stage, StateContext
-from engine.stages.bias_spec import SPEC
 
 
 def apply_bias(logits: mx.array, bias: mx.array) -> mx.array:

@@ -1,6 +1,6 @@
 """``dry``: subtract each token's DRY penalty, computed on the host from the history.
 
-The penalties themselves come from :mod:`engine.dry` (llama.cpp's DRY semantics, kept
+The penalties themselves come from :mod:`engine.stages.dry_state` (llama.cpp's DRY semantics, kept
 incrementally per row); this stage only applies the dense ``[B, V]`` result.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.dry import DryRow
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
+from engine.specs.dry import SPEC
 from engine.stages.base import Accepted, Inputs, Rows, Stage, StateContext
-from engine.stages.dry_spec import SPEC
+from engine.stages.dry_state import DryRow
 
 # The penalty can overflow float32 (llama.cpp caps only the exponent): a token still in the
 # distribution is pushed to this floor, never to -inf, so DRY after a truncation cannot
@@ -34,7 +34,7 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
 
 
 class DryRows:
-    """Each row's DRY state (:class:`engine.dry.DryRow`, on the host), None while DRY is off."""
+    """Each row's DRY state (:class:`engine.stages.dry_state.DryRow`, on the host), None while DRY is off."""
 
     def __init__(self, ctx: StateContext, rows: list[DryRow | None]) -> None:
         self.ctx = ctx

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from engine.specs.registry import SPECS
 from engine.stages.base import Stage
-from engine.stages.registry import SPECS
 
 
 def _load(name: str) -> Stage:

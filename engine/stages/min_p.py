@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.specs.min_p import SPEC
 from engine.stages.base import NEG_INF, Inputs, Stage
-from engine.stages.min_p_spec import SPEC
 
 
 def apply_min_p(logits: mx.array, min_p: mx.array) -> mx.array:

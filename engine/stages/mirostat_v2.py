@@ -18,9 +18,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
+from engine.specs.mirostat_v2 import LN2, SPEC, next_mu
 from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext, log_softmax
-from engine.stages.mirostat_v2_spec import LN2, SPEC, next_mu
 
 
 def apply_mirostat_v2(logits: mx.array, mu: mx.array) -> mx.array:

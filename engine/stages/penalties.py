@@ -7,10 +7,10 @@ from typing import Any
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
-from engine.penalties import PenaltyCounts, count_tokens
+from engine.api.params import SamplingParams
+from engine.specs.penalties import SPEC
 from engine.stages.base import Accepted, Inputs, Rows, Stage, StateContext
-from engine.stages.penalties_spec import SPEC
+from engine.stages.penalty_counts import PenaltyCounts, count_tokens
 
 
 def apply_penalties(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
+from engine.specs.temperature import SPEC
 from engine.stages.base import Inputs, Stage, finite_mask, log_softmax
-from engine.stages.temperature_spec import SPEC
 
 # The dynamic temperature reaches 0 when the entropy is 0 and T <= range; llama.cpp then
 # keeps only the argmax. Dividing by a floor instead gives the same point mass (tied

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
+from engine.specs.top_k import SPEC
 from engine.stages.base import NEG_INF, Inputs, Stage, sort_descending
-from engine.stages.top_k_spec import SPEC
 
 
 def apply_top_k(logits: mx.array, top_k: mx.array) -> mx.array:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.specs.top_n_sigma import SPEC
 from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask
-from engine.stages.top_n_sigma_spec import SPEC
 
 
 def apply_top_n_sigma(logits: mx.array, n: mx.array) -> mx.array:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.specs.top_p import SPEC
 from engine.stages.base import NEG_INF, Inputs, Stage, sort_descending
 from engine.stages.top_k import after_bounded_top_k, bounded_view
-from engine.stages.top_p_spec import SPEC
 
 
 def apply_top_p(logits: mx.array, top_p: mx.array) -> mx.array:

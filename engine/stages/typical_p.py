@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.specs.typical_p import SPEC
 from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask, log_softmax
 from engine.stages.top_k import after_bounded_top_k, bounded_view
-from engine.stages.typical_p_spec import SPEC
 
 
 def apply_typical_p(logits: mx.array, typical_p: mx.array) -> mx.array:

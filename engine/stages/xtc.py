@@ -5,10 +5,10 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from engine.params import SamplingParams
-from engine.rng import splitmix64
+from engine.api.params import SamplingParams
+from engine.specs.xtc import SPEC
 from engine.stages.base import NEG_INF, Inputs, Stage, finite_mask, step_inputs
-from engine.stages.xtc_spec import SPEC
+from engine.stages.rng import splitmix64
 
 
 def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin: mx.array) -> mx.array:

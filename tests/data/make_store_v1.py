@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from app.store import Store  # the old store, from PYTHONPATH
-from engine.events import Candidate, TokenStep
-from engine.params import SamplingParams
+from engine.api.events import Candidate, TokenStep
+from engine.api.params import SamplingParams
 
 VOCAB = ["<|im_end|>", " Paris", " Lyon", " the", " capital", ".", "\n", " is", " France", "é", " city", " of"]
 

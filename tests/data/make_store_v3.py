@@ -16,7 +16,7 @@ from pathlib import Path
 
 from app.model.streams import CompareColumn, DivergenceSeries  # the old app, from PYTHONPATH
 from app.store import SCHEMA_VERSION, Store
-from engine.params import SamplingParams
+from engine.api.params import SamplingParams
 
 assert SCHEMA_VERSION == 3, "run against commit c24c79a"
 target = Path(sys.argv[1])

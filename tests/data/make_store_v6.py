@@ -20,7 +20,7 @@ from pathlib import Path
 
 from app.store.store import SCHEMA_VERSION, Store  # the old app, from PYTHONPATH
 from app.store.stream import StreamJournal
-from engine.events import Candidate
+from engine.api.events import Candidate
 
 assert SCHEMA_VERSION == 6, "run against commit cc16801"
 LOCAL, SERVER = "SmolLM2-135M-Instruct", "http://127.0.0.1:8080"

@@ -1,0 +1,408 @@
+"""Continuous batching: insert / step / cancel / update_params / branch.
+
+Each :meth:`Scheduler.step` does one decode step for every row of the running
+batch and, if a request is waiting, one prefill chunk of it, so a long prompt
+never freezes the rows already generating. A request whose prompt is done
+samples its first token alone and joins the batch for the next step.
+
+Every public method validates all of its input before touching any state: a
+rejected call raises, returns no id, enqueues nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+import mlx.core as mx
+
+from engine.api.errors import EngineError
+from engine.api.events import Event, Finished, FinishReason, PrefillProgress
+from engine.api.params import SamplingParams
+from engine.api.reasoning import detect_markers
+from engine.caches import batch as kv
+from engine.caches.quantized import check_kinds
+from engine.models.load import LoadedModel
+from engine.runtime.chunking import ChunkSizer
+from engine.runtime.continuations import ContinuationsMixin
+from engine.runtime.faults import FaultsMixin
+from engine.runtime.lookahead import Lookahead
+from engine.runtime.reasoning_rows import live_settings, next_forced, phase_of
+from engine.runtime.requests import (
+    Request,
+    RequestRecord,
+    accept_token,
+    check_params,
+    check_prompt,
+    check_request_id,
+    finished_event,
+    new_request,
+    record_of,
+)
+from engine.runtime.text import TokenText
+from engine.sampling.batch import Sampled, SamplingBatch
+from engine.sampling.divergence import group_pairs, pair_divergences
+from engine.sampling.inspection import RowInspection, to_host
+from engine.stages.dry_state import BreakerCache
+
+
+class Scheduler(ContinuationsMixin, FaultsMixin):
+    """Runs many requests on one model. Not thread-safe: call it from one thread."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        max_batch_size: int = 16,
+        prefill_chunk: int | None = 128,
+        prefix_cache_entries: int = 8,
+        history_records: int = 256,
+        speculate: bool = True,
+    ) -> None:
+        sizes = [("max_batch_size", max_batch_size)] + ([("prefill_chunk", prefill_chunk)] if prefill_chunk else [])
+        if prefill_chunk is not None and not prefill_chunk:
+            sizes.append(("prefill_chunk", prefill_chunk))
+        for name, value in sizes:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise EngineError(f"{name} must be a positive integer or None, got {value!r}.")
+        caches = kv.new_request_cache(loaded.model)
+        unsupported = kv.unsupported_kinds(caches)
+        if unsupported:
+            raise EngineError(
+                f"this model uses {', '.join(unsupported)} caches, which mlx-lm cannot batch "
+                "(batched: KVCache, RotatingKVCache, ArraysCache, CacheList)."
+            )
+        check_kinds(caches, loaded.kv)
+        self.kv = loaded.kv
+        """The model's KV-cache quantization, fixed for this scheduler (its caches and prefix store)."""
+        self.cache_kinds = kv.kinds(caches)
+        # Sliding windows wrap and recurrent state cannot be cut back: keep prompt ends.
+        self._checkpoint_prompts = self.cache_kinds != ["KVCache"]
+        self.loaded = loaded
+        self.model = loaded.model
+        self.vocab_size = loaded.vocab_size
+        self.context_length = loaded.context_length
+        self.max_batch_size = max_batch_size
+        self.chunks = ChunkSizer(prefill_chunk)
+        """Prefill chunk sizes: fixed, or (``prefill_chunk=None``) sized from the measured rate."""
+        self.text = TokenText(loaded.tokenizer)
+        self.reasoning = detect_markers(loaded.tokenizer)
+        """The model's reasoning markers (``engine.api.reasoning``), or None: no token has a phase."""
+        self.prefix_store = kv.PrefixStore(prefix_cache_entries)
+        self._history_records = history_records
+        self._records: OrderedDict[int, RequestRecord] = OrderedDict()
+        self._next_id = 0
+        self._waiting: deque[Request] = deque()
+        self._active: list[Request] = []
+        self._batch: list | None = None
+        tokenizer = loaded.tokenizer
+        self.breakers = BreakerCache(
+            self.vocab_size, self.text.piece, lambda text: list(tokenizer.encode(text, add_special_tokens=False))
+        )
+        """DRY sequence breakers resolved against this vocabulary: ``breakers(strings)``."""
+        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
+        self._pending: list[Event] = []
+        self._first_difference: dict[tuple[int, int], int | None] = {}
+        self._prefilling: list[Request] = []  # the group whose prefill chunk runs now
+        self.speculate = speculate
+        self._lookahead = Lookahead()
+        """The next decode step for ``_active``, queued before this one was read back (_decode)."""
+
+    # ----------------------------------------------------------------- public API
+
+    def insert(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; returns its id. Raises EngineError / SamplingParamsError."""
+        tokens = check_prompt(prompt, self.vocab_size, self.context_length)
+        checked = self._checked(params if params is not None else SamplingParams())
+        return self._enqueue(new_request(self._next_id, tokens, checked, self.text.decode))
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a request; a ``Finished("cancelled")`` comes with the next step."""
+        request = self._find(request_id)
+        leader = next((w for w in self._waiting if request in w.followers), None)
+        if leader is not None:
+            leader.followers.remove(request)
+        elif request in self._waiting:
+            self._cancel_waiting(request)
+        else:
+            row = self._active.index(request)
+            self._store_row(row, request)
+            self._remove_rows([row])
+        self._pending.append(self._finished(request, FinishReason.CANCELLED))
+
+    def _cancel_waiting(self, request: Request) -> None:
+        """A waiting request leaves; its first follower (if any) takes over its prefill."""
+        index = self._waiting.index(request)
+        if not request.followers:
+            del self._waiting[index]
+            self._store_prefill(request)
+            return
+        heir, *rest = request.followers
+        heir.caches, heir.prefilled, heir.fed = request.caches, request.prefilled, request.fed
+        heir.reused = request.prefilled  # the cancelled request already reported those tokens
+        heir.followers, request.followers, request.caches = rest, [], None
+        self._waiting[index] = heir
+
+    def update_params(self, request_id: int, params: SamplingParams) -> None:
+        """Replace a running request's parameters from its next token on."""
+        request = self._find(request_id)
+        checked = self._checked(params)
+        if params.seed is None:
+            checked = checked.with_changes(seed=request.params.seed)
+        checked = live_settings(request, checked)
+        self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
+        if request in self._active:
+            self._set_params(request, checked, self._sampling, self._active.index(request))
+        else:
+            self._set_params(request, checked)
+
+    def _set_params(
+        self, request: Request, params: SamplingParams, sampling: SamplingBatch | None = None, row: int = 0
+    ) -> None:
+        """A request's new parameters from its next token (a live change, the switch to
+        ``think_variant``); ``sampling``: the batch holding its row, if it has one yet."""
+        request.params = params
+        request.stop_text.stops = params.stop
+        # From the next token: text already generated stands, whatever the new stops are.
+        request.stop_text.boundary = len(request.stop_text.text)
+        if sampling is not None:
+            sampling.set_params(row, params, request.history)
+
+    def _checked(self, params: SamplingParams) -> SamplingParams:
+        """``params`` checked as a request takes them, its ``think_variant`` prepared now too
+        (what a stage's state would refuse when the thinking ends is refused up front)."""
+        checked = check_params(params, self.vocab_size)
+        if checked.think_variant is not None:
+            self._sampling.prepare(checked.think_variant)
+        return checked
+
+    def step(self) -> list[Event]:
+        """One decode step for the batch plus one prefill chunk; returns the events."""
+        events, self._pending = self._pending, []
+        if self._active:
+            try:
+                events.extend(self._decode())
+            except Exception as exc:  # noqa: BLE001 - contained: only this step's rows end
+                events.extend(self._fail_active(exc))
+        if self._waiting and len(self._active) + 1 + len(self._waiting[0].followers) <= self.max_batch_size:
+            try:
+                events.extend(self._prefill_chunk())
+            except Exception as exc:  # noqa: BLE001
+                events.extend(self._fail_waiting(exc))
+        if self._first_difference:  # a pair with a member that left will not diverge again
+            active = {r.id for r in self._active}
+            self._first_difference = {
+                pair: first for pair, first in self._first_difference.items() if active.issuperset(pair)
+            }
+        return events
+
+    def has_work(self) -> bool:
+        return bool(self._active or self._waiting or self._pending)
+
+    def request_ids(self) -> list[int]:
+        return [r.id for r in self._live()]
+
+    def params_of(self, request_id: int) -> SamplingParams:
+        return self._find(request_id).params
+
+    # ------------------------------------------------------------------ internals
+
+    def _enqueue(self, request: Request) -> int:
+        self._next_id += 1
+        self._waiting.append(request)
+        return request.id
+
+    def _live(self) -> list[Request]:
+        return [r for w in self._waiting for r in (w, *w.followers)] + self._active
+
+    def _find(self, request_id: int) -> Request:
+        request_id = check_request_id(request_id)
+        for request in self._live():
+            if request.id == request_id:
+                return request
+        raise EngineError(f"no running request with id {request_id!r}.")
+
+    def _record_for(self, request_id: int) -> RequestRecord:
+        request_id = check_request_id(request_id)
+        for request in self._live():
+            if request.id == request_id:
+                if not request.generated:
+                    raise EngineError(f"request {request_id} has generated no token yet.")
+                return record_of(request)
+        if request_id in self._records:
+            return self._records[request_id]
+        raise EngineError(f"no request with id {request_id!r} to branch from.")
+
+    # Prefill ---------------------------------------------------------------------
+
+    def _prefill_chunk(self) -> list[Event]:
+        request = self._waiting[0]
+        self._prefilling = [request, *request.followers]
+        if request.caches is None:
+            request.reused, request.caches = self.prefix_store.lookup(request.prompt)
+            if request.caches is None:
+                request.caches = kv.new_request_cache(self.model, self.kv)
+            request.prefilled = request.reused
+        start = request.prefilled
+        chunk = request.prompt[start : start + self.chunks.size(busy=bool(self._active))]
+        began = time.perf_counter()
+        logits = self.model(mx.array(chunk)[None], cache=request.caches)
+        kv.after_forward(request.caches, self.kv)
+        request.prefilled += len(chunk)
+        request.fed = request.prefilled
+        if request.prefill_remaining() > 0:
+            kv.eval_caches(request.caches)
+            elapsed = time.perf_counter() - began
+            self.chunks.record(len(chunk), elapsed)
+            request.prefill_seconds += elapsed
+            return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
+        self._waiting.popleft()
+        if self._checkpoint_prompts:
+            # A finished request's cache may not be cut back (a wrapped window, recurrent
+            # state): keep the prompt's end, so a branch prefills only what follows it.
+            self.prefix_store.add(request.prompt, [kv.cut(c, request.fed, request.fed) for c in request.caches])
+        events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
+        group, request.followers = [request, *request.followers], []
+        sampling = SamplingBatch(self.vocab_size, self.breakers)
+        for member in group:
+            member.fed = request.fed  # each row's copy of the cache holds the prompt
+            sampling.extend(
+                SamplingBatch.of(self.vocab_size, self.breakers, member.params, member.history, member.carry_in)
+            )
+        last = logits[:, -1, :]
+        step_events = self._sample(group, mx.repeat(last, len(group), axis=0) if len(group) > 1 else last, sampling)
+        request.prefill_seconds += time.perf_counter() - began
+        events.extend(step_events)
+        done = self._finished_ids(step_events)
+        staying = [i for i, member in enumerate(group) if member.id not in done]
+        if staying:
+            self._batch = kv.extend_batch(self._batch, kv.to_batch(request.caches, copies=len(staying)))
+            sampling.filter(staying)
+            self._sampling.extend(sampling)
+            self._active.extend(group[i] for i in staying)
+        if request.id in done:
+            self._store_prefill(request)
+        request.caches = None
+        return events
+
+    # Decode ----------------------------------------------------------------------
+
+    def _decode(self) -> list[Event]:
+        """One token for every running row.
+
+        The next step is queued whole before this one is read back (``engine.runtime.lookahead``).
+        Its sampling is kept only while nothing it assumed changed (a live change, a join, a
+        switch of settings or a forced token: its logits are sampled again), so a change
+        applies from the next token and a speculated token is never reported. New rows
+        waiting to join turn speculation off for a step.
+        """
+        logits, ahead = self._lookahead.take(self._sampling.version)
+        if logits is None:
+            inputs = mx.array([[r.generated[-1]] for r in self._active])
+            logits = self.model(inputs, cache=self._batch)[:, -1, :]
+            kv.after_batch_forward(self._batch, self.kv)
+            for request in self._active:
+                request.fed += 1
+        ahead_ok = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
+        events = self._sample(self._active, logits, self._sampling, speculate=ahead_ok, ahead=ahead)
+        done = self._finished_ids(events)
+        if done:
+            leaving = [i for i, r in enumerate(self._active) if r.id in done]
+            for row in leaving:
+                self._store_row(row, self._active[row])
+            self._remove_rows(leaving)
+        return events
+
+    def _remove_rows(self, rows: list[int]) -> None:
+        keep = [i for i in range(len(self._active)) if i not in rows]
+        self._batch = kv.filter_batch(self._batch, keep) if self._batch is not None else None
+        self._sampling.filter(keep)
+        self._active = [self._active[i] for i in keep]
+        self._lookahead.keep(keep)
+
+    def _last_step(self, request: Request) -> bool:
+        """Whether the request finishes with its next token whatever it is."""
+        return request.next_index + 1 >= request.params.max_tokens or request.history_length + 1 >= self.context_length
+
+    # Sampling --------------------------------------------------------------------
+
+    def _sample(
+        self,
+        requests: list[Request],
+        logits: mx.array,
+        sampling: SamplingBatch,
+        speculate: bool = False,
+        ahead: Sampled | None = None,
+    ) -> list[Event]:
+        """Sample ``logits`` (or take ``ahead``, this step sampled during the last one, unless
+        a token is forced), queue the next step when ``speculate``, read this one back and
+        accept its tokens."""
+        forced = [next_forced(r) for r in requests]
+        carries = [sampling.carry(row) for row in range(len(requests))]
+        if ahead is None or any(f is not None for f in forced):
+            sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
+        else:
+            sampled = ahead
+        pairs = group_pairs([r.group for r in requests])
+        packed_device = sampled.packed
+        if pairs:  # the divergences ride along in the step's one transfer
+            js = pair_divergences(sampled.final, pairs)
+            packed_device = mx.concatenate([packed_device, js])
+        if speculate:
+            mx.async_eval(packed_device)
+            ahead_by = sampling if not pairs and sampling is self._sampling else None
+            self._lookahead.queue(self.model, self._batch, self.kv, requests, sampled.tokens, ahead_by)
+        host = to_host(packed_device)  # the one transfer
+        events: list[Event] = []
+        inspections = []
+        for row, request in enumerate(requests):
+            inspection = sampled.unpack(host, row, request.params.top_logprobs, self.text.piece)
+            request.carries.append(carries[row])
+            inspections.append(inspection)
+            events.extend(self._accept(request, inspection, forced[row] is not None))
+        if pairs:
+            events.extend(self._divergences(requests, pairs, host[host.size - len(pairs) :]))
+        # Every request now ends with its new token; the state is read at the next step.
+        tokens = [r.generated[-1] for r in requests]
+        sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
+        for row, request in enumerate(requests):
+            if request.switch_to is not None:  # the thinking ended: its variant, as a live change
+                request.before_switch = (request.next_index, request.params)
+                self._set_params(request, request.switch_to, sampling, row)
+                request.switch_to = None
+        return events
+
+    def _accept(self, request: Request, inspection: RowInspection, forced: bool) -> list[Event]:
+        eos, context = self.loaded.eos_token_ids, self.context_length
+        phase = phase_of(request, inspection.token_id, self.reasoning, self.text.decode)
+        step, reason, stop = accept_token(request, inspection, forced, eos, context, self.text.piece, phase)
+        return [step] if reason is None else [step, self._finished(request, reason, stop)]
+
+    @staticmethod
+    def _finished_ids(events: list[Event]) -> set[int]:
+        return {e.request_id for e in events if isinstance(e, Finished)}
+
+    def _finished(
+        self, request: Request, reason: FinishReason, stop: str | None = None, error: str | None = None
+    ) -> Finished:
+        self._records[request.id] = record_of(request)
+        while len(self._records) > self._history_records:
+            self._records.popitem(last=False)
+        request.finished = True
+        return finished_event(request, reason, stop, error)
+
+    # Prefix reuse -----------------------------------------------------------------
+
+    def _store_row(self, row: int, request: Request) -> None:
+        caches = kv.extract_row(self._batch, row)
+        self.prefix_store.add(request.history[: request.fed], caches)
+
+    def _store_prefill(self, request: Request) -> None:
+        if request.caches is None:
+            return
+        if request.fed > 0:
+            self.prefix_store.add(request.history[: request.fed], request.caches)
+        request.caches = None
+
+
+__all__ = ["Scheduler"]

@@ -1,0 +1,268 @@
+"""The sampling side of the running batch: each row's parameters and stage state.
+
+Like mlx-lm's ``GenerationBatch``, everything that is per row lives in one object and
+is filtered and extended in one place: the parameters and one
+:class:`engine.stages.base.RowsState` per stage that has state (penalty counts on the
+device, DRY on the host, the dense logit-bias rows, ...), made by the stage's own
+factory. ``sample`` runs the chain for every group of rows that share a stage order,
+and packs the inspection data of all of them into one array for the step's one host
+transfer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from engine.api.params import SamplingParams
+from engine.sampling.inspection import PackLayout, RowInspection, unpack_row
+from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
+from engine.sampling.step import compiled_step
+from engine.specs import row_chain
+from engine.stages import STAGES
+from engine.stages.base import Accepted, Rows, RowsState, StateContext
+
+Carry = Mapping[str, Any]
+"""What each stage with carried state (mirostat's μ) holds before a token, by stage name."""
+
+
+@dataclass
+class _Group:
+    rows: Rows
+    chain: tuple[str, ...]
+    aliases: frozenset[str]
+    columns: dict[str, mx.array]
+    forms: tuple[str | None, ...]
+
+
+@dataclass
+class Sampled:
+    tokens: mx.array
+    """[B] int32, on the device (speculative decode feeds them to the next forward pass)."""
+    packed: mx.array
+    """[N] float32 inspection data: each group's rows (``engine.sampling.inspection.PackLayout``),
+    group after group; ``places`` says where each batch row is."""
+    top_n: int
+    chains: list[tuple[str, ...]]
+    """Each row's own chain (without ``raw``)."""
+    final: mx.array
+    """[B, V] logits after each row's last stage, batch order (for fork divergences)."""
+    places: list[tuple[int, PackLayout]]
+    """Each batch row's offset in ``packed`` and its group's layout."""
+
+    def take(self, keep: Sequence[int]) -> Sampled:
+        """The rows ``keep`` (the others left the batch); ``packed`` stays as it is."""
+        index = mx.array(list(keep), dtype=mx.int32)
+        chains, places = [self.chains[i] for i in keep], [self.places[i] for i in keep]
+        return Sampled(self.tokens[index], self.packed, self.top_n, chains, self.final[index], places)
+
+    def unpack(self, host: np.ndarray, row: int, row_top_n: int, text_of: Callable[[int], str]) -> RowInspection:
+        """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`."""
+        offset, layout = self.places[row]
+        return unpack_row(host[offset : offset + layout.width], layout, row_top_n, self.chains[row], text_of)
+
+
+def new_states(
+    ctx: StateContext,
+    params: Sequence[SamplingParams],
+    histories: Sequence[Sequence[int]],
+    carries: Sequence[Carry | None],
+) -> dict[str, RowsState]:
+    """Every stateful stage's state for these rows (``carries``: restored carried state)."""
+    out = {}
+    for name, stage in STAGES.items():
+        if stage.state is not None:
+            carried = [(c or {}).get(name) for c in carries]
+            out[name] = stage.state(ctx, params, histories, carried)
+    return out
+
+
+def state_inputs(
+    states: Mapping[str, RowsState],
+    chain: Sequence[str],
+    params: Sequence[SamplingParams],
+    rows: Rows,
+    indices: Sequence[int],
+) -> dict[str, mx.array]:
+    """The state inputs of the stages in ``chain``, and those the inspection always reads."""
+    out: dict[str, mx.array] = {}
+    for name, state in states.items():
+        if name in chain or STAGES[name].reported:
+            values = state.inputs(params, rows, indices)
+            out.update(values if name in chain else {k: values[k] for k in STAGES[name].reported})
+    return out
+
+
+class SamplingBatch:
+    """Rows in batch order. ``breakers`` resolves DRY sequence breakers for the vocabulary."""
+
+    def __init__(self, vocab: int, breakers: Callable[[tuple[str, ...]], Any]) -> None:
+        self.vocab = vocab
+        self.ctx = StateContext(vocab, breakers)
+        self.params: list[SamplingParams] = []
+        self.states = new_states(self.ctx, [], [], [])
+        self._groups: list[_Group] | None = None
+        self.version = 0
+        """Bumped by every change of a row's parameters or of the rows but a ``filter``: a step
+        sampled ahead (``sample_ahead``) holds only while it is the same."""
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    # Rows -------------------------------------------------------------------------
+
+    @classmethod
+    def of(
+        cls,
+        vocab: int,
+        breakers: Callable[[tuple[str, ...]], Any],
+        params: SamplingParams,
+        history: Sequence[int],
+        carry: Carry | None = None,
+    ) -> SamplingBatch:
+        """A batch of one row; ``carry`` restores carried state (a branch)."""
+        batch = cls(vocab, breakers)
+        batch.params = [params]
+        batch.states = new_states(batch.ctx, [params], [history], [carry])
+        return batch
+
+    def extend(self, other: SamplingBatch) -> None:
+        self.version += 1
+        self.params += other.params
+        for name, state in self.states.items():
+            state.extend(other.states[name])
+        self._groups = None
+
+    def filter(self, keep: Sequence[int]) -> None:
+        self.params = [self.params[i] for i in keep]
+        for state in self.states.values():
+            state.filter(keep)
+        self._groups = None
+
+    def prepare(self, params: SamplingParams) -> None:
+        """Raise now what a live change to ``params`` would raise inside a stage's state
+        (DRY resolves its breakers), so that a refused change changes nothing."""
+        for stage in STAGES.values():
+            if stage.prepare is not None:
+                stage.prepare(self.ctx, params)
+
+    def set_params(self, row: int, params: SamplingParams, history: Sequence[int]) -> None:
+        """A live change from the next token: each stage's state decides what to rebuild."""
+        self.version += 1
+        old = self.params[row]
+        self.params[row] = params
+        for state in self.states.values():
+            state.set_params(row, old, params, history)
+        self._groups = None
+
+    def carry(self, row: int) -> dict[str, Any]:
+        """The carried state of a row before its next token (for a later branch)."""
+        out = {}
+        for name, state in self.states.items():
+            value = state.carry(row)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def accept(
+        self, tokens: Sequence[int], leaving: Sequence[int | None], steps: Sequence[RowInspection] | None = None
+    ) -> None:
+        """Every row's new token (llama.cpp's ``accept``), with the step that chose it."""
+        if steps is None:
+            accepted = [Accepted(t, leave) for t, leave in zip(tokens, leaving, strict=True)]
+        else:
+            accepted = [
+                Accepted(t, leave, s.chain, s.logprobs) for t, leave, s in zip(tokens, leaving, steps, strict=True)
+            ]
+        for state in self.states.values():
+            state.accept(self.params, accepted)
+
+    # Sampling ---------------------------------------------------------------------
+
+    def sample(self, logits: mx.array, indices: Sequence[int], forced: Sequence[int | None] | None = None) -> Sampled:
+        """Run each row's chain on ``logits`` [B, V]; ``indices`` are the rows' output
+        token indices (for the seeded draw and XTC coin); ``forced`` overrides the draw."""
+        groups = self._plan()
+        top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
+        tokens_parts, packed_parts, final_parts = [], [], []
+        places: dict[int, tuple[int, PackLayout]] = {}
+        offset = 0
+        zero = mx.array(0)
+        for group in groups:
+            rows = group.rows.rows
+            inputs = dict(group.columns)
+            inputs.update(state_inputs(self.states, group.chain, self.params, group.rows, indices))
+            noise = None
+            if not all(self.params[r].greedy for r in rows):
+                keys = step_keys([self.params[r].seed for r in rows], [indices[r] for r in rows])
+                noise = gumbel_noise(keys, self.vocab)
+            override = None
+            if forced is not None and any(forced[r] is not None for r in rows):
+                override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
+            counts = inputs.get("counts")
+            fn, layout = compiled_step(
+                group.chain,
+                group.aliases,
+                noise is not None,
+                group.forms,
+                top_n,
+                counts is not None,
+                override is not None,
+            )
+            tokens, packed, final = fn(
+                group.rows.take(logits),
+                inputs,
+                noise if noise is not None else zero,
+                counts if counts is not None else zero,
+                override if override is not None else zero,
+            )
+            for k, row in enumerate(rows):
+                places[row] = (offset + k * layout.width, layout)
+            offset += len(rows) * layout.width
+            tokens_parts.append(tokens)
+            packed_parts.append(packed.reshape(-1))
+            final_parts.append(final)
+        tokens, final = tokens_parts[0], final_parts[0]
+        packed = packed_parts[0] if len(groups) == 1 else mx.concatenate(packed_parts)
+        if len(groups) > 1:
+            order = [r for g in groups for r in g.rows.rows]
+            back = mx.array(np.argsort(order).astype(np.int32))
+            tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
+        chains = [row_chain(p) for p in self.params]
+        return Sampled(tokens, packed, top_n, chains, final, [places[row] for row in range(len(self.params))])
+
+    def sample_ahead(
+        self, logits: mx.array, tokens: mx.array, leaving: Sequence[int | None], indices: Sequence[int]
+    ) -> Sampled | None:
+        """The next step sampled before this one is read back (mlx-lm's ``generate_step``
+        queues step n+1 whole before it reads step n): every state the chains read takes
+        ``tokens`` (this step's, still on the device) with ``advance``, then ``logits`` (the
+        next step's) are sampled at ``indices``. None when a state the chains read needs the
+        token on the host (DRY, mirostat): nothing is changed then."""
+        used = {name for group in self._plan() for name in group.chain}
+        states = [s for name, s in self.states.items() if name in used or STAGES[name].reported]
+        if not all(s.advances for s in states):
+            return None
+        for state in states:
+            state.advance(tokens, leaving)
+        return self.sample(logits, indices)
+
+    def _plan(self) -> list[_Group]:
+        if self._groups is None:
+            by_order: dict[tuple[str, ...], list[int]] = {}
+            for row, p in enumerate(self.params):
+                by_order.setdefault(p.samplers, []).append(row)
+            whole = len(by_order) == 1
+            self._groups = []
+            for rows in by_order.values():
+                params = [self.params[r] for r in rows]
+                chain = group_chain(params)
+                index = None if whole else mx.array(rows, dtype=mx.int32)
+                aliases = group_aliases(params, chain)
+                forms = group_forms(params, chain)
+                self._groups.append(_Group(Rows(rows, index), chain, aliases, columns(params, chain), forms))
+        return self._groups

@@ -1,0 +1,42 @@
+"""One compiled decode step per chain shape: the stages, the draw and the inspection pack.
+
+mlx-lm's step after the model is a handful of kernels; ours also inspects every stage.
+Compiling the chain and the pack as one function lets MLX fuse the element-wise work
+of both (a GPU step costs its kernel count, not its arithmetic), and every parameter
+is an array input, so a new value never recompiles.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.sampling.inspection import PackLayout, pack_outputs
+from engine.sampling.sampler import apply_chain, compiled_once, output_sources
+
+
+def compiled_step(
+    chain: tuple[str, ...],
+    aliases: frozenset[str],
+    use_noise: bool,
+    forms: tuple[str | None, ...],
+    top_n: int,
+    with_counts: bool,
+    with_forced: bool = False,
+):
+    """The chain, the draw and the inspection pack as one compiled function
+    ``(raw [B, V], inputs, noise, counts, forced [B]) -> (tokens [B], packed [B, W], final [B, V])``,
+    one per chain shape: element-wise work fuses across the stages and the pack, and a
+    new value never recompiles. ``forced`` (with ``with_forced``; -1: draw) overrides the
+    drawn token."""
+    layout = PackLayout(chain, tuple(output_sources(chain, aliases)), top_n)
+
+    def make():
+        def step(raw, inputs, noise, counts, forced):
+            outputs, tokens = apply_chain(chain, aliases, use_noise, forms, raw, inputs, noise)
+            if with_forced:
+                tokens = mx.where(forced >= 0, forced, tokens)
+            return tokens, pack_outputs(layout, outputs, tokens, counts if with_counts else mx.array(0.0)), outputs[-1]
+
+        return step
+
+    return compiled_once(("step", chain, aliases, use_noise, forms, top_n, with_counts, with_forced), make), layout

@@ -1,0 +1,169 @@
+"""DRY ("don't repeat yourself", Weidmann 2024) penalties, kept incrementally per row.
+
+Semantics are llama.cpp's ``llama_sampler_dry_apply``: over the last
+``dry_penalty_last_n`` tokens of prompt + output, a token that would extend a repeat
+of an earlier sequence of length ``L >= allowed_length`` loses
+``multiplier * base ** (L - allowed_length)`` (exponent capped so the penalty stays
+finite). Sequence breakers end matching: a repeat never reaches back past the most
+recent breaker, and a token that contains a breaker is never penalized.
+
+llama.cpp recomputes the repeat lengths with the Z-algorithm on every step, O(N) in
+the window. Here each row keeps ``match[p]``, the length of the longest common suffix
+of ``tokens[..p]`` and the whole history; appending token ``x`` updates it in one
+vectorized O(N) pass (``match'[p] = match[p-1] + 1 if tokens[p] == x else 0``), and
+the most recent breaker is tracked as tokens arrive.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.api.params import SamplingParams
+
+MAX_TAIL_TOKENS = 20  # llama.cpp caps a breaker's tokenized tail at 20 tokens too
+FLOAT_MAX_LOG = 88.7228391
+
+
+@dataclass(frozen=True)
+class Breakers:
+    """Sequence breakers resolved against a vocabulary (llama.cpp's
+    ``get_overlapping_token_sequences``)."""
+
+    single: frozenset[int]
+    """Tokens whose text contains a breaker: they end matching and are never penalized."""
+    heads: dict[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    """Tokens whose text ends with the start of a breaker, and the token tails completing it."""
+
+    @property
+    def tail_lengths(self) -> tuple[int, ...]:
+        return tuple(sorted({len(t) for tails in self.heads.values() for t in tails}))
+
+
+def resolve_breakers(breakers: Sequence[str], pieces: Sequence[str], encode: Callable[[str], list[int]]) -> Breakers:
+    """``pieces[t]`` is token t's text; ``encode`` tokenizes a string without special tokens."""
+    single: set[int] = set()
+    heads: dict[int, set[tuple[int, ...]]] = {}
+    for token, word in enumerate(pieces):
+        for text in breakers:
+            if text in word:
+                single.add(token)
+                continue
+            for tail_text in _overlaps(word, text):
+                tail = tuple(encode(tail_text)[:MAX_TAIL_TOKENS])
+                if tail:
+                    heads.setdefault(token, set()).add(tail)
+    return Breakers(frozenset(single), {t: tuple(sorted(v)) for t, v in heads.items()})
+
+
+def _overlaps(word: str, text: str) -> list[str]:
+    """The rests of ``text`` for every suffix of ``word`` that is a proper prefix of ``text``."""
+    rests = []
+    start = word.find(text[0])
+    while start != -1:
+        suffix = word[start:]
+        if len(suffix) < len(text) and text.startswith(suffix):
+            rests.append(text[len(suffix) :])
+        start = word.find(text[0], start + 1)
+    return rests
+
+
+class BreakerCache:
+    """Breakers resolved against one vocabulary (a scan of every token's text, as llama.cpp
+    does when the sampler is made), kept for the last few sets. Call it with the strings."""
+
+    def __init__(self, vocab_size: int, piece: Callable[[int], str], encode: Callable[[str], list[int]]) -> None:
+        self._vocab_size = vocab_size
+        self._piece = piece
+        self._encode = encode
+        self._sets: OrderedDict[tuple[str, ...], Breakers] = OrderedDict()
+
+    def __call__(self, texts: tuple[str, ...]) -> Breakers:
+        if texts not in self._sets:
+            pieces = [self._piece(t) for t in range(self._vocab_size)]
+            self._sets[texts] = resolve_breakers(texts, pieces, self._encode)
+            while len(self._sets) > 4:
+                self._sets.popitem(last=False)
+        self._sets.move_to_end(texts)
+        return self._sets[texts]
+
+
+class DryRow:
+    """One request's DRY state: its history, the suffix-match lengths and the last breaker."""
+
+    def __init__(self, history: Sequence[int], breakers: Breakers) -> None:
+        self.breakers = breakers
+        self._tokens = np.zeros(max(64, 2 * len(history)), dtype=np.int64)
+        self._match = np.zeros_like(self._tokens)
+        self._length = 0
+        self._head = -1  # position of the most recent breaker head with a complete tail
+        self._head_tail = 0
+        for token in history:
+            self.accept(token)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def accept(self, token: int) -> None:
+        """Append ``token``: O(history) vectorized, like llama.cpp's per-step pass."""
+        n = self._length
+        if n == len(self._tokens):
+            self._tokens = np.concatenate([self._tokens, np.zeros_like(self._tokens)])
+            self._match = np.concatenate([self._match, np.zeros_like(self._match)])
+        tokens, match = self._tokens, self._match
+        if n > 0:
+            # match[p] for p < n-1 describes the history before this token; shift by one.
+            previous = np.concatenate([[0], match[: n - 1]])
+            match[:n] = np.where(tokens[:n] == token, previous + 1, 0)
+        tokens[n] = token
+        self._length = n + 1
+        self._note_breaker(n)
+
+    def _note_breaker(self, end: int) -> None:
+        tokens = self._tokens
+        if int(tokens[end]) in self.breakers.single:
+            self._head, self._head_tail = end, 0
+            return
+        for length in self.breakers.tail_lengths:
+            head = end - length
+            if head < 0 or head < self._head:
+                continue
+            tails = self.breakers.heads.get(int(tokens[head]), ())
+            tail = tuple(int(t) for t in tokens[head + 1 : end + 1])
+            if tail in tails and (head > self._head or length > self._head_tail):
+                self._head, self._head_tail = head, length
+
+    def penalties(self, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, penalties) for the next token; empty when DRY does not act."""
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        n = self._length
+        allowed = params.dry_allowed_length
+        last_n = n if params.dry_penalty_last_n < 0 else min(n, params.dry_penalty_last_n)
+        if not params.has_dry or last_n <= allowed:
+            return empty
+        start = n - last_n
+        limit = last_n if self._head < start else (n - 1 - self._head) - self._head_tail
+        if limit < allowed:
+            return empty
+        positions = np.arange(start, n - 1)
+        lengths = np.minimum(np.minimum(self._match[start : n - 1], positions - start + 1), limit)
+        hits = lengths >= allowed
+        if not hits.any():
+            return empty
+        following = self._tokens[positions[hits] + 1]
+        lengths = lengths[hits]
+        order = np.lexsort((-lengths, following))  # by token, longest first
+        following, lengths = following[order], lengths[order]
+        first = np.concatenate([[True], following[1:] != following[:-1]])
+        tokens, longest = following[first], lengths[first]
+        keep = np.array([int(t) not in self.breakers.single for t in tokens], dtype=bool)
+        tokens, longest = tokens[keep], longest[keep]
+        exponent = (longest - allowed).astype(np.float64)
+        if params.dry_base > 1.000001:
+            exponent = np.minimum(exponent, int(FLOAT_MAX_LOG / np.log(params.dry_base)))
+        values = params.dry_multiplier * np.power(params.dry_base, exponent)
+        with np.errstate(over="ignore"):  # inf past float32, as llama.cpp's penalty (see stages/dry.py)
+            return tokens, values.astype(np.float32)

@@ -1,0 +1,79 @@
+"""Incremental per-row token counts over the penalty window.
+
+Like llama.cpp's penalties sampler (a ring buffer plus a count map updated in
+``accept``), each step adds the one new token and removes the one that left
+the window, instead of recounting the history. The counts are a [B, V] int32
+array that follows the batch (filter / extend) and feeds
+:func:`engine.sampling.sampler.apply_penalties`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+
+def window_of(history: Sequence[int], window: int) -> Sequence[int]:
+    """The tokens the penalties count: the last ``window`` (0 = all)."""
+    return history[-window:] if window > 0 else history
+
+
+def count_tokens(history: Sequence[int], window: int, vocab: int) -> np.ndarray:
+    """From-scratch counts for one row: [V] int32."""
+    tokens = np.asarray(window_of(history, window), dtype=np.int64)
+    return np.bincount(tokens, minlength=vocab).astype(np.int32)[:vocab]
+
+
+def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), coming: int = 0) -> int | None:
+    """The token that left the window when the newest token arrived; the history is
+    ``head + tail`` (prompt and output), read in place rather than concatenated.
+    ``coming=1``: the one that will leave when the next token arrives (never that token)."""
+    length = len(head) + len(tail) + coming
+    if window <= 0 or length <= window:
+        return None
+    index = length - window - 1
+    return head[index] if index < len(head) else tail[index - len(head)]
+
+
+class PenaltyCounts:
+    """Token counts for the rows of a batch, in batch order."""
+
+    def __init__(self, counts: mx.array) -> None:
+        self.counts = counts  # [B, V] int32
+
+    @classmethod
+    def from_histories(cls, histories: Sequence[Sequence[int]], windows: Sequence[int], vocab: int) -> PenaltyCounts:
+        rows = [count_tokens(h, w, vocab) for h, w in zip(histories, windows, strict=True)]
+        return cls(mx.array(np.stack(rows)) if rows else mx.zeros((0, vocab), mx.int32))
+
+    def accept(self, tokens: Sequence[int] | mx.array, leaving: Sequence[int | None]) -> None:
+        """Count each row's new token and drop the token that left its window; ``tokens``
+        may still be on the device ([B] int32: the step is not read back yet).
+
+        O(B) scatter, independent of history length.
+        """
+        rows = list(range(len(leaving)))
+        index_rows = mx.array(rows + rows)
+        gone = [t if t is not None else 0 for t in leaving]
+        if isinstance(tokens, mx.array):
+            index_cols = mx.concatenate([tokens.astype(mx.int32).reshape(-1), mx.array(gone, dtype=mx.int32)])
+        else:
+            index_cols = mx.array(list(tokens) + gone)
+        deltas = [1] * len(leaving) + [-1 if t is not None else 0 for t in leaving]
+        self.counts = self.counts.at[index_rows, index_cols].add(mx.array(deltas, dtype=mx.int32))
+
+    def reset_row(self, row: int, history: Sequence[int], window: int) -> None:
+        """Recount one row (its window size changed)."""
+        fresh = mx.array(count_tokens(history, window, self.counts.shape[1]))
+        self.counts[row] = fresh
+
+    def filter(self, keep: Sequence[int]) -> None:
+        self.counts = self.counts[mx.array(list(keep), dtype=mx.int32)]
+
+    def extend(self, other: PenaltyCounts) -> None:
+        self.counts = mx.concatenate([self.counts, other.counts], axis=0)
+
+    def __len__(self) -> int:
+        return self.counts.shape[0]
