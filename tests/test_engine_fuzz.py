@@ -80,7 +80,7 @@ OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "1") == "1"  # both fixed: checked 
 """Bugs pinned as xfail in tests/test_fuzz_regressions.py (not fixed yet): their checks are
 skipped (and counted) unless ``FUZZ_OPEN_BUGS=1``."""
 FIRST_DIFFERENCE_PRUNED = True
-"""Fixed (tests/test_fuzz_regressions.py): Scheduler._first_difference drops a pair once a member
+"""Fixed (tests/test_fuzz_regressions.py): ForkDivergence.first_difference drops a pair once a member
 leaves, so teardown checks that it is empty after the drain."""
 REPLAY_FRACTION = float(os.environ.get("FUZZ_REPLAY", "1"))
 """The share of requests replayed solo at the end of an example (chosen by a hash of the
@@ -818,7 +818,7 @@ class EngineMachine(RuleBasedStateMachine):
             assert set(self.main.request_ids()) == live, f"request_ids() {self.main.request_ids()}, running {live}"
             assert self.main.request_ids() == self.shadow.request_ids()
             assert self.main.has_work() == self.shadow.has_work() == bool(live or self.pending_cancel)
-            assert self.main._next_id == self.shadow._next_id == self.next_id
+            assert self.main.queue.next_id == self.shadow.queue.next_id == self.next_id
         except BaseException:
             self.failed = True
             raise
@@ -833,13 +833,13 @@ class EngineMachine(RuleBasedStateMachine):
         self.run_until_idle()
         assert all(s.finished is not None for s in self.specs.values())
         for scheduler in (self.main, self.shadow):
-            assert scheduler._active == [] and not scheduler._waiting and not scheduler._pending
+            assert scheduler._active == [] and not scheduler.queue.waiting and not scheduler._pending
             assert scheduler._batch is None and scheduler._lookahead.logits is None
             assert scheduler._lookahead.sampled is None
             assert len(scheduler._sampling) == 0 and scheduler._sampling.states["dry"].rows == []
             assert scheduler._sampling.states["penalties"].counts.counts.shape[0] == 0
             if FIRST_DIFFERENCE_PRUNED:
-                assert scheduler._first_difference == {}, "divergence state of ended fork groups is kept"
+                assert scheduler.divergence.first_difference == {}, "divergence state of ended fork groups is kept"
             scheduler.prefix_store.clear()
         mx.clear_cache()
         left = mx.get_active_memory() - self.baseline

@@ -69,10 +69,10 @@ def test_an_unhashable_request_id_is_an_engine_error(running, call):
 )
 def test_a_request_id_that_is_not_an_integer_is_rejected(running, call):
     """Tokens and positions refuse bools and floats (EngineError); request ids should too."""
-    before = (running.request_ids(), running.params_of(0), running.params_of(1), running._next_id)
+    before = (running.request_ids(), running.params_of(0), running.params_of(1), running.queue.next_id)
     with pytest.raises(EngineError):
         call(running)
-    assert (running.request_ids(), running.params_of(0), running.params_of(1), running._next_id) == before
+    assert (running.request_ids(), running.params_of(0), running.params_of(1), running.queue.next_id) == before
 
 
 def test_a_numpy_request_id_is_an_id(running):
@@ -100,7 +100,7 @@ def test_continuations_check_prompt_and_output_like_insert(tiny, call):
     scheduler = Scheduler(tiny)
     with pytest.raises(EngineError):
         call(scheduler)
-    assert not scheduler.has_work() and scheduler._next_id == 0
+    assert not scheduler.has_work() and scheduler.queue.next_id == 0
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def test_a_token_that_is_an_array_is_an_engine_error(tiny, call):
     scheduler = Scheduler(tiny)
     with pytest.raises(EngineError):
         call(scheduler)
-    assert not scheduler.has_work() and scheduler._next_id == 0
+    assert not scheduler.has_work() and scheduler.queue.next_id == 0
 
 
 # Text of continuations ----------------------------------------------------------------------
@@ -261,4 +261,4 @@ def test_a_finished_fork_leaves_no_divergence_state(tiny):
     a, b = scheduler.fork(PROMPT, variants)
     events = run(scheduler)
     assert [s.token_id for s in steps(events, a)] == [x] * 4 and [s.token_id for s in steps(events, b)] == [y] * 4
-    assert scheduler._first_difference == {}
+    assert scheduler.divergence.first_difference == {}

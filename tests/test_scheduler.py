@@ -220,10 +220,10 @@ def test_rejected_calls_change_nothing(tiny, prompt, name, call):
     scheduler = Scheduler(tiny)
     first = scheduler.insert(prompt[:4], SamplingParams(max_tokens=3))
     scheduler.step()
-    state = (list(scheduler._waiting), list(scheduler._active), scheduler._next_id)
+    state = (list(scheduler.queue.waiting), list(scheduler._active), scheduler.queue.next_id)
     with pytest.raises((EngineError, SamplingParamsError)):
         call(scheduler, prompt)
-    assert (list(scheduler._waiting), list(scheduler._active), scheduler._next_id) == state
+    assert (list(scheduler.queue.waiting), list(scheduler._active), scheduler.queue.next_id) == state
     run(scheduler)
     rid = scheduler.insert(prompt, params)
     assert rid == first + 1  # no id leaked

@@ -36,6 +36,7 @@ from engine.api.events import Event
 from engine.api.kv_quantization import KV_OFF, KVQuantization
 from engine.api.params import SamplingParams
 from engine.api.reasoning import ReasoningMarkers
+from engine.api.results import LensPosition, SecondModel, TokenFidelity, TokenKLD
 
 Messages = Sequence[dict[str, str]]
 ProgressFn = Callable[[str, float], None]
@@ -200,14 +201,14 @@ class Backend(Protocol):
         """A stored reply through the chain under ``params`` (``capabilities.replay``)."""
         ...
 
-    def check_fidelity(self, messages: Messages, output: Sequence[int], chunk: int = 64) -> Iterator[Any]:
+    def check_fidelity(self, messages: Messages, output: Sequence[int], chunk: int = 64) -> Iterator[TokenFidelity]:
         """A reply in the running precision against float32 (``capabilities.fidelity``): one
         ``engine.api.results.TokenFidelity`` per reply token."""
         ...
 
     def load_second(
         self, source: str, precision: str = "auto", progress: ProgressFn | None = None, kv: Any = None
-    ) -> Any:
+    ) -> SecondModel:
         """Load a second model beside the running one to compare with
         (``capabilities.compare_models``), its KV cache as ``kv`` (an
         ``engine.api.kv_quantization.KVQuantization``; the running model's own weights with
@@ -215,7 +216,7 @@ class Backend(Protocol):
         its vocabulary differs. Returns an ``engine.api.results.SecondModel``."""
         ...
 
-    def second_model(self) -> Any:
+    def second_model(self) -> SecondModel | None:
         """The second model held (``SecondModel``), or None."""
         ...
 
@@ -223,18 +224,22 @@ class Backend(Protocol):
         """Free the second model."""
         ...
 
-    def compare_reply(self, messages: Messages, output: Sequence[int], top: int = 10, chunk: int = 64) -> Iterator[Any]:
+    def compare_reply(
+        self, messages: Messages, output: Sequence[int], top: int = 10, chunk: int = 64
+    ) -> Iterator[TokenKLD]:
         """A reply under the running model and the second: one ``engine.api.results.TokenKLD`` per
         reply token (KL(running ‖ second) and both top lists); stop iterating to cancel."""
         ...
 
-    def compare_text(self, text: str, prompt: Messages | None = None, top: int = 10, chunk: int = 64) -> Iterator[Any]:
+    def compare_text(
+        self, text: str, prompt: Messages | None = None, top: int = 10, chunk: int = 64
+    ) -> Iterator[TokenKLD]:
         """A given text (scored as ``score_text`` scores it) under both models."""
         ...
 
     def lens_reply(
         self, messages: Messages, output: Sequence[int], positions: Sequence[int] | None = None, top: int = 10
-    ) -> Iterator[Any]:
+    ) -> Iterator[LensPosition]:
         """The logit lens (``capabilities.logit_lens``) at ``positions`` of a reply (index 0:
         the distribution its first token was drawn from; None: every token): one
         ``engine.api.results.LensPosition`` each, in order; stop iterating to cancel."""
@@ -242,7 +247,7 @@ class Backend(Protocol):
 
     def lens_text(
         self, text: str, prompt: Messages | None = None, positions: Sequence[int] | None = None, top: int = 10
-    ) -> Iterator[Any]:
+    ) -> Iterator[LensPosition]:
         """The logit lens at ``positions`` of a given text (tokenized as ``score_text`` does)."""
         ...
 

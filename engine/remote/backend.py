@@ -25,23 +25,30 @@ from typing import Any
 
 import httpx
 
-from engine.api.backend import REMOTE, Messages, ModelInfo, ProgressFn, StartedRequest
+from engine.api.backend import Messages, ModelInfo, ProgressFn, StartedRequest
 from engine.api.capabilities import NO_MODEL, Capabilities
 from engine.api.errors import EngineError
 from engine.api.events import Event, FinishReason, PrefillProgress, TokenStep
 from engine.api.params import SamplingParams
 from engine.api.reasoning import checked_switch
-from engine.remote.emulation import ServerEmulation
-from engine.remote.events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
+from engine.remote.emulation import ForkEmulation, Refused
+from engine.remote.events import (
+    RemoteFinished,
+    RemoteRequest,
+    finished,
+    forced_step,
+    read_usage,
+    server_reason,
+    token_step,
+)
 from engine.remote.fields import reasoning_refusals
-from engine.remote.listing import ServerListing, ask_server, pick_model
+from engine.remote.listing import ServerListing, ask_server, pick_model, served_model_info
 from engine.remote.reasoning import phased_tokens
 from engine.remote.servers import (
     KINDS,
     STAGE_CHOICES,
     ServerKind,
     build_request,
-    remote_capabilities,
     stage_for,
     unsupported,
 )
@@ -51,7 +58,7 @@ from engine.remote.wire import RemoteError, WireToken
 __all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "ServerListing", "probe"]
 
 
-class RemoteBackend(ServerEmulation):
+class RemoteBackend:
     """A server at ``base_url`` (``http://host:port``, with or without ``/v1``).
 
     ``stage``: what the server's logprobs are (``auto``: from the server kind; ``raw``,
@@ -110,6 +117,7 @@ class RemoteBackend(ServerEmulation):
         self._capabilities: Capabilities = NO_MODEL
         self.enable_thinking: bool | None = None
         """The chat template's ``enable_thinking``, sent as ``chat_template_kwargs`` (None: not sent)."""
+        self._forks = ForkEmulation(self)  # a server has no fork: one stream per variant
 
     @property
     def capabilities(self) -> Capabilities:
@@ -149,22 +157,8 @@ class RemoteBackend(ServerEmulation):
         assert kind is not None
         self._model = source
         stage = kind.default_stage if self._stage == "auto" else self._stage
-        self._capabilities = remote_capabilities(kind, stage)
-        self.info = ModelInfo(
-            name=source,
-            source=self.base_url,
-            vocab_size=0,
-            context_length=0,
-            has_chat_template=self._chat,
-            eos_token_ids=(),
-            path=self.base_url,
-            backend=REMOTE,
-            server=kind.name,
-            reported_stage=stage,
-            stage_detected=self._stage == "auto" and kind.name != "openai",
-            capabilities=self._capabilities,
-            server_note=note,
-        )
+        self.info = served_model_info(kind, self.base_url, source, stage, self._stage == "auto", self._chat, note)
+        self._capabilities = self.info.capabilities
         if progress is not None:
             progress("connected", 1.0)
         return self.info
@@ -172,7 +166,7 @@ class RemoteBackend(ServerEmulation):
     # -- requests ---------------------------------------------------------------------
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
-        return self._begin(messages, params, prefix="", index=0, forced=None)
+        return self.begin(messages, params, prefix="", index=0, forced=None)
 
     def continue_reply(
         self,
@@ -194,7 +188,40 @@ class RemoteBackend(ServerEmulation):
         if forced_text is None:
             forced_text = self._text_of([forced_token])
         forced = (forced_token, forced_text)
-        return self._begin(messages, params, output_text + forced_text, len(output), forced)
+        return self.begin(messages, params, output_text + forced_text, len(output), forced)
+
+    def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
+        """A server has no fork: one stream per variant, started together (no ``Divergence``:
+        that needs whole distributions, which no server sends)."""
+        return self._forks.fork(messages, [self._checked(p, None) for p in variants], "", 0)
+
+    def fork_reply(
+        self,
+        messages: Messages,
+        output: Sequence[int | None],
+        variants: Sequence[SamplingParams],
+        *,
+        output_text: str | None = None,
+        carry: Mapping[str, Any] | None = None,
+    ) -> list[StartedRequest]:
+        """Each variant continues the reply's text after its first ``len(output)`` tokens
+        (their ids may be None: a server's reply continues from ``output_text``); ``carry``
+        is ignored (a server keeps its sampler's state)."""
+        text = self._text_of(output) if output_text is None else output_text
+        return self._forks.fork(messages, [self._checked(p, None) for p in variants], text, len(output))
+
+    # What needs the model's whole distribution or its layers: refused with the declared reason.
+    score_text = Refused("score")
+    replay = Refused("replay")
+    check_fidelity = Refused("fidelity")
+    load_second = compare_reply = compare_text = Refused("compare_models")
+    lens_reply = lens_text = Refused("logit_lens")
+
+    def second_model(self) -> None:
+        return None
+
+    def release_second(self) -> None:
+        """Nothing is held: a server cannot compare models."""
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
         self.enable_thinking = checked_switch(enabled)
@@ -204,7 +231,7 @@ class RemoteBackend(ServerEmulation):
             raise EngineError("a remote reply continues from text: pass output_text and forced_text.")
         return "".join(self._pieces[t] for t in ids if t is not None)
 
-    def _begin(self, messages: Messages, params: SamplingParams, prefix: str, index: int, forced) -> StartedRequest:
+    def begin(self, messages: Messages, params: SamplingParams, prefix: str, index: int, forced) -> StartedRequest:
         params = self._checked(params, None)
         req = RemoteRequest(self._next_id, tuple(dict(m) for m in messages), params, prefix, index)
         self._body(req)  # refuses what cannot be sent before anything starts
@@ -219,6 +246,10 @@ class RemoteBackend(ServerEmulation):
         else:
             self._launch(req)
         return StartedRequest(req.id, ())
+
+    def check_request(self, req: RemoteRequest) -> None:
+        """Refuse what the server cannot take (the body is built and dropped)."""
+        self._body(req)
 
     def _require_kind(self) -> ServerKind:
         if self._kind is None or self.info is None:
@@ -310,21 +341,13 @@ class RemoteBackend(ServerEmulation):
         elif what == CHUNK:
             for token, phase in phased_tokens(payload, req):
                 self._pending.append(self._token_step(req, token, phase))
-            self._usage(req, payload.usage)
+            read_usage(req, payload.usage)
         elif what == DONE:
             finish, usage = payload
-            self._usage(req, usage)
+            read_usage(req, usage)
             self._finish(req, server_reason(finish))
         elif what == ERROR:
             self._finish(req, FinishReason.ERROR, payload)
-
-    @staticmethod
-    def _usage(req: RemoteRequest, usage) -> None:
-        if usage:
-            req.prompt_tokens = int(usage.get("prompt_tokens") or req.prompt_tokens)
-            details = usage.get("prompt_tokens_details") or {}
-            if isinstance(details, dict) and details.get("cached_tokens") is not None:
-                req.cached_tokens = int(details["cached_tokens"])
 
     def _token_step(self, req: RemoteRequest, token: WireToken, phase: str | None = None) -> TokenStep:
         step = token_step(req, token, stage_for(self._require_kind(), self._stage, req.params), phase)

@@ -119,3 +119,12 @@ def finished(req: RemoteRequest, reason: FinishReason, error: RemoteError | None
         error=None if error is None else str(error),
         exception=error,
     )
+
+
+def read_usage(req: RemoteRequest, usage: Any) -> None:
+    """The server's ``usage``: the prompt's tokens, and how many its prompt cache held."""
+    if usage:
+        req.prompt_tokens = int(usage.get("prompt_tokens") or req.prompt_tokens)
+        details = usage.get("prompt_tokens_details") or {}
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            req.cached_tokens = int(details["cached_tokens"])

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.remote.servers import detect_kind, model_ids
+from engine.api.backend import REMOTE, ModelInfo
+from engine.remote.kind import ServerKind
+from engine.remote.servers import detect_kind, model_ids, remote_capabilities
 from engine.remote.stream import Transport
 from engine.remote.wire import RemoteError, server_message
 
@@ -80,3 +82,25 @@ def _listing(status: int, body: bytes) -> tuple[Mapping[str, Any], str]:
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         return {}, "/v1/models did not list models"
     return data, ""
+
+
+def served_model_info(
+    kind: ServerKind, base_url: str, model: str, stage: str, detected: bool, chat: bool, note: str
+) -> ModelInfo:
+    """What the app shows of ``model`` on the server at ``base_url``: its kind, the stage its
+    logprobs are (``detected``: from the kind, not said by the user) and what it can do."""
+    return ModelInfo(
+        name=model,
+        source=base_url,
+        vocab_size=0,
+        context_length=0,
+        has_chat_template=chat,
+        eos_token_ids=(),
+        path=base_url,
+        backend=REMOTE,
+        server=kind.name,
+        reported_stage=stage,
+        stage_detected=detected and kind.name != "openai",
+        capabilities=remote_capabilities(kind, stage),
+        server_note=note,
+    )

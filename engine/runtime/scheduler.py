@@ -12,7 +12,6 @@ rejected call raises, returns no id, enqueues nothing and changes nothing.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -25,10 +24,11 @@ from engine.caches import batch as kv
 from engine.caches.quantized import check_kinds
 from engine.models.load import LoadedModel
 from engine.runtime.chunking import ChunkSizer
-from engine.runtime.continuations import ContinuationsMixin
-from engine.runtime.faults import FaultsMixin
+from engine.runtime.continuations import Continuations
+from engine.runtime.fork_divergence import ForkDivergence
 from engine.runtime.lookahead import Lookahead
 from engine.runtime.reasoning_rows import live_settings, next_forced, phase_of
+from engine.runtime.request_queue import RequestQueue
 from engine.runtime.requests import (
     Request,
     RequestRecord,
@@ -47,7 +47,7 @@ from engine.sampling.inspection import RowInspection, to_host
 from engine.stages.dry_state import BreakerCache
 
 
-class Scheduler(ContinuationsMixin, FaultsMixin):
+class Scheduler:
     """Runs many requests on one model. Not thread-safe: call it from one thread."""
 
     def __init__(
@@ -89,10 +89,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         self.reasoning = detect_markers(loaded.tokenizer)
         """The model's reasoning markers (``engine.api.reasoning``), or None: no token has a phase."""
         self.prefix_store = kv.PrefixStore(prefix_cache_entries)
-        self._history_records = history_records
-        self._records: OrderedDict[int, RequestRecord] = OrderedDict()
-        self._next_id = 0
-        self._waiting: deque[Request] = deque()
+        self.queue = RequestQueue(history_records)
         self._active: list[Request] = []
         self._batch: list | None = None
         tokenizer = loaded.tokenizer
@@ -102,7 +99,9 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         """DRY sequence breakers resolved against this vocabulary: ``breakers(strings)``."""
         self._sampling = SamplingBatch(self.vocab_size, self.breakers)
         self._pending: list[Event] = []
-        self._first_difference: dict[tuple[int, int], int | None] = {}
+        self.divergence = ForkDivergence()
+        self.continuations = Continuations(self, self.queue)
+        """Requests made from others (branch, continue, fork): ``branch`` and the rest forward there."""
         self._prefilling: list[Request] = []  # the group whose prefill chunk runs now
         self.speculate = speculate
         self._lookahead = Lookahead()
@@ -113,50 +112,34 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
     def insert(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
         """Queue a request; returns its id. Raises EngineError / SamplingParamsError."""
         tokens = check_prompt(prompt, self.vocab_size, self.context_length)
-        checked = self._checked(params if params is not None else SamplingParams())
-        return self._enqueue(new_request(self._next_id, tokens, checked, self.text.decode))
+        checked = self.checked(params if params is not None else SamplingParams())
+        return self.queue.enqueue(new_request(self.queue.next_id, tokens, checked, self.text.decode))
 
     def cancel(self, request_id: int) -> None:
         """Stop a request; a ``Finished("cancelled")`` comes with the next step."""
         request = self._find(request_id)
-        leader = next((w for w in self._waiting if request in w.followers), None)
-        if leader is not None:
-            leader.followers.remove(request)
-        elif request in self._waiting:
-            self._cancel_waiting(request)
-        else:
+        if request in self._active:
             row = self._active.index(request)
             self._store_row(row, request)
             self._remove_rows([row])
+        elif (alone := self.queue.cancel(request)) is not None:
+            self._store_prefill(alone)
         self._pending.append(self._finished(request, FinishReason.CANCELLED))
-
-    def _cancel_waiting(self, request: Request) -> None:
-        """A waiting request leaves; its first follower (if any) takes over its prefill."""
-        index = self._waiting.index(request)
-        if not request.followers:
-            del self._waiting[index]
-            self._store_prefill(request)
-            return
-        heir, *rest = request.followers
-        heir.caches, heir.prefilled, heir.fed = request.caches, request.prefilled, request.fed
-        heir.reused = request.prefilled  # the cancelled request already reported those tokens
-        heir.followers, request.followers, request.caches = rest, [], None
-        self._waiting[index] = heir
 
     def update_params(self, request_id: int, params: SamplingParams) -> None:
         """Replace a running request's parameters from its next token on."""
         request = self._find(request_id)
-        checked = self._checked(params)
+        checked = self.checked(params)
         if params.seed is None:
             checked = checked.with_changes(seed=request.params.seed)
         checked = live_settings(request, checked)
         self._sampling.prepare(checked)  # whatever a stage's state may refuse, before any state changes
         if request in self._active:
-            self._set_params(request, checked, self._sampling, self._active.index(request))
+            self.set_params(request, checked, self._sampling, self._active.index(request))
         else:
-            self._set_params(request, checked)
+            self.set_params(request, checked)
 
-    def _set_params(
+    def set_params(
         self, request: Request, params: SamplingParams, sampling: SamplingBatch | None = None, row: int = 0
     ) -> None:
         """A request's new parameters from its next token (a live change, the switch to
@@ -168,7 +151,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
         if sampling is not None:
             sampling.set_params(row, params, request.history)
 
-    def _checked(self, params: SamplingParams) -> SamplingParams:
+    def checked(self, params: SamplingParams) -> SamplingParams:
         """``params`` checked as a request takes them, its ``think_variant`` prepared now too
         (what a stage's state would refuse when the thinking ends is refused up front)."""
         checked = check_params(params, self.vocab_size)
@@ -184,20 +167,16 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
                 events.extend(self._decode())
             except Exception as exc:  # noqa: BLE001 - contained: only this step's rows end
                 events.extend(self._fail_active(exc))
-        if self._waiting and len(self._active) + 1 + len(self._waiting[0].followers) <= self.max_batch_size:
+        if self.queue.waiting and len(self._active) + 1 + len(self.queue.waiting[0].followers) <= self.max_batch_size:
             try:
                 events.extend(self._prefill_chunk())
             except Exception as exc:  # noqa: BLE001
                 events.extend(self._fail_waiting(exc))
-        if self._first_difference:  # a pair with a member that left will not diverge again
-            active = {r.id for r in self._active}
-            self._first_difference = {
-                pair: first for pair, first in self._first_difference.items() if active.issuperset(pair)
-            }
+        self.divergence.keep({r.id for r in self._active})
         return events
 
     def has_work(self) -> bool:
-        return bool(self._active or self._waiting or self._pending)
+        return bool(self._active or self.queue.waiting or self._pending)
 
     def request_ids(self) -> list[int]:
         return [r.id for r in self._live()]
@@ -205,15 +184,32 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
     def params_of(self, request_id: int) -> SamplingParams:
         return self._find(request_id).params
 
+    # Requests made from others (engine/runtime/continuations.py) ---------------------------
+
+    def branch(self, request_id: int, position: int, forced_token: int) -> int:
+        return self.continuations.branch(request_id, position, forced_token)
+
+    def continue_output(self, prompt, output, forced_token: int, params: SamplingParams, carry=None) -> int:
+        return self.continuations.continue_output(prompt, output, forced_token, params, carry)
+
+    def fork(self, prompt: Sequence[int], variants: Sequence[SamplingParams]) -> list[int]:
+        return self.continuations.fork(prompt, variants)
+
+    def fork_from(self, request_id: int, position: int, variants: Sequence[SamplingParams]) -> list[int]:
+        return self.continuations.fork_from(request_id, position, variants)
+
+    def fork_output(self, prompt, output, variants: Sequence[SamplingParams], carry=None) -> list[int]:
+        return self.continuations.fork_output(prompt, output, variants, carry)
+
+    # What Continuations needs of the scheduler (its SchedulerHost) -------------------------------------
+
+    def is_live(self, request_id: int) -> bool:
+        return any(r.id == request_id for r in self._live())
+
     # ------------------------------------------------------------------ internals
 
-    def _enqueue(self, request: Request) -> int:
-        self._next_id += 1
-        self._waiting.append(request)
-        return request.id
-
     def _live(self) -> list[Request]:
-        return [r for w in self._waiting for r in (w, *w.followers)] + self._active
+        return self.queue.requests() + self._active
 
     def _find(self, request_id: int) -> Request:
         request_id = check_request_id(request_id)
@@ -222,21 +218,48 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
                 return request
         raise EngineError(f"no running request with id {request_id!r}.")
 
-    def _record_for(self, request_id: int) -> RequestRecord:
+    def record_for(self, request_id: int) -> RequestRecord:
         request_id = check_request_id(request_id)
         for request in self._live():
             if request.id == request_id:
                 if not request.generated:
                     raise EngineError(f"request {request_id} has generated no token yet.")
                 return record_of(request)
-        if request_id in self._records:
-            return self._records[request_id]
+        if (record := self.queue.record(request_id)) is not None:
+            return record
         raise EngineError(f"no request with id {request_id!r} to branch from.")
+
+    # What a failed step ends: only the requests of that step; their earlier tokens stand --
+
+    def _fail_active(self, exc: Exception) -> list[Event]:
+        """A decode step failed: its rows end with ``"error"`` (their earlier tokens stand),
+        and the batch starts afresh, so the next request runs as on a new scheduler."""
+        failed, self._active = self._active, []
+        self._batch = None
+        self._lookahead.clear()
+        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
+        message = f"{type(exc).__name__}: {exc}"
+        return [self._finished(r, FinishReason.ERROR, error=message) for r in failed]
+
+    def _fail_waiting(self, exc: Exception) -> list[Event]:
+        """A prefill chunk (or the first token after it) failed: that request and its fork
+        group end; rows of it that already joined the batch are dropped again."""
+        group, self._prefilling = self._prefilling, []
+        ids = {r.id for r in group}
+        if group and group[0] in self.queue.waiting:
+            self.queue.waiting.remove(group[0])
+        joined = [i for i, r in enumerate(self._active) if r.id in ids]
+        if joined:
+            self._remove_rows(joined)
+        for member in group:
+            member.caches, member.followers = None, []
+        message = f"{type(exc).__name__}: {exc}"
+        return [self._finished(r, FinishReason.ERROR, error=message) for r in group if not r.finished]
 
     # Prefill ---------------------------------------------------------------------
 
     def _prefill_chunk(self) -> list[Event]:
-        request = self._waiting[0]
+        request = self.queue.waiting[0]
         self._prefilling = [request, *request.followers]
         if request.caches is None:
             request.reused, request.caches = self.prefix_store.lookup(request.prompt)
@@ -256,7 +279,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
             self.chunks.record(len(chunk), elapsed)
             request.prefill_seconds += elapsed
             return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
-        self._waiting.popleft()
+        self.queue.waiting.popleft()
         if self._checkpoint_prompts:
             # A finished request's cache may not be cut back (a wrapped window, recurrent
             # state): keep the prompt's end, so a branch prefills only what follows it.
@@ -303,7 +326,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
             kv.after_batch_forward(self._batch, self.kv)
             for request in self._active:
                 request.fed += 1
-        ahead_ok = self.speculate and not self._waiting and not all(self._last_step(r) for r in self._active)
+        ahead_ok = self.speculate and not self.queue.waiting and not all(self._last_step(r) for r in self._active)
         events = self._sample(self._active, logits, self._sampling, speculate=ahead_ok, ahead=ahead)
         done = self._finished_ids(events)
         if done:
@@ -361,14 +384,14 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
             inspections.append(inspection)
             events.extend(self._accept(request, inspection, forced[row] is not None))
         if pairs:
-            events.extend(self._divergences(requests, pairs, host[host.size - len(pairs) :]))
+            events.extend(self.divergence.events(requests, pairs, host[host.size - len(pairs) :]))
         # Every request now ends with its new token; the state is read at the next step.
         tokens = [r.generated[-1] for r in requests]
         sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
         for row, request in enumerate(requests):
             if request.switch_to is not None:  # the thinking ended: its variant, as a live change
                 request.before_switch = (request.next_index, request.params)
-                self._set_params(request, request.switch_to, sampling, row)
+                self.set_params(request, request.switch_to, sampling, row)
                 request.switch_to = None
         return events
 
@@ -385,9 +408,7 @@ class Scheduler(ContinuationsMixin, FaultsMixin):
     def _finished(
         self, request: Request, reason: FinishReason, stop: str | None = None, error: str | None = None
     ) -> Finished:
-        self._records[request.id] = record_of(request)
-        while len(self._records) > self._history_records:
-            self._records.popitem(last=False)
+        self.queue.remember(request)
         request.finished = True
         return finished_event(request, reason, stop, error)
 
