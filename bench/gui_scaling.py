@@ -93,7 +93,7 @@ class SyntheticSession(EngineSession):
 
     It derives from the real session, so a call the worker starts making is there (with
     the real one's words if it needs a model: "no model is loaded yet"), and
-    ``tests/test_bench_smoke.py`` checks that every call it overrides keeps the real
+    ``tests/bench/test_bench_smoke.py`` checks that every call it overrides keeps the real
     signature (``bench.guard.drifted``): ``load`` once fell behind the precision and KV-cache
     arguments, the worker reported the load as failed and this bench waited for a model."""
 

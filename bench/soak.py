@@ -118,7 +118,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from tests.tiny_model import write_tiny_model
+    from tests.support.tiny_model import write_tiny_model
 
     folder = Path(tempfile.gettempdir()) / "logitscope-soak-model"
     if not (folder / "config.json").exists():

@@ -5,7 +5,7 @@ the macOS app icon (.icns) from it.
     python packaging/make_icon.py --icns OUT.icns  # the .icns (packaging/logitscope.spec)
 
 The .icns is written here rather than by Pillow, which is not installed on Linux, so the Linux
-tests check the very icon the Mac build ships (tests/test_packaging.py).
+tests check the very icon the Mac build ships (tests/integration/test_packaging.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def _model_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.tiny_model import write_tiny_model
+    from tests.support.tiny_model import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
 

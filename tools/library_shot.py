@@ -3,7 +3,7 @@
 Scans the library as the app does (``engine.library.scan_library`` with this process's
 environment: ``HOME``, ``HF_HOME``, ``OLLAMA_MODELS``, ``LOGITSCOPE_CONFIG_DIR``…), shows the
 rows in the dialog at ``--size`` with ``--select`` (a model's name) selected, and saves it.
-docs/screenshots/library.png is the Mac-like home the tests build (``tests/library_home.py``)
+docs/screenshots/library.png is the Mac-like home the tests build (``tests/support/library_home.py``)
 with this environment pointed at it.
 """
 

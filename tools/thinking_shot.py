@@ -2,7 +2,7 @@
 reasoning model's reply (issue 26).
 
 Runs the app offscreen in a throwaway profile with a reasoning model (``--model``; the
-README's is the tiny Qwen3-style model ``python -m tests.tiny_thinking FOLDER`` writes,
+README's is the tiny Qwen3-style model ``python -m tests.support.tiny_thinking FOLDER`` writes,
 whose random weights never close their thinking: the budget does), sets the thinking's
 settings, *Different settings for the answer* and a *Thinking budget* in the Sampling dock,
 sends ``--prompt``, selects the first answer token and saves the window: the thinking

@@ -5,7 +5,7 @@ with the scales' dtype, so the embeddings, the residual stream, the norms and th
 cache all follow it. Half precision loses the large activations of some families
 (Gemma scales its embeddings by sqrt(hidden) and carries big residuals) and the
 small logprobs of all: on real weights, float16 moved Gemma 3 270M's top-5 logprobs
-by up to 2.3 nats and SmolLM2-135M's by up to 0.59 (``tests/test_fidelity_real.py``,
+by up to 2.3 nats and SmolLM2-135M's by up to 0.59 (``tests/integration/test_fidelity_real.py``,
 docs/ENGINE.md). The promise is that every logprob shown is within
 ``FIDELITY_TOLERANCE`` of a float32 run of the same weights, so ``auto`` computes in
 float32, and in the stored half precision only where float32 would not fit in memory

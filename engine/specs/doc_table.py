@@ -1,7 +1,7 @@
 """The stage table of docs/ENGINE.md, made from the stage specs so it cannot drift.
 
 ``python -m engine.specs.doc_table`` rewrites the table between its markers in
-docs/ENGINE.md; ``tests/test_stage_docs.py`` fails when the file and the specs differ.
+docs/ENGINE.md; ``tests/engine/stages/test_stage_docs.py`` fails when the file and the specs differ.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Writes cli_records_7900ff8.jsonl, export_records_7900ff8.jsonl and store_steps_v2.json
 with the three encoders that came before the token codec (commit 7900ff8's
 ``engine/cli.py`` ``token_json``, ``app/export.py`` ``token_record`` and
-``app/serialize.py`` ``steps_to_json``), for tests/test_codec.py.
+``app/serialize.py`` ``steps_to_json``), for tests/engine/api/test_codec.py.
 
     mkdir -p /tmp/old && for f in engine/cli.py app/export.py app/serialize.py; do
         git show 7900ff8:$f > /tmp/old/old_$(basename $f); done
@@ -25,8 +25,8 @@ def main(old: str) -> None:
     import old_export  # type: ignore[import-not-found]
     import old_serialize  # type: ignore[import-not-found]
 
-    from tests.chain_steps import chain_step
-    from tests.codec_steps import cli_lines, remote_step
+    from tests.support.chain_steps import chain_step
+    from tests.support.codec_steps import cli_lines, remote_step
 
     with open(HERE / "cli_records_7900ff8.jsonl", "w") as f:
         for kind, v in cli_lines():

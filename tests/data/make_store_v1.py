@@ -7,7 +7,7 @@ and positional candidate lists). It must run against that commit's code:
 
 The token steps are made by hand (no model) with the old pipeline's arithmetic on a
 12-token vocabulary: bias, penalties -> ``penalized``; temperature, top-k, top-p, min-p
--> ``final``. tests/test_store_migration.py checks what the current store reads back.
+-> ``final``. tests/app/store/test_store_migration.py checks what the current store reads back.
 """
 
 from __future__ import annotations

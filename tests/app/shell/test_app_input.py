@@ -1,0 +1,208 @@
+"""What the Sampling panel accepts and refuses (issue 11, points 4, 11 and 12): settings a
+model would refuse are never sent, text fields parse as people expect, spin boxes clamp,
+every invalid field is shown, and presets say why they cannot do what was asked."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication, QInputDialog  # noqa: E402
+
+from app.model.chat import ChatModel  # noqa: E402
+from app.store.store import Store  # noqa: E402
+from app.views.param_fields import ERROR_STYLE  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+
+VOCAB = 300
+
+
+@pytest.fixture
+def controls(qtbot, tmp_path):
+    from app.views.controls import SamplingControls
+
+    widget = SamplingControls(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(widget)
+    return widget
+
+
+def enter_text(line_edit, text: str) -> None:
+    """Type into a one-line field and leave it, as a person would."""
+    line_edit.setText(text)
+    line_edit.editingFinished.emit()
+
+
+def outlined(controls) -> set[str]:
+    """The names of the panel's widgets outlined as being at fault."""
+    widgets = {"seed": controls.seed, "logit_bias": controls.bias, "stop": controls.stop}
+    widgets["dry_sequence_breakers"] = controls.chain.lists["dry_sequence_breakers"]
+    widgets.update(controls.fields)
+    return {name for name, widget in widgets.items() if widget.styleSheet() == ERROR_STYLE}
+
+
+# 4. Invalid settings are never sent --------------------------------------------------------------
+
+
+def test_a_bias_id_outside_the_vocabulary_is_flagged_in_the_field(controls):
+    # An id typed before the model is known is checked when it loads.
+    enter_text(controls.bias, "400:1")
+    assert controls.current.logit_bias == {400: 1.0}
+    controls.set_vocab_size(VOCAB)
+    assert controls.error_widget() is controls.bias
+    before = controls.current
+    enter_text(controls.bias, "99999999:5")
+    assert controls.error_widget() is controls.bias
+    assert "99999999" in controls.error.text() and str(VOCAB - 1) in controls.error.text()
+    assert controls.current == before
+    enter_text(controls.bias, "12:5")
+    assert controls.error_widget() is None and controls.current.logit_bias == {12: 5.0}
+
+
+def test_the_chat_model_refuses_settings_the_model_cannot_take_before_adding_the_turn(tmp_path):
+    model = ChatModel(Store(tmp_path / "db.sqlite3"))
+    model.vocab_size = VOCAB
+    seen: dict[str, list] = {"job_submitted": [], "errored": []}
+    for name, calls in seen.items():
+        getattr(model.events, name).connect(lambda *args, calls=calls: calls.append(args))
+    bad = SamplingParams(logit_bias={99999999: 5.0})
+    assert not model.send("hi", bad)
+    assert not model.send_compare("hi", [("A", SamplingParams()), ("B", bad)])
+    assert model.conversation is None and model.thread == []
+    assert seen["job_submitted"] == []
+    assert [exc.field for (exc,) in seen["errored"]] == ["logit_bias", "logit_bias"]
+    assert "B" in str(seen["errored"][1][0])  # which compare setting is at fault
+    assert model.send("hi", SamplingParams(logit_bias={5: 1.0}))
+    assert len(model.thread) == 2 and len(seen["job_submitted"]) == 1
+
+
+def test_send_with_invalid_settings_adds_nothing_and_says_why(qtbot, profile, tiny_folder):  # noqa: F811
+    window = open_window(qtbot, profile, str(tiny_folder))
+    controls = window.controls
+    assert controls.vocab_size == window.model_info.vocab_size
+    for text, expected in (("abc", "token_id:bias"), ("99999999:5", "99999999")):
+        enter_text(controls.bias, text)
+        window.composer.setPlainText("hi")
+        qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+        assert window.model.thread == [] and not window.busy()
+        assert window.composer.toPlainText() == "hi"  # the message is kept to send again
+        assert controls.error_widget() is controls.bias
+        assert expected in controls.error.text()
+        assert expected in window.statusBar().currentMessage()
+        assert window.focusWidget() is controls.bias  # ready to be fixed (scrolled into view)
+    enter_text(controls.bias, "")
+    # Compare mode: a bad value on tab B refuses the send and brings tab B forward.
+    window.panel.set_compare(True, 2)
+    tab_b = window.panel.variant_controls[1]
+    enter_text(tab_b.seed, "twelve")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert window.model.thread == [] and not window.busy()
+    assert window.panel.tabs.currentIndex() == 1
+    assert tab_b.error_widget() is tab_b.seed
+    assert "B" in window.statusBar().currentMessage() and "seed" in window.statusBar().currentMessage()
+    # Valid settings go through.
+    window.panel.set_compare(False)
+    controls.set_params(SamplingParams(max_tokens=2))
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    assert len(window.model.thread) == 2
+    close_window(window)
+
+
+# 11. Input parsing -----------------------------------------------------------------------------
+
+
+def test_stop_strings_are_one_per_line_and_may_hold_a_pipe(controls):
+    params = SamplingParams(stop=("<|im_end|>", "\n\n", "a\\b"))
+    controls.set_params(params)
+    assert controls.current.stop == params.stop
+    controls.stop.setPlainText("<|im_end|>\n\\n\\n\n\nEND")
+    controls.stop.edited.emit()
+    assert controls.current.stop == ("<|im_end|>", "\n\n", "END")
+    assert controls.error_widget() is None
+
+
+def test_a_bias_id_given_twice_is_an_error_that_names_it(controls):
+    before = controls.current
+    enter_text(controls.bias, "1:5, 7:1, 1:-6")
+    assert controls.error_widget() is controls.bias
+    assert "1" in controls.error.text() and "twice" in controls.error.text()
+    assert controls.current == before
+    controls.ban_token(3)  # the inspector's "ban" keeps what was typed
+    assert controls.bias.text().startswith("1:5, 7:1, 1:-6")
+
+
+def test_a_typed_value_beyond_the_range_is_clamped(controls, qtbot):
+    controls.set_params(SamplingParams(top_p=0.5, top_logprobs=5, max_tokens=20))
+    for name, typed, expected in (("top_p", "5", 1.0), ("top_logprobs", "500", 100), ("max_tokens", "0", 1)):
+        spin = controls.fields[name].spin
+        spin.setFocus()
+        spin.selectAll()
+        qtbot.keyClicks(spin, typed)
+        qtbot.keyClick(spin, Qt.Key.Key_Return)
+        assert spin.value() == expected, name
+        assert getattr(controls.current, name) == expected
+
+
+def test_the_compare_count_clamps_too(qtbot, tmp_path):
+    from app.views.sampling_panel import SamplingPanel
+
+    panel = SamplingPanel(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    panel.set_compare(True, 2)
+    panel.count.setFocus()
+    panel.count.selectAll()
+    qtbot.keyClicks(panel.count, "9")
+    qtbot.keyClick(panel.count, Qt.Key.Key_Return)
+    assert panel.count.value() == 4
+
+
+def test_every_invalid_field_is_outlined_and_named(controls):
+    controls.set_vocab_size(VOCAB)
+    enter_text(controls.seed, "abc")
+    enter_text(controls.bias, "5:x")
+    assert outlined(controls) == {"seed", "logit_bias"}
+    lines = controls.error.text().splitlines()
+    assert len(lines) == 2 and "seed" in lines[0] and "logit_bias" in lines[1]
+    controls.chain.lists["dry_sequence_breakers"].setPlainText("x" * 41)  # a third, checked by SamplingParams itself
+    controls.chain.lists["dry_sequence_breakers"].edited.emit()
+    assert outlined(controls) == {"seed", "logit_bias", "dry_sequence_breakers"}
+    assert len(controls.error.text().splitlines()) == 3
+    enter_text(controls.seed, "")
+    assert outlined(controls) == {"logit_bias", "dry_sequence_breakers"}
+
+
+# 12. Presets ----------------------------------------------------------------------------------
+
+
+def test_built_in_presets_are_neither_overwritten_nor_deleted_and_say_so(controls, qtbot):
+    controls.set_params(SamplingParams(temperature=0.9))
+    assert not controls.save_preset("Greedy")
+    assert "built-in" in controls.preset_note.text()
+    controls.apply_preset("Greedy")
+    assert controls.current.temperature == 0.0
+    assert not controls.delete_button.isEnabled()
+    assert "built-in" in controls.delete_button.toolTip().lower()
+    controls.delete_preset("Greedy")
+    assert "built-in" in controls.preset_note.text()
+    assert "Greedy" in [controls.presets.itemText(i) for i in range(controls.presets.count())]
+    # The dialog: a built-in name is refused with a message, not silently dropped.
+    controls.set_params(SamplingParams(temperature=0.9))
+
+    def answer(name: str) -> None:
+        dialog = QApplication.activeModalWidget()
+        assert isinstance(dialog, QInputDialog)
+        dialog.setTextValue(name)
+        dialog.accept()
+
+    QTimer.singleShot(0, lambda: answer("Balanced"))
+    controls.save_button.click()
+    assert "built-in" in controls.preset_note.text() and "Balanced" in controls.preset_note.text()
+    QTimer.singleShot(0, lambda: answer("Mine"))
+    controls.save_button.click()
+    assert controls.presets.currentText() == "Mine" and controls.delete_button.isEnabled()
+    controls.delete_button.click()
+    names = [controls.presets.itemText(i) for i in range(controls.presets.count())]
+    assert "Mine" not in names and "deleted" in controls.preset_note.text()

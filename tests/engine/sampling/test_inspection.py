@@ -1,0 +1,90 @@
+"""Inspection data: f16/bf16 against f32, every top_logprobs, candidate sets."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.api.params import SamplingParams
+from engine.sampling.inspection import layout_of, pack_step, to_host, unpack_row
+from engine.specs import row_chain
+from tests.support.chain_util import run
+
+V = 3000
+
+
+def inspect(logits, params, top_n):
+    result = run(logits, params)
+    packed = to_host(pack_step(result, None, top_n))
+    assert packed.dtype == np.float32
+    layout = layout_of(result, top_n)
+    return [unpack_row(packed[i], layout, p.top_logprobs, row_chain(p), str) for i, p in enumerate(params)]
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(mx.float16, 0.03), (mx.bfloat16, 0.1)])
+def test_half_precision_matches_f32(dtype, tolerance):
+    rng = np.random.default_rng(0)
+    base = rng.normal(0, 4, size=(2, V)).astype(np.float32)
+    params = [SamplingParams(top_logprobs=20), SamplingParams(top_logprobs=20, top_k=50)]
+    ref = inspect(mx.array(base), params, 20)
+    low = inspect(mx.array(base).astype(dtype), params, 20)
+    for r, lo in zip(ref, low, strict=True):
+        assert lo.token_id == r.token_id
+        assert abs(lo.logprob - r.logprob) < tolerance
+        assert abs(lo.raw_logprob - r.raw_logprob) < tolerance
+        ref_top = sorted(c.raw_logit for c in r.top)[-10:]
+        low_top = sorted(c.raw_logit for c in lo.top)[-10:]
+        np.testing.assert_allclose(low_top, ref_top, atol=tolerance * 4, rtol=tolerance / 10)
+        ref_lp = sorted(c.raw_logprob for c in r.top)[-10:]
+        low_lp = sorted(c.raw_logprob for c in lo.top)[-10:]
+        np.testing.assert_allclose(low_lp, ref_lp, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+def test_every_top_logprobs_value(dtype):
+    rng = np.random.default_rng(1)
+    logits = mx.array(rng.normal(0, 2, size=(1, 150)).astype(np.float32)).astype(dtype)
+    for n in range(0, 101):
+        params = [SamplingParams(top_logprobs=n, temperature=0.8, top_k=30)]
+        (row,) = inspect(logits, params, n)
+        ids = [c.token_id for c in row.top]
+        assert len(ids) == len(set(ids))
+        assert row.token_id in ids
+        assert len(ids) <= 2 * n + 1
+        finite = [c for c in row.top if math.isfinite(c.logprob)]
+        assert len(finite) >= min(n, 30)
+
+
+def test_candidate_values_are_consistent():
+    logits = mx.array(np.log(np.array([[0.5, 0.3, 0.15, 0.05]], np.float32)))
+    (row,) = inspect(logits, [SamplingParams(top_logprobs=4, top_p=0.6, temperature=1.0)], 4)
+    by_id = {c.token_id: c for c in row.top}
+    assert set(by_id) == {0, 1, 2, 3}
+    assert by_id[0].raw_logprob == pytest.approx(math.log(0.5), abs=1e-6)
+    assert by_id[0].logprob == pytest.approx(math.log(0.5 / 0.8), abs=1e-6)
+    assert by_id[3].logprob == -math.inf
+    assert row.entropy_raw == pytest.approx(-sum(p * math.log(p) for p in (0.5, 0.3, 0.15, 0.05)), abs=1e-5)
+    assert row.entropy == pytest.approx(-(0.625 * math.log(0.625) + 0.375 * math.log(0.375)), abs=1e-5)
+
+
+def test_every_stage_is_recorded_with_its_survivors_and_removal():
+    probs = np.array([0.45, 0.3, 0.15, 0.06, 0.04], np.float32)
+    logits = mx.array(np.log(probs)[None])
+    params = SamplingParams(top_logprobs=5, temperature=1.0, top_k=4, top_p=0.8, samplers=("top_k", "top_p"))
+    (row,) = inspect(logits, [params], 5)
+    assert row.chain == ("raw", "top_k", "top_p")
+    # top_k keeps 4 (mass 0.96); top_p 0.8 then keeps 3: the mass before token 2 is 0.78 < 0.8.
+    assert row.survivors == (5, 4, 3)
+    by_id = {c.token_id: c for c in row.top}
+    assert by_id[4].removed_by == "top_k" and by_id[4].logprobs[1:] == (-math.inf, -math.inf)
+    assert by_id[3].removed_by == "top_p"
+    assert by_id[3].logprobs[1] == pytest.approx(math.log(0.06 / 0.96), abs=1e-6)
+    assert by_id[2].removed_by is None
+    assert by_id[0].logprobs[2] == pytest.approx(math.log(0.45 / 0.9), abs=1e-6)
+    p4 = probs[:4] / probs[:4].sum()
+    assert row.entropies[1] == pytest.approx(-(p4 * np.log(p4)).sum(), abs=1e-5)
+    # The reverse order: top_p first keeps {0, 1, 2} (mass before token 3 is 0.9), top_k 4 keeps them.
+    (rev,) = inspect(logits, [params.with_changes(samplers=("top_p", "top_k"))], 5)
+    assert rev.chain == ("raw", "top_p", "top_k") and rev.survivors == (5, 3, 3)
+    assert {c.token_id: c.removed_by for c in rev.top}[4] == "top_p"

@@ -1,0 +1,215 @@
+"""Each stage against hand-computed V=4 vectors, mixed batches, and the stage order."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
+from engine.sampling import sampler
+from engine.specs import row_chain
+from engine.stages.min_p import apply_min_p
+from engine.stages.penalties import apply_penalties
+from engine.stages.temperature import apply_temperature
+from engine.stages.top_k import apply_top_k
+from engine.stages.top_p import apply_top_p
+from tests.support.chain_util import run
+
+INF = math.inf
+
+
+def col(values, dtype=mx.float32):
+    return mx.array(values, dtype=dtype).reshape(-1, 1)
+
+
+def test_penalties_hand_computed():
+    logits = mx.array([[2.0, -1.0, 0.5, 3.0]])
+    counts = mx.array([[2, 1, 0, 0]], dtype=mx.int32)
+    out = apply_penalties(logits, counts, col([2.0]), col([0.5]), col([0.25]))
+    # token 0: 2/2 - 0.5 - 0.25*2 = 0 ; token 1: -1*2 - 0.5 - 0.25 = -2.75
+    np.testing.assert_allclose(np.array(out), [[0.0, -2.75, 0.5, 3.0]])
+
+
+def test_temperature_zero_is_identity_for_the_distribution():
+    logits = mx.array([[2.0, 1.0, 0.0, -1.0], [2.0, 1.0, 0.0, -1.0]])
+    zero = col([0.0, 0.0])
+    out = apply_temperature(logits, col([0.0, 2.0]), zero, zero + 1)
+    np.testing.assert_allclose(np.array(out), [[2, 1, 0, -1], [1, 0.5, 0, -0.5]])
+
+
+def test_top_k_per_row_with_off_value():
+    logits = mx.array([[1.0, 4.0, 3.0, 2.0]] * 3)
+    out = apply_top_k(logits, col([2, 0, 1], mx.int32))
+    np.testing.assert_array_equal(
+        np.array(out),
+        [[-INF, 4, 3, -INF], [1, 4, 3, 2], [-INF, 4, -INF, -INF]],
+    )
+
+
+def test_top_p_hand_computed():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = mx.array(np.log(probs)[None].repeat(4, 0).astype(np.float32))
+    out = apply_top_p(logits, col([0.5, 0.6, 0.95, 1.0]))
+    kept = np.isfinite(np.array(out))
+    np.testing.assert_array_equal(
+        kept,
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]],
+    )
+
+
+def test_min_p_hand_computed():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = mx.array(np.log(probs)[None].repeat(3, 0).astype(np.float32))
+    out = apply_min_p(logits, col([0.0, 0.2, 0.5]))
+    kept = np.isfinite(np.array(out))
+    np.testing.assert_array_equal(kept, [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
+
+
+def pipeline(logits, params, bias=None, counts=None, noise=None):
+    return run(mx.array(logits, dtype=mx.float32), params, counts=counts, bias=bias, noise=noise)
+
+
+def test_temperature_applies_before_top_p():
+    # At T=1 top-p 0.6 keeps {0, 1}; at T=0.25 token 0 alone reaches 0.6.
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
+    result = pipeline(logits, [SamplingParams(temperature=0.25, top_p=0.6)])
+    assert np.isfinite(np.array(result.outputs[-1])).tolist() == [[True, False, False, False]]
+    # mlx-lm's order (top-p at T=1, then temperature) would have kept token 1 too.
+
+
+def test_mixed_batch_rows_are_independent():
+    logits = np.log(np.array([[0.4, 0.3, 0.2, 0.1]] * 4, dtype=np.float32))
+    params = [
+        SamplingParams(),
+        SamplingParams(temperature=1.0, top_k=2),
+        SamplingParams(temperature=1.0, top_p=0.5),
+        SamplingParams(temperature=1.0, min_p=0.6),
+    ]
+    final = np.array(pipeline(logits, params).outputs[-1])
+    assert np.isfinite(final).tolist() == [
+        [True] * 4,
+        [True, True, False, False],
+        [True, True, False, False],
+        [True, True, False, False],
+    ]
+    # Each row alone gives the same row.
+    for i, p in enumerate(params):
+        alone = np.array(pipeline(logits[i : i + 1], [p]).outputs[-1])
+        np.testing.assert_array_equal(alone[0], final[i])
+
+
+def test_greedy_takes_argmax_of_penalized_and_final_keeps_max():
+    logits = np.array([[3.0, 2.9, 0.0, -1.0]], dtype=np.float32)
+    counts = mx.array([[1, 0, 0, 0]], dtype=mx.int32)
+    result = pipeline(logits, [SamplingParams(repetition_penalty=2.0)], counts=counts)
+    assert int(result.tokens[0]) == 1
+    assert np.array(result.output("penalties"))[0, 0] == pytest.approx(1.5)
+
+
+def test_bias_stage():
+    logits = np.zeros((1, 4), dtype=np.float32)
+    bias = mx.array([[0.0, 0.0, 5.0, 0.0]])
+    result = pipeline(logits, [SamplingParams(logit_bias={2: 5.0})], bias=bias)
+    assert int(result.tokens[0]) == 2
+    np.testing.assert_array_equal(np.array(result.outputs[0]), logits)
+
+
+def test_new_parameter_values_never_retrace():
+    logits = mx.array(np.random.default_rng(0).normal(size=(3, 50)).astype(np.float32))
+    counts = mx.zeros((3, 50), dtype=mx.int32)
+    noise = mx.zeros((3, 50))
+
+    def go(t, p, k, rep):
+        params = [
+            SamplingParams(
+                temperature=t,
+                top_p=p,
+                top_k=k,
+                repetition_penalty=rep,
+                min_p=0.01,
+                typical_p=p,
+                top_n_sigma=k / 2,
+                xtc_probability=p,
+                xtc_threshold=0.1,
+                dry_multiplier=rep,
+                dynatemp_range=t / 2,
+                logit_bias={1: rep},
+            )
+        ] * 3
+        out = pipeline(logits, params, counts=counts, noise=noise, bias=mx.zeros((3, 50)))
+        mx.eval(out.tokens)
+        return out.chain
+
+    chain = go(0.7, 0.9, 5, 1.1)
+    assert len(chain) == 11 - 1  # every stage but raw
+    before = sampler.TRACES["count"]
+    for t, p, k, rep in [(0.8, 0.95, 6, 1.2), (1.3, 0.5, 40, 1.05), (0.1, 0.99, 2, 1.5)]:
+        go(t, p, k, rep)
+    assert sampler.TRACES["count"] == before
+
+
+def test_draw_uses_noise_only_for_sampled_rows():
+    logits = mx.array([[0.0, 1.0, 0.0, 0.0]] * 2)
+    noise = mx.array([[10.0, 0.0, 0.0, 0.0]] * 2)
+    tokens = pipeline(logits, [SamplingParams(), SamplingParams(temperature=1.0)], noise=noise).tokens.tolist()
+    assert tokens == [1, 0]
+
+
+def test_greedy_draws_the_argmax_entering_temperature_in_any_order():
+    # llama.cpp's order puts temperature last: a greedy row takes the argmax after XTC.
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
+    params = SamplingParams(xtc_probability=1.0, xtc_threshold=0.2, samplers=LLAMA_CPP_SAMPLERS)
+    assert row_chain(params) == ("xtc", "temperature")
+    result = pipeline(logits, [params], noise=None)
+    assert int(result.tokens[0]) == 1  # XTC removed token 0, the most likely
+    default = pipeline(logits, [params.with_changes(samplers=SamplingParams().samplers)])
+    assert int(default.tokens[0]) == 0  # temperature before XTC: the raw argmax
+
+
+def test_a_stage_left_out_of_the_order_does_not_run():
+    params = SamplingParams(temperature=1.0, top_k=1, samplers=("top_p",))
+    assert row_chain(params) == ()
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], dtype=np.float32))
+    assert np.isfinite(np.array(pipeline(logits, [params]).outputs[-1])).all()
+
+
+def test_rows_with_different_orders_are_sampled_in_one_batch():
+    from engine.sampling.batch import SamplingBatch
+    from engine.stages.dry_state import Breakers
+
+    logits = mx.array(np.random.default_rng(3).normal(0, 2, size=(3, 40)).astype(np.float32))
+    rows = [
+        SamplingParams(temperature=0.7, top_k=5, top_p=0.8, seed=1),
+        SamplingParams(temperature=0.7, top_k=5, top_p=0.8, seed=1, samplers=LLAMA_CPP_SAMPLERS),
+        SamplingParams(temperature=0.0, min_p=0.1, seed=2),
+    ]
+
+    def batch_of(params):
+        out = None
+        for p in params:
+            one = SamplingBatch.of(40, lambda b: Breakers(frozenset()), p, [1, 2, 3])
+            out = one if out is None else (out.extend(one) or out)
+        return out
+
+    def report(sampled, row, p):
+        return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str)
+
+    together = batch_of(rows).sample(logits, [0, 0, 0])
+    assert together.chains[1] == ("top_k", "top_p", "temperature")
+    for i, p in enumerate(rows):
+        alone = batch_of([p]).sample(logits[i : i + 1], [0])
+        assert int(together.tokens[i]) == int(alone.tokens[0])
+        assert report(together, i, p) == report(alone, 0, p)
+
+
+def test_xtc_threshold_zero_ignores_removed_tokens():
+    # Found by the property tests: removed tokens have p = 0 >= 0 and were counted as
+    # "above", so every real token was removed. All real tokens are above; the least
+    # likely (here all tied) stay.
+    from engine.stages.xtc import apply_xtc
+
+    logits = np.full((1, 8), -np.inf, np.float32)
+    logits[0, [0, 2, 5]] = [-1.0, -3.0, -3.0]
+    out = np.array(apply_xtc(mx.array(logits), col([1.0]), col([0.0]), col([0.0])))
+    assert np.isfinite(out).tolist()[0] == [False, False, True, False, False, True, False, False]

@@ -1,0 +1,130 @@
+"""Incremental penalty counts against a full recount and a plain NumPy reference."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+from engine.runtime.scheduler import Scheduler
+from engine.stages.penalty_counts import PenaltyCounts, leaving_token
+from tests.support.chain_util import run
+
+V = 97
+PARAMS = [
+    SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.2, penalty_window=8),
+    SamplingParams(repetition_penalty=0.8, presence_penalty=-0.3, frequency_penalty=0.5, penalty_window=0),
+    SamplingParams(repetition_penalty=1.1, penalty_window=3),
+]
+
+
+def numpy_reference(logits: np.ndarray, history: list[int], p: SamplingParams) -> np.ndarray:
+    """Penalties written the plain way, straight from the history."""
+    window = history[-p.penalty_window :] if p.penalty_window else history
+    out = logits.astype(np.float64).copy()
+    for token in set(window):
+        count = window.count(token)
+        value = out[token]
+        value = value / p.repetition_penalty if value > 0 else value * p.repetition_penalty
+        out[token] = value - p.presence_penalty - p.frequency_penalty * count
+    return out
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_incremental_counts_match_rebuild_and_reference(dtype):
+    rng = np.random.default_rng(1)
+    histories = [list(rng.integers(0, V, size=n)) for n in (5, 12, 2)]
+    histories = [[int(t) for t in h] for h in histories]
+    windows = [p.penalty_window for p in PARAMS]
+    counts = PenaltyCounts.from_histories(histories, windows, V)
+    for _ in range(45):
+        logits = mx.array(rng.normal(0, 3, size=(3, V)).astype(np.float32)).astype(dtype)
+        incremental = run(logits, PARAMS, counts=counts.counts).output("penalties")
+        rebuilt_counts = PenaltyCounts.from_histories(histories, windows, V)
+        rebuilt = run(logits, PARAMS, counts=rebuilt_counts.counts).output("penalties")
+        np.testing.assert_array_equal(np.array(counts.counts), np.array(rebuilt_counts.counts))
+        np.testing.assert_array_equal(np.array(incremental), np.array(rebuilt))
+        as_f32 = np.array(logits.astype(mx.float32))
+        for row, p in enumerate(PARAMS):
+            ref = numpy_reference(as_f32[row], histories[row], p)
+            np.testing.assert_allclose(np.array(incremental)[row], ref, atol=1e-5, rtol=0)
+        # Draw from the history's own tail so tokens repeat and leave windows.
+        tokens = [int(rng.choice(h[-4:])) if rng.random() < 0.6 else int(rng.integers(V)) for h in histories]
+        leaving = [leaving_token(w, h, [t]) for h, t, w in zip(histories, tokens, windows, strict=True)]
+        counts.accept(tokens, leaving)
+        for h, t in zip(histories, tokens, strict=True):
+            h.append(t)
+
+
+def test_no_penalty_rows_skip_the_stage():
+    params = [
+        SamplingParams(),
+        SamplingParams(penalty_window=4),
+        SamplingParams(repetition_penalty=1.5, samplers=("top_k",)),
+    ]
+    logits = mx.array(np.ones((2, V), np.float32))
+    counts = mx.ones((2, V), dtype=mx.int32)
+    out = run(logits, params[:2], counts=counts)
+    assert "penalties" not in out.chain
+    np.testing.assert_array_equal(np.array(out.outputs[-1]), np.array(logits))
+    # A penalty whose stage is left out of the order does not run either.
+    assert "penalties" not in run(logits[:1], params[2:], counts=counts[:1]).chain
+
+
+def hf_reference_greedy(model, prompt, steps, penalty):
+    """Hugging Face's RepetitionPenaltyLogitsProcessor over the whole context, no cache."""
+    tokens = list(prompt)
+    out = []
+    for _ in range(steps):
+        logits = np.array(model(mx.array(tokens)[None])[0, -1].astype(mx.float32))
+        seen = np.unique(tokens)
+        score = logits[seen]
+        logits[seen] = np.where(score < 0, score * penalty, score / penalty)
+        token = int(np.argmax(logits))
+        tokens.append(token)
+        out.append(token)
+    return out
+
+
+def run_alone(loaded, prompt, params):
+    scheduler = Scheduler(loaded)
+    rid = scheduler.insert(prompt, params)
+    steps = []
+    while scheduler.has_work():
+        steps += [e for e in scheduler.step() if isinstance(e, TokenStep) and e.request_id == rid]
+    return steps, scheduler
+
+
+def test_greedy_repetition_penalty_matches_hf_reference(tiny):
+    prompt = tiny.tokenizer.encode("the theme of the thin thing")
+    params = SamplingParams(repetition_penalty=1.3, penalty_window=0, max_tokens=20, top_logprobs=0)
+    steps, _ = run_alone(tiny, prompt, params)
+    assert [s.token_id for s in steps] == hf_reference_greedy(tiny.model, prompt, 20, 1.3)
+
+
+def test_scheduler_counts_equal_a_recount_mid_generation(tiny):
+    prompt = tiny.tokenizer.encode("abcabcabc")
+    scheduler = Scheduler(tiny)
+    params = SamplingParams(temperature=1.0, seed=4, frequency_penalty=0.5, penalty_window=6, max_tokens=30)
+    ids = [
+        scheduler.insert(prompt, params),
+        scheduler.insert(prompt[:4], params.with_changes(penalty_window=0)),
+    ]
+    for _ in range(15):
+        scheduler.step()
+    active = scheduler._active
+    assert [r.id for r in active] == ids
+    recount = PenaltyCounts.from_histories(
+        [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
+    )
+    np.testing.assert_array_equal(
+        np.array(scheduler._sampling.states["penalties"].counts.counts), np.array(recount.counts)
+    )
+    # A changed window is recounted from the history.
+    scheduler.update_params(ids[0], params.with_changes(penalty_window=2))
+    recount = PenaltyCounts.from_histories(
+        [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
+    )
+    np.testing.assert_array_equal(
+        np.array(scheduler._sampling.states["penalties"].counts.counts), np.array(recount.counts)
+    )

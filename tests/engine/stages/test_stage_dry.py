@@ -1,0 +1,223 @@
+"""DRY against a from-scratch NumPy port of llama.cpp's ``llama_sampler_dry_apply``
+(``tests/support/sampling_reference.py``): breaker resolution, hand-computed cases, llama.cpp's
+own cases, and the incremental per-row state compared at every step of a long,
+repetitive history."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine.api.params import SamplingParams
+from engine.stages.dry import apply_dry
+from engine.stages.dry_state import Breakers, DryRow, resolve_breakers
+from tests.support import sampling_reference as ref
+
+# A small fake vocabulary. "<|end|>" is a multi-token breaker: "<|", "<", "foo<|" and "x\n<" end
+# with a start of it (heads), completed by the tails (end, |>), (|, end, |>), (end, |>) and
+# (|, end, |>); "x\n<" also contains "\n", so it is a single-token breaker as well. "<x" is not a head.
+PIECES = ["a", "b", "c", "d", "e", "f", "\n", "x\n", ":", "<|", "end", "|>", "<", "|", "foo<|", "<|end|>", "g", "h"]
+PIECES += ["x\n<", "<x"]
+V = len(PIECES)
+BREAKERS = ("\n", ":", "<|end|>")
+
+
+def encode(text: str) -> list[int]:
+    """Greedy longest match over PIECES."""
+    out = []
+    while text:
+        token = max((t for t, p in enumerate(PIECES) if text.startswith(p)), key=lambda t: len(PIECES[t]))
+        out.append(token)
+        text = text[len(PIECES[token]) :]
+    return out
+
+
+RESOLVED = resolve_breakers(BREAKERS, PIECES, encode)
+PROCESSED = ref.process_breakers(BREAKERS, PIECES, encode)
+# Token-level breakers (as llama.cpp's tests give them): ':' alone; "<|" completed by ": end" or
+# by "end" (two tail lengths for one head); 'a' completed by ':' (a tail holding a breaker).
+TOKEN_PROCESSED = {8: [()], 9: [(8, 10), (10,)], 14: [(10, 11)], 0: [(8,)]}
+
+
+def as_breakers(processed) -> Breakers:
+    single = frozenset(t for t, tails in processed.items() if () in tails)
+    return Breakers(single, {t: tuple(sorted(x for x in tails if x)) for t, tails in processed.items() if any(tails)})
+
+
+def ids(text: str) -> list[int]:
+    """'a b <| end' -> token ids; pieces separated by spaces, with '\\n' spelled 'NL'."""
+    return [PIECES.index(w.replace("NL", "\n")) for w in text.split()]
+
+
+def dry_params(**kw) -> SamplingParams:
+    return SamplingParams(**{"dry_multiplier": 1.0, "dry_base": 2.0, **kw})
+
+
+def engine_dense(row: DryRow, p: SamplingParams, vocab: int = V) -> np.ndarray:
+    tokens, values = row.penalties(p)
+    out = np.zeros(vocab, np.float32)
+    out[tokens] = values
+    return out
+
+
+def reference(history, p: SamplingParams, processed=PROCESSED, vocab: int = V) -> np.ndarray:
+    args = (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n)
+    return ref.dry_penalties(history, processed, vocab, *args)
+
+
+def test_breakers_resolve_like_llama_cpp():
+    assert as_breakers(PROCESSED) == RESOLVED
+    assert RESOLVED.single == set(ids("NL xNL : <|end|> xNL<"))
+    end, bar_end = (tuple(ids("end |>")),), (tuple(ids("| end |>")),)
+    assert dict(RESOLVED.heads) == {9: end, 12: bar_end, 14: end, 18: bar_end}
+
+
+# (history, parameters, expected penalties by piece); multiplier 1 and base 2 unless given.
+HAND = [
+    # llama.cpp's example: a b c c b c y a b c has repeat counts 0 0 3 1 0 2 0 0 0 0, so c would
+    # extend a repeat of 3, b of 1, y (here g) of 2: penalty 2 ** (length - allowed).
+    ("a b c c b c g a b c", {"dry_allowed_length": 1}, {"c": 4.0, "b": 1.0, "g": 2.0}),
+    ("a b c c b c g a b c", {"dry_allowed_length": 2}, {"c": 2.0, "g": 1.0}),
+    ("a b c c b c g a b c", {"dry_allowed_length": 3}, {"c": 1.0}),
+    ("a b c c b c g a b c", {"dry_allowed_length": 4}, {}),
+    ("a b c a b", {"dry_multiplier": 0.5}, {"c": 0.5}),  # length 2 = allowed: multiplier * base ** 0
+    ("a b a", {"dry_allowed_length": 1}, {"b": 1.0}),
+    ("a b a", {}, {}),  # length 1 < allowed 2
+    ("a a", {"dry_allowed_length": 1}, {"a": 1.0}),
+    ("a a", {}, {}),  # llama.cpp returns when last_n_repeat <= allowed_length
+    # Single-token breakers: ':' limits a repeat to the 3 tokens after it (": a b c" would be 4).
+    ("e : a b c f : a b c", {}, {"f": 2.0}),
+    ("a b c : a b c :", {}, {}),  # a breaker at the end: rep_limit 0
+    ("a b NL a b", {}, {}),  # "\n" follows the repeat but is never penalized
+    ("a b xNL a b", {}, {}),  # nor is a token containing "\n"
+    # The multi-token breaker "<|end|>": its head "<|" 4 tokens back with the tail end |> gives
+    # rep_limit 4 - 2 = 2, so d extends a repeat of 2 (not 5: "<| end |> b c").
+    ("a <| end |> b c d <| end |> b c", {}, {"d": 1.0}),
+    ("a < | end |> b c d < | end |> b c", {}, {"d": 1.0}),
+    ("a foo<| end |> b c d foo<| end |> b c", {}, {"d": 1.0}),
+    ("a <| end g b c d <| end g b c", {}, {"d": 8.0}),  # tail not matched: 2 ** (5 - 2)
+    ("a xNL< | end |> b c d xNL< | end |> b c", {}, {"d": 1.0}),  # the longest tail of a head wins
+    ("a b <| c a b", {}, {"<|": 1.0}),  # a head is penalized like any token
+    # dry_penalty_last_n: only the window is searched (and a repeat is clipped at its start).
+    ("a b c d e a b", {"dry_penalty_last_n": 7}, {"c": 1.0}),
+    ("a b c d e a b", {"dry_penalty_last_n": 6}, {}),
+    ("a b c d e a b", {"dry_penalty_last_n": 6, "dry_allowed_length": 1}, {"c": 1.0}),
+    ("a b c d e a b", {"dry_allowed_length": 1}, {"c": 2.0}),
+    ("a b c d e a b", {"dry_penalty_last_n": 2}, {}),
+    # The exponent cap: base 100 gives max_exponent = int(88.7228391 / ln 100) = 19, so a repeat
+    # of 29 (exponent 27) costs 100 ** 19 = 1e38, not 1e54 (inf in float32).
+    ("a " * 30, {"dry_base": 100.0}, {"a": 1e38}),
+    ("a " * 30, {"dry_base": 100.0, "dry_multiplier": 5.0}, {"a": np.inf}),  # 5e38 overflows, as in llama.cpp
+    ("a " * 30, {"dry_base": 1.0}, {"a": 1.0}),
+    ("a " * 30, {"dry_base": 1.75, "dry_multiplier": 0.5}, {"a": 0.5 * 1.75**27}),  # cap 158: not reached
+]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize(("history", "kw", "expected"), HAND)
+def test_dry_hand_computed(history, kw, expected):
+    p = dry_params(**kw)
+    dense = np.zeros(V, np.float32)
+    for piece, value in expected.items():
+        dense[PIECES.index(piece)] = value
+    np.testing.assert_allclose(reference(ids(history), p), dense, rtol=1e-6)
+    np.testing.assert_allclose(engine_dense(DryRow(ids(history), RESOLVED), p), dense, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [  # with TOKEN_PROCESSED; multiplier 1, base 2, allowed length 2
+        # "<| : end c d" would be a repeat of 5 before e; ':' (3 back) is the most recent breaker, so 3:
+        # the head "<|" further back, whose tail ": end" completes later, does not replace it.
+        ("b <| : end c d e <| : end c d", {"e": 2.0}),
+        # "<| end" completes a breaker 3 back (rep_limit 3 - 1 = 2): 2 ** 0 for e.
+        ("b <| end c d e <| end c d", {"e": 1.0}),
+        ("b <| g c d e <| g c d", {"e": 4.0}),  # no breaker: "<| g c d", 2 ** (4 - 2)
+    ],
+)
+def test_dry_token_level_breakers_hand_computed(history, expected):
+    p = dry_params()
+    dense = np.zeros(V, np.float32)
+    for piece, value in expected.items():
+        dense[PIECES.index(piece)] = value
+    np.testing.assert_allclose(reference(ids(history), p, TOKEN_PROCESSED), dense, rtol=1e-6)
+    np.testing.assert_allclose(engine_dense(DryRow(ids(history), as_breakers(TOKEN_PROCESSED)), p), dense, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("probs", "history", "expected", "multiplier", "allowed", "last_n", "breakers"),
+    [  # llama.cpp's test-sampling.cpp (base 1.1; breakers as token ids)
+        ([0.25] * 4, [0, 1], [0.25] * 4, 1.0, 2, 4, ()),
+        ([0.25] * 4, [0, 1, 2, 0, 1], [0.296923, 0.296923, 0.109232, 0.296923], 1.0, 2, 5, ()),
+        ([0.2] * 5, [0, 1, 3, 4, 0, 1], [0.2] * 5, 1.0, 2, 6, (3,)),
+        ([0.2] * 5, [0, 1, 2, 0, 1], [0.241818, 0.241818, 0.032727, 0.241818, 0.241818], 2.0, 2, 5, ()),
+        ([0.2] * 5, [0, 1, 2, 3, 4, 0, 1], [0.2] * 5, 1.0, 4, 7, ()),
+    ],
+)
+def test_dry_llama_cpp_cases(probs, history, expected, multiplier, allowed, last_n, breakers):
+    p = SamplingParams(dry_multiplier=multiplier, dry_base=1.1, dry_allowed_length=allowed, dry_penalty_last_n=last_n)
+    vocab = len(probs)
+    penalty = engine_dense(DryRow(history, Breakers(frozenset(breakers))), p, vocab)
+    np.testing.assert_allclose(penalty, reference(history, p, {b: [()] for b in breakers}, vocab), rtol=1e-6)
+    logits = mx.array(np.log(np.array([probs], np.float32)))
+    got = np.exp(ref.log_softmax(np.asarray(apply_dry(logits, mx.array(penalty[None])))[0]))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def repetitive_history(seed: int, length: int) -> list[int]:
+    """A small alphabet, copies of earlier stretches, and breakers (whole, split or broken)."""
+    rng = np.random.default_rng(seed)
+    alphabet = ids("a b c d e f g h")
+    specials = ["NL", "xNL", ":", "<|end|>", "<| end |>", "< | end |>", "foo<| end |>", "<| end", "<", "<| : end"]
+    specials = [ids(s) for s in [*specials, "xNL< | end |>", "xNL< |", "<x"]]
+    history: list[int] = []
+    while len(history) < length:
+        u = rng.random()
+        if history and u < 0.5:
+            start = int(rng.integers(len(history)))
+            history += history[start : start + int(rng.integers(2, 14) if u < 0.47 else rng.integers(20, 60))]
+        elif u < 0.6:
+            history += specials[int(rng.integers(len(specials)))]
+        else:
+            history.append(alphabet[int(rng.integers(len(alphabet)))])
+    return history[:length]
+
+
+LONG_PARAMS = [
+    dry_params(dry_multiplier=0.8, dry_base=1.75),
+    dry_params(dry_allowed_length=1, dry_base=1.5, dry_penalty_last_n=16),
+    dry_params(dry_allowed_length=3, dry_base=3.0, dry_penalty_last_n=64),
+    dry_params(dry_allowed_length=1, dry_base=100.0, dry_multiplier=0.25),  # the cap, on long copies
+]
+
+
+@pytest.mark.parametrize(("seed", "processed"), [(0, PROCESSED), (1, PROCESSED), (2, TOKEN_PROCESSED)])
+def test_dry_incremental_state_matches_from_scratch_at_every_step(seed, processed):
+    history = repetitive_history(seed, 520)
+    row = DryRow(history[:10], as_breakers(processed))  # a prompt, then one token at a time
+    acted = 0
+    for n in range(10, len(history) + 1):
+        if n > 10:
+            row.accept(history[n - 1])
+        assert len(row) == n
+        for p in LONG_PARAMS:
+            expected = reference(history[:n], p, processed)
+            np.testing.assert_allclose(engine_dense(row, p), expected, rtol=1e-6, err_msg=f"step {n}, {p}")
+            acted += bool(expected.any())
+    assert acted > len(LONG_PARAMS) * 100  # the history really repeats
+
+
+def test_dry_row_built_from_a_history_equals_one_built_token_by_token():
+    history = repetitive_history(2, 300)
+    whole, stepwise = DryRow(history, RESOLVED), DryRow([], RESOLVED)
+    for token in history:
+        stepwise.accept(token)
+    for p in LONG_PARAMS:
+        np.testing.assert_array_equal(engine_dense(whole, p), engine_dense(stepwise, p))
+
+
+def test_apply_dry_subtracts_per_row():
+    logits = mx.array(np.array([[1.0, 2.0, -np.inf], [0.0, 0.0, 0.0]], np.float32))
+    penalty = mx.array(np.array([[0.5, 0.0, 3.0], [0.0, 0.0, 0.0]], np.float32))
+    np.testing.assert_array_equal(np.asarray(apply_dry(logits, penalty)), [[0.5, 2.0, -np.inf], [0.0, 0.0, 0.0]])
