@@ -64,11 +64,6 @@ class PenaltyCounts:
         deltas = [1] * len(leaving) + [-1 if t is not None else 0 for t in leaving]
         self.counts = self.counts.at[index_rows, index_cols].add(mx.array(deltas, dtype=mx.int32))
 
-    def reset_row(self, row: int, history: Sequence[int], window: int) -> None:
-        """Recount one row (its window size changed)."""
-        fresh = mx.array(count_tokens(history, window, self.counts.shape[1]))
-        self.counts[row] = fresh
-
     def filter(self, keep: Sequence[int]) -> None:
         self.counts = self.counts[mx.array(list(keep), dtype=mx.int32)]
 
