@@ -1,6 +1,6 @@
 """llama.cpp's own server, started by a test on 127.0.0.1: the prebuilt ``xllamacpp`` wheel
 (current llama.cpp, every sampler) serving the default GGUF in this process, on a free port,
-with a small context, two threads and a fixed seed; stopped when the block ends.
+with a small context, one thread and a fixed seed; stopped when the block ends.
 
 llama.cpp names its model by the GGUF's full path (``/v1/models``, ``/props``)."""
 
@@ -39,8 +39,11 @@ def llamacpp_server(seed: int = 1, limit: float = 60) -> Iterator[LlamaServer]:
     params.model.path = str(default_model_path())
     params.n_ctx = CONTEXT
     params.n_parallel = 1  # one slot: its context is the whole n_ctx
-    params.cpuparams.n_threads = 2
-    params.cpuparams_batch.n_threads = 2
+    # One thread: llama.cpp's threads spin-wait for each other at every op, so on a loaded
+    # machine two threads took 108 s for this module's tests where one takes 11 s.
+    params.cpuparams.n_threads = 1
+    params.cpuparams_batch.n_threads = 1
+    params.verbosity = 1  # errors and warnings: not a line per request in the test's output
     params.sampling.seed = seed
     params.hostnames = ["127.0.0.1"]
     params.port = port = free_port()

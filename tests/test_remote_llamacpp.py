@@ -109,6 +109,13 @@ def test_every_stage_logitscope_sends_is_accepted(server, params):
         assert used["mirostat"] == 2 and used["mirostat_tau"] == pytest.approx(params.mirostat_tau)
 
 
+def test_a_kind_given_by_the_user_still_reads_the_context(server):
+    """With the kind named (no detection), ``/props`` is still asked for the context."""
+    params = SamplingParams(repetition_penalty=1.3, penalty_window=0, max_tokens=2)
+    steps, _ = _reply(_backend(server, kind="llama.cpp"), params)
+    assert len(steps) == 2 and _slot_params(server)["repeat_last_n"] == server.context
+
+
 def test_a_greedy_reply_is_the_servers_own(server):
     steps, done = _reply(_backend(server), SamplingParams(max_tokens=N, top_logprobs=5))
     own = _direct(server, {"messages": CHAT, "temperature": 0.0, "max_tokens": N, "logprobs": True, "top_logprobs": 5})
