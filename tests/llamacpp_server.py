@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.local_server import free_port
+from tests.local_server import free_port, port_is_free
 
 CONTEXT = 2048
 """The server's context (one slot): what a window of "all" is sent as."""
@@ -54,6 +54,7 @@ def llamacpp_server(seed: int = 1, limit: float = 60) -> Iterator[LlamaServer]:
         yield LlamaServer(url, models[0], CONTEXT)
     finally:
         del server  # its destructor stops the HTTP loop and frees the model
+    assert port_is_free(port), f"llama.cpp's server still listens on {port} after it was stopped"
 
 
 def _wait_listed(url: str, limit: float) -> list[str]:
