@@ -296,3 +296,17 @@ def test_both_backends_implement_the_interface():
     assert isinstance(EngineSession(), Backend) and isinstance(remote, Backend)
     assert remote.step() == [] and not remote.has_work() and remote.memory_bytes() == 0
     remote.release_thread()
+
+
+def test_a_model_named_by_its_file_name_is_the_listed_path():
+    """llama.cpp lists its model by the GGUF's full path on its own machine: the file's name,
+    with or without ``.gguf``, names it; a name two listed files share names neither."""
+    from engine.remote_listing import ServerListing, pick_model
+    from engine.remote_wire import RemoteError
+
+    one = ServerListing("llama.cpp", ["/srv/models/SmolLM2.Q4_1.gguf", "/srv/models/Other.gguf"])
+    for typed in ("", "SmolLM2.Q4_1.gguf", "SmolLM2.Q4_1", "/srv/models/SmolLM2.Q4_1.gguf"):
+        assert pick_model(one, typed, "http://h") == ("/srv/models/SmolLM2.Q4_1.gguf", "")
+    two = ServerListing("llama.cpp", ["/a/m.gguf", "/b/m.gguf"])
+    with pytest.raises(RemoteError, match="does not serve 'm.gguf'"):
+        pick_model(two, "m.gguf", "http://h")
