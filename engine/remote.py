@@ -1,8 +1,8 @@
 """The remote backend: an OpenAI-compatible server generates, this reports what it says.
 
-:class:`RemoteBackend` implements :class:`engine.backend.Backend` over HTTP (vLLM,
+:class:`RemoteBackend` implements :class:`engine.api.backend.Backend` over HTTP (vLLM,
 SGLang, llama.cpp's server, mlx_lm.server, LM Studio, Ollama). Its ``TokenStep`` holds
-only what the server returned (see :mod:`engine.backend` and ``docs/REMOTE.md``): the
+only what the server returned (see :mod:`engine.api.backend` and ``docs/REMOTE.md``): the
 chosen token's logprob and the top alternatives at the one stage the server reports,
 named in ``chain``; everything else None (token ids too, where the server sends none).
 A failed request ends with a
@@ -25,18 +25,18 @@ from typing import Any
 
 import httpx
 
-from engine.backend import REMOTE, Messages, ModelInfo, ProgressFn, StartedRequest
-from engine.capabilities import NO_MODEL, Capabilities
-from engine.errors import EngineError
-from engine.events import Event, FinishReason, PrefillProgress, TokenStep
-from engine.params import SamplingParams
-from engine.reasoning import checked_switch
-from engine.remote_emulation import ServerEmulation
-from engine.remote_events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
-from engine.remote_fields import reasoning_refusals
-from engine.remote_listing import ServerListing, ask_server, pick_model
-from engine.remote_reasoning import phased_tokens
-from engine.remote_servers import (
+from engine.api.backend import REMOTE, Messages, ModelInfo, ProgressFn, StartedRequest
+from engine.api.capabilities import NO_MODEL, Capabilities
+from engine.api.errors import EngineError
+from engine.api.events import Event, FinishReason, PrefillProgress, TokenStep
+from engine.api.params import SamplingParams
+from engine.api.reasoning import checked_switch
+from engine.remote.emulation import ServerEmulation
+from engine.remote.events import RemoteFinished, RemoteRequest, finished, forced_step, server_reason, token_step
+from engine.remote.fields import reasoning_refusals
+from engine.remote.listing import ServerListing, ask_server, pick_model
+from engine.remote.reasoning import phased_tokens
+from engine.remote.servers import (
     KINDS,
     STAGE_CHOICES,
     ServerKind,
@@ -45,8 +45,8 @@ from engine.remote_servers import (
     stage_for,
     unsupported,
 )
-from engine.remote_stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
-from engine.remote_wire import RemoteError, WireToken
+from engine.remote.stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
+from engine.remote.wire import RemoteError, WireToken
 
 __all__ = ["RemoteBackend", "RemoteError", "RemoteFinished", "ServerListing", "probe"]
 

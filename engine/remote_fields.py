@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.params import DEFAULT_DRY_SEQUENCE_BREAKERS, SamplingParams, SamplingParamsError
+from engine.api.params import DEFAULT_DRY_SEQUENCE_BREAKERS, SamplingParams, SamplingParamsError
 from engine.stages import SPECS, row_chain
 
 if TYPE_CHECKING:
-    from engine.remote_servers import ServerKind
+    from engine.remote.servers import ServerKind
 
 # Fields a kind may not take, each the switch of its stage (``ServerKind.extra_fields``).
 _CHECKED = (
@@ -78,7 +78,7 @@ def reasoning_refusals(kind: ServerKind, params: SamplingParams) -> list[Samplin
 def refused_by(server: str, params: SamplingParams) -> list[SamplingParamsError]:
     """:func:`refusals` for the server kind named ``server`` (``ModelInfo.server``); none
     for "" (the local engine) or a kind not known here."""
-    from engine.remote_servers import KINDS  # it imports this module
+    from engine.remote.servers import KINDS  # it imports this module
 
     kind = KINDS.get(server)
     return [] if kind is None else refusals(kind, params)

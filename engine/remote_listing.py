@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.remote_servers import context_of, detect_kind, model_ids
-from engine.remote_stream import Transport
-from engine.remote_wire import RemoteError, server_message
+from engine.remote.servers import context_of, detect_kind, model_ids
+from engine.remote.stream import Transport
+from engine.remote.wire import RemoteError, server_message
 
 HUB_CACHE_HINT = (
     "mlx_lm.server answers so when the Hugging Face cache folder (~/.cache/huggingface/hub) does not "
@@ -29,7 +29,7 @@ HUB_CACHE_HINT = (
 @dataclass(frozen=True)
 class ServerListing:
     kind: str
-    """The server kind (``engine.remote_servers.KINDS``)."""
+    """The server kind (``engine.remote.servers.KINDS``)."""
     models: list[str] = field(default_factory=list)
     problem: str = ""
     """Why the server listed no models although it answered ("" when it listed them)."""

@@ -3,7 +3,7 @@
 A server kind fixes three things: which distribution its logprobs are (the stage label
 a remote ``TokenStep`` carries), which sampling fields it takes besides OpenAI's, and
 how a reply is continued from text (a live change, a branch). Nothing here talks to
-the network; :mod:`engine.remote` does.
+the network; :mod:`engine.remote.backend` does.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.capabilities import Capabilities
-from engine.errors import EngineError
-from engine.params import SamplingParams
-from engine.remote_fields import refusals, sampling_fields, unsupported
+from engine.api.capabilities import Capabilities
+from engine.api.errors import EngineError
+from engine.api.params import SamplingParams
+from engine.remote.fields import refusals, sampling_fields, unsupported
 
 __all__ = [
     "KINDS",
@@ -28,7 +28,7 @@ __all__ = [
     "finite_logprob",
     "logprob_fields",
     "model_ids",
-    "refusals",  # engine.remote_fields: which fields each kind takes
+    "refusals",  # engine.remote.fields: which fields each kind takes
     "remote_capabilities",
     "sampling_fields",
     "stage_for",
@@ -236,7 +236,7 @@ def build_request(
     body.update(logprob_fields(kind, endpoint, params.top_logprobs, stage))
     if kind.name == "mlx_lm":  # its chosen tokens are read from the top lists (remote_stream)
         # greedy: the list's most likely; sampled: the one the text continues with, so
-        # the longest list the server gives (engine.remote_chosen).
+        # the longest list the server gives (engine.remote.chosen).
         wanted = kind.max_top_logprobs if not params.greedy else body.get("top_logprobs", 1)
         body["top_logprobs"] = max(1, wanted)
     return path, body
@@ -255,7 +255,7 @@ def remote_capabilities(kind: ServerKind, stage: str) -> Capabilities:
     """What a server of ``kind`` lets the app do, its logprobs being ``stage``."""
     only = "a server reports only the tokens it sampled: it needs a local model."
     return Capabilities(
-        fork=True,  # emulated: one stream per variant (engine.remote)
+        fork=True,  # emulated: one stream per variant (engine.remote.backend)
         network=True,
         reasons=(
             ("divergence", "a server sends only its top logprobs, not whole distributions to compare."),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.local_server import free_port, port_is_free
+from tests.support.local_server import free_port, port_is_free
 
 CONTEXT = 2048
 """The server's context (one slot): what a window of "all" is sent as."""
@@ -33,7 +33,7 @@ def llamacpp_server(seed: int = 1, limit: float = 60) -> Iterator[LlamaServer]:
     """llama.cpp's server with the default GGUF while the block runs. Skips the test where
     the ``xllamacpp`` wheel is not installed (the ``dev`` extra installs it)."""
     xllamacpp = pytest.importorskip("xllamacpp", reason="llama.cpp's server comes with the xllamacpp wheel (dev extra)")
-    from engine.models import default_model_path
+    from engine.models.load import default_model_path
 
     params = xllamacpp.CommonParams()
     params.model.path = str(default_model_path())

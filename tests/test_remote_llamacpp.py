@@ -15,9 +15,10 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from engine.events import Finished, FinishReason, TokenStep  # noqa: E402
-from engine.params import LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
-from tests.llamacpp_server import llamacpp_server  # noqa: E402
+from engine.api.events import Finished, FinishReason, TokenStep  # noqa: E402
+from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
+
+from tests.support.llamacpp_server import llamacpp_server  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Write one sentence about the sea."}]
 N = 12
@@ -30,7 +31,7 @@ def server():
 
 
 def _backend(server, **kw):
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     backend = RemoteBackend(server.url, timeout=120.0, **kw)
     backend.load("")
@@ -65,7 +66,7 @@ def _slot_params(server) -> dict:
 
 
 def test_the_served_model_is_offered_and_found_by_its_file_name(server):
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     backend = _backend(server)
     assert backend.info.name == server.model and server.model.endswith(".gguf")

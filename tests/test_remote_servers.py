@@ -9,8 +9,8 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from engine.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
-from engine.remote_servers import (  # noqa: E402
+from engine.api.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
+from engine.remote.servers import (  # noqa: E402
     KINDS,
     detect_kind,
     logprob_fields,
@@ -19,7 +19,7 @@ from engine.remote_servers import (  # noqa: E402
     stage_for,
     unsupported,
 )
-from engine.remote_wire import TextDecoder, assign_texts, parse_chunk, vocab_piece_bytes  # noqa: E402
+from engine.remote.wire import TextDecoder, assign_texts, parse_chunk, vocab_piece_bytes  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -222,7 +222,7 @@ def _top(*pairs):
 
 
 def _drive(backend):
-    from engine.events import Finished, TokenStep
+    from engine.api.events import Finished, TokenStep
 
     steps, done = [], None
     while backend.has_work():
@@ -249,7 +249,7 @@ def test_a_token_id_the_server_does_not_send_is_none():
 
 
 def test_mlx_lm_greedy_takes_the_most_likely_of_its_unordered_list():
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     content = [
         dict(_top((260, "Ġthe", -2.7))[0], top_logprobs=_top((260, "Ġthe", -2.7), (7042, "ĠParis", -0.26))),
@@ -269,9 +269,9 @@ def test_mlx_lm_greedy_takes_the_most_likely_of_its_unordered_list():
 
 
 def test_mlx_lm_sampled_reads_the_chosen_token_from_its_one_reply():
-    """One request (engine.remote_chosen): the chosen token is the candidate the reply's
+    """One request (engine.remote.chosen): the chosen token is the candidate the reply's
     text goes on with, its id and logprob from the list; no second request to agree with."""
-    from engine.remote import RemoteBackend
+    from engine.remote.backend import RemoteBackend
 
     top = _top((5, "Ġa", -0.5), (6, "Ġb", -1.0))
     reply = {
@@ -288,9 +288,9 @@ def test_mlx_lm_sampled_reads_the_chosen_token_from_its_one_reply():
 
 
 def test_both_backends_implement_the_interface():
-    from engine.backend import Backend
-    from engine.remote import RemoteBackend
-    from engine.session import EngineSession
+    from engine.api.backend import Backend
+    from engine.remote.backend import RemoteBackend
+    from engine.session.session import EngineSession
 
     remote = RemoteBackend("http://127.0.0.1:9")
     assert isinstance(EngineSession(), Backend) and isinstance(remote, Backend)
@@ -301,8 +301,8 @@ def test_both_backends_implement_the_interface():
 def test_a_model_named_by_its_file_name_is_the_listed_path():
     """llama.cpp lists its model by the GGUF's full path on its own machine: the file's name,
     with or without ``.gguf``, names it; a name two listed files share names neither."""
-    from engine.remote_listing import ServerListing, pick_model
-    from engine.remote_wire import RemoteError
+    from engine.remote.listing import ServerListing, pick_model
+    from engine.remote.wire import RemoteError
 
     one = ServerListing("llama.cpp", ["/srv/models/SmolLM2.Q4_1.gguf", "/srv/models/Other.gguf"])
     for typed in ("", "SmolLM2.Q4_1.gguf", "SmolLM2.Q4_1", "/srv/models/SmolLM2.Q4_1.gguf"):
