@@ -106,6 +106,7 @@ class RemoteBackend:
         self._transport: Transport | None = None
         self._kind: ServerKind | None = None
         self._model = ""
+        self._context = 0  # the server's context per request where it says it (llama.cpp)
         self._requests: dict[int, RemoteRequest] = {}
         self._pending: list[Event] = []
         self._next_id = 0
@@ -141,6 +142,7 @@ class RemoteBackend:
         listing = ask_server(self._http(), self._forced_kind)
         self._kind = KINDS[listing.kind]
         self.models, self.listing_problem = listing.models, listing.problem
+        self._context = listing.context
         return self.models
 
     def load(
@@ -275,7 +277,16 @@ class RemoteBackend:
         kind = self._require_kind()
         render = self._render if self._chat_template is not None else None
         path, body = build_request(
-            kind, req.params, req.messages, req.prefix, req.index, self._model, self._chat, self._stage, render
+            kind,
+            req.params,
+            req.messages,
+            req.prefix,
+            req.index,
+            self._model,
+            self._chat,
+            self._stage,
+            render,
+            self._context,
         )
         if self.enable_thinking is not None and "messages" in body:  # vLLM, SGLang, llama.cpp, mlx_lm.server
             body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}

@@ -117,11 +117,12 @@ def _field_at_fault(stage: str, params: SamplingParams) -> str:
 _LLAMA_CPP_SAMPLER_NAMES = {"typical_p": "typ_p"}
 
 
-def sampling_fields(kind: ServerKind, params: SamplingParams, top_logprobs: int) -> dict[str, Any]:
+def sampling_fields(kind: ServerKind, params: SamplingParams, top_logprobs: int, context: int = 0) -> dict[str, Any]:
     """The request fields for ``params`` (without prompt, stream or logprobs fields).
     Fields of stages that do not run are left out, so neither a server's own defaults nor
     a switched-off stage's kept values creep in; with ``temperature`` switched off the
-    draw is plain softmax, temperature 1."""
+    draw is plain softmax, temperature 1. ``context``: the server's context per request
+    (llama.cpp's ``/props``; 0 when unknown), what a window of "all" is sent as."""
     runs = set(row_chain(params))
     temperature = params.temperature if "temperature" in runs else 1.0
     body: dict[str, Any] = {"temperature": temperature, "max_tokens": params.max_tokens}
@@ -155,15 +156,26 @@ def sampling_fields(kind: ServerKind, params: SamplingParams, top_logprobs: int)
             body["xtc_probability"] = float(params.xtc_probability)
             body["xtc_threshold"] = float(params.xtc_threshold)
     if kind.name == "llama.cpp":
-        body.update(_llama_cpp_fields(params, runs))
+        body.update(_llama_cpp_fields(params, runs, context))
     return body
 
 
-def _llama_cpp_fields(params: SamplingParams, runs: set[str]) -> dict[str, Any]:
-    """llama.cpp's own names (tools/server/README.md); its window 0 means off, -1 all."""
+def llama_cpp_window(window: int, context: int) -> int:
+    """A window of "all" (``window`` -1) as llama.cpp takes it: its context per request,
+    ``context``. A window as wide as the context is what -1 always meant there (its server
+    set -1 to the slot's context), and current servers refuse -1 (their hard limit is
+    0..INT32_MAX: a 400); -1 is sent only when the context is unknown (no ``/props``)."""
+    return window if window != -1 or context <= 0 else context
+
+
+def _llama_cpp_fields(params: SamplingParams, runs: set[str], context: int) -> dict[str, Any]:
+    """llama.cpp's own names (tools/server/README.md); its window 0 means off, so a window
+    of "all" (Logitscope's penalty window 0, DRY's -1) is the context (llama_cpp_window)."""
     body: dict[str, Any] = {
-        "repeat_last_n": params.penalty_window or -1,
-        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers if s != "mirostat_v2"],
+        "repeat_last_n": llama_cpp_window(params.penalty_window or -1, context),
+        # Only the stages that run: a listed stage whose value is not sent would run with
+        # the server's default (top_k 40, top_p 0.95, min_p 0.05), not switched off.
+        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers if s in runs and s != "mirostat_v2"],
     }
     if "mirostat_v2" in runs:  # llama.cpp's ``mirostat`` replaces the samplers list
         body.update(mirostat=2, mirostat_tau=params.mirostat_tau, mirostat_eta=params.mirostat_eta)
@@ -178,7 +190,7 @@ def _llama_cpp_fields(params: SamplingParams, runs: set[str]) -> dict[str, Any]:
         body["dry_multiplier"] = params.dry_multiplier
         body["dry_base"] = params.dry_base
         body["dry_allowed_length"] = params.dry_allowed_length
-        body["dry_penalty_last_n"] = params.dry_penalty_last_n
+        body["dry_penalty_last_n"] = llama_cpp_window(params.dry_penalty_last_n, context)
         if params.dry_sequence_breakers != DEFAULT_DRY_SEQUENCE_BREAKERS:
             body["dry_sequence_breakers"] = list(params.dry_sequence_breakers)
     if "temperature" in runs and params.dynatemp_range:

@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.api.backend import REMOTE, ModelInfo
 from engine.remote.kind import ServerKind
-from engine.remote.servers import detect_kind, model_ids, remote_capabilities
+from engine.remote.servers import context_of, detect_kind, model_ids, remote_capabilities
 from engine.remote.stream import Transport
 from engine.remote.wire import RemoteError, server_message
 
@@ -35,6 +35,8 @@ class ServerListing:
     models: list[str] = field(default_factory=list)
     problem: str = ""
     """Why the server listed no models although it answered ("" when it listed them)."""
+    context: int = 0
+    """The context per request the server says (llama.cpp's ``/props``); 0 when unknown."""
 
 
 def ask_server(http: Transport, forced_kind: str | None = None) -> ServerListing:
@@ -46,13 +48,16 @@ def ask_server(http: Transport, forced_kind: str | None = None) -> ServerListing
         raise RemoteError(f"the server answered {status}: {msg}", status=status, server_message=msg)
     models, problem = _listing(status, body)
     kind = forced_kind
+    server = headers.get("server", "")
+    props = None
+    if kind in (None, "llama.cpp") and not server.startswith("BaseHTTP/"):
+        props = http.get_json("/props")
+        props = props if isinstance(props, dict) else None
     if kind is None:
-        server = headers.get("server", "")
-        props = None if server.startswith("BaseHTTP/") else http.get_json("/props")
-        kind = detect_kind(models, server, props if isinstance(props, dict) else None)
+        kind = detect_kind(models, server, props)
     if problem and kind == "mlx_lm":
         problem = f"{problem}; {HUB_CACHE_HINT}"
-    return ServerListing(kind, model_ids(models), problem)
+    return ServerListing(kind, model_ids(models), problem, context_of(props) if kind == "llama.cpp" else 0)
 
 
 def pick_model(listing: ServerListing, source: str, base_url: str) -> tuple[str, str]:
@@ -64,9 +69,21 @@ def pick_model(listing: ServerListing, source: str, base_url: str) -> tuple[str,
         return source, f"the server did not list its models ({listing.problem}); {source} is used as typed."
     if not source and listing.models:
         source = listing.models[0]
+    source = _listed_as(source, listing.models)
     if listing.models and source not in listing.models:
         raise RemoteError(f"{base_url} does not serve {source!r}; it serves: {', '.join(listing.models)}.")
     return source, ""
+
+
+def _listed_as(source: str, models: list[str]) -> str:
+    """The listed id that ``source`` names: itself, or the one listed id whose last path part
+    it is, with or without ``.gguf`` (llama.cpp lists its model by the file's full path on
+    its own machine, which the user does not know)."""
+    if source in models:
+        return source
+    names = {m: m.replace("\\", "/").rsplit("/", 1)[-1] for m in models}
+    named = [m for m, name in names.items() if source in (name, name.removesuffix(".gguf"))]
+    return named[0] if len(named) == 1 else source
 
 
 def _listing(status: int, body: bytes) -> tuple[Mapping[str, Any], str]:

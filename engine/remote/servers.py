@@ -23,6 +23,7 @@ __all__ = [
     "STAGE_CHOICES",
     "ServerKind",
     "build_request",
+    "context_of",
     "detect_kind",
     "finite_logprob",
     "logprob_fields",
@@ -126,6 +127,14 @@ def detect_kind(models: Mapping[str, Any], server_header: str, props: Mapping[st
     return "openai"
 
 
+def context_of(props: Mapping[str, Any] | None) -> int:
+    """llama.cpp's context per request (``/props``: ``default_generation_settings.n_ctx``,
+    the slot's context); 0 when not said."""
+    settings = (props or {}).get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else None
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else 0
+
+
 def model_ids(models: Mapping[str, Any]) -> list[str]:
     return [str(e["id"]) for e in models.get("data") or [] if isinstance(e, Mapping) and "id" in e]
 
@@ -174,12 +183,14 @@ def build_request(
     chat: bool,
     stage: str,
     render: Callable[[Sequence[Mapping[str, str]]], str] | None,
+    context: int = 0,
 ) -> tuple[str, dict[str, Any]]:
     """(path, body) of a request for the reply to ``messages`` that continues ``prefix``
     (the reply so far) at output ``index``. Plain text goes to ``/v1/completions``; a chat
     to ``/v1/chat/completions``, its ``prefix`` as a trailing assistant message where the
-    kind continues one, else rendered here by ``render`` and sent as text."""
-    body = sampling_fields(kind, params, params.top_logprobs)
+    kind continues one, else rendered here by ``render`` and sent as text. ``context``:
+    the server's context per request, 0 when unknown (``sampling_fields``)."""
+    body = sampling_fields(kind, params, params.top_logprobs, context)
     body["max_tokens"] = params.max_tokens - index
     body["model"] = model
     text_prompt = None

@@ -82,8 +82,17 @@ def test_request_fields_per_kind():
         "repetition_penalty": 1.2,
     }
     llama = sampling_fields(KINDS["llama.cpp"], p.with_changes(dry_multiplier=0.8, typical_p=0.9), 5)
-    assert llama["repeat_penalty"] == 1.2 and llama["repeat_last_n"] == -1  # our 0 = all is llama.cpp's -1
+    # our 0 = all: -1 only where the server's context is unknown (current servers refuse -1)
+    assert llama["repeat_penalty"] == 1.2 and llama["repeat_last_n"] == -1 and llama["dry_penalty_last_n"] == -1
     assert llama["dry_multiplier"] == 0.8 and llama["typical_p"] == 0.9 and "typ_p" in llama["samplers"]
+    # only the stages that run are listed: a listed one without its value runs with the
+    # server's default (top_k 40, top_p 0.95, min_p 0.05) instead of being off
+    assert llama["samplers"] == ["penalties", "dry", "temperature", "top_k", "top_p", "min_p", "typ_p"]
+    sized = sampling_fields(KINDS["llama.cpp"], p.with_changes(dry_multiplier=0.8), 5, context=4096)
+    assert sized["repeat_last_n"] == 4096 and sized["dry_penalty_last_n"] == 4096  # the whole context
+    windowed = p.with_changes(penalty_window=32, dry_multiplier=0.8, dry_penalty_last_n=16)
+    sized = sampling_fields(KINDS["llama.cpp"], windowed, 5, context=4096)
+    assert sized["repeat_last_n"] == 32 and sized["dry_penalty_last_n"] == 16
     mlx = sampling_fields(KINDS["mlx_lm"], p, 5)
     assert mlx["repetition_context_size"] == 0 and "top_k" in mlx
     openai = sampling_fields(KINDS["openai"], p, 5)
@@ -287,3 +296,17 @@ def test_both_backends_implement_the_interface():
     assert isinstance(EngineSession(), Backend) and isinstance(remote, Backend)
     assert remote.step() == [] and not remote.has_work() and remote.memory_bytes() == 0
     remote.release_thread()
+
+
+def test_a_model_named_by_its_file_name_is_the_listed_path():
+    """llama.cpp lists its model by the GGUF's full path on its own machine: the file's name,
+    with or without ``.gguf``, names it; a name two listed files share names neither."""
+    from engine.remote.listing import ServerListing, pick_model
+    from engine.remote.wire import RemoteError
+
+    one = ServerListing("llama.cpp", ["/srv/models/SmolLM2.Q4_1.gguf", "/srv/models/Other.gguf"])
+    for typed in ("", "SmolLM2.Q4_1.gguf", "SmolLM2.Q4_1", "/srv/models/SmolLM2.Q4_1.gguf"):
+        assert pick_model(one, typed, "http://h") == ("/srv/models/SmolLM2.Q4_1.gguf", "")
+    two = ServerListing("llama.cpp", ["/a/m.gguf", "/b/m.gguf"])
+    with pytest.raises(RemoteError, match="does not serve 'm.gguf'"):
+        pick_model(two, "m.gguf", "http://h")
