@@ -261,7 +261,8 @@ def update_export_actions(window: MainWindow, actions: dict[str, QAction]) -> No
         return  # the window is still being built
     kinds = controller(window).scoring.export_kinds()
     needs = {what: ("" if what in kinds else why) for what, why in EXPORT_NEEDS.items()}
-    needs["model comparison"] = "" if window.compare_models.comparisons.selected() else MODEL_COMPARISON_NEEDS
+    compared, _ = window.compare_models.comparisons.selected()
+    needs["model comparison"] = "" if compared is not None else MODEL_COMPARISON_NEEDS
     lens, _ = window.logit_lens.lens.selected()
     needs["logit lens"] = window.capability_gate.reason(actions["logit lens"]) or (
         "" if lens is not None and lens.rows else LENS_NEEDS
