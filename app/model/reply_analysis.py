@@ -21,11 +21,14 @@ it found per reply. What they share is here, once:
 
 An analysis subclasses :class:`ReplyAnalysis`, names its ``capability`` (the backend's flag,
 ``engine.capabilities``), ``verb`` and ``select_hint`` (the words of its refusals), and adds
-its job and its event handlers; its result type follows :class:`ReplyResult`.
+its job and its event handlers; its result type follows :class:`ReplyResult`. One computed
+from the reply's own steps (no engine, no job) subclasses :class:`StepAnalysis` instead and
+writes :meth:`StepAnalysis.compute`; ``app/shell/step_analyses.py`` lists them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -36,6 +39,7 @@ from app.model.streams import StreamKey
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
+    from engine.events import TokenStep
 
 NO_MODEL = "No model is loaded."
 
@@ -194,3 +198,33 @@ class ReplyAnalysis(Generic[J, R]):
         selection = self.chat.selection
         found = self.of(selection[0]) if selection is not None else None
         return found, (found.at(selection[1]) if found is not None else None)
+
+
+class StepAnalysis(ReplyAnalysis[None, R]):
+    """An analysis computed from the selected reply's own steps (``TokenStep``, already in
+    the app): no model, no job. A result is computed when first asked for and kept under the
+    same staleness rule, so a reply still being written is computed again as it grows."""
+
+    TITLE = ""
+    """Its menu item (checkable: the row is shown while it is checked)."""
+    TIP = ""
+
+    def refusal(self) -> Refusal | None:
+        selection = self.chat.selection
+        if selection is None or not self.chat.steps_of(selection[0]):
+            return Refusal(self.select_hint)
+        return None
+
+    def compute(self, stream: StreamKey, steps: Sequence[TokenStep]) -> R:
+        """The result of ``stream``'s ``steps`` (``output`` their token ids)."""
+        raise NotImplementedError
+
+    def selected(self) -> tuple[R | None, Any | None]:
+        """The selected reply's result (computed now if it is not known or stale)."""
+        if self.refusal() is not None:
+            return None, None
+        stream, index = self.chat.selection
+        found = self.of(stream)
+        if found is None:
+            found = self.results[stream] = self.compute(stream, self.chat.steps_of(stream))
+        return found, found.at(index)

@@ -102,6 +102,8 @@ def build_menus(window: MainWindow) -> Menus:
     model_menu.addAction(menus.compare_action)
     menus.lens_action = window.logit_lens.action  # app/shell/logit_lens.py
     model_menu.addAction(menus.lens_action)
+    for analysis in window.step_analyses:  # app/shell/step_analyses.py
+        model_menu.addAction(analysis.action)
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

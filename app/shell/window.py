@@ -37,6 +37,7 @@ from app.shell.precision_check import PrecisionCheck
 from app.shell.precision_menu import set_precision
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.score_dialog import ScoreController
+from app.shell.step_analyses import step_analyses
 from app.shell.tab_order import focus_next
 from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
@@ -173,6 +174,7 @@ class MainWindow(QMainWindow):
         self.logit_lens = LogitLensController(  # the inspector's Layers tab, the decided-at row
             context, self.timeline, self.inspector, self.inspector_dock, self.clock
         )
+        self.step_analyses = step_analyses(context, self.timeline, self.clock)  # surprise, …
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
