@@ -160,8 +160,9 @@ class MainWindow(QMainWindow):
         self.link = EngineLink(self.model, session_factory, self)
         self.engine = self.link.engine
         self.actions = Actions(self)  # each action's one enablement rule (app/shell/actions.py)
-        events = self.model.events
-        for emitter in (events.selection_changed, events.entries_changed, events.conversation_changed):
+        events = self.model.events  # what the actions' rules read (a reply selected, saved, written)
+        changes = (events.selection_changed, events.entries_changed, events.conversation_changed)
+        for emitter in (*changes, events.stream_renamed, events.busy_changed):
             emitter.connect(lambda *_: self.actions.refresh())
         self.context = ShellContext(
             self, self.model, self.in_use, self.store, self.settings, self.folders,
