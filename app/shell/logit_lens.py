@@ -145,8 +145,7 @@ class LogitLensController(AnalysisController):
         job = self.lens.running
         if job is not None and job.every:
             first = "Logit lens: reading every token through the layers… (Esc stops)"
-            self.show_progress(done, max(total, 1), "lens", first if done == 0 else None)
-            self.context.status.progress.setFormat(f"lens {done}/{total}")
+            self.show_progress(done, total, "lens", first if done == 0 else None)  # a job has a token at least
 
     def _hide_progress(self, job: LensJob) -> None:
         if job.every:

@@ -113,8 +113,8 @@ class PrecisionCheck(AnalysisController):
         return True
 
     def _show_progress(self, done: int, total: int) -> None:
-        self.show_progress(done, max(total, 1), "precision", "Checking precision against float32… (Esc stops)")
-        self.context.status.progress.setFormat(f"precision {done}/{total}")
+        # A checked reply has a token at least (the model layer refuses one without).
+        self.show_progress(done, total, "precision", "Checking precision against float32… (Esc stops)")
 
     @Slot(int, int, int)
     def _on_progressed(self, tag: int, done: int, total: int) -> None:
