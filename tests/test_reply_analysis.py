@@ -8,6 +8,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from engine.api.capabilities import LOCAL_CAPABILITIES
 
 from app.model.chat import ChatModel
 from app.model.logit_lens import LogitLens
@@ -16,8 +17,7 @@ from app.model.model_in_use import ModelInUse
 from app.model.precision_check import PrecisionChecks
 from app.model.reply_analysis import NO_MODEL, Refusal, ReplyTarget
 from app.store.store import Store
-from engine.capabilities import LOCAL_CAPABILITIES
-from tests.test_model import GREEDY, finished, stream_reply
+from tests.app.model.test_model import GREEDY, finished, stream_reply
 
 ANALYSES = (LogitLens, ModelComparisons, PrecisionChecks)
 
@@ -108,7 +108,7 @@ def test_one_staleness_rule_a_result_shows_while_its_reply_holds_its_tokens(stor
     comparisons = ModelComparisons(chat, in_use)
     job = start(comparisons)
     comparisons.on_loaded(job.tag, SimpleNamespace(name="second", precision="float16", source="x", kv=""))
-    kld = [  # engine.kld.TokenKLD's fields (that module loads MLX)
+    kld = [  # engine.api.results.TokenKLD's fields (that module loads MLX)
         SimpleNamespace(
             index=i, token_id=t, kld=0.0, same_top=True, logprob_base=-1.0, logprob_model=-1.0,
             top_base=((t, -1.0),), top_model=((t, -1.0),),

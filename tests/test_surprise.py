@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from engine.api.events import Candidate, TokenStep
+from engine.api.params import SamplingParams
 
 from app.model.chat import ChatModel
 from app.model.model_in_use import ModelInUse
 from app.model.surprise import SurpriseAnalysis, token_surprise
 from app.store.store import Store
-from engine.events import Candidate, TokenStep
-from engine.params import SamplingParams
 
 V, T, K = 40, 60, 5
 
@@ -85,7 +85,7 @@ def test_the_timeline_row_draws_the_stored_logprobs(qtbot, tmp_path, tiny_folder
     pytest.importorskip("pytestqt")
     from PySide6.QtCore import QSettings
 
-    from tests.test_app import assistant_entries, close_window, open_window, send
+    from tests.app.shell.test_app import assistant_entries, close_window, open_window, send
 
     profile = tmp_path / "db.sqlite3", QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = open_window(qtbot, profile, str(tiny_folder))

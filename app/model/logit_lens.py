@@ -3,8 +3,8 @@ model would have predicted at a token of a saved reply (or of a scored text).
 
 The worker reads a reply's tokens layer by layer (``EngineSession.lens_reply``, or
 ``lens_text`` for a text scored without a prompt, tokenized again as Compare models does)
-and sends back plain data, one position at a time: ``engine.lens.LensPosition`` objects
-(frozen dataclasses of numbers and tuples — the app never imports ``engine.lens``, which
+and sends back plain data, one position at a time: ``engine.api.results.LensPosition`` objects
+(frozen dataclasses of numbers and tuples — the app never imports ``engine.analysis.lens``, which
 loads MLX; attributes ``position``, ``chosen``, ``chosen_is_next``, ``decided_at`` and
 ``layers``, each layer's ``layer``, ``top``, ``entropy``, ``kl_final``,
 ``rank_final_top1``, ``rank_chosen``, ``chosen_logprob``) and the text of each token
@@ -71,7 +71,7 @@ class ReplyLens:
     stream: StreamKey
     output: tuple[int, ...]
     rows: dict[int, Any] = field(default_factory=dict)
-    """position → ``engine.lens.LensPosition``."""
+    """position → ``engine.api.results.LensPosition``."""
     texts: dict[int, str] = field(default_factory=dict)
     every: bool = False
     """A job over every token was started for it: the timeline shows its row."""
@@ -170,7 +170,7 @@ class LogitLens(ReplyAnalysis[LensJob, ReplyLens]):
         self.declined.clear()
 
     def on_position(self, tag: int, row: Any, texts: dict[int, str]) -> None:
-        """One position read (``engine.lens.LensPosition``) and the texts of its new tokens."""
+        """One position read (``engine.api.results.LensPosition``) and the texts of its new tokens."""
         if not self.mine(tag):
             return
         found = self.results.get(self.stream)

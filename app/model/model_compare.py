@@ -3,12 +3,12 @@ scored text) under the running model and a second one, token by token.
 
 The worker loads the second model beside the running one (``EngineSession.load_second``)
 and scores the reply's own tokens under both (``compare_reply``, or ``compare_text`` for a
-text scored without a prompt); it reports back plain rows (``engine.kld.TokenKLD``: KL(running
+text scored without a prompt); it reports back plain rows (``engine.api.results.TokenKLD``: KL(running
 ‖ second) over the whole vocabulary, both top lists) and the text of every token they name.
 :class:`ModelComparisons`, a :class:`app.model.reply_analysis.ReplyAnalysis`, holds one
 :class:`Comparison` per compared reply and says why a reply cannot be compared. The
 statistics and the export records are the engine's own
-(:mod:`engine.kld_records`), so the app's numbers are ``python -m engine kld``'s.
+(:mod:`engine.api.kld_records`), so the app's numbers are ``python -m engine kld``'s.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.api.kld_records import statistics, summary_record, token_record
+from engine.api.kv_quantization import KV_OFF
+from engine.api.precision import AUTO
+
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
 from app.model.reply_analysis import Refusal, ReplyAnalysis
 from app.model.streams import StreamKey
-from engine.kld_records import statistics, summary_record, token_record
-from engine.kv_quantization import KV_OFF
-from engine.precision import AUTO
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
@@ -92,7 +93,7 @@ class ModelIdentity:
 
 @dataclass
 class Comparison:
-    """One reply under both models: ``rows[i]`` is token ``i`` (``engine.kld.TokenKLD``)."""
+    """One reply under both models: ``rows[i]`` is token ``i`` (``engine.api.results.TokenKLD``)."""
 
     stream: StreamKey
     settings: CompareSettings

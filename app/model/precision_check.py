@@ -3,8 +3,8 @@ in the running precision and in float32 (``EngineSession.check_fidelity``), its 
 their summary kept per reply.
 
 :class:`PrecisionChecks` is a :class:`app.model.reply_analysis.ReplyAnalysis`: the worker
-sends back plain data — the rows (``engine.fidelity.TokenFidelity``, frozen dataclasses of
-numbers) and their summary (``engine.fidelity.FidelitySummary``) — and the shell shows them
+sends back plain data — the rows (``engine.api.results.TokenFidelity``, frozen dataclasses of
+numbers) and their summary (``engine.api.results.FidelitySummary``) — and the shell shows them
 in ``app.views.precision_dialog``. A reply is checked as the reply to its prompt, a text
 scored without one too (the check renders the chat; it does not tokenize the text again).
 """
@@ -43,7 +43,7 @@ class FidelityCheck:
     """Each token's text (the dialog names the rows with them)."""
     rows: tuple[Any, ...]
     summary: Any
-    """``engine.fidelity.FidelitySummary``: the precision checked, the largest differences."""
+    """``engine.api.results.FidelitySummary``: the precision checked, the largest differences."""
 
     def at(self, position: int) -> Any | None:
         return self.rows[position] if 0 <= position < len(self.rows) else None

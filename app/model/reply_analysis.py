@@ -20,7 +20,7 @@ it found per reply. What they share is here, once:
   None)``.
 
 An analysis subclasses :class:`ReplyAnalysis`, names its ``capability`` (the backend's flag,
-``engine.capabilities``), ``verb`` and ``select_hint`` (the words of its refusals), and adds
+``engine.api.capabilities``), ``verb`` and ``select_hint`` (the words of its refusals), and adds
 its job and its event handlers; its result type follows :class:`ReplyResult`. One computed
 from the reply's own steps (no engine, no job) subclasses :class:`StepAnalysis` instead and
 writes :meth:`StepAnalysis.compute`; ``app/shell/step_analyses.py`` lists them.
@@ -37,9 +37,10 @@ from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_p
 from app.model.streams import StreamKey
 
 if TYPE_CHECKING:
+    from engine.api.events import TokenStep
+
     from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
-    from engine.events import TokenStep
 
 NO_MODEL = "No model is loaded."
 

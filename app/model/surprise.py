@@ -18,9 +18,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.api.events import TokenStep
+
 from app.model.reply_analysis import StepAnalysis
 from app.model.streams import StreamKey
-from engine.events import TokenStep
 
 LN2 = math.log(2)
 WORST = 5

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.api.precision import PRECISIONS
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QMenu
@@ -21,7 +22,6 @@ from app.model.precision import (
     CHOICE_TIPS,
     SERVER_CHOOSES,
 )
-from engine.precision import PRECISIONS
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow

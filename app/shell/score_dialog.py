@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.api.events import ScoreDone, TokenStep
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDialog, QLabel, QMenu
@@ -31,7 +32,6 @@ from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, Scoring, replay_words, sc
 from app.views.file_dialogs import EXPORTS, PLOTS
 from app.views.plot_export import save_plot
 from app.views.score_views import ReplayOverlay, ScoreTextDialog, SurprisalRow
-from engine.events import ScoreDone, TokenStep
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow
