@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.model.events import EmitterGroup
-from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_problem
+from app.model.reply_analysis import Refusal, ReplyAnalysis
 from app.model.streams import StreamKey
 
 if TYPE_CHECKING:
@@ -98,55 +97,31 @@ class ReplyLens:
         return positions, [self.rows[p].decided_at for p in positions]
 
 
-class LogitLens:
-    """The lens of one window's conversation model: the job running, and what each reply's
-    jobs read. Events: ``started(job)``, ``position(stream, row)``, ``progressed(done,
-    total)``, ``finished(job)``, ``failed(job, message)``, ``cancelled(job)``; the events of
-    a job cancelled meanwhile are dropped."""
+class LogitLens(ReplyAnalysis[LensJob, ReplyLens]):
+    """The lens of one window's conversation model (a :class:`ReplyAnalysis`): the job
+    running, and what each reply's jobs read. Events: ``started(job)``, ``position(stream,
+    row)``, ``progressed(done, total)``, ``finished(job)``, ``failed(job, message)``,
+    ``cancelled(job)``; the events of a job cancelled meanwhile are dropped."""
+
+    capability = "logit_lens"
+    verb = "read"
+    select_hint = SELECT
+    no_model = NO_MODEL
 
     def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        self.chat, self.in_use = chat, in_use
-        self.events = EmitterGroup("started", "position", "progressed", "finished", "failed", "cancelled")
-        self.results: dict[StreamKey, ReplyLens] = {}
-        self.running: LensJob | None = None
+        super().__init__(chat, in_use, "position")
         self.declined: dict[tuple[StreamKey, int], str] = {}
         """(stream, position) → why its read-out stopped (a failure, a cancel): the Layers
         tab says so instead of starting it again until asked (:meth:`forget_declined`)."""
-        self._stream: StreamKey | None = None
         self._done = 0
-        self._tag = 0
 
     # What can be read ---------------------------------------------------------------------
-
-    def unavailable(self) -> str:
-        """Why the selected reply cannot be read layer by layer ("" when it can)."""
-        info = self.in_use.info
-        if info is None:
-            return NO_MODEL
-        if not info.capabilities.logit_lens:
-            return info.capabilities.reason("logit_lens")
-        return selected_reply_problem(self.chat, info.name, "read", SELECT)
 
     def every_unavailable(self) -> str:
         """Why the menu's "every token" cannot start now ("" when it can)."""
         if self.running is not None and self.running.every:
             return RUNNING_EVERY
         return self.unavailable()
-
-    def of(self, stream: StreamKey | None) -> ReplyLens | None:
-        """``stream``'s lens while the stream still holds the tokens it was read from (a deleted
-        conversation's branch id may be given to a new reply)."""
-        found = self.results.get(stream) if stream is not None else None
-        steps = self.chat.steps_of(stream) if found is not None else None
-        if found is None or steps is None or tuple(s.token_id for s in steps) != found.output:
-            return None
-        return found
-
-    def selected(self) -> tuple[ReplyLens | None, Any | None]:
-        """The selected reply's lens and the selected token's position (None: not read)."""
-        selection = self.chat.selection
-        found = self.of(selection[0]) if selection is not None else None
-        return found, (found.at(selection[1]) if found is not None else None)
 
     def progress(self) -> tuple[int, int]:
         """(positions read, positions asked for) of the running job; (0, 0) when none runs."""
@@ -156,86 +131,70 @@ class LogitLens:
     def covers(self, stream: StreamKey, position: int) -> bool:
         """The running job will read ``position`` of ``stream`` (and has not yet)."""
         job = self.running
-        return job is not None and self._stream == stream and job.covers(position)
+        return job is not None and self.stream == stream and job.covers(position)
 
     # Running ---------------------------------------------------------------------------------
 
-    def start(self, positions: tuple[int, ...] | None) -> LensJob | str:
+    def start(self, positions: tuple[int, ...] | None) -> LensJob | Refusal:
         """Read ``positions`` (None: every token) of the selected reply: the job for the
         worker, or why not. The caller cancels a job still running first."""
-        if reason := self.unavailable():
-            return reason
-        chat = self.chat
-        stream = chat.selection[0]
-        message = chat.message_of(stream)
-        branch = branch_of(chat, stream)
-        output = tuple(s.token_id for s in chat.steps_of(stream))
-        self._tag += 1
-        if (text := prompt_less_text(chat, message, branch)) is not None:
-            job = LensJob(self._tag, output, positions, text=text)
-        else:
-            job = LensJob(self._tag, output, positions, messages=chat.context_for(message))
+        target = self.target()
+        if isinstance(target, Refusal):
+            return target
+        stream, output = target.stream, target.output
+        job = LensJob(self.next_tag(), output, positions, messages=target.messages, text=target.text)
         found = self.of(stream)
         if found is None:
             found = self.results[stream] = ReplyLens(stream, output)
         found.every = found.every or job.every
         for position in positions or range(len(output)):
             self.declined.pop((stream, position), None)
-        self.running, self._stream, self._done = job, stream, 0
-        self.events.started(job)
-        return job
+        self._done = 0
+        return self.begin(job, stream)
 
     def cancel(self, by_user: bool = False) -> LensJob | None:
         """Drop the running job (its late events are ignored; what it read stays); the job,
         or None. ``by_user``: the positions it had left are not started again by themselves."""
-        job, self.running = self.running, None
-        if job is None:
-            return None
-        if by_user and not job.every:
+        job = self.running
+        if job is not None and by_user and not job.every:
             for position in job.positions:
-                self.declined[(self._stream, position)] = CANCELLED
-        self.events.cancelled(job)
-        return job
+                self.declined[(self.stream, position)] = CANCELLED
+        return super().cancel()
 
     def forget_declined(self, stream: StreamKey, position: int) -> None:
         self.declined.pop((stream, position), None)
 
     def clear(self) -> None:
         """Another model is in use: what was read belongs to the one before."""
-        self.cancel()
-        self.results.clear()
+        super().clear()
         self.declined.clear()
-
-    def _mine(self, tag: int) -> bool:
-        return self.running is not None and self.running.tag == tag
 
     def on_position(self, tag: int, row: Any, texts: dict[int, str]) -> None:
         """One position read (``engine.api.results.LensPosition``) and the texts of its new tokens."""
-        if not self._mine(tag):
+        if not self.mine(tag):
             return
-        found = self.results.get(self._stream)
+        found = self.results.get(self.stream)
         if found is None:  # cleared meanwhile
             return
         found.texts.update(texts)
         found.rows[row.position] = row
         self._done += 1
         total = self.running.total  # read first: a listener of ``position`` may cancel the job
-        self.events.position(self._stream, row)
-        if self._mine(tag):
+        self.events.position(self.stream, row)
+        if self.mine(tag):
             self.events.progressed(self._done, total)
 
     def on_finished(self, tag: int) -> None:
-        if self._mine(tag):
-            job, self.running = self.running, None
-            self.events.finished(job)
+        if self.mine(tag):
+            self.events.finished(self.end())
 
     def on_failed(self, tag: int, message: str) -> None:
         """The engine refused or failed: the positions it had left say so, nothing else changes."""
-        if not self._mine(tag):
+        if not self.mine(tag):
             return
-        job, self.running = self.running, None
-        found = self.results.get(self._stream)
+        job = self.end()
+        found = self.results.get(self.stream)
         for position in job.positions or range(len(job.output)):
             if found is None or position not in found.rows:
-                self.declined[(self._stream, position)] = message
+                self.declined[(self.stream, position)] = message
         self.events.failed(job, message)

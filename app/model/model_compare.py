@@ -5,9 +5,9 @@ The worker loads the second model beside the running one (``EngineSession.load_s
 and scores the reply's own tokens under both (``compare_reply``, or ``compare_text`` for a
 text scored without a prompt); it reports back plain rows (``engine.api.results.TokenKLD``: KL(running
 ‖ second) over the whole vocabulary, both top lists) and the text of every token they name.
-:class:`ModelComparisons` holds one :class:`Comparison` per compared reply, reacts to the
-worker's events as :class:`app.model.scoring.Scoring` does, and says why a reply cannot be
-compared. The statistics and the export records are the engine's own
+:class:`ModelComparisons`, a :class:`app.model.reply_analysis.ReplyAnalysis`, holds one
+:class:`Comparison` per compared reply and says why a reply cannot be compared. The
+statistics and the export records are the engine's own
 (:mod:`engine.api.kld_records`), so the app's numbers are ``python -m engine kld``'s.
 """
 
@@ -17,10 +17,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.model.events import EmitterGroup
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
-from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_problem
+from app.model.reply_analysis import Refusal, ReplyAnalysis
 from app.model.streams import StreamKey
 from engine.api.kld_records import statistics, summary_record, token_record
 from engine.api.kv_quantization import KV_OFF
@@ -112,6 +111,13 @@ class Comparison:
     def row_at(self, index: int) -> Any | None:
         return self.rows[index] if 0 <= index < len(self.rows) and self.rows[index].index == index else None
 
+    at = row_at
+
+    @property
+    def output(self) -> tuple[int, ...]:
+        """The compared token ids (the staleness rule of ``ReplyAnalysis.of``)."""
+        return tuple(r.token_id for r in self.rows)
+
     def worst(self, k: int = WORST) -> list[Any]:
         """The ``k`` rows of largest KL divergence, the largest first (ties: the earlier)."""
         return sorted(self.rows, key=lambda r: (-r.kld, r.index))[:k]
@@ -156,118 +162,68 @@ def num(value: float) -> str:
     return f"{value:.3g}"
 
 
-class ModelComparisons:
-    """The comparisons of one window's conversation model: the one running, and each done.
+class ModelComparisons(ReplyAnalysis[CompareJob, Comparison]):
+    """The comparisons of one window's conversation model (a :class:`ReplyAnalysis`): the
+    one running, and each done.
 
     Events: ``started(job)``, ``loading(stage, fraction)``, ``loaded(second)``,
-    ``progressed(done, total)``, ``finished(comparison)``, ``failed(message)``,
+    ``progressed(done, total)``, ``finished(comparison)``, ``failed(job, message)``,
     ``cancelled(job)``; events of a job cancelled meanwhile are dropped."""
 
+    capability = "compare_models"
+    verb = "compare"
+    select_hint = "Select a token of a reply or a scored text to compare it."
+    running_words = RUNNING
+
     def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        self.chat, self.in_use = chat, in_use
-        self.events = EmitterGroup("started", "loading", "loaded", "progressed", "finished", "failed", "cancelled")
-        self.results: dict[StreamKey, Comparison] = {}
-        self.running: CompareJob | None = None
-        self._stream: StreamKey | None = None
+        super().__init__(chat, in_use, "loading", "loaded")
         self._base: ModelIdentity | None = None
         self._second: ModelIdentity | None = None
-        self._tag = 0
 
-    # What can be compared ----------------------------------------------------------------------
-
-    def unavailable(self) -> str:
-        """Why the selected reply cannot be compared now ("" when it can)."""
-        info, model = self.in_use.info, self.chat
-        if info is None:
-            return "No model is loaded."
-        if not info.capabilities.compare_models:
-            return info.capabilities.reason("compare_models")
-        if self.running is not None:
-            return RUNNING
-        hint = "Select a token of a reply or a scored text to compare it."
-        return selected_reply_problem(model, info.name, "compare", hint)
-
-    def job_for(self, settings: CompareSettings) -> CompareJob | str:
+    def job_for(self, settings: CompareSettings) -> CompareJob | Refusal:
         """The job comparing the selected reply with ``settings``' model, or why there is none."""
-        if reason := self.unavailable():
-            return reason
-        model = self.chat
-        stream = model.selection[0]
-        message = model.message_of(stream)
-        branch = branch_of(model, stream)
-        output = tuple(s.token_id for s in model.steps_of(stream))
-        self._tag += 1
-        if (text := prompt_less_text(model, message, branch)) is not None:
-            return CompareJob(self._tag, settings, output, text=text)
-        return CompareJob(self._tag, settings, output, messages=model.context_for(message))
+        target = self.target()
+        if isinstance(target, Refusal):
+            return target
+        return CompareJob(self.next_tag(), settings, target.output, messages=target.messages, text=target.text)
 
     # Running --------------------------------------------------------------------------------
 
-    def start(self, settings: CompareSettings) -> CompareJob | str:
+    def start(self, settings: CompareSettings) -> CompareJob | Refusal:
         """Start comparing the selected reply (the job for the worker), or say why not."""
         job = self.job_for(settings)
-        if isinstance(job, str):
+        if isinstance(job, Refusal):
             return job
         info = self.in_use.info
-        self.running, self._stream = job, self.chat.selection[0]
         self._base = ModelIdentity(info.name, info.precision, self.in_use.source or "", kv_label(info.kv))
         self._second = None
-        self.events.started(job)
-        return job
-
-    def cancel(self) -> CompareJob | None:
-        """Drop the running comparison (its late events are ignored); the job, or None."""
-        job, self.running = self.running, None
-        if job is not None:
-            self.events.cancelled(job)
-        return job
-
-    def _mine(self, tag: int) -> bool:
-        return self.running is not None and self.running.tag == tag
+        return self.begin(job, self.chat.selection[0])
 
     def on_loading(self, tag: int, stage: str, fraction: float) -> None:
-        if self._mine(tag):
+        if self.mine(tag):
             self.events.loading(stage, fraction)
 
     def on_loaded(self, tag: int, second: Any) -> None:
         """The worker's ``SecondModel`` (name, source, precision, KV cache)."""
-        if self._mine(tag):
+        if self.mine(tag):
             kv = second_kv_label(getattr(second, "kv", ""))
             self._second = ModelIdentity(second.name, second.precision, second.source, kv)
             self.events.loaded(self._second)
 
     def on_progress(self, tag: int, done: int, total: int) -> None:
-        if self._mine(tag):
+        if self.mine(tag):
             self.events.progressed(done, total)
 
     def on_finished(self, tag: int, rows: list, texts: dict[int, str]) -> Comparison | None:
-        if not self._mine(tag) or self._second is None:
+        if not self.mine(tag) or self._second is None:
             return None
-        job, self.running = self.running, None
-        result = Comparison(self._stream, job.settings, self._base, self._second, list(rows), dict(texts))
-        self.results[self._stream] = result
+        job = self.end()
+        result = Comparison(self.stream, job.settings, self._base, self._second, list(rows), dict(texts))
+        self.results[self.stream] = result
         self.events.finished(result)
         return result
 
     def on_failed(self, tag: int, message: str) -> None:
         """A refusal (it would not fit, another vocabulary) or a failure: nothing changes."""
-        if self._mine(tag):
-            self.running = None
-            self.events.failed(message)
-
-    # What the views show --------------------------------------------------------------------
-
-    def of(self, stream: StreamKey | None) -> Comparison | None:
-        """``stream``'s comparison while the stream still holds the compared tokens (a
-        deleted conversation's branch id may be given to a new reply)."""
-        found = self.results.get(stream) if stream is not None else None
-        steps = self.chat.steps_of(stream) if found is not None else None
-        if found is None or steps is None or len(steps) != len(found.rows):
-            return None
-        return found if all(s.token_id == r.token_id for s, r in zip(steps, found.rows, strict=True)) else None
-
-    def selected(self) -> tuple[Comparison, Any | None] | None:
-        """The selected reply's comparison and the selected token's row (None: not compared)."""
-        selection = self.chat.selection
-        found = self.of(selection[0]) if selection is not None else None
-        return (found, found.row_at(selection[1])) if found is not None else None
+        if self.mine(tag):
+            self.events.failed(self.end(), message)

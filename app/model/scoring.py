@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.model.replay import Replay, compare
+from app.model.reply_analysis import Refusal
 from app.model.scored import ReplayJob, ReplayRun, replay_job, score_prompt, start_score
 from app.model.streams import Reply, StreamKey, TokenRef
 from engine.api.events import FinishReason, ScoreDone, TokenStep
@@ -108,20 +109,21 @@ class Scoring:
 
     # Replay --------------------------------------------------------------------------------
 
-    def start_replay(self, params: SamplingParams) -> ReplayJob | str:
+    def start_replay(self, params: SamplingParams) -> ReplayJob | Refusal:
         """The job replaying the selected saved reply under ``params``, or why there is none
-        (words for the status bar; empty while a replay is still running)."""
+        (the analyses' typed refusal, ``app.model.reply_analysis``: its words for the status
+        bar, empty while a replay is still running)."""
         model = self.model
         stream = model.selection[0] if model.selection is not None else None
         if self.in_use.info is None or stream is None or stream[0] != "branch":
-            return NOT_SAVED
+            return Refusal(NOT_SAVED)
         if self.replay is not None and self.replay.done is None:
-            return ""
+            return Refusal("")
         if any(s.token_id is None for s in model.steps_of(stream)):
-            return NO_IDS
+            return Refusal(NO_IDS)
         job = replay_job(model, stream, params, model._new_id())
         if job is None:
-            return NOT_SAVED
+            return Refusal(NOT_SAVED)
         self.clear_replay()
         self.replay = ReplayRun(job.tag, stream, params)
         return job

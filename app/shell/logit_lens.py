@@ -1,7 +1,8 @@
 """The logit lens (issue 22), the GUI's end: the inspector's *Layers* tab, Models → Logit lens
 of every token (the timeline's *decided at layer* row), and File → Export → This logit lens….
 
-``LogitLensController`` owns the model layer's :class:`app.model.logit_lens.LogitLens` (what
+``LogitLensController`` (an :class:`app.shell.analysis_controller.AnalysisController`) owns
+its action, the model layer's :class:`app.model.logit_lens.LogitLens` (what
 was read, per reply and position, and why a reply cannot be read) and the
 :class:`app.shell.lens_runner.LensRunner` moved to the engine's thread. The tab computes on
 demand: while it is the inspector's tab in view and a token of a saved reply is selected,
@@ -15,22 +16,26 @@ the views; errors go to the tab and the status bar (and an error box for the men
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMenu
+from PySide6.QtCore import Slot
 
 from app.model.logit_lens import CANCELLED, RUNNING_EVERY, WAITS_FOR_REPLY, LensJob, LogitLens
+from app.model.reply_analysis import Refusal
+from app.shell.analysis_controller import AnalysisController
 from app.shell.lens_runner import LensRunner
-from app.shell.worker import describe
 from app.store.export_lens import lens_records, write_lens
 from app.views.file_dialogs import EXPORTS
 from app.views.inspector import LAYERS_TAB
 from app.views.lens_timeline import DecidedRow
 
 if TYPE_CHECKING:
-    from app.shell.window import MainWindow
+    from PySide6.QtWidgets import QDockWidget
+
+    from app.shell.context import ShellContext
+    from app.views.inspector import InspectorWidget
+    from app.views.throttle import RedrawClock
+    from app.views.timeline import TimelineWidget
 
 ACTION_TEXT = "Logit lens of every token"
 ACTION_TIP = (
@@ -41,40 +46,39 @@ NOTHING_TO_EXPORT = "Nothing to export: select a token of a reply and open the i
 REFRESH_MS = 100
 
 
-class LogitLensController(QObject):
-    request_start = Signal(object)  # LensJob
-    request_cancel = Signal(int)
-
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.lens = LogitLens(window.model, window.in_use)
-        engine = window.engine
-        self.runner = LensRunner(engine.worker)
-        self.runner.moveToThread(engine.thread)
-        self.request_start.connect(self.runner.start)
-        self.request_cancel.connect(self.runner.cancel)
+class LogitLensController(AnalysisController):
+    def __init__(
+        self,
+        context: ShellContext,
+        timeline: TimelineWidget,
+        inspector: InspectorWidget,
+        inspector_dock: QDockWidget,
+        clock: RedrawClock,
+    ) -> None:
+        self.lens = LogitLens(context.model, context.in_use)
+        super().__init__(context, self.lens, LensRunner(context.link.engine.worker))
+        self.inspector = inspector
         self.runner.position_ready.connect(self._on_position)
         self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        engine.worker.model_loaded.connect(self._on_model_loaded)
-        self.view = window.inspector.layers_view
+        self.view = inspector.layers_view
         self.view.cancel_requested.connect(lambda: self.cancel(by_user=True))
         self.view.retry_requested.connect(self.retry)
-        self.row = DecidedRow(window.timeline, window.model.select_index)
+        model = context.model
+        self.row = DecidedRow(timeline, model.select_index)
         events = self.lens.events
         events.progressed.connect(self._show_progress)
         events.finished.connect(self._show_finished)
         events.failed.connect(self._show_failure)
         events.cancelled.connect(lambda job: self._hide_progress(job))
-        self._refreshes = window.clock.throttler(self.refresh, REFRESH_MS)
+        self._refreshes = clock.throttler(self.refresh, REFRESH_MS)
         events.position.connect(lambda *_: self._refreshes.request())
-        window.inspector.tabs.currentChanged.connect(lambda _: self.refresh())
-        window.inspector_dock.visibilityChanged.connect(lambda _: self.refresh())
-        model = window.model
+        inspector.tabs.currentChanged.connect(lambda _: self.refresh())
+        inspector_dock.visibilityChanged.connect(lambda _: self.refresh())
         model.events.selection_changed.connect(lambda _: self._refreshes.request(urgent=not model.follow_latest))
-        for name in ("entries_changed", "conversation_changed", "stream_renamed"):
-            getattr(model.events, name).connect(lambda *_: self._refreshes.request())
+        for emitter in (model.events.entries_changed, model.events.conversation_changed, model.events.stream_renamed):
+            emitter.connect(lambda *_: self._refreshes.request())
+        self.action = self.add_action(ACTION_TEXT, self.read_every_token, ACTION_TIP, self.lens.every_unavailable)
+        """Models → Logit lens of every token (the menu lays it out)."""
 
     # Starting and stopping ------------------------------------------------------------------------
 
@@ -82,7 +86,7 @@ class LogitLensController(QObject):
         """Models → Logit lens of every token, for the selected reply; None (and why, in the
         status bar) when it cannot be."""
         if reason := self.lens.every_unavailable():
-            self.window.status.show_message(f"Logit lens: {reason}", 8000)
+            self.context.status.show_message(f"Logit lens: {reason}", 8000)
             return None
         self.cancel()  # a token the Layers tab was reading: this job reads it too
         job = self._start(None)
@@ -92,10 +96,10 @@ class LogitLensController(QObject):
 
     def _start(self, positions: tuple[int, ...] | None) -> LensJob | None:
         job = self.lens.start(positions)
-        if isinstance(job, str):
-            self.window.status.show_message(f"Logit lens: {job}", 8000)
+        if isinstance(job, Refusal):
+            self.context.status.show_message(f"Logit lens: {job}", 8000)
             return None
-        self.request_start.emit(job)
+        self.send(job)
         self.refresh()
         return job
 
@@ -105,15 +109,15 @@ class LogitLensController(QObject):
         job = self.lens.cancel(by_user)
         if job is None:
             return False
-        self.request_cancel.emit(job.tag)
+        self.stop(job)
         if by_user:
-            self.window.status.show_message("Logit lens: cancelled.")
+            self.context.status.show_message("Logit lens: cancelled.")
         self.refresh()
         return True
 
     def retry(self) -> None:
         """The tab's "Read the layers again" after a cancel or a failure."""
-        selection = self.window.model.selection
+        selection = self.context.model.selection
         if selection is not None:
             self.lens.forget_declined(*selection)
         self.refresh()
@@ -128,15 +132,11 @@ class LogitLensController(QObject):
     def _on_finished(self, tag: int) -> None:
         self.lens.on_finished(tag)
 
-    @Slot(int, object)
-    def _on_failed(self, tag: int, exc: BaseException) -> None:
-        self.lens.on_failed(tag, describe(exc))
-
-    def _on_model_loaded(self, _info) -> None:
+    def _on_model_loaded(self, _info: Any) -> None:
         running = self.lens.running
         self.lens.clear()  # its numbers were the model's before
         if running is not None:
-            self.request_cancel.emit(running.tag)
+            self.stop(running)
         self.refresh()
 
     # The model layer's events ----------------------------------------------------------------------
@@ -144,45 +144,40 @@ class LogitLensController(QObject):
     def _show_progress(self, done: int, total: int) -> None:
         job = self.lens.running
         if job is not None and job.every:
-            progress = self.window.status.progress
-            progress.setRange(0, 100)
-            progress.setValue(int(100 * done / max(total, 1)))
-            progress.setFormat(f"lens {done}/{total}")
-            progress.show()
-            if done == 0:
-                self.window.status.show_message("Logit lens: reading every token through the layers… (Esc stops)", 0)
+            first = "Logit lens: reading every token through the layers… (Esc stops)"
+            self.show_progress(done, total, "lens", first if done == 0 else None)  # a job has a token at least
 
     def _hide_progress(self, job: LensJob) -> None:
         if job.every:
-            self.window.status.progress.hide()
-            self.window.status.show_message("")
+            self.hide_progress("")
 
     def _show_finished(self, job: LensJob) -> None:
         self._hide_progress(job)
         if job.every:
-            found = self.lens.of(self.window.model.selection[0]) if self.window.model.selection else None
+            selection = self.context.model.selection
+            found = self.lens.of(selection[0]) if selection else None
             layers = f", {found.layers} layers" if found is not None else ""
-            self.window.status.show_message(f"Logit lens: every token read ({job.total} tokens{layers}).", 10000)
+            self.context.status.show_message(f"Logit lens: every token read ({job.total} tokens{layers}).", 10000)
         self.refresh()
 
     def _show_failure(self, job: LensJob, message: str) -> None:
         self._hide_progress(job)
-        self.window.status.show_message(f"Logit lens: {message}", 10000)
+        self.context.status.show_message(f"Logit lens: {message}", 10000)
         if job.every:  # asked for from the menu: said where it cannot be missed
-            self.window.show_error(f"Logit lens: {message}")
+            self.context.show_error(f"Logit lens: {message}", None)
         self.refresh()
 
     # The views -------------------------------------------------------------------------------------
 
     def tab_shown(self) -> bool:
-        inspector = self.window.inspector
+        inspector = self.inspector
         return inspector.tabs.currentIndex() == LAYERS_TAB and inspector.isVisible()
 
     def refresh(self) -> None:
         """The timeline's row, and the Layers tab when it is in view (starting the selected
         token's read-out when nothing read it yet)."""
         found, _ = self.lens.selected()
-        selection = self.window.model.selection
+        selection = self.context.model.selection
         self.row.show(found, selection[1] if selection is not None else None)
         if self.tab_shown():
             self._fill_tab()
@@ -192,7 +187,7 @@ class LogitLensController(QObject):
         if reason := lens.unavailable():
             view.show_message(reason)
             return
-        stream, index = self.window.model.selection
+        stream, index = self.context.model.selection
         found, row = lens.selected()
         if row is not None:
             view.show_position(found, row)
@@ -203,7 +198,7 @@ class LogitLensController(QObject):
         running = lens.running
         if running is not None and (running.every or lens.covers(stream, index)):
             done, total = lens.progress()
-            if self.window.busy():  # the worker runs the job's pieces once the reply has ended
+            if self.context.model.busy():  # the worker runs the job's pieces once the reply has ended
                 view.show_busy(f"<b>Token {index}</b>: {WAITS_FOR_REPLY}", done, total or 1)
             elif not running.every:
                 view.show_busy(f"<b>Token {index}</b>: reading it through every layer…", 0, 1)
@@ -224,32 +219,14 @@ class LogitLensController(QObject):
         """Every position of the selected reply read so far: ``python -m engine lens``'s records."""
         found, _ = self.lens.selected()
         if found is None or not found.rows:
-            self.window.status.show_message(NOTHING_TO_EXPORT, 8000)
+            self.context.status.show_message(NOTHING_TO_EXPORT, 8000)
             return None
         if path is None:
-            path = self.window.folders.save_file(
-                self.window, EXPORTS, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
+            path = self.context.folders.save_file(
+                self.context.parent, EXPORTS, "Export the logit lens", "lens.jsonl", "JSON Lines (*.jsonl)"
             )
             if not path:
                 return None
         written = write_lens(lens_records(found.ordered(), found.piece), path)
-        self.window.status.show_message(f"Exported the logit lens of {len(found.rows)} tokens to {path}")
+        self.context.status.show_message(f"Exported the logit lens of {len(found.rows)} tokens to {path}")
         return written
-
-
-def add_lens_action(window: MainWindow, menu: QMenu) -> QAction:
-    """Models → Logit lens of every token, enabled when the selected reply can be read (its
-    tooltip says why not, a server's reason included), checked each time the menu opens."""
-    action = QAction(ACTION_TEXT, window)
-    action.triggered.connect(lambda _=False: window.logit_lens.read_every_token())
-    menu.addAction(action)
-    menu.aboutToShow.connect(lambda: update_lens_action(window, action))
-    return action
-
-
-def update_lens_action(window: MainWindow, action: QAction) -> None:
-    controller = getattr(window, "logit_lens", None)  # made once the worker is
-    reason = controller.lens.every_unavailable() if controller is not None else "No model is loaded."
-    action.setEnabled(not reason)
-    action.setToolTip(reason or ACTION_TIP)
-    action.setStatusTip(reason or ACTION_TIP)

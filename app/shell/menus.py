@@ -10,12 +10,10 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QInputDialog, QMenu, QMessageBox
 
 from app.model.conversation_labels import conversation_label, conversation_tooltip
-from app.shell.compare_models import add_compare_action
 from app.shell.kv_cache_menu import KVCacheMenu, add_kv_cache_menu
 from app.shell.layout import reset_layout
 from app.shell.library import LibraryController, add_library_action
 from app.shell.logging_setup import show_log
-from app.shell.logit_lens import add_lens_action
 from app.shell.precision_menu import PrecisionMenu, add_precision_menu
 from app.shell.recovery import continue_interrupted
 from app.shell.score_dialog import add_chat_actions, add_file_actions
@@ -100,8 +98,12 @@ def build_menus(window: MainWindow) -> Menus:
     menus.precision = add_precision_menu(window, model_menu)
     # KV cache ▸ beside it (app/shell/kv_cache_menu.py)
     menus.kv_cache = add_kv_cache_menu(window, model_menu, before=menus.precision.check_action)
-    menus.compare_action = add_compare_action(window, model_menu)  # app/shell/compare_models.py
-    menus.lens_action = add_lens_action(window, model_menu)  # app/shell/logit_lens.py
+    menus.compare_action = window.compare_models.action  # app/shell/compare_models.py
+    model_menu.addAction(menus.compare_action)
+    menus.lens_action = window.logit_lens.action  # app/shell/logit_lens.py
+    model_menu.addAction(menus.lens_action)
+    for analysis in window.step_analyses:  # app/shell/step_analyses.py
+        model_menu.addAction(analysis.action)
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

@@ -5,36 +5,31 @@ in float32 (``EngineSession.check_fidelity``), on the engine's thread, then a di
 one chunk per event (an :class:`app.shell.stepped_runner.SteppedRunner`), so a cancel queued meanwhile
 applies at the next chunk; it sends back plain data: the rows (``TokenFidelity``, frozen
 dataclasses of numbers) and their summary, computed there with ``engine.api.results.summarize``
-(the app does not import MLX). ``PrecisionCheck`` is its GUI-thread end: what can be
-checked, the progress in the status bar, Esc to stop, errors in a dialog, the result in
-``app.views.precision_dialog``.
+(the app does not import MLX). ``PrecisionCheck`` is its GUI-thread end (an
+:class:`app.shell.analysis_controller.AnalysisController` of the model layer's
+:class:`app.model.precision_check.PrecisionChecks`): its action, the progress in the status
+bar, Esc to stop, errors in a dialog, the result in ``app.views.precision_dialog``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import Signal, Slot
 
-from app.model.reply_checks import selected_reply_problem
+from app.model.precision_check import FidelityCheck, PrecisionChecks, PrecisionJob
+from app.model.reply_analysis import Refusal
+from app.shell.analysis_controller import AnalysisController
 from app.shell.stepped_runner import SteppedRunner
-from app.shell.worker import describe
 from engine.api.results import summarize
 
 if TYPE_CHECKING:
-    from app.shell.window import MainWindow
+    from app.shell.context import ShellContext
 
 CHUNK = 32  # tokens per forward pass: the progress and a cancel move at this step
-
-
-@dataclass(frozen=True)
-class PrecisionJob:
-    tag: int
-    messages: tuple[dict[str, str], ...]
-    """The turns before the reply (its prompt)."""
-    output: tuple[int, ...]
-    """The reply's token ids."""
+ACTION_TEXT = "Check precision…"
+ACTION_TIP = "Compare the selected reply's logprobs in this precision with float32's, token by token."
 
 
 class FidelityRunner(SteppedRunner):
@@ -73,104 +68,72 @@ class FidelityRunner(SteppedRunner):
         self.finished.emit(job.tag, rows, summarize(self._precision, rows))
 
 
-class PrecisionCheck(QObject):
-    """The GUI's end: what the selection allows, starting, stopping, and the answer."""
+class PrecisionCheck(AnalysisController):
+    """The GUI's end: its action (``action``), starting, stopping, and the answer."""
 
-    request_start = Signal(object)
-    request_cancel = Signal(int)
-
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.running: PrecisionJob | None = None
-        self.steps: list = []  # the checked reply's steps (their text names the rows)
+    def __init__(self, context: ShellContext, switch_precision: Callable[[str], None]) -> None:
+        self.checks = PrecisionChecks(context.model, context.in_use)
+        super().__init__(context, self.checks, FidelityRunner(context.link.engine.worker))
+        self._switch_precision = switch_precision
         self.dialog = None
-        self._tag = 0
-        engine = window.engine
-        self.runner = FidelityRunner(engine.worker)
-        self.runner.moveToThread(engine.thread)
-        self.request_start.connect(self.runner.start)
-        self.request_cancel.connect(self.runner.cancel)
         self.runner.progressed.connect(self._on_progressed)
         self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        engine.worker.model_loaded.connect(self._on_model_loaded)
+        events = self.checks.events
+        events.progressed.connect(lambda done, total: self._show_progress(done, total))
+        events.finished.connect(self._show_result)
+        events.failed.connect(self._show_failure)
+        self.action = self.add_action(ACTION_TEXT, self.start, ACTION_TIP, self.checks.unavailable)
+        """Models → Check precision… (the Precision menu lays it out)."""
+
+    @property
+    def running(self) -> PrecisionJob | None:
+        return self.checks.running
 
     def unavailable(self) -> str:
         """Why the selected reply cannot be checked now ("" when it can)."""
-        window, model = self.window, self.window.model
-        info = window.model_info
-        if info is None:
-            return "No model is loaded."
-        if not info.capabilities.fidelity:
-            return info.capabilities.reason("fidelity")
-        if self.running is not None:
-            return "A precision check is running (Esc stops it)."
-        return selected_reply_problem(model, info.name, "check", "Select a token of a reply to check that reply.")
+        return self.checks.unavailable()
 
     def start(self) -> PrecisionJob | None:
-        reason = self.unavailable()
-        if reason:
-            self.window.status.show_message(f"Check precision: {reason}", 8000)
+        job = self.checks.start()
+        if isinstance(job, Refusal):
+            self.context.status.show_message(f"Check precision: {job}", 8000)
             return None
-        model = self.window.model
-        stream = model.selection[0]
-        message = model.message_of(stream)
-        self.steps = list(model.steps_of(stream))
-        self._tag += 1
-        job = PrecisionJob(self._tag, model.context_for(message), tuple(s.token_id for s in self.steps))
-        self.running = job
         self._show_progress(0, len(job.output))
-        self.request_start.emit(job)
+        self.send(job)
         return job
 
     def cancel(self) -> bool:
         """Stop a running check (Esc, Chat → Stop, a model load); True if one was running."""
-        if self.running is None:
+        job = self.checks.cancel()
+        if job is None:
             return False
-        self.request_cancel.emit(self.running.tag)
-        self.running = None
-        status = self.window.status
-        status.progress.hide()
-        status.show_message("Precision check stopped.")
+        self.stop(job)
+        self.hide_progress("Precision check stopped.")
         return True
 
     def _show_progress(self, done: int, total: int) -> None:
-        progress = self.window.status.progress
-        progress.setRange(0, 100)
-        progress.setFormat(f"precision {done}/{total}")
-        progress.setValue(int(100 * done / max(total, 1)))
-        progress.show()
-        self.window.status.show_message("Checking precision against float32… (Esc stops)", 0)
+        # A checked reply has a token at least (the model layer refuses one without).
+        self.show_progress(done, total, "precision", "Checking precision against float32… (Esc stops)")
 
+    @Slot(int, int, int)
     def _on_progressed(self, tag: int, done: int, total: int) -> None:
-        if self.running is not None and tag == self.running.tag:
-            self._show_progress(done, total)
+        self.checks.on_progress(tag, done, total)
 
-    def _on_finished(self, tag: int, rows: list, summary) -> None:
-        if self.running is None or tag != self.running.tag:
-            return  # cancelled meanwhile
-        self.running = None
-        self.window.status.progress.hide()
-        self.window.status.show_message(f"Precision checked: {len(rows)} tokens.")
+    @Slot(int, object, object)
+    def _on_finished(self, tag: int, rows: list, summary: Any) -> None:
+        self.checks.on_finished(tag, rows, summary)
+
+    def _show_result(self, check: FidelityCheck) -> None:
+        self.hide_progress(f"Precision checked: {len(check.rows)} tokens.")
         from app.views.precision_dialog import PrecisionDialog
 
-        self.dialog = PrecisionDialog(summary, rows, [s.piece for s in self.steps], self.window)
-        self.dialog.switch_requested.connect(self._switch)
+        self.dialog = PrecisionDialog(check.summary, list(check.rows), list(check.pieces), self.context.parent)
+        self.dialog.switch_requested.connect(self._switch_precision)
         self.dialog.open()
 
-    def _on_failed(self, tag: int, exc: BaseException) -> None:
-        if self.running is None or tag != self.running.tag:
-            return
-        self.running = None
-        self.window.status.progress.hide()
-        self.window.status.show_message("The precision check failed.")
-        self.window.show_error(f"The precision check failed.\n\n{describe(exc)}")
+    def _show_failure(self, _job: PrecisionJob, message: str) -> None:
+        self.hide_progress("The precision check failed.")
+        self.context.show_error(f"The precision check failed.\n\n{message}", None)
 
-    def _on_model_loaded(self, _info) -> None:
+    def _on_model_loaded(self, _info: Any) -> None:
         self.cancel()  # its numbers would be of the model loaded before
-
-    def _switch(self, choice: str) -> None:
-        from app.shell.precision_menu import set_precision
-
-        set_precision(self.window, choice)

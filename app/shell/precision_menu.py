@@ -63,8 +63,7 @@ def add_precision_menu(window: MainWindow, menu: QMenu) -> PrecisionMenu:
         action.triggered.connect(lambda _=False, c=choice: set_precision(window, c))
         group.addAction(action)
         sub.addAction(action)
-    check = QAction("Check precision…", window)
-    check.triggered.connect(lambda _=False: window.precision_check.start())
+    check = window.precision_check.action  # app/shell/precision_check.py: its own rule
     menu.addAction(check)
     menu.aboutToShow.connect(lambda: update_precision_menu(window))
     return PrecisionMenu(sub, group, check)
@@ -83,8 +82,8 @@ def is_server(window: MainWindow) -> bool:
 
 
 def update_precision_menu(window: MainWindow) -> None:
-    """Check the current model's choice; disable the submenu for a server; say why the
-    check is unavailable when it is."""
+    """Check the current model's choice; disable the submenu for a server (Check precision…
+    has its own rule: ``app.shell.precision_check``)."""
     items = window.menus.precision
     server = is_server(window)
     items.menu.setEnabled(not server)
@@ -93,12 +92,6 @@ def update_precision_menu(window: MainWindow) -> None:
     chosen = saved_choice(window.settings, current_source(window))
     for action in items.group.actions():
         action.setChecked(action.data() == chosen)
-    checker = getattr(window, "precision_check", None)  # made once the worker is
-    reason = checker.unavailable() if checker is not None else "No model is loaded."
-    items.check_action.setEnabled(not reason)
-    tip = reason or "Compare the selected reply's logprobs in this precision with float32's, token by token."
-    items.check_action.setToolTip(tip)
-    items.check_action.setStatusTip(tip)
 
 
 def set_precision(window: MainWindow, choice: str) -> None:

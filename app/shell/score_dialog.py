@@ -26,6 +26,7 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDialog, QLabel, QMenu
 
+from app.model.reply_analysis import Refusal
 from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, Scoring, replay_words, score_words
 from app.views.file_dialogs import EXPORTS, PLOTS
 from app.views.plot_export import save_plot
@@ -103,9 +104,9 @@ class ScoreController(QObject):
 
     def replay_selected(self) -> bool:
         job = self.scoring.start_replay(self.window.controls.current)
-        if isinstance(job, str):
-            if job:
-                self.window.status.show_message(job)
+        if isinstance(job, Refusal):
+            if job.why:
+                self.window.status.show_message(job.why)
             return False
         self.overlay.clear()
         self.window.link.request_submit.emit(job)
@@ -261,7 +262,8 @@ def update_export_actions(window: MainWindow, actions: dict[str, QAction]) -> No
         return  # the window is still being built
     kinds = controller(window).scoring.export_kinds()
     needs = {what: ("" if what in kinds else why) for what, why in EXPORT_NEEDS.items()}
-    needs["model comparison"] = "" if window.compare_models.comparisons.selected() else MODEL_COMPARISON_NEEDS
+    compared, _ = window.compare_models.comparisons.selected()
+    needs["model comparison"] = "" if compared is not None else MODEL_COMPARISON_NEEDS
     lens, _ = window.logit_lens.lens.selected()
     needs["logit lens"] = window.capability_gate.reason(actions["logit lens"]) or (
         "" if lens is not None and lens.rows else LENS_NEEDS

@@ -22,18 +22,22 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBo
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.model_in_use import ModelInUse
 from app.model.streams import TokenRef
+from app.shell.actions import Actions
 from app.shell.background import QtBackground
 from app.shell.capability_gate import CapabilityGate
 from app.shell.compare_models import CompareModels
+from app.shell.context import ShellContext
 from app.shell.engine_link import EngineLink
 from app.shell.layout import DockMemory, set_minimum_sizes
 from app.shell.logging_setup import note_error
 from app.shell.logit_lens import LogitLensController
-from app.shell.menus import build_menus
+from app.shell.menus import build_menus, recent_models
 from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
 from app.shell.precision_check import PrecisionCheck
+from app.shell.precision_menu import set_precision
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.score_dialog import ScoreController
+from app.shell.step_analyses import step_analyses
 from app.shell.tab_order import focus_next
 from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
@@ -81,11 +85,11 @@ class MainWindow(QMainWindow):
         self._build_views()
         # What the loaded backend cannot do is disabled, with its reason (bound by the menus).
         self.capability_gate = CapabilityGate()
-        self.menus = build_menus(self)
         self.status = StatusWidgets(self.statusBar())
         self.model_label = self.status.model_label
         self._connect_model()
         self._connect_worker(session_factory)
+        self.menus = build_menus(self)  # after the controllers: it lays out the actions they own
         restore_settings(self)
         last = self.settings.value("conversation")
         if last is not None:
@@ -155,10 +159,23 @@ class MainWindow(QMainWindow):
     def _connect_worker(self, session_factory) -> None:
         self.link = EngineLink(self.model, session_factory, self)
         self.engine = self.link.engine
+        self.actions = Actions(self)  # each action's one enablement rule (app/shell/actions.py)
+        events = self.model.events  # what the actions' rules read (a reply selected, saved, written)
+        changes = (events.selection_changed, events.entries_changed, events.conversation_changed)
+        for emitter in (*changes, events.stream_renamed, events.busy_changed):
+            emitter.connect(lambda *_: self.actions.refresh())
+        self.context = ShellContext(
+            self, self.model, self.in_use, self.store, self.settings, self.folders,
+            self.status, self.link, self.actions, self.background, self.show_error,
+        )  # fmt: skip
         self.loader = ModelLoader(self)
-        self.precision_check = PrecisionCheck(self)  # Models → Check precision…
-        self.compare_models = CompareModels(self)  # Models → Compare models…
-        self.logit_lens = LogitLensController(self)  # the inspector's Layers tab, the decided-at row
+        context = self.context
+        self.precision_check = PrecisionCheck(context, lambda choice: set_precision(self, choice))
+        self.compare_models = CompareModels(context, self.timeline, self.inspector, lambda: recent_models(self))
+        self.logit_lens = LogitLensController(  # the inspector's Layers tab, the decided-at row
+            context, self.timeline, self.inspector, self.inspector_dock, self.clock
+        )
+        self.step_analyses = step_analyses(context, self.timeline, self.clock)  # surprise, …
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
         worker.memory_measured.connect(self._on_memory)
@@ -302,6 +319,7 @@ class MainWindow(QMainWindow):
     def _on_model_loaded(self, info) -> None:
         # Menu items the new backend cannot do are disabled, with its reason (app/shell/capability_gate.py).
         self.capability_gate.apply_info(info)
+        self.actions.apply(info.capabilities)
 
     def _on_memory(self, nbytes: int) -> None:
         if self.model_info is not None and not self.model_info.capabilities.memory:

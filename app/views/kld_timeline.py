@@ -1,63 +1,37 @@
 """The timeline's KLD row (Models → Compare models…): per token of a compared reply, KL(running
 ‖ second) in nats, the worst tokens ringed and labelled, the row titled with both models'
-names and precisions. A fourth plot of the timeline, X-linked to the others, hidden unless
-the selected reply has a comparison (:class:`app.model.model_compare.Comparison`); a click
-on it selects the nearest token, as on the other plots."""
+names and precisions. A :class:`app.views.series_row.SeriesRow`, hidden unless the selected
+reply has a comparison (:class:`app.model.model_compare.Comparison`)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
 
 from app.model.model_compare import Comparison
 from app.model.textfmt import escape, visible
-from app.views.timeline import TimelineWidget
+from app.views.series_row import SeriesRow
 
 KLD_ROW = 3  # below probability, entropy and a scored text's surprisal (row 2)
 WORST_COLOR = "#d62728"
 CURVE_COLOR = "#9467bd"
 
 
-class KldRow:
-    def __init__(self, timeline: TimelineWidget, on_select: Callable[[int], None]) -> None:
-        self.timeline, self._on_select = timeline, on_select
-        self.plot = timeline.add_row(KLD_ROW, "KLD (nats)")
-        self.curve = self.plot.plot([], [], pen=pg.mkPen(CURVE_COLOR, width=1.5))
-        self.points = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(CURVE_COLOR), pen=None)
+class KldRow(SeriesRow):
+    ROW, LABEL, COLOR = KLD_ROW, "KLD (nats)", CURVE_COLOR
+
+    def add_items(self) -> None:
         self.worst = pg.ScatterPlotItem(size=13, brush=None, pen=pg.mkPen(WORST_COLOR, width=2))
-        self.selection_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#e8710a", width=1))
-        for item in (self.points, self.worst, self.selection_line):
-            self.plot.addItem(item)
+        self.plot.addItem(self.worst)
         self.labels: list[pg.TextItem] = []
-        self.shown: Comparison | None = None
         self.worst_indices: list[int] = []
-        timeline.view.scene().sigMouseClicked.connect(self._on_click)
-        self.plot.hide()
 
-    def show(self, comparison: Comparison | None, selected: int | None = None) -> None:
-        """Draw ``comparison`` (None: hide the row) with token ``selected`` marked."""
-        if comparison is None:
-            self.plot.hide()
-            self.shown = None
-            return
-        if comparison is not self.shown:
-            self._draw(comparison)
-        if selected is not None and comparison.row_at(selected) is not None:
-            self.selection_line.setPos(selected)
-            self.selection_line.show()
-        else:
-            self.selection_line.hide()
-        self.plot.show()
-
-    def _draw(self, comparison: Comparison) -> None:
-        self.shown = comparison
+    def series(self, comparison: Comparison) -> tuple[np.ndarray, np.ndarray]:
         rows = comparison.rows
         x = np.fromiter((r.index for r in rows), float, len(rows))
-        y = np.fromiter((r.kld for r in rows), float, len(rows))
-        self.curve.setData(x, y)
-        self.points.setData(x, y)
+        return x, np.fromiter((r.kld for r in rows), float, len(rows))
+
+    def decorate(self, comparison: Comparison, x: np.ndarray, y: np.ndarray) -> None:
         worst = comparison.worst()
         self.worst_indices = [r.index for r in worst]
         self.worst.setData([float(r.index) for r in worst], [r.kld for r in worst])
@@ -75,14 +49,3 @@ class KldRow:
             f"<span style='font-size:9pt'>{escape(comparison.title)} per token · "
             f"<span style='color:{WORST_COLOR}'>○</span> the {len(worst)} largest</span>"
         )
-
-    def _on_click(self, event) -> None:
-        if self.shown is None or not self.plot.isVisible():
-            return
-        if not self.plot.sceneBoundingRect().contains(event.scenePos()):
-            return
-        x = self.plot.vb.mapSceneToView(event.scenePos()).x()
-        rows = self.shown.rows
-        if rows:
-            nearest = min(rows, key=lambda r: abs(r.index - x))
-            self._on_select(nearest.index)

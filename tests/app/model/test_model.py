@@ -199,6 +199,7 @@ def test_a_reply_without_token_ids_is_not_replayed(store):
     """Replay runs the reply's ids through the local engine: a server's reply without them
     is refused with the reason rather than sent as None."""
     from app.model.model_in_use import ModelInUse
+    from app.model.reply_analysis import Refusal
     from app.model.scoring import NO_IDS, Scoring
 
     model = ChatModel(store)
@@ -211,7 +212,7 @@ def test_a_reply_without_token_ids_is_not_replayed(store):
     model.on_finished(tag, finished(" t5 t5", generated=2))
     in_use = ModelInUse(source="default")
     in_use.info = object()
-    assert Scoring(model, in_use).start_replay(GREEDY) == NO_IDS
+    assert Scoring(model, in_use).start_replay(GREEDY) == Refusal(NO_IDS)
     assert len(seen.of("job_submitted")) == 1
 
 
@@ -345,6 +346,7 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
     """``app.model.scoring.Scoring``: the logic of Score text, Replay, Export and Open export,
     driven here without a window (the shell's ScoreController only forwards to it)."""
     from app.model.model_in_use import ModelInUse
+    from app.model.reply_analysis import Refusal
     from app.model.scored import ReplayJob
     from app.model.scoring import NOT_SAVED, Scoring
 
@@ -356,11 +358,11 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
     model.on_finished(tag, finished(" t7 t8 t9"))
     in_use = ModelInUse(source="default")
     scoring = Scoring(model, in_use)
-    assert scoring.start_replay(GREEDY) == NOT_SAVED  # no model loaded yet
+    assert scoring.start_replay(GREEDY) == Refusal(NOT_SAVED)  # no model loaded yet
     in_use.info = object()
     job = scoring.start_replay(GREEDY)
     assert isinstance(job, ReplayJob) and job.output == (7, 8, 9)
-    assert scoring.start_replay(GREEDY) == ""  # one replay at a time
+    assert scoring.start_replay(GREEDY) == Refusal("")  # one replay at a time (nothing to say)
     for s in model.steps_of(model.selection[0]):
         scoring.replay_token(job.tag, s)
     result = scoring.replay_finished(job.tag)

@@ -124,6 +124,7 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
     server = remote_capabilities(KINDS["mlx_lm"], "raw")  # what a server declares
     window.in_use.info = replace(local, backend="remote", precision="", capabilities=server)
     update_precision_menu(window)
+    window.actions.refresh()  # Check precision…'s own rule (app/shell/actions.py)
     assert not window.menus.precision.menu.isEnabled()
     assert window.menus.precision.menu.menuAction().toolTip() == SERVER_CHOOSES
     assert "server" in window.menus.precision.check_action.toolTip()
@@ -189,7 +190,7 @@ def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tin
     assert window.precision_check.dialog is None  # a late answer of a cancelled check is dropped
     # A failure on the engine's side reaches a dialog, not silence.
     window.precision_check._on_failed(job.tag, RuntimeError("x"))  # not running: ignored
-    window.precision_check.running = job
+    window.precision_check.checks.running = job  # as if it still ran (app/model/precision_check.py)
     window.precision_check._on_failed(job.tag, RuntimeError("the check broke"))
     assert "the check broke" in window.last_error
     close_window(window)

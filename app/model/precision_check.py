@@ -1,0 +1,91 @@
+"""Models → Check precision… in the model layer (Qt-free): the selected reply teacher-forced
+in the running precision and in float32 (``EngineSession.check_fidelity``), its rows and
+their summary kept per reply.
+
+:class:`PrecisionChecks` is a :class:`app.model.reply_analysis.ReplyAnalysis`: the worker
+sends back plain data — the rows (``engine.api.results.TokenFidelity``, frozen dataclasses of
+numbers) and their summary (``engine.api.results.FidelitySummary``) — and the shell shows them
+in ``app.views.precision_dialog``. A reply is checked as the reply to its prompt, a text
+scored without one too (the check renders the chat; it does not tokenize the text again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.model.reply_analysis import Refusal, ReplyAnalysis
+from app.model.streams import StreamKey
+
+if TYPE_CHECKING:
+    from app.model.chat import ChatModel
+    from app.model.model_in_use import ModelInUse
+
+RUNNING = "A precision check is running (Esc stops it)."
+
+
+@dataclass(frozen=True)
+class PrecisionJob:
+    tag: int
+    messages: tuple[dict[str, str], ...]
+    """The turns before the reply (its prompt)."""
+    output: tuple[int, ...]
+    """The reply's token ids."""
+
+
+@dataclass(frozen=True)
+class FidelityCheck:
+    """One reply checked: ``rows[i]`` is token ``i`` (``TokenFidelity``)."""
+
+    stream: StreamKey
+    output: tuple[int, ...]
+    pieces: tuple[str, ...]
+    """Each token's text (the dialog names the rows with them)."""
+    rows: tuple[Any, ...]
+    summary: Any
+    """``engine.api.results.FidelitySummary``: the precision checked, the largest differences."""
+
+    def at(self, position: int) -> Any | None:
+        return self.rows[position] if 0 <= position < len(self.rows) else None
+
+
+class PrecisionChecks(ReplyAnalysis[PrecisionJob, FidelityCheck]):
+    """The precision checks of one window's conversation model. Events: ``started(job)``,
+    ``progressed(done, total)``, ``finished(check)``, ``failed(job, message)``, ``cancelled(job)``;
+    events of a job cancelled meanwhile are dropped."""
+
+    capability = "fidelity"
+    verb = "check"
+    select_hint = "Select a token of a reply to check that reply."
+    running_words = RUNNING
+    prompt_less = False
+
+    def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
+        super().__init__(chat, in_use)
+        self._pieces: tuple[str, ...] = ()
+
+    def start(self) -> PrecisionJob | Refusal:
+        """Start checking the selected reply (the job for the worker), or say why not."""
+        target = self.target()
+        if isinstance(target, Refusal):
+            return target
+        self._pieces = target.pieces
+        job = PrecisionJob(self.next_tag(), target.messages or (), target.output)
+        return self.begin(job, target.stream)
+
+    def on_progress(self, tag: int, done: int, total: int) -> None:
+        if self.mine(tag):
+            self.events.progressed(done, total)
+
+    def on_finished(self, tag: int, rows: list, summary: Any) -> FidelityCheck | None:
+        if not self.mine(tag):
+            return None
+        job = self.end()
+        result = FidelityCheck(self.stream, job.output, self._pieces, tuple(rows), summary)
+        self.results[self.stream] = result
+        self.events.finished(result)
+        return result
+
+    def on_failed(self, tag: int, message: str) -> None:
+        if self.mine(tag):
+            self.events.failed(self.end(), message)
