@@ -14,6 +14,7 @@ from app.model.background import Background, RunNow
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
 from app.model.events import EmitterGroup
 from app.model.generation import GenerationMixin
+from app.model.model_in_use import ModelInUse
 from app.model.reply_origin import ReplyOrigin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
@@ -40,8 +41,17 @@ EVENTS = (
 
 
 class ChatModel(GenerationMixin):
-    def __init__(self, store: Store, system_prompt: str = DEFAULT_SYSTEM, background: Background | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        system_prompt: str = DEFAULT_SYSTEM,
+        background: Background | None = None,
+        in_use: ModelInUse | None = None,
+    ) -> None:
         self.store = store
+        self.in_use = in_use if in_use is not None else ModelInUse()
+        """The model in use (the shell's loader updates it): its name, vocabulary and server
+        are read from it, never copied here."""
         self.background: Background = background or RunNow()
         self.events = EmitterGroup(*EVENTS)
         self.conversation: Conversation | None = None
@@ -53,11 +63,6 @@ class ChatModel(GenerationMixin):
         self.entries: list[ChatEntry] = []
         self.selection: TokenRef | None = None
         self.follow_latest = True
-        self.model_name = "?"
-        self.vocab_size = 0
-        """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
-        self.server = ""
-        """The kind of the server in use (``ModelInfo.server``; "" = local): what it cannot apply is refused."""
         self.welcome_state = ""
         self.unanswered: dict[int, str] = {}
         """Messages whose last reply ended before its first token, and how (shown in the chat)."""
@@ -65,6 +70,26 @@ class ChatModel(GenerationMixin):
         self._branches: dict[int, tuple[Message, Branch]] = {}
         self._next_id = 1
         self._refresh()
+
+    # The model in use ----------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        """The loaded model's name, recorded with every reply ("?" before one has loaded)."""
+        info = self.in_use.info
+        return info.name if info is not None else "?"
+
+    @property
+    def vocab_size(self) -> int:
+        """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
+        info = self.in_use.info
+        return info.vocab_size if info is not None else 0
+
+    @property
+    def server(self) -> str:
+        """The kind of the server in use (``ModelInfo.server``; "" = local): what it cannot apply is refused."""
+        info = self.in_use.info
+        return info.server if info is not None else ""
 
     # Queries -------------------------------------------------------------------------------
 

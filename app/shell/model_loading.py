@@ -130,10 +130,7 @@ class ModelLoader(QObject):
 
         window = self.window
         self.in_use.info = info
-        window.model.model_name = info.name
-        window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
-        window.model.server = info.server  # what a server cannot apply is refused before a send
         window.panel.set_server(info.server)
         window.panel.set_thinking_switch(info.thinking_switch)  # the template's enable_thinking, if it has one
         window.model.enable_thinking = window.panel.reasoning.think_toggle.isChecked() if info.thinking_switch else None

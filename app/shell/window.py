@@ -70,9 +70,9 @@ class MainWindow(QMainWindow):
             db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
         )
         self.background = QtBackground(self)
-        self.model = ChatModel(self.store, background=self.background)
-        self.saving = attach_journal(self)  # replies are saved while they stream
         self.in_use = ModelInUse()  # the model in use: ModelLoader updates it
+        self.model = ChatModel(self.store, background=self.background, in_use=self.in_use)
+        self.saving = attach_journal(self)  # replies are saved while they stream
         self._scoring: ScoreController | None = None
         self.last_error = ""
         self._closed = False
