@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.model.chat import ChatModel
-from app.model.events import EmitterGroup
+from app.model.chat_events import ChatEvents
+from app.model.events import EmitterGroup, EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.streams import DivergenceSeries, branch_key
 from app.store.store import Store
@@ -54,7 +55,7 @@ def finished(text: str = "done", reason: str = "length", generated: int = 4) -> 
 class Recorder:
     """Every event the model emits, in order."""
 
-    def __init__(self, events: EmitterGroup) -> None:
+    def __init__(self, events: EventGroup | EmitterGroup) -> None:
         self.seen: list[tuple] = []
         for name in events.names:
             getattr(events, name).connect(lambda *args, n=name: self.seen.append((n, *args)))
@@ -94,6 +95,37 @@ def test_events_connect_block_and_disconnect_their_owner():
     assert seen == [1]
     with pytest.raises(AttributeError):
         _ = events.missing
+
+
+def test_declared_events_are_their_own_per_group_in_order_and_an_undeclared_one_is_missing():
+    class Shown(EventGroup):
+        changed: EventEmitter[[int]]
+        closed: EventEmitter[[]]
+
+    class More(Shown):
+        moved: EventEmitter[[int, int]]
+
+    first, second = More(), More()
+    assert first.names == ("changed", "closed", "moved") and first.changed is not second.changed
+    seen = []
+
+    class View:
+        def on_changed(self, value):
+            seen.append(("view", value))
+
+    view = View()
+    first.changed.connect(view.on_changed)
+    first.changed.connect(lambda value: seen.append(("lambda", value)))
+    first.changed(1)
+    second.changed(9)  # another group's emitter: nobody listens
+    with first.changed.blocker():
+        first.changed(2)
+    first.disconnect_owner(view)
+    first.changed(3)
+    assert seen == [("view", 1), ("lambda", 1), ("lambda", 3)]
+    with pytest.raises(AttributeError):
+        _ = first.missing
+    assert "selection_changed" in ChatEvents().names and "errored" in ChatEvents().names
 
 
 def test_a_reply_streams_is_saved_and_the_selection_follows_it_by_id(store):

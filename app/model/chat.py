@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.model.background import Background, RunNow
+from app.model.chat_events import ChatEvents
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
-from app.model.events import EmitterGroup
 from app.model.generation import GenerationMixin
 from app.model.model_in_use import ModelInUse
 from app.model.reply_origin import ReplyOrigin
@@ -23,21 +23,6 @@ from engine.params import SamplingParams, SamplingParamsError
 from engine.remote_fields import refused_by
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
-EVENTS = (
-    "conversation_changed",  # (Conversation | None)
-    "entries_changed",  # (): ``entries`` was rebuilt (messages, branches, headers)
-    "tokens_added",  # (stream): new steps at the end of a live stream
-    "stream_renamed",  # (old, new): a reply was saved as a branch
-    "selection_changed",  # (TokenRef | None)
-    "divergence_added",  # (CompareRun)
-    "busy_changed",  # (bool)
-    "job_submitted",  # (ChatJob | ForkJob)
-    "cancel_requested",  # (tag)
-    "params_requested",  # (tag, SamplingParams): new parameters for a reply being written
-    "reply_finished",  # (Finished)
-    "status",  # (text)
-    "errored",  # (exception)
-)
 
 
 class ChatModel(GenerationMixin):
@@ -53,7 +38,7 @@ class ChatModel(GenerationMixin):
         """The model in use (the shell's loader updates it): its name, vocabulary and server
         are read from it, never copied here."""
         self.background: Background = background or RunNow()
-        self.events = EmitterGroup(*EVENTS)
+        self.events = ChatEvents()
         self.conversation: Conversation | None = None
         self.system_prompt = system_prompt
         self.thread: list[Message] = []
