@@ -70,7 +70,7 @@ def attach_journal(window: MainWindow) -> JournalRelay:
         precisions=window.store.model_precisions,
         backends=window.store.model_backends,
     )
-    window.model.journal = journal
+    window.model.generation.journal = journal
     return relay
 
 
@@ -122,4 +122,4 @@ def continue_interrupted(window: MainWindow) -> bool:
     window.model.select((branch_key(branch.id), last))
     step = branch.steps[last]
     # The text too: a server's reply continues from text, and may have no token ids.
-    return window.model.pick_token(step.token_id, step.params, forced_text=step.text)
+    return window.model.generation.pick_token(step.token_id, step.params, forced_text=step.text)
