@@ -21,14 +21,14 @@ REPLY = 500
 
 def conversation(store: Store, tokens: int) -> int:
     """``tokens`` generated tokens in replies of up to REPLY."""
-    conv = store.new_conversation("sys", "long")
+    conv = store.writes.new_conversation("sys", "long")
     after, done = None, 0
     while done < tokens:
         n = min(REPLY, tokens - done)
-        user = store.add_user_message(conv.id, f"turn {done}", after)
-        reply = store.add_assistant_message(conv.id, user.id)
+        user = store.writes.add_user_message(conv.id, f"turn {done}", after)
+        reply = store.writes.add_assistant_message(conv.id, user.id)
         steps = [step(i, 7 + i % 5) for i in range(n)]
-        after = store.add_branch(reply.id, steps, "x" * n, "length", "m", SamplingParams()).id
+        after = store.writes.add_branch(reply.id, steps, "x" * n, "length", "m", SamplingParams()).id
         done += n
     return conv.id
 
@@ -132,10 +132,10 @@ def test_compare_columns_stream_into_one_table_and_are_kept_in_place(qtbot, tmp_
 def test_a_reply_saved_without_its_steps_shows_its_text(qtbot, tmp_path):
     """The app stopped between writing a reply's row and its steps: the text still shows."""
     store = Store(tmp_path / "db.sqlite3")
-    conv = store.new_conversation("", "t")
-    user = store.add_user_message(conv.id, "hi", None)
-    reply = store.add_assistant_message(conv.id, user.id)
-    store.add_branch(reply.id, [], "Paris, of course.", "stop", "m", SamplingParams(), "[]")
+    conv = store.writes.new_conversation("", "t")
+    user = store.writes.add_user_message(conv.id, "hi", None)
+    reply = store.writes.add_assistant_message(conv.id, user.id)
+    store.writes.add_branch(reply.id, [], "Paris, of course.", "stop", "m", SamplingParams(), "[]")
     model = ChatModel(store)
     model.open_conversation(conv.id)
     view = ChatView()

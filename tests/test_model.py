@@ -308,7 +308,7 @@ def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     other.show_compare(reply.message_id)
     (entry,) = [e for e in other.entries if e.role == "compare"]
     assert [len(col.steps) for col in entry.columns] == [4, 4, 4]
-    assert Store(store.path).compare_runs(model.conversation.id)[0].kept is None
+    assert Store(store.path).reads.compare_runs(model.conversation.id)[0].kept is None
     store2.close()
 
 

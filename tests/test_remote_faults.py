@@ -377,11 +377,11 @@ def test_token_ids_a_server_does_not_send_stay_none_through_the_codec_the_store_
 
     store = Store(tmp_path / "db.sqlite3")
     try:
-        conv = store.new_conversation("", "ids")
-        user = store.add_user_message(conv.id, "hi", None)
-        reply = store.add_assistant_message(conv.id, user.id)
-        store.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "ok", steps[0].params)
-        saved = store.thread(conv.id)[-1].branch
+        conv = store.writes.new_conversation("", "ids")
+        user = store.writes.add_user_message(conv.id, "hi", None)
+        reply = store.writes.add_assistant_message(conv.id, user.id)
+        store.writes.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "ok", steps[0].params)
+        saved = store.reads.thread(conv.id)[-1].branch
         assert saved is not None and ids(saved.steps) == ids(steps)
         assert [s.text for s in saved.steps] == [s.text for s in steps]
         data = from_store(store, conv.id)

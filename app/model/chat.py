@@ -238,7 +238,7 @@ class ChatModel:
             return
         self.system_prompt = text
         if self.conversation is not None:
-            self.store.update_conversation(self.conversation.id, system_prompt=text)
+            self.store.writes.update_conversation(self.conversation.id, system_prompt=text)
         self.refresh()
 
     def _index_branches(self) -> None:
@@ -272,18 +272,18 @@ class ChatModel:
     # Conversations -------------------------------------------------------------------------
 
     def open_conversation(self, conversation_id: int) -> bool:
-        conversation = self.store.conversation(conversation_id)
+        conversation = self.store.reads.conversation(conversation_id)
         if conversation is None:
             return False
         self.generation.stop()
         self.background.wait()  # replies still being written to the store
         self.conversation = conversation
         self.system_prompt = conversation.system_prompt
-        self.thread = self.store.thread(conversation_id)
+        self.thread = self.store.reads.thread(conversation_id)
         self._index_branches()
         self.unanswered = {}
         self.runs = {}
-        for run in self.store.compare_runs(conversation_id):
+        for run in self.store.reads.compare_runs(conversation_id):
             for column in run.columns:
                 self.runs[column.stream[1]] = run
         self.selection, self.follow_latest, self.followed = None, True, None
@@ -302,7 +302,7 @@ class ChatModel:
 
     def delete_conversation(self) -> None:
         if self.conversation is not None:
-            self.store.delete_conversation(self.conversation.id)
+            self.store.writes.delete_conversation(self.conversation.id)
             self.new_chat()
 
     def step_branch(self, message_id: int, delta: int) -> None:
@@ -313,7 +313,7 @@ class ChatModel:
         self._activate(message, (message.active + delta) % len(message.branches))
 
     def _activate(self, message: Message, index: int) -> None:
-        self.store.set_active_branch(message.id, message.branches[index].id)
+        self.store.writes.set_active_branch(message.id, message.branches[index].id)
         message.active = index
         self.reload_after(message)
         self.refresh()
@@ -324,7 +324,7 @@ class ChatModel:
             return
         i = self.thread.index(message)
         self.background.wait()
-        rest = self.store.thread(self.conversation.id, message.branch.id) if message.branch else []
+        rest = self.store.reads.thread(self.conversation.id, message.branch.id) if message.branch else []
         self.thread = self.thread[: i + 1] + rest
         self._index_branches()
 
@@ -338,7 +338,7 @@ class ChatModel:
         if run is None or run.id is None or not 0 <= column < len(run.columns):
             return
         branch_id = run.columns[column].stream[1]
-        self.store.set_compare_kept(run.id, column)
+        self.store.writes.set_compare_kept(run.id, column)
         run.kept = column
         if self.selection is not None and run.column_of(self.selection[0]) is not None:
             self.set_selection((branch_key(branch_id), self.selection[1]))
@@ -350,6 +350,6 @@ class ChatModel:
         run = self.runs.get(message.branch.id) if message is not None and message.branch else None
         if run is None or run.id is None or run.kept is None:
             return
-        self.store.set_compare_kept(run.id, None)
+        self.store.writes.set_compare_kept(run.id, None)
         run.kept = None
         self.refresh()

@@ -276,7 +276,7 @@ class Generation:
         run = chat.runs.get(last.branch.id) if last is not None and last.branch else None
         if run is not None and run.kept is None and run.id is not None and last is chat.thread[-1]:
             column = run.column_of(branch_key(last.branch.id)) or 0
-            chat.store.set_compare_kept(run.id, column)
+            chat.store.writes.set_compare_kept(run.id, column)
             run.kept = column
             chat.events.status(f"Kept {run.label(column)}; the other columns stay as branches.")
 
@@ -298,14 +298,14 @@ class Generation:
             return None
         self._settle_last_run()
         if self.chat.conversation is None:
-            self.chat.conversation = self.chat.store.new_conversation(
+            self.chat.conversation = self.chat.store.writes.new_conversation(
                 self.chat.system_prompt, text.splitlines()[0][:60]
             )
             self.chat.events.conversation_changed(self.chat.conversation)
         last = self.chat.thread[-1] if self.chat.thread else None
         after_branch = last.branch.id if last is not None and last.branch is not None else None
-        user = self.chat.store.add_user_message(self.chat.conversation.id, text, after_branch)
-        reply = self.chat.store.add_assistant_message(self.chat.conversation.id, user.id)
+        user = self.chat.store.writes.add_user_message(self.chat.conversation.id, text, after_branch)
+        reply = self.chat.store.writes.add_assistant_message(self.chat.conversation.id, user.id)
         self.chat.thread += [user, reply]
         return reply
 
@@ -366,7 +366,7 @@ class Generation:
 
     def _save_reply(self, reply: Reply, finished: Finished) -> None:
         # The row now (its id names the stream from here on), the steps once serialized.
-        branch = self.chat.store.add_branch(
+        branch = self.chat.store.writes.add_branch(
             reply.message_id,
             reply.steps,
             finished.text,
@@ -399,7 +399,7 @@ class Generation:
         columns = [
             (c, r.steps, r.finished.text, r.finished.finish_reason) for c, r in zip(run.columns, replies, strict=True)
         ]
-        run.id, branches = self.chat.store.add_compare_run(
+        run.id, branches = self.chat.store.writes.add_compare_run(
             run.message_id, columns, self.chat.model_name, run.prefix_tokens, run.divergence, steps_later=True
         )
         self.chat.unanswered.pop(run.message_id, None)
@@ -428,6 +428,6 @@ class Generation:
             if isinstance(result, BaseException):
                 self.chat.events.errored(result)
             else:
-                self.chat.store.set_branch_steps(branch_id, result)
+                self.chat.store.writes.set_branch_steps(branch_id, result)
 
         self.chat.background(lambda: steps_to_json(steps, pause=lambda: time.sleep(0)), then)

@@ -9,7 +9,7 @@ apart (sooner once ``batch`` steps are waiting). Rows go to ``live_replies`` /
 ``live_steps`` (schema 4, :mod:`app.store.store`); once a reply is saved as a branch, the
 writer gives the branch row its steps (unless the GUI's own write was first) and deletes
 the journal rows in the same transaction. At the next start
-:meth:`app.store.store.Store.recover_interrupted` turns whatever is left into branches marked
+:meth:`app.store.writes.StoreWrites.recover_interrupted` turns whatever is left into branches marked
 "interrupted".
 
 A write that fails (disk full, a read-only file, a lock held too long) is rolled back and
