@@ -49,10 +49,6 @@ class EventEmitter(Generic[P]):
         """Remove every bound method of ``owner`` (a view being closed)."""
         self._callbacks = [cb for cb in self._callbacks if getattr(cb, "__self__", None) is not owner]
 
-    @property
-    def callbacks(self) -> tuple[Callback, ...]:
-        return tuple(self._callbacks)
-
     @contextmanager
     def blocker(self) -> Iterator[None]:
         """Nothing is emitted inside the block (napari's ``events.blocker``)."""
