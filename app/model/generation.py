@@ -1,7 +1,9 @@
 """Starting replies and compare runs, and what the engine's worker reports about them.
 
 :class:`Generation` is held by :class:`app.model.chat.ChatModel` (``model.generation``) and
-works on the chat's state through :class:`ChatState`, what it may read and change of it.
+works on the chat's state through :class:`app.model.chat_state.ChatState`, what it may read
+and change of it.
+
 Every reply has an id that is also its tag for the worker; a compare run's replies share
 one group id. A reply is saved as a branch when it finishes; a compare run is saved (every
 column as a branch of the message, the run with its divergence) when its last column does.
@@ -11,19 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
-from app.model.background import Background
-from app.model.chat_events import ChatEvents
+from app.model.chat_state import ChatState
 from app.model.entries import CANCELLED_EARLY, REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
-from app.model.reply_origin import ReplyOrigin
 from app.model.seeds import with_seed
-from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, StreamKey, TokenRef, branch_key
+from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
 from app.store.serialize import steps_to_json
-from app.store.store import Branch, Conversation, Message, Store
+from app.store.store import Message
 from engine.events import Divergence, Finished, FinishReason, TokenStep
 from engine.params import SamplingParams
 from engine.stages.carry import carry_from_steps
@@ -35,43 +34,6 @@ Variant = tuple[str, SamplingParams]
 
 class ReplyFailed(RuntimeError):
     """A reply ended with an error in the engine (its tokens so far are kept)."""
-
-
-class ChatState(Protocol):
-    """What :class:`Generation` reads and changes of :class:`app.model.chat.ChatModel`."""
-
-    store: Store
-    background: Background
-    events: ChatEvents
-    conversation: Conversation | None
-    system_prompt: str
-    thread: list[Message]
-    replies: dict[int, Reply]
-    """The replies being written, by tag."""
-    live_runs: dict[int, CompareRun]
-    runs: dict[int, CompareRun]
-    branches: dict[int, tuple[Message, Branch]]
-    unanswered: dict[int, str]
-    selection: TokenRef | None
-    follow_latest: bool
-    followed: StreamKey | None
-
-    @property
-    def model_name(self) -> str: ...
-
-    def busy(self) -> bool: ...
-    def steps_of(self, stream: StreamKey | None) -> list[TokenStep] | None: ...
-    def message_of(self, stream: StreamKey) -> Message | None: ...
-    def message(self, message_id: int) -> Message | None: ...
-    def origin_of(self, stream: StreamKey | None) -> ReplyOrigin: ...
-    def last_assistant(self) -> Message | None: ...
-    def context_for(self, message: Message) -> tuple[dict[str, str], ...]: ...
-    def params_ok(self, variants: Sequence[tuple[str, SamplingParams]]) -> bool: ...
-    def follow(self, stream: StreamKey) -> None: ...
-    def set_selection(self, ref: TokenRef | None) -> None: ...
-    def rename_stream(self, old: StreamKey, new: StreamKey) -> None: ...
-    def reload_after(self, message: Message) -> None: ...
-    def refresh(self, followed_gone: bool = False) -> None: ...
 
 
 class Generation:
