@@ -29,13 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.api.backend import Messages, ModelInfo, StartedRequest
+from engine.api.events import Candidate, Event, Finished, TokenStep
+from engine.api.kv_quantization import KV_OFF, KVQuantization
+from engine.api.params import SamplingParams
+from engine.models.load import ProgressFn
+from engine.session.session import EngineSession
+
 from bench.guard import BenchError, drifted, wait_for
-from engine.backend import Messages, ModelInfo, StartedRequest
-from engine.events import Candidate, Event, Finished, TokenStep
-from engine.kv_quantization import KV_OFF, KVQuantization
-from engine.models import ProgressFn
-from engine.params import SamplingParams
-from engine.session import EngineSession
 
 WORDS = " the a lighthouse keeper found message in bottle, and sea was calm. night".split(" ")
 CHAIN = ("raw", "penalties", "temperature", "top_p")
@@ -95,7 +96,7 @@ class SyntheticSession(EngineSession):
 
     It derives from the real session, so a call the worker starts making is there (with
     the real one's words if it needs a model: "no model is loaded yet"), and
-    ``tests/test_bench_smoke.py`` checks that every call it overrides keeps the real
+    ``tests/bench/test_bench_smoke.py`` checks that every call it overrides keeps the real
     signature (``bench.guard.drifted``): ``load`` once fell behind the precision and KV-cache
     arguments, the worker reported the load as failed and this bench waited for a model."""
 

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-
-from engine.events import Finished, TokenStep
-from engine.models import LoadedModel, load
-from engine.params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
+from engine.models.load import LoadedModel, load
+from engine.runtime.scheduler import Scheduler
 
 PROMPTS = ["the cat sat on the mat", "a b c d e f", "hello there, how are you", "the theme of the thin thing"]
 
@@ -118,7 +117,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from tests.tiny_model import write_tiny_model
+    from tests.support.tiny_model import write_tiny_model
 
     folder = Path(tempfile.gettempdir()) / "logitscope-soak-model"
     if not (folder / "config.json").exists():

@@ -9,9 +9,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
-
-from engine.params import SamplingParams  # noqa: E402
 
 TIMEOUT = 60_000
 

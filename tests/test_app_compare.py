@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import (  # noqa: E402
+from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
     close_window,
     open_window,

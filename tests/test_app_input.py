@@ -10,14 +10,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QInputDialog  # noqa: E402
 
 from app.model.chat import ChatModel  # noqa: E402
 from app.store.store import Store  # noqa: E402
 from app.views.param_fields import ERROR_STYLE  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
 VOCAB = 300
 

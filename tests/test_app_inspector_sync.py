@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.events import Candidate, TokenStep  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QFontMetrics  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
@@ -19,10 +21,8 @@ from app.model.textfmt import visible  # noqa: E402
 from app.views.chain_view import raw_rank  # noqa: E402
 from app.views.inspector_labels import elide  # noqa: E402
 from app.views.theme import LIGHT  # noqa: E402
-from engine.events import Candidate, TokenStep  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.chain_steps import chain_step  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.chain_steps import chain_step  # noqa: E402
 
 BARS_TAB = 1
 

@@ -8,13 +8,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
+
 from app.model.chat import ChatModel  # noqa: E402
 from app.model.streams import branch_key  # noqa: E402
 from app.store.store import Store  # noqa: E402
 from app.views.chat_view import ChatView  # noqa: E402
 from app.views.throttle import RedrawClock  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_model import GREEDY, VARIANTS, finished, step  # noqa: E402
+from tests.app.model.test_model import GREEDY, VARIANTS, finished, step  # noqa: E402
 
 REPLY = 500
 

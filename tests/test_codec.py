@@ -1,4 +1,4 @@
-"""The token codec (engine/codec.py): a TokenStep round-trips through every style, the CLI,
+"""The token codec (engine/api/codec.py): a TokenStep round-trips through every style, the CLI,
 the store and an export carry the same record for the same step, the CLI's lines are byte
 for byte those of the encoders before it, and every older record still decodes."""
 
@@ -14,12 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from app.store.export import ExportBranch, ExportData, ExportMessage, from_records, records
-from app.store.serialize import steps_from_json, steps_to_json
-from engine.codec import (
+from engine.api.codec import (
     CLI,
     CODEC_VERSION,
     EXPORT,
@@ -32,10 +27,15 @@ from engine.codec import (
     score_done_record,
     token_record,
 )
-from engine.events import Candidate, FinishReason, TokenStep
-from engine.params import SamplingParams
-from tests.chain_steps import chain_step
-from tests.codec_steps import cli_lines, remote_step
+from engine.api.events import Candidate, FinishReason, TokenStep
+from engine.api.params import SamplingParams
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.store.export import ExportBranch, ExportData, ExportMessage, from_records, records
+from app.store.serialize import steps_from_json, steps_to_json
+from tests.support.chain_steps import chain_step
+from tests.support.codec_steps import cli_lines, remote_step
 
 DATA = Path(__file__).parent / "data"
 DERIVED = {"logprob", "raw_logprob", "entropy_raw", "entropy"}
@@ -70,7 +70,7 @@ count = st.one_of(st.integers(0, 10**6), st.none())
 def token_steps(draw: st.DrawFn) -> TokenStep:
     """A local step (raw logits and the raw entropy always known, as the engine computes
     them) or a server's (one stage, ``reported_stage``, the rest None): a record without
-    ``reported_stage`` is told apart by that (``engine.codec._reported_stage``)."""
+    ``reported_stage`` is told apart by that (``engine.api.codec._reported_stage``)."""
     reported = draw(st.booleans())
     chain = (
         (draw(st.sampled_from(["raw", *STAGES])),)
@@ -395,7 +395,7 @@ def test_finish_reasons_are_their_strings_everywhere(tmp_path):
 def test_the_codec_loads_no_mlx():
     """The app reads and writes records with it, and the app must not load MLX."""
     code = (
-        "import sys, engine.codec, app.store.serialize, app.store.export;"
+        "import sys, engine.api.codec, app.store.serialize, app.store.export;"
         "print([m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm', 'PySide6')])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

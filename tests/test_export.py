@@ -10,14 +10,14 @@ import subprocess
 import sys
 
 import pytest
+from engine.api.events import Finished, TokenStep
+from engine.api.params import SamplingParams
 
 from app.model.streams import CompareColumn, DivergenceSeries
 from app.store.export import from_records, read_jsonl, records, write
 from app.store.export_csv import CSV_COLUMNS
 from app.store.export_store import from_store, reply_only, to_store
 from app.store.store import Store
-from engine.events import Finished, TokenStep
-from engine.params import SamplingParams
 
 PARAMS = SamplingParams(
     max_tokens=24,
@@ -38,7 +38,7 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0, top_logprobs=4)
 
 @pytest.fixture(scope="module")
 def session(tiny_folder):
-    from engine.session import EngineSession
+    from engine.session.session import EngineSession
 
     s = EngineSession(prefill_chunk=16)
     s.load(str(tiny_folder))
@@ -129,7 +129,7 @@ def test_round_trip(db, tmp_path):
 
 
 def test_token_records_are_the_cli_shape(db):
-    from engine.codec import token_record as token_json
+    from engine.api.codec import token_record as token_json
 
     path, cid = db
     store = Store(path)

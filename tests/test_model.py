@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from engine.api.events import Candidate, Divergence, Finished, TokenStep
+from engine.api.params import SamplingParams
 
 from app.model.chat import ChatModel
 from app.model.chat_events import ChatEvents
@@ -18,8 +20,6 @@ from app.model.events import EmitterGroup, EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.streams import DivergenceSeries, branch_key
 from app.store.store import Store
-from engine.events import Candidate, Divergence, Finished, TokenStep
-from engine.params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=8)
 VARIANTS = [

@@ -14,10 +14,10 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from engine.errors import EngineError  # noqa: E402
-from engine.events import Finished, TokenStep  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from engine.remote import RemoteBackend, RemoteError, RemoteFinished  # noqa: E402
+from engine.api.errors import EngineError  # noqa: E402
+from engine.api.events import Finished, TokenStep  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+from engine.remote.backend import RemoteBackend, RemoteError, RemoteFinished  # noqa: E402
 
 MODELS = ["ok", "cut", "bad", "nolog", "stall", "slow", "midbad"]
 
@@ -158,7 +158,7 @@ def test_a_reply_streams_with_logprobs_and_unreported_fields_stay_empty(standin)
 
 
 def test_cli_prints_null_for_what_the_server_does_not_report(standin, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
 
     assert main(["generate", "--server", _url(standin), "--model", "ok", "--prompt", "hi", "--max-tokens", "2"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -180,7 +180,7 @@ def test_refused_connection_is_a_clear_error():
 
 
 def test_cli_refused_connection_prints_one_error_line(capsys):
-    from engine.cli import main
+    from engine.cli.main import main
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -204,7 +204,7 @@ def test_a_stream_cut_mid_reply_keeps_the_tokens_that_arrived(standin):
 
 
 def test_a_400_carries_the_servers_message(standin, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
 
     backend = _backend(standin, "bad", timeout=5)
     try:
@@ -352,11 +352,12 @@ def test_token_ids_a_server_does_not_send_stay_none_through_the_codec_the_store_
     and from an export, and empty cells in the CSV (whose ``chosen`` then goes by text)."""
     import csv
 
+    from engine.api.codec import CLI, EXPORT, STORE, decode_step, encode_step
+
     from app.store.export import from_records, read_jsonl, write
     from app.store.export_store import from_store
     from app.store.serialize import steps_from_json, steps_to_json
     from app.store.store import Store
-    from engine.codec import CLI, EXPORT, STORE, decode_step, encode_step
 
     backend = _backend(standin, timeout=5)
     try:
@@ -461,7 +462,7 @@ def test_a_branch_from_a_candidate_without_an_id_continues_from_its_text(standin
 
 def test_a_branch_without_an_id_is_refused_by_the_local_engine_with_the_reason():
     pytest.importorskip("mlx.core")
-    from engine.session import EngineSession, token_ids
+    from engine.session.session import EngineSession, token_ids
 
     assert token_ids([3, 4]) == [3, 4]
     with pytest.raises(EngineError, match="token 1 of the reply has none"):

@@ -10,10 +10,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from engine.api.codec import CODEC_VERSION
+from engine.api.params import DEFAULT_SAMPLERS, SamplingParams
 
 from app.store.store import SCHEMA_VERSION, Store, backup_path
-from engine.codec import CODEC_VERSION
-from engine.params import DEFAULT_SAMPLERS, SamplingParams
 
 FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite3"
 

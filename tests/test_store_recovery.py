@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from engine.api.codec import CODEC_VERSION
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
 
 from app.shell.db_open import StoreUnavailable, diagnose, open_store
 from app.store.store import INTERRUPTED, SCHEMA_VERSION, NewerSchemaError, Store, backup_path
 from app.store.stream import StreamJournal
-from engine.codec import CODEC_VERSION
-from engine.events import TokenStep
-from engine.params import SamplingParams
-from tests.test_store_migration import user_version
+from tests.app.store.test_store_migration import user_version
 
 FIXTURE_V3 = Path(__file__).parent / "data" / "store_v3.sqlite3"
 FIXTURE_V4 = Path(__file__).parent / "data" / "store_v4.sqlite3"

@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from engine.api.params import SamplingParams
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
-    from engine.params import SamplingParams
     from tools.shot_window import scratch_window, show_at, waiter
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -27,7 +27,7 @@ from pathlib import Path
 def middle_choice(rows: list) -> tuple[int, int, int, int] | None:
     """(position, token the middle layers preferred, first layer, last layer) of the longest
     stretch of middle layers preferring another token than the chosen one, over ``rows``
-    (``engine.lens.LensPosition``; only decided tokens)."""
+    (``engine.api.results.LensPosition``; only decided tokens)."""
     best = None
     for row in rows:
         if row.decided_at is None:
@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from engine.api.params import SamplingParams
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
     from app.views.inspector import LAYERS_TAB
-    from engine.params import SamplingParams
     from tools.shot_window import scratch_window, show_at, waiter
 
     model = args.model

@@ -26,12 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from engine.api.params import SamplingParams
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
     from app.shell.precision_menu import save_choice
     from app.shell.window import MainWindow
-    from engine.params import SamplingParams
     from tools.shot_window import show_at, waiter
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams, SamplingParamsError
+from engine.remote.servers import refused_by
+
 from app.model.background import Background, RunNow
 from app.model.chat_events import ChatEvents
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
@@ -18,9 +22,6 @@ from app.model.model_in_use import ModelInUse
 from app.model.reply_origin import ReplyOrigin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
-from engine.events import TokenStep
-from engine.params import SamplingParams, SamplingParamsError
-from engine.remote_fields import refused_by
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 

@@ -4,12 +4,13 @@ to the engine's worker."""
 
 from __future__ import annotations
 
+from engine.api.events import Finished
+from engine.api.params import SamplingParams
+
 from app.model.events import EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForkJob
 from app.model.streams import CompareRun, StreamKey, TokenRef
 from app.store.store import Conversation
-from engine.events import Finished
-from engine.params import SamplingParams
 
 
 class ChatEvents(EventGroup):

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+
 from app.model.background import Background
 from app.model.chat_events import ChatEvents
 from app.model.reply_origin import ReplyOrigin
 from app.model.streams import CompareRun, Reply, StreamKey, TokenRef
 from app.store.store import Branch, Conversation, Message, Store
-from engine.events import TokenStep
-from engine.params import SamplingParams
 
 
 class ChatState(Protocol):

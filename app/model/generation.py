@@ -14,6 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from engine.api.carry import carry_from_steps
+from engine.api.events import Divergence, Finished, FinishReason, TokenStep
+from engine.api.params import SamplingParams
+
 from app.model.chat_state import ChatState
 from app.model.entries import CANCELLED_EARLY, REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
@@ -23,9 +27,6 @@ from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
 from app.store.serialize import steps_to_json
 from app.store.store import Message
-from engine.events import Divergence, Finished, FinishReason, TokenStep
-from engine.params import SamplingParams
-from engine.stages.carry import carry_from_steps
 
 MIN_VARIANTS, MAX_VARIANTS = 2, 4
 Variant = tuple[str, SamplingParams]

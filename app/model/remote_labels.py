@@ -1,6 +1,6 @@
 """How the views label numbers a remote server reported, and the ones it did not.
 
-A remote ``TokenStep`` (``engine/backend.py``) carries one stage: ``reported_stage`` (also
+A remote ``TokenStep`` (``engine/api/backend.py``) carries one stage: ``reported_stage`` (also
 its ``chain``) names the distribution the server's logprobs describe; entropies,
 survivors, raw logits, bias, penalty and counts are ``None``. Those are *not reported*,
 never zero: the views write :data:`NOT_REPORTED` for them, and name the server's numbers
@@ -13,7 +13,7 @@ import ipaddress
 import math
 from urllib.parse import urlsplit
 
-from engine.events import Candidate, TokenStep, same_token
+from engine.api.events import Candidate, TokenStep, same_token
 
 NOT_REPORTED = "not reported"
 REPORTS = "server reports: "
@@ -44,7 +44,7 @@ def p_label(step: TokenStep, final: bool = True) -> str:
 
 
 def reports_one_stage(info) -> bool:
-    """Whether the backend of ``info`` (an ``engine.backend.ModelInfo``) reports one stage
+    """Whether the backend of ``info`` (an ``engine.api.backend.ModelInfo``) reports one stage
     of the chain, not all of it: its capabilities say so (a server), not its type."""
     return info is not None and not info.capabilities.full_chain
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from engine.api.events import ScoreDone, TokenStep
+from engine.api.params import SamplingParams
+
 from app.model.jobs import Messages
 from app.model.streams import Reply
-from engine.events import ScoreDone, TokenStep
-from engine.params import SamplingParams
 
 
 @dataclass(frozen=True)

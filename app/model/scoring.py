@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.api.events import FinishReason, ScoreDone, TokenStep
+from engine.api.params import SamplingParams
+
 from app.model.replay import Replay, compare
 from app.model.scored import ReplayJob, ReplayRun, replay_job, score_prompt, start_score
 from app.model.streams import Reply, StreamKey, TokenRef
-from engine.events import FinishReason, ScoreDone, TokenStep
-from engine.params import SamplingParams
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

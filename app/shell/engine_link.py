@@ -8,15 +8,17 @@ the worker's thread).
 
 from __future__ import annotations
 
+from engine.api.events import Divergence, Finished, TokenStep
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.model.chat import ChatModel
 from app.shell.worker import WorkerThread
-from engine.events import Divergence, Finished, TokenStep
 
 
 class EngineLink(QObject):
-    request_load = Signal(str, str, object)  # source, precision (engine.precision.PRECISIONS), KVQuantization or None
+    request_load = Signal(
+        str, str, object
+    )  # source, precision (engine.api.precision.PRECISIONS), KVQuantization or None
     request_submit = Signal(object)
     request_cancel = Signal(int)
     request_update = Signal(int, object)

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from engine.api.events import FinishReason
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QAbstractButton, QMessageBox
 
@@ -24,7 +25,6 @@ from app.shell.logging_setup import note_error, note_model
 from app.shell.menus import recent_models
 from app.shell.precision_menu import update_precision_menu
 from app.shell.worker import describe
-from engine.events import FinishReason
 
 if TYPE_CHECKING:
     from app.shell.window import MainWindow

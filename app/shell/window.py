@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import platformdirs
+from engine.api.params import SamplingParams, SamplingParamsError
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
 
@@ -46,7 +47,6 @@ from app.views.status import StatusWidgets
 from app.views.theme import apply_theme
 from app.views.throttle import RedrawClock
 from app.views.timeline import TimelineWidget
-from engine.params import SamplingParams, SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 

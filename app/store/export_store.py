@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import time
 
+from engine.api.codec import score_done_fields
+from engine.api.events import FinishReason, ScoreDone, TokenStep
+from engine.api.params import SamplingParams
+
 from app.store.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore
 from app.store.journal_read import JournalReply, journal_replies
-from engine.codec import score_done_fields
-from engine.events import FinishReason, ScoreDone, TokenStep
-from engine.params import SamplingParams
 
 # Store -> ExportData -------------------------------------------------------------------------------------
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from engine.api.params import SamplingParams
+
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
 from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.serialize import steps_from_json
-from engine.params import SamplingParams
 
 
 class StoreQueries:

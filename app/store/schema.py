@@ -12,8 +12,9 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.api.events import FinishReason
+
 from app.store.serialize import step_from_dict, step_to_dict
-from engine.events import FinishReason
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -83,7 +84,7 @@ CREATE TABLE IF NOT EXISTS live_steps (
 SCHEMA_VERSION = 7
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
 2: token steps keyed by stage name (token records of version 2; each record names its
-version, :mod:`engine.codec` reads every one, so later record versions need no migration).
+version, :mod:`engine.api.codec` reads every one, so later record versions need no migration).
 3: compare runs (``compare_runs``: columns as ``[{"label", "params", "branch"}]``, the
 divergence series as JSON, the kept column or NULL).
 4: the stream journal (``live_replies``, ``live_steps``): the steps of replies being

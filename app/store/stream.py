@@ -31,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+
 from app.store.serialize import step_to_dict
-from engine.events import TokenStep
-from engine.params import SamplingParams
 
 
 @dataclass

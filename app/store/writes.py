@@ -13,13 +13,14 @@ import json
 import sqlite3
 import time
 
+from engine.api.events import TokenStep
+from engine.api.params import SamplingParams
+
 from app.model.streams import CompareColumn, DivergenceSeries
 from app.store.journal_read import journal_replies
 from app.store.rows import Branch, Conversation, Message
 from app.store.schema import INTERRUPTED
 from app.store.serialize import steps_to_json
-from engine.events import TokenStep
-from engine.params import SamplingParams
 
 
 class StoreWrites:

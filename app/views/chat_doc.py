@@ -22,6 +22,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+from engine.api.events import TokenStep
 from PySide6.QtGui import (
     QFont,
     QTextBlockFormat,
@@ -49,7 +50,6 @@ from app.views.chat_sections import (
 )
 from app.views.chat_thinking import ChatThinking, ThinkingPart
 from app.views.theme import LIGHT, Colors
-from engine.events import TokenStep
 
 FONT_PX = 14
 Move = QTextCursor.MoveOperation

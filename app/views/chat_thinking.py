@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.api.events import TokenStep
+from engine.api.reasoning import ANSWER, THINKING
 from PySide6.QtGui import QTextCursor, QTextDocument
 
 from app.model.streams import StreamKey
 from app.model.thinking import ThinkingSpan, forced_by_budget, thinking_header
 from app.views.chat_sections import Block, block, char
 from app.views.theme import Colors
-from engine.events import TokenStep
-from engine.reasoning import ANSWER, THINKING
 
 THINK_LEFT = 20
 """The thinking's indent, deeper than the answer's (8): it reads as an aside."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from engine.api.events import TokenStep
+from engine.api.reasoning import THINKING
 from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl, Signal
 from PySide6.QtGui import QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QMenu, QTextBrowser, QToolTip
@@ -29,8 +31,6 @@ from app.views.chat_doc import ChatDocument
 from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
 from app.views.theme import LIGHT, Colors, probability_color
 from app.views.throttle import RedrawClock, Throttler, own_clock
-from engine.events import TokenStep
-from engine.reasoning import THINKING
 
 BRANCH_CHOICES = 5
 """Candidates offered by "Branch from here with", the most likely first."""

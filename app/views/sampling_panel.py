@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 
+from engine.api.params import SamplingParams
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
@@ -25,7 +26,6 @@ from app.views.param_fields import ClampingSpinBox
 from app.views.reasoning_controls import ANSWER_TAB, ReasoningRow
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.wheel_guard import wheel_only_when_focused
-from engine.params import SamplingParams
 
 DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
 ANSWER_MAX_TOKENS_TIP = (

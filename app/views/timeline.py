@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
+from engine.api.events import TokenStep
+from engine.api.params import STAGE_NAMES
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QGraphicsSimpleTextItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
@@ -40,8 +42,6 @@ from app.views.timeline_origin import OriginLabels
 from app.views.timeline_phase import PhaseMarks
 from app.views.timeline_rows import PlotRows
 from app.views.timeline_run import RunPlots
-from engine.events import TokenStep
-from engine.params import STAGE_NAMES
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
+from engine.api.events import TokenStep
 from PySide6.QtWidgets import QLabel
 
 from app.model.textfmt import prob
 from app.model.timeline_series import nearest
 from app.views.theme import Colors, variant_color
-from engine.events import TokenStep
 
 MAX_RUN_DOTS = 300
 """A compare run's columns are drawn without a dot per token beyond this many tokens
