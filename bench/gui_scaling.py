@@ -74,15 +74,17 @@ def build_conversation(db_path: Path, tokens: int) -> int:
     from app.store.store import Store
 
     store = Store(db_path)
-    conversation = store.new_conversation("You are a helpful assistant.", f"{tokens} tokens")
+    conversation = store.writes.new_conversation("You are a helpful assistant.", f"{tokens} tokens")
     after = None
     done = 0
     while done < tokens:
         n = min(REPLY_TOKENS, tokens - done)
-        user = store.add_user_message(conversation.id, f"Tell me more ({done}).", after)
-        reply = store.add_assistant_message(conversation.id, user.id)
+        user = store.writes.add_user_message(conversation.id, f"Tell me more ({done}).", after)
+        reply = store.writes.add_assistant_message(conversation.id, user.id)
         steps = [synthetic_step(i) for i in range(n)]
-        after = store.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "synthetic", PARAMS).id
+        after = store.writes.add_branch(
+            reply.id, steps, "".join(s.text for s in steps), "length", "synthetic", PARAMS
+        ).id
         done += n
     store.close()
     return conversation.id

@@ -52,17 +52,17 @@ def soak(loaded: LoadedModel, requests: int = 1000, cycles: int = 200, every: in
 
     folder = Path(tempfile.mkdtemp(prefix="logitscope-soak-"))
     store = Store(folder / "soak.sqlite3")
-    conversation = store.new_conversation("soak")
+    conversation = store.writes.new_conversation("soak")
     scheduler = Scheduler(loaded)
     encode = loaded.tokenizer.encode
     samples: dict[str, list[float]] = {"mlx_active": [], "python_heap": [], "sqlite_bytes": []}
     tracemalloc.start()
 
     def save(rid: int, steps: dict, done: dict, after: int | None) -> int:
-        user = store.add_user_message(conversation.id, "soak", after)
-        message = store.add_assistant_message(conversation.id, user.id)
+        user = store.writes.add_user_message(conversation.id, "soak", after)
+        message = store.writes.add_assistant_message(conversation.id, user.id)
         params = steps[rid][0].params if steps.get(rid) else SamplingParams()
-        branch = store.add_branch(
+        branch = store.writes.add_branch(
             message.id, steps.get(rid, []), done[rid].text, done[rid].finish_reason, "tiny", params
         )
         return branch.id

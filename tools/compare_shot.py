@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
         print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
         return 1
-    window.model.send(args.prompt, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
+    window.model.generation.send(args.prompt, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
     wait(lambda: not window.busy())
     stream = ("branch", window.model.last_assistant().branch.id)
     window.select_token((stream, 0))

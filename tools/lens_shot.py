@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.score is not None:  # a base model continues text: read a text it is given instead
         window.score_controller().score_text(args.score)
     else:
-        window.model.send(args.prompt, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
+        window.model.generation.send(args.prompt, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
     wait(lambda: not window.busy())
     stream = ("branch", window.model.last_assistant().branch.id)
     window.select_token((stream, 0))

@@ -3,7 +3,7 @@ runs, and the selected token, named by stable ids. It emits events; views subscr
 
 The window wires it to the worker: ``events.job_submitted`` / ``cancel_requested`` /
 ``params_requested`` go to the engine's thread, and the worker's signals come back to the
-``on_*`` handlers (:class:`app.model.generation.GenerationMixin`). Tests drive it directly.
+``on_*`` handlers of its ``generation`` (:class:`app.model.generation.Generation`). Tests drive it directly.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.model.background import Background, RunNow
+from app.model.chat_events import ChatEvents
 from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
-from app.model.events import EmitterGroup
-from app.model.generation import GenerationMixin
+from app.model.generation import Generation
+from app.model.model_in_use import ModelInUse
 from app.model.reply_origin import ReplyOrigin
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
@@ -22,28 +23,22 @@ from engine.api.params import SamplingParams, SamplingParamsError
 from engine.remote.servers import refused_by
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
-EVENTS = (
-    "conversation_changed",  # (Conversation | None)
-    "entries_changed",  # (): ``entries`` was rebuilt (messages, branches, headers)
-    "tokens_added",  # (stream): new steps at the end of a live stream
-    "stream_renamed",  # (old, new): a reply was saved as a branch
-    "selection_changed",  # (TokenRef | None)
-    "divergence_added",  # (CompareRun)
-    "busy_changed",  # (bool)
-    "job_submitted",  # (ChatJob | ForkJob)
-    "cancel_requested",  # (tag)
-    "params_requested",  # (tag, SamplingParams): new parameters for a reply being written
-    "reply_finished",  # (Finished)
-    "status",  # (text)
-    "errored",  # (exception)
-)
 
 
-class ChatModel(GenerationMixin):
-    def __init__(self, store: Store, system_prompt: str = DEFAULT_SYSTEM, background: Background | None = None) -> None:
+class ChatModel:
+    def __init__(
+        self,
+        store: Store,
+        system_prompt: str = DEFAULT_SYSTEM,
+        background: Background | None = None,
+        in_use: ModelInUse | None = None,
+    ) -> None:
         self.store = store
+        self.in_use = in_use if in_use is not None else ModelInUse()
+        """The model in use (the shell's loader updates it): its name, vocabulary and server
+        are read from it, never copied here."""
         self.background: Background = background or RunNow()
-        self.events = EmitterGroup(*EVENTS)
+        self.events = ChatEvents()
         self.conversation: Conversation | None = None
         self.system_prompt = system_prompt
         self.thread: list[Message] = []
@@ -53,18 +48,34 @@ class ChatModel(GenerationMixin):
         self.entries: list[ChatEntry] = []
         self.selection: TokenRef | None = None
         self.follow_latest = True
-        self.model_name = "?"
-        self.vocab_size = 0
-        """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
-        self.server = ""
-        """The kind of the server in use (``ModelInfo.server``; "" = local): what it cannot apply is refused."""
         self.welcome_state = ""
         self.unanswered: dict[int, str] = {}
         """Messages whose last reply ended before its first token, and how (shown in the chat)."""
-        self._followed: StreamKey | None = None
-        self._branches: dict[int, tuple[Message, Branch]] = {}
-        self._next_id = 1
-        self._refresh()
+        self.followed: StreamKey | None = None
+        self.branches: dict[int, tuple[Message, Branch]] = {}
+        self.generation = Generation(self)
+        """Starting replies and compare runs, and the worker's reports on them."""
+        self.refresh()
+
+    # The model in use ----------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        """The loaded model's name, recorded with every reply ("?" before one has loaded)."""
+        info = self.in_use.info
+        return info.name if info is not None else "?"
+
+    @property
+    def vocab_size(self) -> int:
+        """The loaded model's vocabulary size, for logit-bias ids (0 = not known: not checked)."""
+        info = self.in_use.info
+        return info.vocab_size if info is not None else 0
+
+    @property
+    def server(self) -> str:
+        """The kind of the server in use (``ModelInfo.server``; "" = local): what it cannot apply is refused."""
+        info = self.in_use.info
+        return info.server if info is not None else ""
 
     # Queries -------------------------------------------------------------------------------
 
@@ -79,15 +90,15 @@ class ChatModel(GenerationMixin):
         if kind == "reply":
             reply = self.replies.get(ident)
             return reply.steps if reply is not None else None
-        found = self._branches.get(ident)
+        found = self.branches.get(ident)
         return found[1].steps if found is not None else None
 
     def message_of(self, stream: StreamKey) -> Message | None:
         kind, ident = stream
         if kind == "reply":
             reply = self.replies.get(ident)
-            return self._message(reply.message_id) if reply is not None else None
-        found = self._branches.get(ident)
+            return self.message(reply.message_id) if reply is not None else None
+        found = self.branches.get(ident)
         return found[0] if found is not None else None
 
     def run_of(self, stream: StreamKey | None) -> CompareRun | None:
@@ -119,7 +130,7 @@ class ChatModel(GenerationMixin):
             return None
         if stream[0] == "reply":
             return self.store.model_precisions.get(self.model_name)
-        found = self._branches.get(stream[1])
+        found = self.branches.get(stream[1])
         return found[1].precision if found is not None else None
 
     def origin_of(self, stream: StreamKey | None) -> ReplyOrigin:
@@ -137,7 +148,7 @@ class ChatModel(GenerationMixin):
                 store.model_backends.get(name),
                 steps,
             )
-        found = self._branches.get(stream[1])
+        found = self.branches.get(stream[1])
         if found is None:
             return ReplyOrigin()
         branch = found[1]
@@ -171,7 +182,7 @@ class ChatModel(GenerationMixin):
                 return False
         return True
 
-    def _message(self, message_id: int) -> Message | None:
+    def message(self, message_id: int) -> Message | None:
         return next((m for m in self.thread if m.id == message_id), None)
 
     # Selection -----------------------------------------------------------------------------
@@ -185,8 +196,8 @@ class ChatModel(GenerationMixin):
                 return
             self.follow_latest = ref[0][0] == "reply" and ref[1] == len(steps) - 1
             if self.follow_latest:
-                self._followed = ref[0]
-        self._set_selection(ref)
+                self.followed = ref[0]
+        self.set_selection(ref)
 
     def select_index(self, index: int) -> None:
         """Another token of the selected stream (a click on the timeline)."""
@@ -199,41 +210,41 @@ class ChatModel(GenerationMixin):
         if run is not None and 0 <= column < len(run.columns):
             self.select((run.columns[column].stream, index))
 
-    def _set_selection(self, ref: TokenRef | None) -> None:
+    def set_selection(self, ref: TokenRef | None) -> None:
         if ref != self.selection:
             self.selection = ref
             self.events.selection_changed(ref)
 
-    def _follow(self, stream: StreamKey) -> None:
-        self._followed = stream
+    def follow(self, stream: StreamKey) -> None:
+        self.followed = stream
         self.follow_latest = True
 
-    def _rename(self, old: StreamKey, new: StreamKey) -> None:
-        if self._followed == old:
-            self._followed = new
+    def rename_stream(self, old: StreamKey, new: StreamKey) -> None:
+        if self.followed == old:
+            self.followed = new
         self.events.stream_renamed(old, new)
         if self.selection is not None and self.selection[0] == old:
-            self._set_selection((new, self.selection[1]))
+            self.set_selection((new, self.selection[1]))
 
     # Entries -------------------------------------------------------------------------------
 
     def set_welcome_state(self, text: str) -> None:
         self.welcome_state = text
         if not self.thread and not self.replies:
-            self._refresh()
+            self.refresh()
 
     def set_system_prompt(self, text: str) -> None:
         if text == self.system_prompt:
             return
         self.system_prompt = text
         if self.conversation is not None:
-            self.store.update_conversation(self.conversation.id, system_prompt=text)
-        self._refresh()
+            self.store.writes.update_conversation(self.conversation.id, system_prompt=text)
+        self.refresh()
 
     def _index_branches(self) -> None:
-        self._branches = {b.id: (m, b) for m in self.thread for b in m.branches}
+        self.branches = {b.id: (m, b) for m in self.thread for b in m.branches}
 
-    def _refresh(self, followed_gone: bool = False) -> None:
+    def refresh(self, followed_gone: bool = False) -> None:
         """Rebuild the entries (cheap: no token is copied), then keep the selection valid.
         ``followed_gone``: the reply being followed ended without a token (cancelled in its
         prefill, refused): nothing is selected, rather than an earlier reply's last token."""
@@ -252,68 +263,68 @@ class ChatModel(GenerationMixin):
             if steps is None or selection[1] >= len(steps):
                 selection = None
         if self.follow_latest or selection is None:
-            followed = self._followed
+            followed = self.followed
             selection = latest_token(self.entries, lambda s: s == followed)
             if selection is None and not followed_gone:
                 selection = latest_token(self.entries)
-        self._set_selection(selection)
+        self.set_selection(selection)
 
     # Conversations -------------------------------------------------------------------------
 
     def open_conversation(self, conversation_id: int) -> bool:
-        conversation = self.store.conversation(conversation_id)
+        conversation = self.store.reads.conversation(conversation_id)
         if conversation is None:
             return False
-        self.stop()
+        self.generation.stop()
         self.background.wait()  # replies still being written to the store
         self.conversation = conversation
         self.system_prompt = conversation.system_prompt
-        self.thread = self.store.thread(conversation_id)
+        self.thread = self.store.reads.thread(conversation_id)
         self._index_branches()
         self.unanswered = {}
         self.runs = {}
-        for run in self.store.compare_runs(conversation_id):
+        for run in self.store.reads.compare_runs(conversation_id):
             for column in run.columns:
                 self.runs[column.stream[1]] = run
-        self.selection, self.follow_latest, self._followed = None, True, None
+        self.selection, self.follow_latest, self.followed = None, True, None
         self.events.conversation_changed(conversation)
-        self._refresh()
+        self.refresh()
         return True
 
     def new_chat(self) -> None:
-        self.stop()
+        self.generation.stop()
         self.conversation = None
-        self.thread, self.runs, self._branches = [], {}, {}
+        self.thread, self.runs, self.branches = [], {}, {}
         self.unanswered = {}
-        self.selection, self.follow_latest, self._followed = None, True, None
+        self.selection, self.follow_latest, self.followed = None, True, None
         self.events.conversation_changed(None)
-        self._refresh()
+        self.refresh()
 
     def delete_conversation(self) -> None:
         if self.conversation is not None:
-            self.store.delete_conversation(self.conversation.id)
+            self.store.writes.delete_conversation(self.conversation.id)
             self.new_chat()
 
     def step_branch(self, message_id: int, delta: int) -> None:
         """Show the message's previous (-1) or next (+1) branch, and the turns that follow it."""
-        message = self._message(message_id)
+        message = self.message(message_id)
         if message is None or not message.branches or self.busy():
             return
         self._activate(message, (message.active + delta) % len(message.branches))
 
     def _activate(self, message: Message, index: int) -> None:
-        self.store.set_active_branch(message.id, message.branches[index].id)
+        self.store.writes.set_active_branch(message.id, message.branches[index].id)
         message.active = index
-        self._reload_after(message)
-        self._refresh()
+        self.reload_after(message)
+        self.refresh()
 
-    def _reload_after(self, message: Message) -> None:
+    def reload_after(self, message: Message) -> None:
         """The turns after ``message`` follow its active branch: read them again."""
         if self.conversation is None or message not in self.thread:
             return
         i = self.thread.index(message)
         self.background.wait()
-        rest = self.store.thread(self.conversation.id, message.branch.id) if message.branch else []
+        rest = self.store.reads.thread(self.conversation.id, message.branch.id) if message.branch else []
         self.thread = self.thread[: i + 1] + rest
         self._index_branches()
 
@@ -322,33 +333,23 @@ class ChatModel(GenerationMixin):
     def keep_column(self, message_id: int, column: int) -> None:
         """Make column ``column`` of the message's undecided compare run its reply; the other
         columns stay as branches of the message."""
-        message = self._message(message_id)
+        message = self.message(message_id)
         run = self.runs.get(message.branch.id) if message is not None and message.branch else None
         if run is None or run.id is None or not 0 <= column < len(run.columns):
             return
         branch_id = run.columns[column].stream[1]
-        self.store.set_compare_kept(run.id, column)
+        self.store.writes.set_compare_kept(run.id, column)
         run.kept = column
         if self.selection is not None and run.column_of(self.selection[0]) is not None:
-            self._set_selection((branch_key(branch_id), self.selection[1]))
+            self.set_selection((branch_key(branch_id), self.selection[1]))
         self._activate(message, [b.id for b in message.branches].index(branch_id))
 
     def show_compare(self, message_id: int) -> None:
         """Show a kept compare run's columns side by side again."""
-        message = self._message(message_id)
+        message = self.message(message_id)
         run = self.runs.get(message.branch.id) if message is not None and message.branch else None
         if run is None or run.id is None or run.kept is None:
             return
-        self.store.set_compare_kept(run.id, None)
+        self.store.writes.set_compare_kept(run.id, None)
         run.kept = None
-        self._refresh()
-
-    def _settle_last_run(self) -> None:
-        """Before a new turn: an undecided compare run at the end keeps its active column."""
-        last = self.last_assistant()
-        run = self.runs.get(last.branch.id) if last is not None and last.branch else None
-        if run is not None and run.kept is None and run.id is not None and last is self.thread[-1]:
-            column = run.column_of(branch_key(last.branch.id)) or 0
-            self.store.set_compare_kept(run.id, column)
-            run.kept = column
-            self.events.status(f"Kept {run.label(column)}; the other columns stay as branches.")
+        self.refresh()

@@ -11,7 +11,7 @@ the environment variable is the way.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 SERVICE = "Logitscope"
@@ -94,13 +94,3 @@ def store_key(account: str, key: str) -> None:
         keyring.set_password(SERVICE, account, key)
     except Exception as exc:
         raise KeyError_(f"the OS keychain refused: {exc}") from exc
-
-
-@dataclass(frozen=True)
-class Secret:
-    """A key held in memory; its repr never shows it (it may end up in a traceback)."""
-
-    value: str | None = field(repr=False, default=None)
-
-    def __bool__(self) -> bool:
-        return bool(self.value)

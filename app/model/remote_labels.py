@@ -100,10 +100,6 @@ def sort_key(step: TokenStep, cand: Candidate) -> tuple[float, bool, int]:
     return (-value, cand.token_id is None, cand.token_id or 0)
 
 
-def fmt_or_not_reported(value: float, fmt: str = "{:.3f}") -> str:
-    return NOT_REPORTED if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
-
-
 def is_local_host(url: str) -> bool:
     """127.0.0.0/8, ::1 and localhost (and names under .localhost)."""
     host = urlsplit(url if "://" in url else f"http://{url}").hostname or ""

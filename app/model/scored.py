@@ -102,13 +102,13 @@ def start_score(model, text: str, params: SamplingParams, prompt: str | None = N
         return None
     model.new_chat()
     label = prompt if prompt else score_label(text)
-    message = model._add_turn(label, [("", params)])
+    message = model.generation.add_turn(label, [("", params)])
     if message is None:
         return None
-    reply = Reply(model._new_id(), message.id, params)
+    reply = Reply(model.generation.new_id(), message.id, params)
     model.replies[reply.id] = reply
-    model._follow(reply.key)
-    model._refresh()
+    model.follow(reply.key)
+    model.refresh()
     model.events.busy_changed(True)
     messages = None
     if prompt:

@@ -121,7 +121,7 @@ class Scoring:
             return Refusal("")
         if any(s.token_id is None for s in model.steps_of(stream)):
             return Refusal(NO_IDS)
-        job = replay_job(model, stream, params, model._new_id())
+        job = replay_job(model, stream, params, model.generation.new_id())
         if job is None:
             return Refusal(NOT_SAVED)
         self.clear_replay()
@@ -158,7 +158,7 @@ class Scoring:
             return None
         index = r.first_change
         self.model.select((run.stream, index))
-        ok = self.model.pick_token(r.new_top[index], run.params)
+        ok = self.model.generation.pick_token(r.new_top[index], run.params)
         self.clear_replay()
         return ok
 

@@ -45,20 +45,20 @@ class EngineLink(QObject):
 
     @Slot(int, int, int)
     def _on_job_started(self, tag: int, request_id: int, prompt_tokens: int) -> None:
-        self.model.on_job_started(tag, request_id, prompt_tokens)
+        self.model.generation.on_job_started(tag, request_id, prompt_tokens)
 
     @Slot(int, object)
     def _on_job_rejected(self, tag: int, exc: BaseException) -> None:
-        self.model.on_job_rejected(tag, exc)
+        self.model.generation.on_job_rejected(tag, exc)
 
     @Slot(int, object)
     def _on_token(self, tag: int, step: TokenStep) -> None:
-        self.model.on_token(tag, step)
+        self.model.generation.on_token(tag, step)
 
     @Slot(int, object)
     def _on_divergence(self, group: int, event: Divergence) -> None:
-        self.model.on_divergence(group, event)
+        self.model.generation.on_divergence(group, event)
 
     @Slot(int, object)
     def _on_finished(self, tag: int, finished: Finished) -> None:
-        self.model.on_finished(tag, finished)
+        self.model.generation.on_finished(tag, finished)

@@ -129,7 +129,7 @@ def build_menus(window: MainWindow) -> Menus:
 
 def fill_conversations(window: MainWindow, menu: QMenu) -> None:
     menu.clear()
-    conversations = window.store.conversation_list(30)
+    conversations = window.store.reads.conversation_list(30)
     if not conversations:  # an empty submenu looks broken: say why it is empty
         menu.addAction("No conversations").setEnabled(False)
     menu.setToolTipsVisible(True)

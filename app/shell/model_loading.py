@@ -53,7 +53,7 @@ class ModelLoader(QObject):
         worker.model_failed.connect(self._on_failed)
         worker.job_finished.connect(self._on_job_finished)
         window.model.events.busy_changed.connect(self._on_busy_changed)
-        window.panel.thinking_switched.connect(window.model.set_enable_thinking)  # the template's switch
+        window.panel.thinking_switched.connect(window.model.generation.set_enable_thinking)  # the template's switch
         # The welcome speaks of "the question below" only while the message box holds one.
         window.composer.textChanged.connect(self.refresh_welcome)
 
@@ -130,13 +130,12 @@ class ModelLoader(QObject):
 
         window = self.window
         self.in_use.info = info
-        window.model.model_name = info.name
-        window.model.vocab_size = info.vocab_size  # logit-bias ids are checked before a send
         window.panel.set_vocab_size(info.vocab_size)
-        window.model.server = info.server  # what a server cannot apply is refused before a send
         window.panel.set_server(info.server)
         window.panel.set_thinking_switch(info.thinking_switch)  # the template's enable_thinking, if it has one
-        window.model.enable_thinking = window.panel.reasoning.think_toggle.isChecked() if info.thinking_switch else None
+        window.model.generation.enable_thinking = (
+            window.panel.reasoning.think_toggle.isChecked() if info.thinking_switch else None
+        )
         note_model(info.name, info.source)
         # Replies saved from now on record where the model came from, what it computes in and
         # on which backend: the views label each reply by those, not by the model loaded now.

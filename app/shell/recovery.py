@@ -26,7 +26,7 @@ def open_window_store(path: str | Path, parent) -> Store:
     """The store for a new window: opened (asking what to do if it cannot be), then the
     replies a crash interrupted recovered as branches (``store.recovered``)."""
     store = open_store(path, ask_override or message_box_ask(parent))
-    store.recovered = store.recover_interrupted()
+    store.recovered = store.writes.recover_interrupted()
     return store
 
 
@@ -70,7 +70,7 @@ def attach_journal(window: MainWindow) -> JournalRelay:
         precisions=window.store.model_precisions,
         backends=window.store.model_backends,
     )
-    window.model.journal = journal
+    window.model.generation.journal = journal
     return relay
 
 
@@ -80,7 +80,7 @@ def announce_recovered(window: MainWindow) -> str:
     recovered = getattr(window.store, "recovered", [])
     notes: list[str] = []
     if recovered:
-        conversation = window.store.conversation_of_branch(recovered[-1])
+        conversation = window.store.reads.conversation_of_branch(recovered[-1])
         if conversation is not None and (
             window.model.conversation is None or window.model.conversation.id != conversation
         ):
@@ -122,4 +122,4 @@ def continue_interrupted(window: MainWindow) -> bool:
     window.model.select((branch_key(branch.id), last))
     step = branch.steps[last]
     # The text too: a server's reply continues from text, and may have no token ids.
-    return window.model.pick_token(step.token_id, step.params, forced_text=step.text)
+    return window.model.generation.pick_token(step.token_id, step.params, forced_text=step.text)

@@ -74,9 +74,9 @@ class MainWindow(QMainWindow):
             db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
         )
         self.background = QtBackground(self)
-        self.model = ChatModel(self.store, background=self.background)
-        self.saving = attach_journal(self)  # replies are saved while they stream
         self.in_use = ModelInUse()  # the model in use: ModelLoader updates it
+        self.model = ChatModel(self.store, background=self.background, in_use=self.in_use)
+        self.saving = attach_journal(self)  # replies are saved while they stream
         self._scoring: ScoreController | None = None
         self.last_error = ""
         self._closed = False
@@ -254,16 +254,16 @@ class MainWindow(QMainWindow):
         text = self.composer.toPlainText()
         self.model.set_system_prompt(self.system_prompt.text())
         if self.panel.compare_on():
-            sent = self.model.send_compare(text, self.panel.variants())
+            sent = self.model.generation.send_compare(text, self.panel.variants())
         else:
-            sent = self.model.send(text, self.controls.current)
+            sent = self.model.generation.send(text, self.controls.current)
         if sent:
             self.composer.clear()
 
     def regenerate(self) -> None:
         if self.model_info is not None:
             variants = self.panel.variants() if self.panel.compare_on() else None
-            self.model.regenerate(self.controls.current, variants)
+            self.model.generation.regenerate(self.controls.current, variants)
 
     def stop(self) -> None:
         self.precision_check.cancel()
@@ -271,7 +271,7 @@ class MainWindow(QMainWindow):
         self.logit_lens.cancel(by_user=True)
         if self.model.busy():
             self.status.stopping()  # at once: the engine stops at its next chunk or token
-        self.model.stop()
+        self.model.generation.stop()
 
     def pick_token(self, token_id: int | None, text: str | None = None) -> None:
         """Continue the selected token's reply with ``token_id`` instead: with the settings of
@@ -285,7 +285,7 @@ class MainWindow(QMainWindow):
         picked = getattr(self.inspector, "last_pick", None)
         if text is None and picked is not None and picked.token_id == token_id:
             text = picked.text
-        self.model.pick_token(token_id, params, forced_text=text)
+        self.model.generation.pick_token(token_id, params, forced_text=text)
 
     def branch_from(self, ref: TokenRef, candidate) -> None:
         """The chat's "Branch from here with": token ``ref`` replaced by ``candidate``."""
@@ -295,7 +295,7 @@ class MainWindow(QMainWindow):
     def compare_from_here(self, ref: TokenRef) -> None:
         """Each compare setting redraws token ``ref`` and continues from it."""
         if self.model_info is not None:
-            self.model.compare_from(ref, self.panel.variants())
+            self.model.generation.compare_from(ref, self.panel.variants())
 
     def new_chat(self) -> None:
         self.model.new_chat()
@@ -331,7 +331,7 @@ class MainWindow(QMainWindow):
         # Each reply keeps the parameters it started with; its TokenSteps record every change.
         if variant == 0:
             self.settings.setValue("params", json.dumps(params.to_dict()))
-        self.model.update_live_params(params, column=variant)
+        self.model.generation.update_live_params(params, column=variant)
 
     def _on_variants_changed(self) -> None:
         count = len(self.panel.variants())

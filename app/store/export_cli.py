@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         print(f"error: cannot open {db}: {exc}", file=sys.stderr)
         return 1
     try:
-        conversations = store.conversations()
+        conversations = store.reads.conversations()
         if args.all:
             ids = [c.id for c in reversed(conversations)]
         elif args.conversation is not None:

@@ -28,7 +28,7 @@ def from_store(store, conversation_id: int, model_source: str | None = None, jou
     from app.store.serialize import steps_from_json
 
     db = store.db
-    conv = store.conversation(conversation_id)
+    conv = store.reads.conversation(conversation_id)
     if conv is None:
         raise KeyError(f"no conversation {conversation_id}")
     left = journal_replies(db, conversation_id) if journal else []
@@ -178,13 +178,13 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
     conversation; returns its id. A scored text becomes one user turn and its scored reply."""
     from app.store.serialize import steps_to_json
 
-    conv = store.new_conversation(data.system_prompt, title_prefix + (data.title or "Imported"))
+    conv = store.writes.new_conversation(data.system_prompt, title_prefix + (data.title or "Imported"))
     if data.score is not None:
         s = data.score
-        user = store.add_user_message(conv.id, s.prompt or "(scored text)", None)
-        reply = store.add_assistant_message(conv.id, user.id)
+        user = store.writes.add_user_message(conv.id, s.prompt or "(scored text)", None)
+        reply = store.writes.add_assistant_message(conv.id, user.id)
         name, source = data.model.get("name", ""), data.model.get("source")
-        store.add_branch(
+        store.writes.add_branch(
             reply.id,
             s.steps,
             s.text,
@@ -201,14 +201,14 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
     for m in data.messages:
         if m.role == "user":
             after = branch_ids[m.after[0]][m.after[1]] if m.after is not None else None
-            msg = store.add_user_message(conv.id, m.content, after)
+            msg = store.writes.add_user_message(conv.id, m.content, after)
             branch_ids.append([])
         else:
-            msg = store.add_assistant_message(conv.id, ids[m.after[0]])
+            msg = store.writes.add_assistant_message(conv.id, ids[m.after[0]])
             made = []
             for b in m.branches:
                 made.append(
-                    store.add_branch(
+                    store.writes.add_branch(
                         msg.id,
                         b.steps,
                         b.text,
@@ -222,7 +222,7 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
                     ).id
                 )
             if made:
-                store.set_active_branch(msg.id, made[m.active])
+                store.writes.set_active_branch(msg.id, made[m.active])
             branch_ids.append(made)
         ids.append(msg.id)
     for run in data.runs:

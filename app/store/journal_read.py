@@ -3,7 +3,7 @@
 A reply being written is in ``live_replies`` / ``live_steps`` (:mod:`app.store.stream`)
 until it is saved as a branch; after a crash or ``kill -9`` it stays there until the next
 start turns it into a branch marked "interrupted"
-(:meth:`app.store.store.Store.recover_interrupted`). Exports read the same rows, the same
+(:meth:`app.store.writes.StoreWrites.recover_interrupted`). Exports read the same rows, the same
 way, so a reply that no window has recovered yet is exported too (``python -m app export``
 right after the crash): :func:`journal_replies` says, for each reply left in the journal,
 whether its steps belong to a branch already saved or make an interrupted branch of their own.

@@ -1,8 +1,8 @@
 """The store's reads: conversations listed and loaded, a message's branches, the thread shown
 (each assistant message's active branch followed), and a conversation's compare runs.
 
-A mixin of :class:`app.store.store.Store`, kept apart from its writes
-(:mod:`app.store.writes`): nothing here changes the file.
+:class:`StoreQueries` is :class:`app.store.store.Store`'s ``reads``, over the store's
+connection; its writes are :mod:`app.store.writes`. Nothing here changes the file.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from engine.api.params import SamplingParams
 
 
 class StoreQueries:
-    """Needs the store's ``db`` (its SQLite connection)."""
+    """Reads through ``db`` (the store's SQLite connection)."""
 
-    db: sqlite3.Connection
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
 
     def conversations(self) -> list[Conversation]:
         rows = self.db.execute("SELECT id, title, system_prompt FROM conversations ORDER BY updated_at DESC")

@@ -89,7 +89,7 @@ divergence series as JSON, the kept column or NULL).
 4: the stream journal (``live_replies``, ``live_steps``): the steps of replies being
 written, one row per token, written while they stream (``app.store.stream``); a reply's
 rows go once it is saved as a branch, and rows left by a crash become an "interrupted"
-branch at the next start (:meth:`Store.recover_interrupted`).
+branch at the next start (:meth:`app.store.writes.StoreWrites.recover_interrupted`).
 5: where each reply's model was loaded from (``model_source`` on ``branches`` and
 ``live_replies``: a path, "default", a repo id or a server's address; NULL for replies
 saved before).

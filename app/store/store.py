@@ -10,9 +10,11 @@ up to ``SCHEMA_VERSION`` one step at a time, each in its own transaction, after 
 copy of the file is written beside it (``<name>.v<old version>.bak``).
 
 This module holds :class:`Store` itself: the connection, opening and migrating the file,
-and the models it was told about. Its writes are :mod:`app.store.writes`, its reads
-:mod:`app.store.queries`, the rows both hand out :mod:`app.store.rows`; they are imported
-from here, as are the schema's names callers use.
+and the models it was told about. Its writes are ``store.writes``
+(:class:`app.store.writes.StoreWrites`), its reads ``store.reads``
+(:class:`app.store.queries.StoreQueries`), two objects over the one connection; the rows
+both hand out are :mod:`app.store.rows`, imported from here, as are the schema's names
+callers use.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 
-class Store(StoreWrites, StoreQueries):
+class Store:
     def __init__(self, path: str | Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.moved_aside: Path | None = None  # set by app.shell.db_open when the old file was moved
@@ -67,6 +69,11 @@ class Store(StoreWrites, StoreQueries):
         except BaseException:
             self.db.close()
             raise
+        self.reads = StoreQueries(self.db)
+        """Conversations listed and loaded, branches, the thread shown, compare runs."""
+        self.writes = StoreWrites(self.db, self.model_sources, self.model_precisions, self.model_backends)
+        """Conversations made and changed, messages, branches and compare runs saved, the
+        stream journal's leftovers recovered."""
 
     def _open_schema(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]

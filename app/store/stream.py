@@ -9,7 +9,7 @@ apart (sooner once ``batch`` steps are waiting). Rows go to ``live_replies`` /
 ``live_steps`` (schema 4, :mod:`app.store.store`); once a reply is saved as a branch, the
 writer gives the branch row its steps (unless the GUI's own write was first) and deletes
 the journal rows in the same transaction. At the next start
-:meth:`app.store.store.Store.recover_interrupted` turns whatever is left into branches marked
+:meth:`app.store.writes.StoreWrites.recover_interrupted` turns whatever is left into branches marked
 "interrupted".
 
 A write that fails (disk full, a read-only file, a lock held too long) is rolled back and
@@ -79,8 +79,6 @@ class StreamJournal:
         self.failing: BaseException | None = None
         self.commits = 0
         self.commit_times: list[float] = []
-        self._idle = threading.Event()
-        self._idle.set()
         self._thread = threading.Thread(target=self._run, name="stream-journal", daemon=True)
         self._thread.start()
 
@@ -120,7 +118,6 @@ class StreamJournal:
             self._thread.join(timeout)
 
     def _put(self, item: tuple) -> None:
-        self._idle.clear()
         self._queue.put(item)
 
     # Writer thread ---------------------------------------------------------------------------
@@ -169,8 +166,6 @@ class StreamJournal:
                 for waiter in waiters:
                     waiter.set()
                 waiters.clear()
-                if first_pending is None and self._queue.empty():
-                    self._idle.set()
             if closing and (first_pending is None or self.failing is not None):
                 break
         if self._db is not None:
@@ -283,6 +278,3 @@ class StreamJournal:
         db.commit()
         for reply_id, row in rows.items():
             self._live[reply_id].row = row
-
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        return self._idle.wait(timeout)

@@ -1,8 +1,8 @@
 """The store's writes: conversations made, renamed and deleted, messages and reply branches
 saved, compare runs saved, and the stream journal's leftovers turned into branches at start.
 
-A mixin of :class:`app.store.store.Store`, kept apart from its reads
-(:mod:`app.store.queries`). Each write commits (or is one transaction) before it returns;
+:class:`StoreWrites` is :class:`app.store.store.Store`'s ``writes``, over the store's
+connection; its reads are :mod:`app.store.queries`. Each write commits (or is one transaction) before it returns;
 the stream journal's writer thread (:mod:`app.store.stream`) writes its own rows with its
 own connection, and :meth:`StoreWrites.recover_interrupted` is what reads them back.
 """
@@ -23,13 +23,22 @@ from engine.api.params import SamplingParams
 
 
 class StoreWrites:
-    """Needs the store's ``db`` (its SQLite connection) and its ``model_sources``,
-    ``model_precisions`` and ``model_backends`` (:meth:`app.store.store.Store.note_model`)."""
+    """Writes through ``db`` (the store's SQLite connection); the stream journal's leftovers
+    are recorded with the models the store was told about (``model_sources``,
+    ``model_precisions``, ``model_backends``: :meth:`app.store.store.Store.note_model`'s
+    maps, read when a write needs them)."""
 
-    db: sqlite3.Connection
-    model_sources: dict[str, str]
-    model_precisions: dict[str, str]
-    model_backends: dict[str, str]
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        model_sources: dict[str, str],
+        model_precisions: dict[str, str],
+        model_backends: dict[str, str],
+    ) -> None:
+        self.db = db
+        self.model_sources = model_sources
+        self.model_precisions = model_precisions
+        self.model_backends = model_backends
 
     # The stream journal ------------------------------------------------------------------
 

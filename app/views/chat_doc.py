@@ -47,7 +47,7 @@ from app.views.chat_sections import (
     token_format,
     trailer_block,
 )
-from app.views.chat_thinking import ThinkingMixin, ThinkingPart
+from app.views.chat_thinking import ChatThinking, ThinkingPart
 from app.views.theme import LIGHT, Colors
 from engine.api.events import TokenStep
 
@@ -99,7 +99,7 @@ class Section:
     table: QTextTable | None = None
 
 
-class ChatDocument(ThinkingMixin):
+class ChatDocument:
     def __init__(self, document: QTextDocument) -> None:
         self.doc = document
         self.doc.setUndoRedoEnabled(False)  # a read-only chat: an undo stack would only grow
@@ -113,8 +113,8 @@ class ChatDocument(ThinkingMixin):
         self.bodies: dict[int, Body] = {}
         self._by_stream: dict[StreamKey, list[Body]] = {}
         self._next_body = 1
-        self.thinking_open: dict[StreamKey, bool] = {}
-        """A thinking opened or closed by a click on its header (else: open while written)."""
+        self.thinking = ChatThinking(self.doc, lambda: self.colors, self._replace_block)
+        """A reasoning reply's thinking: its header, its blocks, opened or closed."""
         # Counters, for tests and the benchmark: what the document had to do.
         self.tokens_drawn = 0
         self.sections_drawn = 0
@@ -168,7 +168,7 @@ class ChatDocument(ThinkingMixin):
             body.steps = steps
             body.live, body.note = entry.streaming, entry.note
             self._append_body(body)
-            self._refresh_thinking(body)
+            self.thinking.refresh(body)
         section.entry = entry
         if section.header != entry.header():
             section.header = entry.header()
@@ -303,7 +303,7 @@ class ChatDocument(ThinkingMixin):
         cursor = body.cursor()
         base = body.base()
         for index in range(body.drawn, len(body.steps)):
-            if body.table is None and self._phase_blocks(body, body.steps[index], index):
+            if body.table is None and self.thinking.phase_blocks(body, body.steps[index], index):
                 base = body.base()
             position = cursor.position()
             selected = (body.stream, index) == self.selected
@@ -312,7 +312,7 @@ class ChatDocument(ThinkingMixin):
             body.offsets.append(position - base)
             body.lengths.append(cursor.position() - position)
         self.tokens_drawn += new
-        self._refresh_thinking(body)
+        self.thinking.refresh(body)
         return new
 
     def restyle(self, ref: TokenRef | None) -> None:
@@ -356,10 +356,20 @@ class ChatDocument(ThinkingMixin):
                 cursor.mergeCharFormat(fmt)
         cursor.endEditBlock()
 
+    def toggle_thinking(self, body_id: int) -> None:
+        """The thinking's header was clicked: open it, or close it."""
+        body = self.bodies.get(body_id)
+        if body is not None:
+            self.thinking.toggle(body)
+
+    def thinking_header_span(self, stream: StreamKey) -> tuple[int, int] | None:
+        """Where the thinking's header of ``stream`` is drawn (tests, screenshots)."""
+        spans = (self.thinking.header_span(body) for body in self._by_stream.get(stream, []))
+        return next((span for span in spans if span is not None), None)
+
     def rename(self, old: StreamKey, new: StreamKey) -> None:
         bodies = self._by_stream.pop(old, [])
-        if old in self.thinking_open:
-            self.thinking_open[new] = self.thinking_open.pop(old)
+        self.thinking.renamed(old, new)
         for body in bodies:
             body.stream = new
         self._by_stream.setdefault(new, []).extend(bodies)

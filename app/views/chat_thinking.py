@@ -12,9 +12,10 @@ the thinking is written; closed once the answer starts, unless the header was cl
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtGui import QTextCursor, QTextDocument
 
@@ -24,9 +25,6 @@ from app.views.chat_sections import Block, block, char
 from app.views.theme import Colors
 from engine.api.events import TokenStep
 from engine.api.reasoning import ANSWER, THINKING
-
-if TYPE_CHECKING:
-    from app.views.chat_doc import Body
 
 THINK_LEFT = 20
 """The thinking's indent, deeper than the answer's (8): it reads as an aside."""
@@ -107,55 +105,78 @@ def set_visible(doc: QTextDocument, anchor: QTextCursor, part: ThinkingPart, tai
         doc.markContentsDirty(first.position(), max(1, stop - first.position()))
 
 
-class ThinkingMixin:
-    """:class:`app.views.chat_doc.ChatDocument`'s drawing of a reply's thinking."""
+class ThinkingBody(Protocol):
+    """What the thinking reads and writes of a reply's body (``app.views.chat_doc.Body``)."""
 
-    doc: QTextDocument
-    colors: Colors
-    thinking_open: dict[StreamKey, bool]
-    """A thinking opened or closed by a click on its header (else: open while written)."""
-    bodies: dict[int, Body]
-    _by_stream: dict[StreamKey, list[Body]]
-    _replace_block: Callable[[int, Block], None]  # ChatDocument's: a block's text and format replaced
+    id: int
+    stream: StreamKey
+    steps: list[TokenStep]
+    anchor: QTextCursor | None
+    tail: QTextCursor | None
+    offsets: array
+    thinking: ThinkingPart | None
+    live: bool
+    note: str
 
-    def _phase_blocks(self, body: Body, step: TokenStep, index: int) -> bool:
+    @property
+    def drawn(self) -> int: ...
+
+
+class ChatThinking:
+    """:class:`app.views.chat_doc.ChatDocument`'s drawing of a reply's thinking, over its
+    document: ``colors`` gives the document's colours now, ``replace_block`` replaces a
+    block's text and format (the document's own, which keeps its token offsets)."""
+
+    def __init__(
+        self, doc: QTextDocument, colors: Callable[[], Colors], replace_block: Callable[[int, Block], None]
+    ) -> None:
+        self.doc = doc
+        self._colors = colors
+        self._replace_block = replace_block
+        self.opened: dict[StreamKey, bool] = {}
+        """A thinking opened or closed by a click on its header (else: open while written)."""
+
+    def phase_blocks(self, body: ThinkingBody, step: TokenStep, index: int) -> bool:
         """Open the thinking before a reply's first thinking token, and the answer's block
         before the first answer token after it; True when the body's start moved."""
         if body.thinking is None:
             if step.phase != THINKING or body.offsets:
                 return False
             body.thinking = ThinkingPart(started=time.monotonic(), timed=body.live)
-            open_thinking(self.doc, body.anchor, body.tail, f"think:{body.id}", self.colors)
+            open_thinking(self.doc, body.anchor, body.tail, f"think:{body.id}", self._colors())
             return True
         if body.thinking.end is None and step.phase == ANSWER:
-            start_answer(self.doc, body.tail, body.thinking, index, self.colors)
+            start_answer(self.doc, body.tail, body.thinking, index, self._colors())
         return False
 
-    def _refresh_thinking(self, body: Body) -> None:
+    def refresh(self, body: ThinkingBody) -> None:
         """Rewrite the thinking's header where it changed; show or hide its blocks."""
         part = body.thinking
         if part is None:
             return
-        open_ = is_open(part, self.thinking_open.get(body.stream))
+        open_ = is_open(part, self.opened.get(body.stream))
         text = header_text(part, body.steps, body.drawn, body.live, body.note, open_)
         if text != part.header:
             part.header = text
             header = self.doc.findBlock(body.anchor.position()).previous()
-            self._replace_block(header.position(), header_block(f"think:{body.id}", text, self.colors))
+            self._replace_block(header.position(), header_block(f"think:{body.id}", text, self._colors()))
         set_visible(self.doc, body.anchor, part, body.tail, open_)
 
-    def toggle_thinking(self, body_id: int) -> None:
+    def toggle(self, body: ThinkingBody) -> None:
         """The thinking's header was clicked: open it, or close it."""
-        body = self.bodies.get(body_id)
-        if body is None or body.thinking is None:
+        if body.thinking is None:
             return
-        self.thinking_open[body.stream] = not is_open(body.thinking, self.thinking_open.get(body.stream))
-        self._refresh_thinking(body)
+        self.opened[body.stream] = not is_open(body.thinking, self.opened.get(body.stream))
+        self.refresh(body)
 
-    def thinking_header_span(self, stream: StreamKey) -> tuple[int, int] | None:
-        """Where the thinking's header of ``stream`` is drawn (tests, screenshots)."""
-        for body in self._by_stream.get(stream, []):
-            if body.thinking is not None:
-                header = self.doc.findBlock(body.anchor.position()).previous()
-                return header.position(), header.length() - 1
-        return None
+    def renamed(self, old: StreamKey, new: StreamKey) -> None:
+        """A reply was saved as a branch: its thinking stays as it was opened or closed."""
+        if old in self.opened:
+            self.opened[new] = self.opened.pop(old)
+
+    def header_span(self, body: ThinkingBody) -> tuple[int, int] | None:
+        """Where the thinking's header of ``body`` is drawn, if it has a thinking."""
+        if body.thinking is None:
+            return None
+        header = self.doc.findBlock(body.anchor.position()).previous()
+        return header.position(), header.length() - 1

@@ -76,11 +76,6 @@ class ChatView(QTextBrowser):
         model.events.selection_changed.connect(self._on_selection_changed)
         self._on_entries_changed()
 
-    def unbind(self) -> None:
-        if self.model is not None:
-            self.model.events.disconnect_owner(self)
-            self.model = None
-
     # Model events --------------------------------------------------------------------------
 
     def _on_entries_changed(self) -> None:

@@ -119,12 +119,6 @@ class SamplingPanel(QWidget):
         """The settings to compare: (label, parameters) per shown tab."""
         return [(self.label(i), self.variant_controls[i].current) for i in range(self.count.value())]
 
-    def set_variants(self, variants: list[SamplingParams]) -> None:
-        for controls, params in zip(self.variant_controls, variants, strict=False):
-            controls.set_params(params)
-        self.count.setValue(max(MIN_VARIANTS, min(MAX_VARIANTS, len(variants))))
-        self._refresh_tabs()
-
     def set_vocab_size(self, vocab_size: int) -> None:
         """The loaded model's vocabulary size (0 = not known), for every tab's logit-bias ids."""
         for controls in (*self.variant_controls, self.answer_controls):

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import QComboBox, QGraphicsSimpleTextItem, QHBoxLayout, Q
 from app.model.entries import latest_token
 from app.model.remote_labels import p_label
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
-from app.views.theme import LIGHT, Colors, variant_color
+from app.views.theme import LIGHT, Colors
 from app.views.throttle import RedrawClock, own_clock
 from app.views.timeline_marks import change_marker
 from app.views.timeline_origin import OriginLabels
@@ -55,7 +55,7 @@ EMPTY_HINT = "Send a message: each token's probability (top) and the model's unc
 NO_SELECTION_HINT = "No token selected: click a token of a reply in the chat to see the whole reply here."
 
 
-class TimelineWidget(RunPlots, QWidget):
+class TimelineWidget(QWidget):
     """One reply (``set_steps``) or one compare run (``set_run``): the top plot is each
     token's final probability (a curve per column of a run), the bottom one the entropy
     after the chosen stage, or for a run the divergence between its columns."""
@@ -69,9 +69,7 @@ class TimelineWidget(RunPlots, QWidget):
         self.colors: Colors = LIGHT
         self.steps: list[TokenStep] = []
         self.selected: int | None = None
-        self.columns: list[list[TokenStep]] = []
         self.run_mode = False
-        self._run: tuple = ([], 0, ([], []), None, None)
         self._x_range: tuple[float, float] | None = None
         self.series = StreamSeries()
         self._drawn_stage = ""
@@ -98,12 +96,7 @@ class TimelineWidget(RunPlots, QWidget):
         self.change_lines: list[pg.InfiniteLine] = []
         self.phase = PhaseMarks(self.prob_plot, self.entropy_plot)  # a reasoning reply's thinking and answer
         # A compare run: a curve per column, the divergence curve and the first difference.
-        self.variant_curves: list[pg.PlotDataItem] = []
-        self.divergence_curve = self.entropy_plot.plot([], [])
-        self.first_difference = pg.InfiniteLine(
-            pos=-1, angle=90, movable=False, label="first different token", labelOpts={"position": 0.85}
-        )
-        self.entropy_plot.addItem(self.first_difference)
+        self.run = RunPlots(self.prob_plot, self.entropy_plot)
         self.view.scene().sigMouseClicked.connect(self._on_scene_clicked)
         self.stage = QComboBox()
         self.stage.addItem(LAST_STAGE)
@@ -111,7 +104,6 @@ class TimelineWidget(RunPlots, QWidget):
         self.stage.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.stage.currentTextChanged.connect(lambda _: self.set_steps(self.steps, self.selected))
         self.stage_label = QLabel("Entropy after")
-        self.legend = QLabel()
         self.entropy_note = QGraphicsSimpleTextItem("", self.entropy_plot.vb)  # in pixels, not data
         self.entropy_plot.vb.sigResized.connect(lambda _vb: self._place_entropy_note())
         self.origin = OriginLabels(self._set_entropy_note)  # what wrote the reply shown
@@ -123,7 +115,7 @@ class TimelineWidget(RunPlots, QWidget):
         bar.setContentsMargins(6, 0, 6, 0)
         bar.addWidget(self.stage_label)
         bar.addWidget(self.stage)
-        bar.addWidget(self.legend)
+        bar.addWidget(self.run.legend)
         bar.addWidget(self.phase.legend)
         bar.addStretch(1)
         bar.addWidget(self.origin.label, 100)  # the room left, right-aligned
@@ -166,14 +158,10 @@ class TimelineWidget(RunPlots, QWidget):
         self.origin.label.setPalette(palette)
         self.prob_curve.setPen(pg.mkPen(colors.final, width=1.5))
         self.entropy_curve.setPen(pg.mkPen(colors.raw, width=1.5))
-        self.divergence_curve.setPen(pg.mkPen(colors.foreground, width=2))
-        self.first_difference.setPen(pg.mkPen(colors.marker, width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine))
-        self.first_difference.label.setColor(colors.marker)
         self.argmax_marks.setPen(pg.mkPen(colors.marker, width=2))
         self.selection_line.setPen(pg.mkPen(colors.chosen, width=1))
         self.phase.set_colors(colors)
-        for column, curve in enumerate(self.variant_curves):
-            curve.setPen(pg.mkPen(variant_color(column, colors), width=1.5))
+        self.run.set_colors(colors)
         if self.run_mode:
             self._redraw_run()
         else:
@@ -190,13 +178,9 @@ class TimelineWidget(RunPlots, QWidget):
             item.setVisible(not run)
         for line in self.change_lines:
             line.setVisible(not run)
-        for curve in self.variant_curves:
-            curve.setVisible(run)
-        self.divergence_curve.setVisible(run)
-        self.first_difference.setVisible(run and self.first_difference.value() >= 0)
+        self.run.show(run)
         self.stage_label.setVisible(not run)
         self.stage.setVisible(not run)
-        self.legend.setVisible(run)
         if run:
             self.phase.hide()
         self.entropy_plot.setLabel("left", "JS (nats)" if run else f"H {self.stage.currentText()}")
@@ -266,12 +250,38 @@ class TimelineWidget(RunPlots, QWidget):
         if on == self._antialias:
             return
         self._antialias = on
-        for item in (self.prob_curve, self.entropy_curve, self.divergence_curve, *self.variant_curves):
+        for item in (self.prob_curve, self.entropy_curve, *self.run.curves()):
             item.opts["antialias"] = on
             item.curve.opts["antialias"] = on
             item.curve.update()
         if on and not self.run_mode:
             self._set_x_range(self.series.x)  # and fitted to the finished reply
+
+    # A compare run ---------------------------------------------------------------------------
+
+    def set_run(
+        self,
+        columns: list[list[TokenStep]],
+        labels: list[str],
+        start: int,
+        divergence: tuple[list[int], list[float]],
+        first_difference: int | None,
+        selected: tuple[int, int] | None,
+    ) -> None:
+        """Columns of a compare run from token ``start`` on (:meth:`RunPlots.set`)."""
+        self.run.set(columns, labels, start, divergence, first_difference, selected)
+        self._show_empty(False)
+        if not self.run_mode:
+            self._show_mode(True)
+        self._redraw_run()
+
+    def _redraw_run(self) -> None:
+        x, selected = self.run.redraw(self.colors, self._antialias)
+        self._set_x_range(x)
+        if selected is not None:
+            self._place_selection(*selected)
+        else:
+            self.selection_line.hide()
 
     # One reply -------------------------------------------------------------------------------
 
@@ -358,7 +368,9 @@ class TimelineWidget(RunPlots, QWidget):
                 continue
             point = plot.vb.mapSceneToView(event.scenePos())
             if self.run_mode:
-                self._select_in_run(point.x(), point.y() if plot is self.prob_plot else None)
+                picked = self.run.pick(point.x(), point.y() if plot is self.prob_plot else None)
+                if picked is not None:
+                    self.column_token_selected.emit(*picked)
             else:
                 index = nearest(self.steps, point.x())
                 if index is not None:

@@ -28,7 +28,8 @@ from tests.app.shell.test_app import (  # noqa: E402
 )
 from tests.app.shell.test_app_compare import compare_entry, set_variants  # noqa: E402
 from tests.support.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
-from tests.support.paths import ROOT  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_f
     assert "The server failed" in window.last_error and "kept and saved" in window.last_error
     branch = window.thread_messages[-1].branches[-1]
     assert branch.finish_reason == "error" and branch.text.startswith(" t0 t1 t2")
-    saved = window.store.conversations()
+    saved = window.store.reads.conversations()
     assert saved
     # Still usable: back to the local model, and a reply.
     window.error_box.close()

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.model.chat import ChatModel
-from app.model.events import EmitterGroup
+from app.model.chat_events import ChatEvents
+from app.model.events import EmitterGroup, EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.streams import DivergenceSeries, branch_key
 from app.store.store import Store
@@ -55,7 +56,7 @@ def finished(text: str = "done", reason: str = "length", generated: int = 4) -> 
 class Recorder:
     """Every event the model emits, in order."""
 
-    def __init__(self, events: EmitterGroup) -> None:
+    def __init__(self, events: EventGroup | EmitterGroup) -> None:
         self.seen: list[tuple] = []
         for name in events.names:
             getattr(events, name).connect(lambda *args, n=name: self.seen.append((n, *args)))
@@ -72,9 +73,9 @@ def store(tmp_path):
 
 
 def stream_reply(model: ChatModel, tag: int, tokens: list[int], start: int = 0) -> None:
-    model.on_job_started(tag, 100 + tag, 12)
+    model.generation.on_job_started(tag, 100 + tag, 12)
     for i, token in enumerate(tokens):
-        model.on_token(tag, step(start + i, token))
+        model.generation.on_token(tag, step(start + i, token))
 
 
 def test_events_connect_block_and_disconnect_their_owner():
@@ -97,22 +98,53 @@ def test_events_connect_block_and_disconnect_their_owner():
         _ = events.missing
 
 
+def test_declared_events_are_their_own_per_group_in_order_and_an_undeclared_one_is_missing():
+    class Shown(EventGroup):
+        changed: EventEmitter[[int]]
+        closed: EventEmitter[[]]
+
+    class More(Shown):
+        moved: EventEmitter[[int, int]]
+
+    first, second = More(), More()
+    assert first.names == ("changed", "closed", "moved") and first.changed is not second.changed
+    seen = []
+
+    class View:
+        def on_changed(self, value):
+            seen.append(("view", value))
+
+    view = View()
+    first.changed.connect(view.on_changed)
+    first.changed.connect(lambda value: seen.append(("lambda", value)))
+    first.changed(1)
+    second.changed(9)  # another group's emitter: nobody listens
+    with first.changed.blocker():
+        first.changed(2)
+    first.disconnect_owner(view)
+    first.changed(3)
+    assert seen == [("view", 1), ("lambda", 1), ("lambda", 3)]
+    with pytest.raises(AttributeError):
+        _ = first.missing
+    assert "selection_changed" in ChatEvents().names and "errored" in ChatEvents().names
+
+
 def test_a_reply_streams_is_saved_and_the_selection_follows_it_by_id(store):
     model = ChatModel(store)
     seen = Recorder(model.events)
     assert [e.role for e in model.entries] == ["welcome"]
-    assert model.send("hello", GREEDY)
+    assert model.generation.send("hello", GREEDY)
     (job,) = seen.of("job_submitted")
     (job,) = job
     assert isinstance(job, ChatJob) and job.messages[-1] == {"role": "user", "content": "hello"}
     assert [e.role for e in model.entries] == ["system", "user", "assistant"]
-    assert model.busy() and not model.send("again", GREEDY)  # one turn at a time
+    assert model.busy() and not model.generation.send("again", GREEDY)  # one turn at a time
     stream_reply(model, job.tag, [7, 8, 9])
     key = ("reply", job.tag)
     assert seen.of("tokens_added") == [(key,)] * 3
     # Following the newest token while it streams.
     assert model.selection == (key, 2)
-    model.on_finished(job.tag, finished(" t7 t8 t9"))
+    model.generation.on_finished(job.tag, finished(" t7 t8 t9"))
     (message,) = [m for m in model.thread if m.role == "assistant"]
     branch = message.branch
     assert [s.token_id for s in branch.steps] == [7, 8, 9]
@@ -128,7 +160,7 @@ def test_a_reply_streams_is_saved_and_the_selection_follows_it_by_id(store):
 def test_many_live_replies_and_a_selection_that_survives_inserts_and_deletes(store):
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send("first", GREEDY)
+    model.generation.send("first", GREEDY)
     tag = seen.of("job_submitted")[-1][0].tag
     stream_reply(model, tag, [1, 2, 3, 4, 5])
     # Pick another token at index 2 while the reply is still being written: the running
@@ -136,7 +168,7 @@ def test_many_live_replies_and_a_selection_that_survives_inserts_and_deletes(sto
     model.select((("reply", tag), 2))
     assert not model.follow_latest
     chosen = model.selected_step()
-    assert model.pick_token(42, GREEDY)
+    assert model.generation.pick_token(42, GREEDY)
     assert seen.of("cancel_requested") == [(tag,)]
     second = seen.of("job_submitted")[-1][0]
     assert second.output == (1, 2) and second.forced == ForcedToken(42, None)  # 42 is not a candidate there
@@ -144,22 +176,22 @@ def test_many_live_replies_and_a_selection_that_survives_inserts_and_deletes(sto
     # The selection named a token by its stream: it is still the same token.
     model.select((("reply", tag), 2))
     assert model.selected_step() is chosen
-    model.on_finished(tag, finished(reason="cancelled", generated=5))
+    model.generation.on_finished(tag, finished(reason="cancelled", generated=5))
     (message,) = [m for m in model.thread if m.role == "assistant"]
     first_branch = message.branches[0]
     assert model.selection == (branch_key(first_branch.id), 2) and model.selected_step() is chosen
-    model.on_token(second.tag, step(2, 42))
-    model.on_finished(second.tag, finished())
+    model.generation.on_token(second.tag, step(2, 42))
+    model.generation.on_finished(second.tag, finished())
     assert len(message.branches) == 2 and message.active == 1
     # Insert a turn before... after it: entries move, the selection does not.
     model.select((branch_key(first_branch.id), 2))
-    model.send("second", GREEDY)
+    model.generation.send("second", GREEDY)
     third = seen.of("job_submitted")[-1][0]
     assert model.selected_step() is not chosen  # a new reply is followed...
     model.select((branch_key(first_branch.id), 2))
     assert model.selected_step() is chosen  # ...but the old token is still addressable
     # A rejected job removes its reply; the selection stays on its token.
-    model.on_job_rejected(third.tag, ValueError("refused"))
+    model.generation.on_job_rejected(third.tag, ValueError("refused"))
     assert not model.busy() and seen.of("errored")[-1][0].args == ("refused",)
     assert model.selected_step() is chosen
     # Switching branches drops the turns of the other branch; a selection inside the
@@ -178,18 +210,18 @@ def test_picking_a_token_without_an_id_sends_its_text_or_nothing(store):
     nothing to continue from, and the running reply is left alone."""
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send("hi", GREEDY)
+    model.generation.send("hi", GREEDY)
     tag = seen.of("job_submitted")[-1][0].tag
-    model.on_job_started(tag, 100, 12)
+    model.generation.on_job_started(tag, 100, 12)
     for i in range(3):
-        model.on_token(
+        model.generation.on_token(
             tag, replace(step(i, 5), token_id=None, top=(Candidate(None, " t5", None, (-0.5,), *[None] * 4),))
         )
     model.select((("reply", tag), 2))
-    assert not model.pick_token(None, GREEDY)
+    assert not model.generation.pick_token(None, GREEDY)
     assert len(seen.of("job_submitted")) == 1 and not seen.of("cancel_requested")
     assert "neither an id nor a text" in seen.of("status")[-1][0]
-    assert model.pick_token(None, GREEDY, forced_text=" x")
+    assert model.generation.pick_token(None, GREEDY, forced_text=" x")
     job = seen.of("job_submitted")[-1][0]
     assert job.forced == ForcedToken(None, " x") and job.output == (None, None) and job.output_text == " t5 t5"
     assert seen.of("cancel_requested") == [(tag,)]
@@ -204,12 +236,12 @@ def test_a_reply_without_token_ids_is_not_replayed(store):
 
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send("hello", GREEDY)
+    model.generation.send("hello", GREEDY)
     tag = seen.of("job_submitted")[-1][0].tag
-    model.on_job_started(tag, 100, 12)
+    model.generation.on_job_started(tag, 100, 12)
     for i in range(2):
-        model.on_token(tag, replace(step(i, 5), token_id=None))
-    model.on_finished(tag, finished(" t5 t5", generated=2))
+        model.generation.on_token(tag, replace(step(i, 5), token_id=None))
+    model.generation.on_finished(tag, finished(" t5 t5", generated=2))
     in_use = ModelInUse(source="default")
     in_use.info = object()
     assert Scoring(model, in_use).start_replay(GREEDY) == Refusal(NO_IDS)
@@ -219,7 +251,7 @@ def test_a_reply_without_token_ids_is_not_replayed(store):
 def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     model = ChatModel(store)
     seen = Recorder(model.events)
-    assert model.send_compare("which is best?", VARIANTS)
+    assert model.generation.send_compare("which is best?", VARIANTS)
     (job,) = seen.of("job_submitted")[-1]
     assert isinstance(job, ForkJob) and len(job.tags) == 3 and job.output == ()
     # The settings as given; a column sent with "random each reply" gets a seed of its own.
@@ -231,12 +263,12 @@ def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     assert [c.label for c in entry.columns] == ["A · Greedy", "B · Hot", "C · Top-k"]
     a, b, c = job.tags
     for i in range(4):
-        model.on_token(a, step(i, 10 + i))
-        model.on_token(b, step(i, 10 + i if i < 2 else 20 + i))
-        model.on_token(c, step(i, 30 + i))
+        model.generation.on_token(a, step(i, 10 + i))
+        model.generation.on_token(b, step(i, 10 + i if i < 2 else 20 + i))
+        model.generation.on_token(c, step(i, 30 + i))
         js = (0.01 * i, 0.2 + i * 0.01, 0.3)
         first = (2 if i >= 2 else None, 0, 0)
-        model.on_divergence(job.group, Divergence(a, i, ((a, b), (a, c), (b, c)), js, first))
+        model.generation.on_divergence(job.group, Divergence(a, i, ((a, b), (a, c), (b, c)), js, first))
     assert len(seen.of("divergence_added")) == 4
     run = model.live_runs[job.group]
     x, mean = run.divergence.mean()
@@ -247,9 +279,9 @@ def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     model.select_column(1, 2)
     assert model.selection == (("reply", b), 2) and model.selected_step().token_id == 22
     for tag in job.tags[:2]:
-        model.on_finished(tag, finished())
+        model.generation.on_finished(tag, finished())
         assert model.busy()  # saved only when every column is done
-    model.on_finished(c, finished(reason="stop"))
+    model.generation.on_finished(c, finished(reason="stop"))
     assert not model.busy() and run.id is not None
     message = model.thread[-1]
     assert len(message.branches) == 3 and message.branch is message.branches[0]
@@ -278,43 +310,43 @@ def test_compare_run_streams_in_columns_is_saved_kept_and_reopened(store):
     other.show_compare(reply.message_id)
     (entry,) = [e for e in other.entries if e.role == "compare"]
     assert [len(col.steps) for col in entry.columns] == [4, 4, 4]
-    assert Store(store.path).compare_runs(model.conversation.id)[0].kept is None
+    assert Store(store.path).reads.compare_runs(model.conversation.id)[0].kept is None
     store2.close()
 
 
 def test_compare_from_here_forks_after_the_kept_tokens(store):
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send("tell me", GREEDY)
+    model.generation.send("tell me", GREEDY)
     tag = seen.of("job_submitted")[-1][0].tag
     stream_reply(model, tag, [1, 2, 3, 4, 5])
-    model.on_finished(tag, finished())
+    model.generation.on_finished(tag, finished())
     message = model.thread[-1]
     base = branch_key(message.branch.id)
-    assert model.compare_from((base, 3), VARIANTS[:2])
+    assert model.generation.compare_from((base, 3), VARIANTS[:2])
     job = seen.of("job_submitted")[-1][0]
     assert isinstance(job, ForkJob) and job.output == (1, 2, 3)
     (entry,) = [e for e in model.entries if e.role == "compare"]
     assert all(col.start == 3 for col in entry.columns) and entry.prefix_text == " t1 t2 t3"
     for tag in job.tags:
-        model.on_token(tag, step(3, 9))
-        model.on_finished(tag, finished())
+        model.generation.on_token(tag, step(3, 9))
+        model.generation.on_finished(tag, finished())
     assert len(message.branches) == 3
     run = model.run_of(branch_key(message.branches[1].id))
     assert run.prefix_tokens == 3 and [s.token_id for s in message.branches[1].steps] == [1, 2, 3, 9]
     # Too many settings, or a reply being written, is refused with a reason.
-    assert not model.compare_from((base, 1), VARIANTS * 2)
+    assert not model.generation.compare_from((base, 1), VARIANTS * 2)
     assert "2 to 4" in seen.of("status")[-1][0]
 
 
 def test_a_refused_fork_removes_every_column(store):
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send_compare("hi", VARIANTS)
+    model.generation.send_compare("hi", VARIANTS)
     job = seen.of("job_submitted")[-1][0]
     error = ValueError("no")
     for tag in job.tags:
-        model.on_job_rejected(tag, error)
+        model.generation.on_job_rejected(tag, error)
     assert not model.busy() and not model.live_runs
     assert len(seen.of("errored")) == 1
 
@@ -352,10 +384,10 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
 
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send("hello", GREEDY)
+    model.generation.send("hello", GREEDY)
     tag = seen.of("job_submitted")[-1][0].tag
     stream_reply(model, tag, [7, 8, 9])
-    model.on_finished(tag, finished(" t7 t8 t9"))
+    model.generation.on_finished(tag, finished(" t7 t8 t9"))
     in_use = ModelInUse(source="default")
     scoring = Scoring(model, in_use)
     assert scoring.start_replay(GREEDY) == Refusal(NOT_SAVED)  # no model loaded yet
@@ -387,29 +419,29 @@ def test_a_branch_and_compare_from_here_carry_mirostats_mu(store):
     miro = SamplingParams(samplers=("temperature", "mirostat_v2"), mirostat_tau=3.0, mirostat_eta=0.5, max_tokens=8)
     model = ChatModel(store)
     seen = Recorder(model.events)
-    model.send("tell me", miro)
+    model.generation.send("tell me", miro)
     tag = seen.of("job_submitted")[-1][0].tag
     assert seen.of("job_submitted")[-1][0].carry is None
-    model.on_job_started(tag, 100, 12)
+    model.generation.on_job_started(tag, 100, 12)
     lps = [-1.0, -3.0, -0.2, -2.5]
     for i, lp in enumerate(lps):
         s = step(i, i + 1, miro)
         top = (replace(s.top[0], logprobs=(lp, lp, lp)),)
         chain = ("raw", "temperature", "mirostat_v2")
-        model.on_token(
+        model.generation.on_token(
             tag, replace(s, chain=chain, logprobs=(lp,) * 3, entropies=(1.0,) * 3, survivors=(9,) * 3, top=top)
         )
-    model.on_finished(tag, finished())
+    model.generation.on_finished(tag, finished())
     mu = 6.0
     for lp in lps[:3]:
         mu -= 0.5 * (-lp / math.log(2) - 3.0)
     base = branch_key(model.thread[-1].branch.id)
-    assert model.compare_from((base, 3), [("a", miro), ("b", miro.with_changes(mirostat_tau=2.0))])
+    assert model.generation.compare_from((base, 3), [("a", miro), ("b", miro.with_changes(mirostat_tau=2.0))])
     fork = seen.of("job_submitted")[-1][0]
     assert isinstance(fork, ForkJob) and fork.carry == {"mirostat_v2": pytest.approx(mu)}
     for t in fork.tags:
-        model.on_finished(t, finished(reason="cancelled", generated=0))
+        model.generation.on_finished(t, finished(reason="cancelled", generated=0))
     model.select((base, 3))
-    assert model.pick_token(7, miro)
+    assert model.generation.pick_token(7, miro)
     job = seen.of("job_submitted")[-1][0]
     assert job.output == (1, 2, 3) and job.carry == {"mirostat_v2": pytest.approx(mu)}

@@ -32,10 +32,10 @@ def store(tmp_path):
 def saved_reply(store: Store, tokens: list[int]) -> tuple[ChatModel, ModelInUse]:
     """A chat with one saved reply of ``tokens``, selected, written by the model in use."""
     chat = ChatModel(store)
-    assert chat.send("hello", GREEDY)
+    assert chat.generation.send("hello", GREEDY)
     tag = chat.entries[-1].stream[1]
     stream_reply(chat, tag, tokens)
-    chat.on_finished(tag, finished(" ".join(f"t{t}" for t in tokens)))
+    chat.generation.on_finished(tag, finished(" ".join(f"t{t}" for t in tokens)))
     name = chat.thread[-1].branch.model
     info = SimpleNamespace(name=name, capabilities=LOCAL_CAPABILITIES, precision="float32", kv=None)
     return chat, ModelInUse(source="default", info=info)

@@ -225,7 +225,7 @@ def test_invalid_control_values_are_flagged(qtbot, profile, tiny_folder):
     # The model checks too (settings that reach it by another path): the error carries its
     # field, which the panel outlines.
     window.controls.show_error(None)
-    assert not window.model.send("hi", out_of_vocab)
+    assert not window.model.generation.send("hi", out_of_vocab)
     assert "logit_bias" in window.last_error and window.model.thread == []
     assert window.controls.error_widget() is window.controls.bias
     assert "logit_bias" in window.controls.error.text()

@@ -87,12 +87,12 @@ def test_compare_three_settings_keep_one_and_compare_from_here(qtbot, profile, t
     # The timeline: a curve per column and the divergence curve, the first difference marked.
     window._redraw_if_dirty()
     timeline = window.timeline
-    curves = [c for c in timeline.variant_curves if c.isVisible()]
+    curves = [c for c in timeline.run.variant_curves if c.isVisible()]
     assert len(curves) == 3 and timeline.run_mode
     for curve, column in zip(curves, entry.columns, strict=True):
         assert list(curve.getData()[1]) == pytest.approx([math.exp(s.logprob) for s in column.steps])
     run = window.model.shown_run()
-    x, js = timeline.divergence_curve.getData()
+    x, js = timeline.run.divergence_curve.getData()
     assert list(x) == list(range(12)) and all(0 <= v <= math.log(2) + 1e-6 for v in js)
     assert list(js) == pytest.approx(run.divergence.mean()[1])
     tokens = [[s.token_id for s in c.steps] for c in entry.columns]
@@ -102,7 +102,7 @@ def test_compare_three_settings_keep_one_and_compare_from_here(qtbot, profile, t
         for q in tokens[k + 1 :]
     )
     assert run.divergence.first() == expected_first
-    assert timeline.first_difference.isVisible() and timeline.first_difference.value() == expected_first - 0.5
+    assert timeline.run.first_difference.isVisible() and timeline.run.first_difference.value() == expected_first - 0.5
     assert timeline.selection_line.value() == 4
 
     # Keep column 2 (its Keep link): it becomes the reply; the others stay as its branches.

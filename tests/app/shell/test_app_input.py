@@ -4,6 +4,8 @@ every invalid field is shown, and presets say why they cannot do what was asked.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -63,18 +65,18 @@ def test_a_bias_id_outside_the_vocabulary_is_flagged_in_the_field(controls):
 
 def test_the_chat_model_refuses_settings_the_model_cannot_take_before_adding_the_turn(tmp_path):
     model = ChatModel(Store(tmp_path / "db.sqlite3"))
-    model.vocab_size = VOCAB
+    model.in_use.info = SimpleNamespace(name="tiny", vocab_size=VOCAB, server="")  # as the loader sets it
     seen: dict[str, list] = {"job_submitted": [], "errored": []}
     for name, calls in seen.items():
         getattr(model.events, name).connect(lambda *args, calls=calls: calls.append(args))
     bad = SamplingParams(logit_bias={99999999: 5.0})
-    assert not model.send("hi", bad)
-    assert not model.send_compare("hi", [("A", SamplingParams()), ("B", bad)])
+    assert not model.generation.send("hi", bad)
+    assert not model.generation.send_compare("hi", [("A", SamplingParams()), ("B", bad)])
     assert model.conversation is None and model.thread == []
     assert seen["job_submitted"] == []
     assert [exc.field for (exc,) in seen["errored"]] == ["logit_bias", "logit_bias"]
     assert "B" in str(seen["errored"][1][0])  # which compare setting is at fault
-    assert model.send("hi", SamplingParams(logit_bias={5: 1.0}))
+    assert model.generation.send("hi", SamplingParams(logit_bias={5: 1.0}))
     assert len(model.thread) == 2 and len(seen["job_submitted"]) == 1
 
 

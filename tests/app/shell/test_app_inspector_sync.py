@@ -234,7 +234,7 @@ def test_new_chat_and_delete_clear_the_inspector(qtbot, profile, tiny_folder):  
     assert shown_token(inspector) is not None and any("✕" in r for r in bar_rows(inspector))
     window.new_chat()
     assert_cleared()
-    conversation = window.store.conversations()[0].id
+    conversation = window.store.reads.conversations()[0].id
     window.open_conversation(conversation)
     window.clock.flush()
     assert shown_token(inspector) is not None

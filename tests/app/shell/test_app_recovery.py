@@ -22,7 +22,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
 from tests.engine.runtime.test_fault_containment import Flaky  # noqa: E402
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT  # noqa: E402
 from tests.support.tiny_model import MERGES  # noqa: E402
 
 TIMEOUT = 60_000
@@ -208,7 +208,7 @@ def test_a_failing_step_shows_an_error_keeps_the_reply_and_the_next_request_work
     first = window.model.last_assistant().branch
     assert first.finish_reason == "error" and 0 < len(first.steps) < 60  # the partial reply, saved
     message_id = window.model.last_assistant().id
-    qtbot.waitUntil(lambda: len(window.store.branches(message_id)[0].steps) == len(first.steps))
+    qtbot.waitUntil(lambda: len(window.store.reads.branches(message_id)[0].steps) == len(first.steps))
     window.error_box.close()
     window.last_error = ""
     window.composer.setPlainText("and again")
@@ -338,7 +338,7 @@ def test_failing_writes_while_a_reply_streams_are_kept_and_retried(qtbot, tmp_pa
     qtbot.waitUntil(lambda: any("works again" in m for m in messages), timeout=TIMEOUT)
     assert journal.flush()
     message_id = window.model.last_assistant().id
-    qtbot.waitUntil(lambda: len(window.store.branches(message_id)[0].steps) == 80, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: len(window.store.reads.branches(message_id)[0].steps) == 80, timeout=TIMEOUT)
     assert window.save_error == ""
     window.close()
     conn = sqlite3.connect(str(db))

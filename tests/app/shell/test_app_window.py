@@ -248,11 +248,11 @@ def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_fo
     assert "What is the capital of France?" in box.text()
     click_button(box, "Cancel")
     qtbot.wait(100)
-    assert window.model.conversation.id == conversation and window.store.conversation(conversation) is not None
+    assert window.model.conversation.id == conversation and window.store.reads.conversation(conversation) is not None
     delete.trigger()
     click_button(message_box(qtbot, window.menus, "delete_box"), "Delete")
     qtbot.waitUntil(lambda: window.model.conversation is None)
-    assert window.store.conversation(conversation) is None
+    assert window.store.reads.conversation(conversation) is None
     menu.aboutToShow.emit()
     assert [a.text() for a in menu.actions()] == ["No conversations"]
     close_window(window)

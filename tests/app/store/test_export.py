@@ -66,24 +66,24 @@ def db(session, tmp_path_factory):
     path = tmp_path_factory.mktemp("db") / "db.sqlite3"
     store = Store(path)
     store.note_model("tiny", "/models/tiny", "float32", "local")  # as the app does when the model loads
-    conv = store.new_conversation("You are terse.", "the test")
-    user = store.add_user_message(conv.id, "the hat", None)
-    reply = store.add_assistant_message(conv.id, user.id)
+    conv = store.writes.new_conversation("You are terse.", "the test")
+    user = store.writes.add_user_message(conv.id, "the hat", None)
+    reply = store.writes.add_assistant_message(conv.id, user.id)
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "the hat"}]
     steps, done = generate(session, messages, PARAMS)
-    first = store.add_branch(reply.id, steps, done.text, done.finish_reason, "tiny", PARAMS)
+    first = store.writes.add_branch(reply.id, steps, done.text, done.finish_reason, "tiny", PARAMS)
     steps2, done2 = generate(session, messages, GREEDY)
-    store.add_branch(reply.id, steps2, done2.text, done2.finish_reason, "tiny", GREEDY)
-    store.set_active_branch(reply.id, first.id)
-    user2 = store.add_user_message(conv.id, "in the tin", first.id)
-    reply2 = store.add_assistant_message(conv.id, user2.id)
+    store.writes.add_branch(reply.id, steps2, done2.text, done2.finish_reason, "tiny", GREEDY)
+    store.writes.set_active_branch(reply.id, first.id)
+    user2 = store.writes.add_user_message(conv.id, "in the tin", first.id)
+    reply2 = store.writes.add_assistant_message(conv.id, user2.id)
     columns = []
     for label, params in (("a", GREEDY), ("b", PARAMS)):
         s, d = generate(session, messages, params)
         columns.append((CompareColumn(label, params, ("reply", 0)), s, d.text, d.finish_reason))
     series = DivergenceSeries(2)
     store.note_model("tiny", "/models/tiny-q8", "float16", "local")  # another file, the same name, loaded later
-    store.add_compare_run(reply2.id, columns, "tiny", 0, series)
+    store.writes.add_compare_run(reply2.id, columns, "tiny", 0, series)
     store.close()
     return path, conv.id
 
@@ -113,7 +113,7 @@ def test_round_trip(db, tmp_path):
     again = from_store(other, new_id, "tiny-source")
     assert records(again, created="T")[1:] == first[1:]
     # the imported conversation opens in the app's model, its first branch active
-    thread = other.thread(new_id)
+    thread = other.reads.thread(new_id)
     assert [m.role for m in thread] == ["user", "assistant", "user", "assistant"]
     # values are kept to 5 decimals, as the CLI writes them
     assert thread[1].branch.steps[3].top[0].logprobs == pytest.approx(

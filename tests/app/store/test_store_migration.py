@@ -56,9 +56,9 @@ def test_v1_database_opens_migrated(old_db):
     before = raw_steps(old_db)
     store = Store(old_db)
     assert store.migrated_from == 1
-    (conversation,) = store.conversations()
+    (conversation,) = store.reads.conversations()
     assert conversation.title == "Capital of France"
-    thread = store.thread(conversation.id)
+    thread = store.reads.thread(conversation.id)
     assert [m.role for m in thread] == ["user", "assistant", "user", "assistant"]
     assert thread[0].content == "What is the capital of France?" and thread[2].content == "And its second city?"
     first, second = thread[1].branches
@@ -103,7 +103,7 @@ def test_v1_database_opens_migrated(old_db):
     # Opening again migrates nothing and reads the same steps.
     again = Store(old_db)
     assert again.migrated_from is None
-    assert again.thread(conversation.id)[1].branches[1].steps == second.steps
+    assert again.reads.thread(conversation.id)[1].branches[1].steps == second.steps
     again.close()
 
 
@@ -138,23 +138,23 @@ def test_a_version_2_database_gains_compare_runs(old_db):
     store = Store(old_db)
     assert store.migrated_from == 2 and user_version(old_db) == SCHEMA_VERSION
     assert backup_path(old_db, 2).exists() and raw_steps(old_db) == before
-    (conversation,) = store.conversations()
-    message = store.thread(conversation.id)[-1]
-    assert store.compare_runs(conversation.id) == []
+    (conversation,) = store.reads.conversations()
+    message = store.reads.thread(conversation.id)[-1]
+    assert store.reads.compare_runs(conversation.id) == []
     divergence = DivergenceSeries(2)
     divergence.add(0, ((0, 1),), (0.25,), (0,))
     columns = [
         (CompareColumn(label, SamplingParams(temperature=t), ("reply", 0)), message.branch.steps, "text", "stop")
         for label, t in (("cold", 0.2), ("hot", 1.5))
     ]
-    run_id, branches = store.add_compare_run(message.id, columns, "m", 0, divergence)
-    (run,) = store.compare_runs(conversation.id)
+    run_id, branches = store.writes.add_compare_run(message.id, columns, "m", 0, divergence)
+    (run,) = store.reads.compare_runs(conversation.id)
     assert run.id == run_id and run.kept is None and [c.label for c in run.columns] == ["cold", "hot"]
     assert [c.stream for c in run.columns] == [("branch", b.id) for b in branches]
     assert run.divergence.to_dict() == divergence.to_dict()
-    assert store.thread(conversation.id)[-1].branch.id == branches[0].id
-    store.set_compare_kept(run_id, 1)
-    assert store.compare_runs(conversation.id)[0].kept == 1
+    assert store.reads.thread(conversation.id)[-1].branch.id == branches[0].id
+    store.writes.set_compare_kept(run_id, 1)
+    assert store.reads.compare_runs(conversation.id)[0].kept == 1
     store.close()
 
 
@@ -174,16 +174,16 @@ def test_a_schema_5_database_gains_precision_and_old_replies_read_as_not_recorde
     store = Store(path)
     assert store.migrated_from == 5 and user_version(path) == SCHEMA_VERSION
     assert user_version(backup_path(path, 5)) == 5
-    (recovered,) = store.recover_interrupted()
-    (conversation,) = store.conversations()
-    thread = store.thread(conversation.id)
+    (recovered,) = store.writes.recover_interrupted()
+    (conversation,) = store.reads.conversations()
+    thread = store.reads.thread(conversation.id)
     assert thread[-1].branch.id == recovered and thread[-1].branch.finish_reason == INTERRUPTED
     assert thread[-1].branch.model_source == "default"  # schema 5's own column survives
     branches = [b for m in thread if m.role == "assistant" for b in m.branches]
     assert len(branches) >= 3 and all(b.precision is None for b in branches)
     store.note_model("tiny", "/models/tiny", "float16")
-    saved = store.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
-    assert saved.precision == "float16" and store.branches(thread[-1].id)[-1].precision == "float16"
+    saved = store.writes.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
+    assert saved.precision == "float16" and store.reads.branches(thread[-1].id)[-1].precision == "float16"
     assert store.integrity() == "ok"
     store.close()
 
@@ -207,9 +207,9 @@ def test_a_schema_6_database_gains_backend_and_old_replies_are_labelled_by_their
     store = Store(path)
     assert store.migrated_from == 6 and user_version(path) == SCHEMA_VERSION == 7
     assert user_version(backup_path(path, 6)) == 6
-    (recovered,) = store.recover_interrupted()
-    (conversation,) = store.conversations()
-    thread = store.thread(conversation.id)
+    (recovered,) = store.writes.recover_interrupted()
+    (conversation,) = store.reads.conversations()
+    thread = store.reads.thread(conversation.id)
     assert thread[-1].branch.id == recovered and thread[-1].branch.finish_reason == INTERRUPTED
     branches = [b for m in thread if m.role == "assistant" for b in m.branches]
     assert all(b.backend is None for b in branches)
@@ -224,8 +224,8 @@ def test_a_schema_6_database_gains_backend_and_old_replies_are_labelled_by_their
 
     store.note_model("tiny", "/models/tiny", "float16", "local")
     store.note_model("Gemma", "http://gpu:8000", "", "remote:vllm:final:detected")
-    saved = store.add_branch(thread[-1].id, [], "x", "stop", "Gemma", SamplingParams())
-    assert saved.backend == "remote:vllm:final:detected" == store.branches(thread[-1].id)[-1].backend
+    saved = store.writes.add_branch(thread[-1].id, [], "x", "stop", "Gemma", SamplingParams())
+    assert saved.backend == "remote:vllm:final:detected" == store.reads.branches(thread[-1].id)[-1].backend
     journal = StreamJournal(store.path, sources=store.model_sources, backends=store.model_backends)
     journal.token(7, thread[-1].id, "tiny", SamplingParams(), local.steps[:2])
     assert journal.flush()

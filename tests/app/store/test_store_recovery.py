@@ -63,9 +63,9 @@ def store(tmp_path):
 
 
 def new_turn(store: Store):
-    conversation = store.new_conversation("sys", "title")
-    user = store.add_user_message(conversation.id, "hello", None)
-    return conversation, store.add_assistant_message(conversation.id, user.id)
+    conversation = store.writes.new_conversation("sys", "title")
+    user = store.writes.add_user_message(conversation.id, "hello", None)
+    return conversation, store.writes.add_assistant_message(conversation.id, user.id)
 
 
 def journal_rows(path: Path) -> tuple[int, int]:
@@ -91,9 +91,9 @@ def test_the_current_release_database_migrates_with_a_copy_first(tmp_path):
     assert {"live_replies", "live_steps", "compare_runs"} <= tables(path)
     copy = backup_path(path, 3)
     assert copy.exists() and user_version(copy) == 3 and "live_replies" not in tables(copy)
-    (conversation,) = store.conversations()
+    (conversation,) = store.reads.conversations()
     assert conversation.title == "Capital of France"
-    assert len(store.compare_runs(conversation.id)) == 1
+    assert len(store.reads.compare_runs(conversation.id)) == 1
     assert store.integrity() == "ok"
     store.close()
     again = Store(path)
@@ -110,16 +110,16 @@ def test_the_last_release_database_migrates_and_its_journal_is_recovered(tmp_pat
     assert user_version(path) == 4 and journal_rows(path) == (1, 2)
     store = Store(path)
     assert store.migrated_from == 4 and user_version(path) == SCHEMA_VERSION and user_version(backup_path(path, 4)) == 4
-    (recovered,) = store.recover_interrupted()
-    (conversation,) = store.conversations()
-    thread = store.thread(conversation.id)
+    (recovered,) = store.writes.recover_interrupted()
+    (conversation,) = store.reads.conversations()
+    thread = store.reads.thread(conversation.id)
     assert thread[-1].branch.id == recovered and thread[-1].branch.finish_reason == INTERRUPTED
     assert len(thread[-1].branch.steps) == 2 and thread[-1].branch.model_source is None
     assert all(b.model_source is None for m in thread if m.role == "assistant" for b in m.branches)
     store.note_model("tiny", "/models/tiny")
-    saved = store.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
+    saved = store.writes.add_branch(thread[-1].id, [], "x", "stop", "tiny", SamplingParams())
     assert saved.model_source == "/models/tiny"
-    assert store.branches(thread[-1].id)[-1].model_source == "/models/tiny"
+    assert store.reads.branches(thread[-1].id)[-1].model_source == "/models/tiny"
     assert store.integrity() == "ok"
     store.close()
 
@@ -160,15 +160,15 @@ def test_an_interrupted_reply_is_recovered_as_a_branch(store):
     assert journal.flush()
     journal._thread.join(0)  # the app "dies" here: nothing more is written
     reopened = Store(store.path)
-    (branch_id,) = reopened.recover_interrupted()
+    (branch_id,) = reopened.writes.recover_interrupted()
     assert journal_rows(store.path) == (0, 0)
-    message_again = reopened.thread(conversation.id)[-1]
+    message_again = reopened.reads.thread(conversation.id)[-1]
     branch = message_again.branch
     assert branch.id == branch_id and branch.finish_reason == INTERRUPTED
     assert [s.token_id for s in branch.steps] == [s.token_id for s in steps]
     assert branch.text == "".join(s.text for s in steps) and branch.params == params and branch.model == "tiny"
     assert branch.model_source == "/models/tiny.gguf" and branch.precision == "bfloat16"
-    assert reopened.recover_interrupted() == []
+    assert reopened.writes.recover_interrupted() == []
     assert reopened.integrity() == "ok"
     reopened.close()
     journal.close()
@@ -182,13 +182,13 @@ def test_saved_and_dropped_replies_leave_no_journal_rows(store):
     journal.token(1, message.id, "tiny", params, steps)
     journal.token(2, message.id, "tiny", params, steps[:2])
     assert journal.flush() and journal_rows(store.path) == (2, 7)
-    branch = store.add_branch(message.id, steps, "text", "stop", "tiny", params, "[]")
+    branch = store.writes.add_branch(message.id, steps, "text", "stop", "tiny", params, "[]")
     journal.saved(1, branch.id)
     journal.dropped(2)
     assert journal.flush()
     assert journal_rows(store.path) == (0, 0)
     # The journal wrote the branch's steps (the GUI's own write may come later, the same).
-    assert [s.token_id for s in store.branches(message.id)[0].steps] == [s.token_id for s in steps]
+    assert [s.token_id for s in store.reads.branches(message.id)[0].steps] == [s.token_id for s in steps]
     journal.close()
 
 
@@ -199,10 +199,10 @@ def test_a_reply_saved_just_before_a_crash_gets_its_steps_not_a_second_branch(st
     steps = [make_step(i, params) for i in range(6)]
     journal.token(1, message.id, "tiny", params, steps)
     assert journal.flush()
-    store.add_branch(message.id, steps, "text", "stop", "tiny", params, "[]")  # then the app dies
+    store.writes.add_branch(message.id, steps, "text", "stop", "tiny", params, "[]")  # then the app dies
     other = Store(store.path)
-    assert other.recover_interrupted() == []
-    (branch,) = other.branches(message.id)
+    assert other.writes.recover_interrupted() == []
+    (branch,) = other.reads.branches(message.id)
     assert branch.finish_reason == "stop" and len(branch.steps) == 6
     other.close()
     journal.close()
@@ -268,7 +268,7 @@ def read_only(*paths: Path):
 def test_a_read_only_database_file_is_met_with_a_new_file(tmp_path):
     path = tmp_path / "logitscope.sqlite3"
     store = Store(path)
-    store.new_conversation("sys", "kept")
+    store.writes.new_conversation("sys", "kept")
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     with read_only(path):
@@ -285,7 +285,7 @@ def test_a_read_only_database_file_is_met_with_a_new_file(tmp_path):
         assert aside(path) == [store.moved_aside] and store.path == path
         old = store.moved_aside
     kept = Store(old)
-    assert [c.title for c in kept.conversations()] == ["kept"]
+    assert [c.title for c in kept.reads.conversations()] == ["kept"]
     kept.close()
 
 
@@ -339,7 +339,7 @@ def test_a_corrupt_file_is_moved_aside_for_a_new_one(tmp_path):
     assert "damaged" in text and choices == ["new", "quit"]
     (old,) = aside(path)
     assert old.read_bytes() == garbage and store.moved_aside == old
-    assert store.path == path and user_version(path) == SCHEMA_VERSION and store.conversations() == []
+    assert store.path == path and user_version(path) == SCHEMA_VERSION and store.reads.conversations() == []
     store.close()
 
 
@@ -390,18 +390,18 @@ def test_a_locked_database_can_be_retried(tmp_path):
 def test_a_locked_database_can_be_left_for_a_new_file(tmp_path):
     path = tmp_path / "logitscope.sqlite3"
     store = Store(path)
-    store.new_conversation("sys", "kept")
+    store.writes.new_conversation("sys", "kept")
     store.close()
     holder = sqlite3.connect(str(path))
     holder.execute("PRAGMA locking_mode=EXCLUSIVE")
     holder.execute("BEGIN EXCLUSIVE")
     store = open_store(path, Asker("new"), timeout=0.2)
-    assert store.conversations() == []
+    assert store.reads.conversations() == []
     holder.rollback()
     holder.close()
     (old,) = aside(path)
     kept = Store(old)
-    assert [c.title for c in kept.conversations()] == ["kept"]
+    assert [c.title for c in kept.reads.conversations()] == ["kept"]
     kept.close()
     store.close()
 
@@ -412,7 +412,7 @@ def test_a_read_only_folder_gets_a_new_file_elsewhere(tmp_path):
     folder.mkdir()
     path = folder / "logitscope.sqlite3"
     store = Store(path)
-    store.new_conversation("sys", "kept")
+    store.writes.new_conversation("sys", "kept")
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     for side in folder.glob("*-*"):
@@ -485,7 +485,7 @@ def test_a_reply_whose_conversation_is_deleted_mid_stream_is_let_go(store):
     steps = [make_step(i, params) for i in range(3)]
     journal.token(1, message.id, "tiny", params, steps)
     assert journal.flush()
-    store.delete_conversation(conversation.id)
+    store.writes.delete_conversation(conversation.id)
     steps.append(make_step(3, params))
     journal.token(1, message.id, "tiny", params, steps)
     assert journal.flush() and errors == [] and journal_rows(store.path) == (0, 0)

@@ -21,14 +21,14 @@ REPLY = 500
 
 def conversation(store: Store, tokens: int) -> int:
     """``tokens`` generated tokens in replies of up to REPLY."""
-    conv = store.new_conversation("sys", "long")
+    conv = store.writes.new_conversation("sys", "long")
     after, done = None, 0
     while done < tokens:
         n = min(REPLY, tokens - done)
-        user = store.add_user_message(conv.id, f"turn {done}", after)
-        reply = store.add_assistant_message(conv.id, user.id)
+        user = store.writes.add_user_message(conv.id, f"turn {done}", after)
+        reply = store.writes.add_assistant_message(conv.id, user.id)
         steps = [step(i, 7 + i % 5) for i in range(n)]
-        after = store.add_branch(reply.id, steps, "x" * n, "length", "m", SamplingParams()).id
+        after = store.writes.add_branch(reply.id, steps, "x" * n, "length", "m", SamplingParams()).id
         done += n
     return conv.id
 
@@ -61,14 +61,14 @@ def stream_a_reply(qtbot, tmp_path, history: int, monkeypatch) -> tuple[dict, di
     opened = counts(view)
     jobs = []
     model.events.job_submitted.connect(jobs.append)
-    model.send("and then?", GREEDY.with_changes(seed=7))  # its header ("seed 7") as long in both runs
+    model.generation.send("and then?", GREEDY.with_changes(seed=7))  # its header ("seed 7") as long in both runs
     tag = jobs[-1].tag
     for i in range(300):
-        model.on_token(tag, step(i, 9))
+        model.generation.on_token(tag, step(i, 9))
         if i % 7 == 6:
             view.flushes.flush()  # a tick of the window's clock
     view.flushes.flush()
-    model.on_finished(tag, finished())
+    model.generation.on_finished(tag, finished())
     model.select((branch_key(model.thread[1].branch.id), 5))  # a token of the first reply
     view.flushes.flush()
     after = counts(view)
@@ -101,13 +101,13 @@ def test_compare_columns_stream_into_one_table_and_are_kept_in_place(qtbot, tmp_
     view.bind(model)
     jobs = []
     model.events.job_submitted.connect(jobs.append)
-    model.send_compare("which?", VARIANTS)
+    model.generation.send_compare("which?", VARIANTS)
     job = jobs[-1]
     section = view.writer.sections[-1]
     assert section.table.columns() == 3
     for i in range(20):
         for k, tag in enumerate(job.tags):
-            model.on_token(tag, step(i, 5 + k))
+            model.generation.on_token(tag, step(i, 5 + k))
         view.flushes.flush()
     drawn = view.writer.tokens_drawn
     assert [body.drawn for body in section.bodies] == [20, 20, 20]
@@ -119,7 +119,7 @@ def test_compare_columns_stream_into_one_table_and_are_kept_in_place(qtbot, tmp_
         texts.append(cursor.selectedText())
     assert texts == [" t5" * 20, " t6" * 20, " t7" * 20]
     for tag in job.tags:
-        model.on_finished(tag, finished())
+        model.generation.on_finished(tag, finished())
     assert view.writer.tokens_drawn == drawn  # saved: the columns are renamed, not redrawn
     assert view.writer.sections[-1] is section and "Keep" in view.toPlainText()
     # A token of column C, by its anchor, is the model's token.
@@ -132,10 +132,10 @@ def test_compare_columns_stream_into_one_table_and_are_kept_in_place(qtbot, tmp_
 def test_a_reply_saved_without_its_steps_shows_its_text(qtbot, tmp_path):
     """The app stopped between writing a reply's row and its steps: the text still shows."""
     store = Store(tmp_path / "db.sqlite3")
-    conv = store.new_conversation("", "t")
-    user = store.add_user_message(conv.id, "hi", None)
-    reply = store.add_assistant_message(conv.id, user.id)
-    store.add_branch(reply.id, [], "Paris, of course.", "stop", "m", SamplingParams(), "[]")
+    conv = store.writes.new_conversation("", "t")
+    user = store.writes.add_user_message(conv.id, "hi", None)
+    reply = store.writes.add_assistant_message(conv.id, user.id)
+    store.writes.add_branch(reply.id, [], "Paris, of course.", "stop", "m", SamplingParams(), "[]")
     model = ChatModel(store)
     model.open_conversation(conv.id)
     view = ChatView()

@@ -345,12 +345,12 @@ def test_an_old_database_with_unreported_ids_of_minus_one_opens_with_none(tmp_pa
 
     step = without_ids(remote_step())
     store = Store(tmp_path / "old.sqlite3")
-    conv = store.new_conversation("", "old")
-    user = store.add_user_message(conv.id, "hi", None)
-    reply = store.add_assistant_message(conv.id, user.id)
-    branch = store.add_branch(reply.id, [step], step.text, "length", "m", step.params)
+    conv = store.writes.new_conversation("", "old")
+    user = store.writes.add_user_message(conv.id, "hi", None)
+    reply = store.writes.add_assistant_message(conv.id, user.id)
+    branch = store.writes.add_branch(reply.id, [step], step.text, "length", "m", step.params)
     old = json.dumps([with_minus_one(r) for r in json.loads(steps_to_json([step]))])
-    store.set_branch_steps(branch.id, old)
+    store.writes.set_branch_steps(branch.id, old)
     store.close()
     db = sqlite3.connect(str(tmp_path / "old.sqlite3"))
     (text,) = db.execute("SELECT steps FROM branches WHERE id = ?", (branch.id,)).fetchone()
@@ -358,7 +358,7 @@ def test_an_old_database_with_unreported_ids_of_minus_one_opens_with_none(tmp_pa
     db.close()
     assert '"token_id": -1' in text and '"v": 3' in text and not any("token" in c for c in columns)
     store = Store(tmp_path / "old.sqlite3")
-    (back,) = store.thread(conv.id)[-1].branch.steps
+    (back,) = store.reads.thread(conv.id)[-1].branch.steps
     store.close()
     assert back.token_id is None and [c.token_id for c in back.top] == [None, None]
 

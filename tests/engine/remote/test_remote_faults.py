@@ -377,11 +377,11 @@ def test_token_ids_a_server_does_not_send_stay_none_through_the_codec_the_store_
 
     store = Store(tmp_path / "db.sqlite3")
     try:
-        conv = store.new_conversation("", "ids")
-        user = store.add_user_message(conv.id, "hi", None)
-        reply = store.add_assistant_message(conv.id, user.id)
-        store.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "ok", steps[0].params)
-        saved = store.thread(conv.id)[-1].branch
+        conv = store.writes.new_conversation("", "ids")
+        user = store.writes.add_user_message(conv.id, "hi", None)
+        reply = store.writes.add_assistant_message(conv.id, user.id)
+        store.writes.add_branch(reply.id, steps, "".join(s.text for s in steps), "length", "ok", steps[0].params)
+        saved = store.reads.thread(conv.id)[-1].branch
         assert saved is not None and ids(saved.steps) == ids(steps)
         assert [s.text for s in saved.steps] == [s.text for s in steps]
         data = from_store(store, conv.id)
@@ -421,16 +421,16 @@ def test_a_branch_from_a_candidate_without_an_id_continues_from_its_text(standin
 
     def run(job: ChatJob) -> None:
         (started,) = EngineWorker._start(backend, job)
-        model.on_job_started(job.tag, started.request_id, len(started.prompt_tokens))
+        model.generation.on_job_started(job.tag, started.request_id, len(started.prompt_tokens))
         for event in _drive(backend):
             if isinstance(event, TokenStep):
-                model.on_token(job.tag, event)
+                model.generation.on_token(job.tag, event)
             elif isinstance(event, Finished):
-                model.on_finished(job.tag, event)
+                model.generation.on_finished(job.tag, event)
 
     params = SamplingParams(max_tokens=3, top_logprobs=2)
     try:
-        assert model.send("hi", params)
+        assert model.generation.send("hi", params)
         run(jobs[-1])
         (message,) = [m for m in model.thread if m.role == "assistant"]
         first = message.branch
@@ -439,7 +439,7 @@ def test_a_branch_from_a_candidate_without_an_id_continues_from_its_text(standin
         model.select((branch_key(first.id), 1))
         other = next(c for c in first.steps[1].top if c.text == " x")
         assert other.token_id is None
-        assert model.pick_token(other.token_id, params, forced_text=other.text)
+        assert model.generation.pick_token(other.token_id, params, forced_text=other.text)
         job = jobs[-1]
         assert job.forced == ForcedToken(None, " x") and job.output == (None,) and job.output_text == " t0"
         n = len(standin.requests)
