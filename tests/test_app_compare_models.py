@@ -48,10 +48,7 @@ def select(window, stream, index: int) -> None:
 
 
 def open_dialog(window):
-    from app.shell.compare_models import update_compare_action
-
-    action = window.menus.compare_action
-    update_compare_action(window, action)
+    action = window.analysis_actions.compare_models
     assert action.isEnabled(), action.toolTip()
     action.trigger()
     dialog = window.compare_models.dialog
@@ -298,22 +295,19 @@ def test_cancel_during_the_load_drops_the_result_and_releases_the_second_model(q
 def test_the_menu_item_says_why_it_is_disabled(qtbot, profile, pair):  # noqa: F811
     from dataclasses import replace
 
-    from app.shell.compare_models import update_compare_action
     from engine.remote_servers import KINDS, remote_capabilities
 
     a, _ = pair
     window = open_window(qtbot, profile, str(a))
-    action = window.menus.compare_action
-    update_compare_action(window, action)
+    action = window.analysis_actions.compare_models
     assert not action.isEnabled() and "Select a token" in action.toolTip()
     send(qtbot, window, "hi", greedy(window, 4))
     (entry,) = assistant_entries(window)
     select(window, window.entries[entry].stream, 0)
-    update_compare_action(window, action)
     assert action.isEnabled()
     local = window.model_info
     window.in_use.info = replace(local, backend="remote", capabilities=remote_capabilities(KINDS["mlx_lm"], "raw"))
-    update_compare_action(window, action)
+    window.actions.apply(window.in_use.info.capabilities)  # as a server's model_loaded does
     assert not action.isEnabled() and "whole distributions" in action.toolTip()
     window.in_use.info = local
     window.compare_models.export()  # nothing compared: says so, writes nothing

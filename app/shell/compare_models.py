@@ -84,9 +84,9 @@ class CompareModels(QObject):
             return None
         info = self.window.model_info
         running = self.window.model_source or "default"
-        from app.shell.menus import recent_models
+        from app.shell.model_loading import recent_models
 
-        sources = list(dict.fromkeys([running, "default", *recent_models(self.window)]))
+        sources = list(dict.fromkeys([running, "default", *recent_models(self.window.settings)]))
         # The usual question: the same model in the other precision (float16 beside float32).
         precision = "float16" if info.precision == "float32" else "float32"
         label = model_label(info)

@@ -172,6 +172,4 @@ class PrecisionCheck(QObject):
         self.cancel()  # its numbers would be of the model loaded before
 
     def _switch(self, choice: str) -> None:
-        from app.shell.precision_menu import set_precision
-
-        set_precision(self.window, choice)
+        self.window.precision.choose(choice)
