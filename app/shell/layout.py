@@ -64,6 +64,25 @@ def fit_sampling_minimum(panel: SamplingPanel, window_width: int) -> bool:
     return True
 
 
+def add_docks(
+    window: QMainWindow, inspector: QWidget, timeline: QWidget, panel: QWidget
+) -> tuple[QDockWidget, QDockWidget, QDockWidget]:
+    """The inspector, the timeline and the sampling panel in docks of ``window``, added in
+    the default arrangement's order (the order decides which dock takes the corners)."""
+    docks = []
+    for title, name, widget, area in (
+        ("Inspector", "inspector", inspector, Qt.DockWidgetArea.RightDockWidgetArea),
+        ("Timeline", "timeline", timeline, Qt.DockWidgetArea.BottomDockWidgetArea),
+        ("Sampling", "sampling", panel, Qt.DockWidgetArea.LeftDockWidgetArea),
+    ):
+        dock = QDockWidget(title, window)
+        dock.setObjectName(name)  # what saveState and restoreState know it by
+        dock.setWidget(widget)
+        window.addDockWidget(area, dock)
+        docks.append(dock)
+    return docks[0], docks[1], docks[2]
+
+
 def set_minimum_sizes(docks: Docks) -> None:
     docks.inspector.setMinimumWidth(INSPECTOR_MIN_WIDTH)
     docks.panel.setMinimumWidth(SAMPLING_MIN_WIDTH)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import time
 from pathlib import Path
 
 import platformdirs
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox
 
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.model_in_use import ModelInUse
@@ -32,11 +31,12 @@ from app.model.streams import TokenRef
 from app.shell.actions import Actions
 from app.shell.analysis_actions import analysis_actions
 from app.shell.background import QtBackground
+from app.shell.chat_commands import ChatCommands
 from app.shell.compare_models import CompareModels
 from app.shell.context import ShellContext
 from app.shell.engine_link import EngineLink
 from app.shell.kv_cache_menu import KVCacheMenu
-from app.shell.layout import DockMemory, Docks, reset_layout, set_minimum_sizes
+from app.shell.layout import DockMemory, Docks, add_docks, reset_layout, set_minimum_sizes
 from app.shell.library import LibraryController
 from app.shell.logging_setup import note_error
 from app.shell.logit_lens import LogitLensController
@@ -60,7 +60,7 @@ from app.views.status import StatusWidgets
 from app.views.theme import apply_theme
 from app.views.throttle import RedrawClock
 from app.views.timeline import TimelineWidget
-from engine.params import SamplingParams, SamplingParamsError
+from engine.params import SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 
@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
     # Construction ---------------------------------------------------------------------------
 
     def _build_views(self) -> None:
+        """The chat in the centre, the inspector, timeline and sampling panel in docks."""
         self.central = ChatPanel(DEFAULT_SYSTEM)
         self.setCentralWidget(self.central)
         self.chat, self.composer = self.central.chat, self.central.composer
@@ -137,33 +138,17 @@ class MainWindow(QMainWindow):
         self.timeline = TimelineWidget()
         self.panel = SamplingPanel(self.settings)
         self.controls = self.panel.controls
-        self.inspector_dock = self._dock(
-            "Inspector", "inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea
-        )
-        self.timeline_dock = self._dock("Timeline", "timeline", self.timeline, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.controls_dock = self._dock("Sampling", "sampling", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.docks = Docks(
-            self,
-            self.inspector_dock,
-            self.timeline_dock,
-            self.controls_dock,
-            self.panel,
-            self.inspector,
-            self.timeline,
-            self.chat,
-        )
+        docks = add_docks(self, self.inspector, self.timeline, self.panel)
+        self.inspector_dock, self.timeline_dock, self.controls_dock = docks
+        self.docks = Docks(self, *docks, self.panel, self.inspector, self.timeline, self.chat)
         set_minimum_sizes(self.docks)
         self.dock_memory = DockMemory(self.docks)  # docks squeezed by a small window grow back
 
-    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
-        dock = QDockWidget(title, self)
-        dock.setObjectName(name)
-        dock.setWidget(widget)
-        self.addDockWidget(area, dock)
-        return dock
-
     def _connect_model(self) -> None:
         model, events = self.model, self.model.events
+        self.commands = ChatCommands(
+            model, self.in_use, self.status, self.settings, (self.central, self.panel, self.inspector)
+        )
         for view in (self.chat, self.inspector, self.timeline):
             view.bind(model, self.clock)
         events.status.connect(self.status.show_message)
@@ -176,20 +161,20 @@ class MainWindow(QMainWindow):
         self.chat.branch_stepped.connect(model.step_branch)
         self.chat.keep_requested.connect(model.keep_column)
         self.chat.compare_shown.connect(model.show_compare)
-        self.chat.compare_requested.connect(self.compare_from_here)
-        self.chat.branch_requested.connect(self.branch_from)
+        self.chat.compare_requested.connect(self.commands.compare_from_here)
+        self.chat.branch_requested.connect(self.commands.branch_from)
         seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
         self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
-        self.inspector.token_picked.connect(self.pick_token)
+        self.inspector.token_picked.connect(self.commands.pick_token)
         self.inspector.token_banned.connect(self.controls.ban_token)
-        self.panel.params_changed.connect(self._on_params_changed)
-        self.panel.variants_changed.connect(self._on_variants_changed)
+        self.panel.params_changed.connect(self.commands.params_changed)
+        self.panel.variants_changed.connect(self.commands.variants_changed)
         self.system_prompt.editingFinished.connect(self._on_system_prompt)
         self.composer.submitted.connect(self.send)
         self.central.send_button.clicked.connect(self.send)
         self.central.stop_button.clicked.connect(self.stop)
         self.central.regen_button.clicked.connect(self.regenerate)
-        self._on_variants_changed()
+        self.commands.variants_changed()
         # What the actions' rules read: the selection, the entries, the conversation, busy.
         for name in ("selection_changed", "entries_changed", "conversation_changed", "busy_changed"):
             getattr(events, name).connect(self.actions.refresh_after)
@@ -289,26 +274,13 @@ class MainWindow(QMainWindow):
         """Score text, replay, export and import (``app/shell/score_dialog.py``), made at first use."""
         return self.scoring.controller()
 
+    # The chat's commands (app/shell/chat_commands.py), by their names here for the actions.
+
     def send(self) -> None:
-        if self.model_info is None:
-            self.status.show_message("The model is still loading.")
-            return
-        if problem := self.panel.send_problem():  # invalid settings are never sent
-            self.status.show_message(problem, 10_000)
-            return
-        text = self.composer.toPlainText()
-        self.model.set_system_prompt(self.system_prompt.text())
-        if self.panel.compare_on():
-            sent = self.model.send_compare(text, self.panel.variants())
-        else:
-            sent = self.model.send(text, self.controls.current)
-        if sent:
-            self.composer.clear()
+        self.commands.send()
 
     def regenerate(self) -> None:
-        if self.model_info is not None:
-            variants = self.panel.variants() if self.panel.compare_on() else None
-            self.model.regenerate(self.controls.current, variants)
+        self.commands.regenerate()
 
     def stop(self) -> None:
         self.precision_check.cancel()
@@ -320,28 +292,10 @@ class MainWindow(QMainWindow):
         self.actions.refresh()  # an analysis stopped: its item is enabled again
 
     def pick_token(self, token_id: int | None, text: str | None = None) -> None:
-        """Continue the selected token's reply with ``token_id`` instead: with the settings of
-        the compare column it belongs to, else the main settings. None: a token a server
-        sent without its id, named by ``text`` or the inspector's last pick (its text)."""
-        if self.model_info is None or self.model.selection is None:
-            return
-        run = self.model.run_of(self.model.selection[0])
-        column = run.column_of(self.model.selection[0]) if run is not None else None
-        params = run.columns[column].params if column is not None else self.controls.current
-        picked = getattr(self.inspector, "last_pick", None)
-        if text is None and picked is not None and picked.token_id == token_id:
-            text = picked.text
-        self.model.pick_token(token_id, params, forced_text=text)
-
-    def branch_from(self, ref: TokenRef, candidate) -> None:
-        """The chat's "Branch from here with": token ``ref`` replaced by ``candidate``."""
-        self.model.select(ref)
-        self.pick_token(candidate.token_id, candidate.text)
+        self.commands.pick_token(token_id, text)
 
     def compare_from_here(self, ref: TokenRef) -> None:
-        """Each compare setting redraws token ``ref`` and continues from it."""
-        if self.model_info is not None:
-            self.model.compare_from(ref, self.panel.variants())
+        self.commands.compare_from_here(ref)
 
     def new_chat(self) -> None:
         self.model.new_chat()
@@ -383,18 +337,6 @@ class MainWindow(QMainWindow):
             self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             return
         self.status.memory_measured(nbytes)
-
-    def _on_params_changed(self, variant: int, params: SamplingParams) -> None:
-        # Each reply keeps the parameters it started with; its TokenSteps record every change.
-        if variant == 0:
-            self.settings.setValue("params", json.dumps(params.to_dict()))
-        self.model.update_live_params(params, column=variant)
-
-    def _on_variants_changed(self) -> None:
-        count = len(self.panel.variants())
-        self.central.set_compare(count if self.panel.compare_on() else None)
-        names = ", ".join(label for label, _ in self.panel.variants())
-        self.chat.compare_label = f"Compare from here with {count} settings ({names})"
 
     def _on_conversation_changed(self, conversation) -> None:
         self.system_prompt.setText(self.model.system_prompt)
