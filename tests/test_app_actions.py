@@ -74,3 +74,17 @@ def test_controls_submenus_and_bare_reasons(parent):
     assert control.isEnabled() and control.toolTip() == "Send one prompt with several settings"
     assert menu.isEnabled() and menu.menuAction().toolTip() == "What the model computes in."
     assert menu.menuAction().statusTip() == "What the model computes in."
+
+
+def test_where_a_disabled_item_says_why(parent):
+    actions = Actions(parent)
+    why = {"now": "Open a conversation first."}
+    tooltip_only = actions.add("This conversation…", print, needs=lambda: why["now"], tooltip="Export", says="tooltip")
+    silent = actions.add("Delete…", print, needs=lambda: why["now"], says="nothing")
+    assert not tooltip_only.isEnabled() and tooltip_only.toolTip() == "Not available: Open a conversation first."
+    assert tooltip_only.statusTip() == ""
+    assert not silent.isEnabled() and silent.toolTip() == "Delete" and silent.statusTip() == ""  # Qt drops the "…"
+    assert actions.reason(silent) == "Open a conversation first."  # still known, only not shown
+    why["now"] = ""
+    actions.refresh()
+    assert tooltip_only.isEnabled() and tooltip_only.toolTip() == "Export" and silent.isEnabled()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
@@ -26,6 +27,10 @@ from engine.capabilities import Capabilities
 Needs = Callable[[], str]
 """Why the action cannot run in the app's present state; ``""`` when it can."""
 
+
+Says = Literal["tips", "tooltip", "nothing"]
+"""Where a disabled item says why: its tooltip and status tip, its tooltip only (the status
+tip stays its own), or nowhere (it is only disabled)."""
 
 NOT_AVAILABLE = "Not available: "
 """What a disabled item's tooltip says before the reason, unless its rule says otherwise."""
@@ -42,6 +47,7 @@ class _Rule:
     prefix: str
     """Put before the reason in the disabled item's tips (an item whose own tip already
     names the action says the bare reason)."""
+    says: Says
 
 
 class Actions(QObject):
@@ -72,6 +78,7 @@ class Actions(QObject):
         status_tip: str = "",
         checkable: bool = False,
         prefix: str = NOT_AVAILABLE,
+        says: Says = "tips",
     ) -> QAction:
         """A new action calling ``slot`` when triggered (a checkable one: when toggled, with
         the new state), under the rule given."""
@@ -87,7 +94,7 @@ class Actions(QObject):
         else:
             action.triggered.connect(lambda _=False: slot())
         if capability or needs is not None:
-            self.bind(action, capability, needs, prefix=prefix)
+            self.bind(action, capability, needs, prefix=prefix, says=says)
         return action
 
     def bind(
@@ -97,11 +104,12 @@ class Actions(QObject):
         needs: Needs | None = None,
         *,
         prefix: str = NOT_AVAILABLE,
+        says: Says = "tips",
     ) -> None:
         """Put an existing item (a panel's control doing an action's job too, a submenu)
         under a rule."""
         tips = item.menuAction() if isinstance(item, QMenu) else item
-        self._rules.append(_Rule(item, capability, needs, tips.toolTip(), tips.statusTip(), prefix))
+        self._rules.append(_Rule(item, capability, needs, tips.toolTip(), tips.statusTip(), prefix, says))
         self._apply_one(self._rules[-1])
 
     def apply(self, capabilities: Capabilities) -> None:
@@ -134,5 +142,6 @@ class Actions(QObject):
         rule.item.setEnabled(not why)  # a submenu's own action follows its menu
         # Qt strips the action's text into an empty tooltip; keep the item's own when enabled.
         tips = rule.item.menuAction() if isinstance(rule.item, QMenu) else rule.item
-        tips.setToolTip(f"{rule.prefix}{why}" if why else rule.tooltip)
-        tips.setStatusTip(f"{rule.prefix}{why}" if why else rule.status_tip)
+        said = f"{rule.prefix}{why}" if why and rule.says != "nothing" else ""
+        tips.setToolTip(said or rule.tooltip)
+        tips.setStatusTip(said if said and rule.says == "tips" else rule.status_tip)

@@ -71,7 +71,12 @@ def analysis_actions(
             prefix="",
         ),
         export_comparison=actions.add(
-            "This model comparison…", compare.export, needs=compared, tooltip="This model comparison…", prefix=""
+            "This model comparison…",
+            compare.export,
+            needs=compared,
+            tooltip="This model comparison…",
+            prefix="",
+            says="tooltip",
         ),
         export_lens=actions.add(
             "This logit lens…",
@@ -80,6 +85,7 @@ def analysis_actions(
             needs=lens_read,
             tooltip="This logit lens…",
             prefix="",
+            says="tooltip",
         ),
     )
     # What the rules read changes when an analysis starts or ends, as well as with the selection.

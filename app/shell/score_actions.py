@@ -45,6 +45,7 @@ class ScoreActions:
                 needs=lambda w=what: self.export_needs(w),
                 tooltip=label,
                 prefix="",
+                says="tooltip",
             )
             for what, label in EXPORT_LABELS.items()
         }

@@ -58,6 +58,7 @@ class WindowActions:
             "Delete this conversation…",
             self.confirm_delete,
             needs=lambda: "" if model.conversation is not None else NOTHING_TO_DELETE,
+            says="nothing",
         )
         self.delete_box: QMessageBox | None = None
         self.quit = add("Quit", commands.close, shortcut=QKeySequence.StandardKey.Quit)
