@@ -3,8 +3,9 @@
 Score text… and the replay's two items need the backend's capability; each File → Export
 item needs the selection to be what it writes (its tooltip says what to select otherwise).
 The controller behind them (``app/shell/score_dialog.py``) is made at the first use of
-any of them; the rules read the model layer's :class:`app.model.scoring.Scoring`, which
-the actions own and hand to it.
+any of them, or at the model's first selection, entries or conversation event (from then on
+it draws a saved scored text's surprisal row when one is selected); the rules read the
+model layer's :class:`app.model.scoring.Scoring`, which the actions own and hand to it.
 """
 
 from __future__ import annotations
@@ -53,12 +54,17 @@ class ScoreActions:
         self.inspector_plot = add("Inspector (PNG, SVG)…", lambda: self.controller().export_plot("inspector"))
         self.replay = add(REPLAY_TEXT, lambda: self.controller().replay_selected(), capability="replay")
         self.branch = add(BRANCH_TEXT, lambda: self.controller().branch_at_first_change(), capability="replay")
+        for name in ("selection_changed", "entries_changed", "conversation_changed"):
+            getattr(context.model.events, name).connect(self._first_event)
 
     def controller(self) -> ScoreController:
         """Score text, replay, export and import, made at first use."""
         if self._controller is None:
             self._controller = ScoreController(self.context, self.parts, self.scoring)
         return self._controller
+
+    def _first_event(self, *_args: object) -> None:
+        self.controller()
 
     def export_needs(self, what: str) -> str:
         """Why File → Export → ``what`` cannot write now ("" when it can)."""
