@@ -1,4 +1,5 @@
-"""The chat's commands turned into model calls with the panel's settings: send, regenerate,
+"""The chat's commands turned into model calls with the panel's settings (connected here to
+the views that ask for them): send, regenerate,
 continue a reply with another token (from the inspector or the chat's "Branch from here
 with"), compare from a token, and the panel's changes (a reply's live parameters, the
 compare settings' count and names shown by the chat)."""
@@ -30,7 +31,20 @@ class ChatCommands:
     ) -> None:
         self.model, self.in_use, self.status, self.settings = model, in_use, status, settings
         self.central, self.panel, self.inspector = views
-        self.controls = self.panel.controls
+        self.controls = controls = self.panel.controls
+        chat = self.central.chat
+        chat.compare_requested.connect(self.compare_from_here)
+        chat.branch_requested.connect(self.branch_from)
+        seed = controls.seed  # the chat's "reuse": a reply's seed, in force from now on
+        chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
+        self.inspector.token_picked.connect(self.pick_token)
+        self.inspector.token_banned.connect(controls.ban_token)
+        self.panel.params_changed.connect(self.params_changed)
+        self.panel.variants_changed.connect(self.variants_changed)
+        self.central.composer.submitted.connect(self.send)
+        self.central.send_button.clicked.connect(self.send)
+        self.central.regen_button.clicked.connect(self.regenerate)
+        self.variants_changed()
 
     def send(self) -> None:
         if self.in_use.info is None:

@@ -71,6 +71,7 @@ class ModelLoader(QObject):
         worker.model_loaded.connect(self._on_loaded)
         worker.model_failed.connect(self._on_failed)
         worker.job_finished.connect(self._on_job_finished)
+        worker.memory_measured.connect(self._on_memory)
         self.model.events.busy_changed.connect(self._on_busy_changed)
         panel.thinking_switched.connect(self.model.set_enable_thinking)  # the template's switch
         # The welcome speaks of "the question below" only while the message box holds one.
@@ -226,6 +227,13 @@ class ModelLoader(QObject):
         words = ready_words(self.in_use.info, bool(self.composer.toPlainText().strip()))
         if words != self.model.welcome_state:  # not at every keystroke: a redraw each time
             self.model.set_welcome_state(words)
+
+    def _on_memory(self, nbytes: int) -> None:
+        info = self.in_use.info
+        if info is not None and not info.capabilities.memory:
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            return
+        self.status.memory_measured(nbytes)
 
     def _on_failed(self, source: str, exc: BaseException) -> None:
         # The previous model stays in use: its label, not the failed load's last stage.

@@ -41,7 +41,7 @@ from app.shell.library import LibraryController
 from app.shell.logging_setup import note_error
 from app.shell.logit_lens import LogitLensController
 from app.shell.menus import MenuParts, build_menus
-from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
+from app.shell.model_loading import ModelLoader
 from app.shell.precision_check import PrecisionCheck
 from app.shell.precision_menu import PrecisionMenu
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
@@ -161,20 +161,8 @@ class MainWindow(QMainWindow):
         self.chat.branch_stepped.connect(model.step_branch)
         self.chat.keep_requested.connect(model.keep_column)
         self.chat.compare_shown.connect(model.show_compare)
-        self.chat.compare_requested.connect(self.commands.compare_from_here)
-        self.chat.branch_requested.connect(self.commands.branch_from)
-        seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
-        self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
-        self.inspector.token_picked.connect(self.commands.pick_token)
-        self.inspector.token_banned.connect(self.controls.ban_token)
-        self.panel.params_changed.connect(self.commands.params_changed)
-        self.panel.variants_changed.connect(self.commands.variants_changed)
         self.system_prompt.editingFinished.connect(self._on_system_prompt)
-        self.composer.submitted.connect(self.send)
-        self.central.send_button.clicked.connect(self.send)
         self.central.stop_button.clicked.connect(self.stop)
-        self.central.regen_button.clicked.connect(self.regenerate)
-        self.commands.variants_changed()
         # What the actions' rules read: the selection, the entries, the conversation, busy.
         for name in ("selection_changed", "entries_changed", "conversation_changed", "busy_changed"):
             getattr(events, name).connect(self.actions.refresh_after)
@@ -215,7 +203,6 @@ class MainWindow(QMainWindow):
     def _connect_worker(self) -> None:
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
-        worker.memory_measured.connect(self._on_memory)
         # After the loader's own slots: the model in use is the new one when these run.
         worker.model_loaded.connect(self._on_model_loaded)
         worker.model_failed.connect(self._on_model_failed)
@@ -331,12 +318,6 @@ class MainWindow(QMainWindow):
 
     def _on_model_failed(self, source: str, _exc: BaseException) -> None:
         self.kv_cache.revert_after_failure(source)  # a refused KV setting: the menu says what runs
-
-    def _on_memory(self, nbytes: int) -> None:
-        if self.model_info is not None and not self.model_info.capabilities.memory:
-            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            return
-        self.status.memory_measured(nbytes)
 
     def _on_conversation_changed(self, conversation) -> None:
         self.system_prompt.setText(self.model.system_prompt)
