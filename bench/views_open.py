@@ -35,8 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.api.params import SamplingParams
+
 from bench.guard import LOAD_LIMIT_S, BenchError, one_line, wait_for
-from engine.params import SamplingParams
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 STATES = ("plain", "layers", "compare")

@@ -10,10 +10,10 @@ pytest.importorskip("pytestqt")
 
 from dataclasses import replace  # noqa: E402
 
+from engine.api.capabilities import LOCAL_CAPABILITIES  # noqa: E402
 from PySide6.QtWidgets import QCheckBox, QMenu, QWidget  # noqa: E402
 
 from app.shell.actions import Actions  # noqa: E402
-from engine.capabilities import LOCAL_CAPABILITIES  # noqa: E402
 
 SERVER = replace(LOCAL_CAPABILITIES, score=False, reasons=(("score", "the server cannot score a text."),))
 

@@ -10,10 +10,11 @@ import pytest
 pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
+from engine.api.params import SamplingParams  # noqa: E402
+
 from app.shell.score_actions import REPLAY_TEXT  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
-from tests.test_app_remote import connect, replies, tiny_server  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.integration.test_app_remote import connect, replies, tiny_server  # noqa: E402, F401
 
 GATED = {REPLAY_TEXT: "replay", "Score text…": "score", "Compare settings side by side": "fork"}
 

@@ -1,7 +1,7 @@
 """Issue 21, item 3: Models → Compare models… in the app, on the real worker and
 EngineSession with two tiny random models sharing a tokenizer (seeds 0 and 1).
 
-The comparison's per-token KL divergence is what ``engine.kld`` computes here directly (and,
+The comparison's per-token KL divergence is what ``engine.analysis.kld`` computes here directly (and,
 for a scored text, what ``python -m engine kld`` prints for the same tokens); the timeline's
 KLD row, the inspector's Models tab and the summary line show it; the export round-trips;
 refusals (another vocabulary, too big) leave the app and its model as they were; a
@@ -17,8 +17,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import (  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+
+from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
     assistant_entries,
     close_window,
@@ -26,7 +27,7 @@ from tests.test_app import (  # noqa: E402
     profile,  # noqa: F401 (fixture)
     send,
 )
-from tests.tiny_model import write_tiny_model  # noqa: E402
+from tests.support.tiny_model import write_tiny_model  # noqa: E402
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park"
 
@@ -71,9 +72,9 @@ def session_of(window):
 
 
 def direct_rows(a, b, tokens: list[int], first: int):
-    """engine.kld on the same tokens, both models loaded here."""
-    from engine.kld import logprob_rows, pair_rows
-    from engine.models import load
+    """engine.analysis.kld on the same tokens, both models loaded here."""
+    from engine.analysis.kld import logprob_rows, pair_rows
+    from engine.models.load import load
 
     base, model = load(str(a)), load(str(b))
     return list(pair_rows(logprob_rows(base, tokens, 64), logprob_rows(model, tokens, 64), tokens, first, 10)), model
@@ -86,12 +87,12 @@ def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
     tmp_path,
 ):
     import pandas as pd
+    from engine.api.kld_records import summary_record, token_record
+    from engine.runtime.prompts import encode_messages
+    from engine.runtime.text import TokenText
 
     from app.model.model_compare import num
     from app.views.inspector import MODELS_TAB
-    from engine.kld_records import summary_record, token_record
-    from engine.prompts import encode_messages
-    from engine.text import TokenText
 
     a, b = pair
     window = open_window(qtbot, profile, str(a))
@@ -109,7 +110,7 @@ def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
     assert (comparison.base.label, comparison.second.label) == ("tiny-a · float32", "tiny-b · float32")
     assert session_of(window).second_model().source == str(b)  # kept for the next comparison
 
-    # The same tokens through engine.kld here: the same numbers.
+    # The same tokens through engine.analysis.kld here: the same numbers.
     message = window.model.message_of(stream)
     context = encode_messages(session_of(window).scheduler.loaded.tokenizer, list(window.model.context_for(message)))
     output = [s.token_id for s in steps]
@@ -197,7 +198,7 @@ def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
 
 
 def test_a_scored_text_exports_what_python_m_engine_kld_prints(qtbot, profile, pair, tmp_path):  # noqa: F811
-    from tests.test_kld import _kld
+    from tests.engine.analysis.test_kld import _kld
 
     a, b = pair
     window = open_window(qtbot, profile, str(a))
@@ -218,7 +219,7 @@ def test_a_scored_text_exports_what_python_m_engine_kld_prints(qtbot, profile, p
 
 
 def test_refusals_show_the_engines_message_and_change_nothing(qtbot, profile, pair, monkeypatch):  # noqa: F811
-    from engine import model_fit
+    from engine.models import fit as model_fit
 
     a, b = pair
     window = open_window(qtbot, profile, str(a))
@@ -295,7 +296,7 @@ def test_cancel_during_the_load_drops_the_result_and_releases_the_second_model(q
 def test_the_menu_item_says_why_it_is_disabled(qtbot, profile, pair):  # noqa: F811
     from dataclasses import replace
 
-    from engine.remote_servers import KINDS, remote_capabilities
+    from engine.remote.servers import KINDS, remote_capabilities
 
     a, _ = pair
     window = open_window(qtbot, profile, str(a))

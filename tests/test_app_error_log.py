@@ -11,10 +11,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.local_server import free_port, mlx_lm_server  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
-from tests.test_app_remote import connect  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.integration.test_app_remote import connect  # noqa: E402
+from tests.support.local_server import free_port, mlx_lm_server  # noqa: E402
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 
 FIRST = "The hat in the tin is the hat of the man in the hat."
 SECOND = "A cat sat on the mat and the mat was flat and the cat was fat."

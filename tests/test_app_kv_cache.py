@@ -10,6 +10,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.kv_quantization import KVQuantization  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+
 from app.model.kv_cache import (  # noqa: E402
     CHOICES,
     about_kv,
@@ -20,9 +23,7 @@ from app.model.kv_cache import (  # noqa: E402
     second_kv_label,
     with_choice,
 )
-from engine.kv_quantization import KVQuantization  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import (  # noqa: E402
+from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
     assistant_entries,
     close_window,
@@ -30,7 +31,7 @@ from tests.test_app import (  # noqa: E402
     profile,  # noqa: F401 (fixture)
     send,
 )
-from tests.tiny_archs import write_tiny_arch  # noqa: E402
+from tests.support.tiny_archs import write_tiny_arch  # noqa: E402
 
 WIDE = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1}  # heads 64 wide
 PARAMS = SamplingParams(max_tokens=8, top_logprobs=5)
@@ -75,10 +76,11 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     profile,  # noqa: F811
     wide,
 ):
+    from engine.session.session import EngineSession
+
     from app.shell.kv_cache_menu import saved_kv
     from app.shell.window import MainWindow
     from app.views.about import about_text
-    from engine.session import EngineSession
 
     asked: list = []
 
@@ -135,8 +137,9 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
 def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):  # noqa: F811
     from dataclasses import replace
 
+    from engine.remote.servers import KINDS, remote_capabilities
+
     from app.model.kv_cache import SERVER_KEEPS
-    from engine.remote_servers import KINDS, remote_capabilities
 
     window = open_window(qtbot, profile, str(tiny_folder))
     local = window.model_info
@@ -173,7 +176,7 @@ def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_mode
 
 
 def test_compare_models_kv_row_reaches_load_second_and_4_bit_moves_more_than_8_bit(qtbot, profile, wide):  # noqa: F811
-    from tests.test_app_compare_models import greedy, open_dialog, select, session_of
+    from tests.app.shell.test_app_compare_models import greedy, open_dialog, select, session_of
 
     window = open_window(qtbot, profile, str(wide))
     name = window.model_info.name
@@ -203,7 +206,7 @@ def test_compare_models_kv_row_reaches_load_second_and_4_bit_moves_more_than_8_b
         session = session_of(window)
         second = session.second_model()
         assert second.kv == f"{bits}-bit (group 64)" and second.source == str(wide)
-        assert session._second.model is session.scheduler.loaded.model  # the weights shared
+        assert session.comparison.second.model is session.scheduler.loaded.model  # the weights shared
         assert comparison.base.label == f"{name} · float32"
         assert comparison.second.label == f"{name} · float32 · KV {bits}-bit"
         assert f"KV {bits}-bit" in comparison.title and f"KV {bits}-bit" in window.compare_models.summary_label.text()

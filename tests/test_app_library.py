@@ -1,5 +1,5 @@
 """Models → Library… (issue 25, point 1) on a home folder laid out like a Mac's
-(``tests/library_home.py``: small real models in the Hugging Face cache, LM Studio, Ollama,
+(``tests/support/library_home.py``: small real models in the Hugging Face cache, LM Studio, Ollama,
 Logitscope's cache and a folder to add), driven as a person would: the shortcut, typing in the
 search field, a click on a header, double-clicks on rows, Qt's own folder dialog answered."""
 
@@ -16,9 +16,9 @@ from PySide6.QtGui import QPalette  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.model import library_table as words  # noqa: E402
-from tests.library_home import build_mac_home  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
-from tests.test_app_welcome_and_files import answer_file_dialog  # noqa: E402
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.app.shell.test_app_welcome_and_files import answer_file_dialog  # noqa: E402
+from tests.support.library_home import build_mac_home  # noqa: E402
 
 POINTING_ELSEWHERE = ("HF_", "HUGGINGFACE_", "XDG_", "OLLAMA_", "LOGITSCOPE_")
 

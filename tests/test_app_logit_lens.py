@@ -1,7 +1,7 @@
 """Issue 22, the app: the logit lens in the inspector's Layers tab, the timeline's *decided at
 layer* row and the export, on the real worker and EngineSession with the tiny random model.
 
-What the tab shows is what ``engine.lens`` computes here directly for the same tokens; the
+What the tab shows is what ``engine.analysis.lens`` computes here directly for the same tokens; the
 export holds what ``python -m engine lens`` prints for the same text; a cancelled job drops
 its late results; a server, no model and an engine error are said in words; and a reply
 goes first: a lens job started while it streams runs once it has ended."""
@@ -19,8 +19,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import (  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+
+from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
     assistant_entries,
     close_window,
@@ -28,7 +29,7 @@ from tests.test_app import (  # noqa: E402
     profile,  # noqa: F401 (fixture)
     send,
 )
-from tests.test_app_remote import tiny_server  # noqa: E402, F401 (fixture)
+from tests.integration.test_app_remote import tiny_server  # noqa: E402, F401 (fixture)
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park"
 
@@ -60,16 +61,16 @@ def read_out(qtbot, window, stream, index: int):
 
 
 def direct_lens(folder, tokens: list[int], positions: list[int], top: int = 20):
-    """engine.lens on the same tokens, the model loaded here."""
-    from engine.lens import lens
-    from engine.models import load
+    """engine.analysis.lens on the same tokens, the model loaded here."""
+    from engine.analysis.lens import lens
+    from engine.models.load import load
 
     return list(lens(load(str(folder)), tokens, positions, top))
 
 
 def cli_lens(*args: str) -> list[dict]:
     """``python -m engine lens`` in this process (the CLI's main), its records."""
-    from engine.cli import main
+    from engine.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -78,9 +79,10 @@ def cli_lens(*args: str) -> list[dict]:
 
 
 def test_the_layers_tab_shows_what_engine_lens_computes_and_caches_it(qtbot, profile, tiny_folder):  # noqa: F811
+    from engine.runtime.prompts import encode_messages
+
     from app.model.lens_grid import COLUMNS, decided_words
     from app.model.textfmt import visible
-    from engine.prompts import encode_messages
 
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "hello there", greedy(window, 12))
@@ -203,7 +205,7 @@ def test_a_server_and_no_model_say_why_instead_of_a_heat_map(
     tmp_path,
 ):
     from app.model.logit_lens import NO_MODEL
-    from tests.test_app_remote import connect
+    from tests.integration.test_app_remote import connect
 
     window = open_window(qtbot, profile, str(tiny_folder))
     show_layers(window)

@@ -1,6 +1,6 @@
 """Issue 19 in the app: Models → Precision (saved per model, sent with the load, shown in the
 status bar and the About box), each reply's own precision (the inspector, the store, the
-export), and Models → Check precision… against ``engine.fidelity`` run directly."""
+export), and Models → Check precision… against ``engine.analysis.fidelity`` run directly."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
+
 from app.store.export import records  # noqa: E402
 from app.store.export_store import from_store  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import (  # noqa: E402
+from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
     assistant_entries,
     close_window,
@@ -40,9 +41,10 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     profile,  # noqa: F811
     tiny_folder,
 ):
+    from engine.session.session import EngineSession
+
     from app.shell.precision_menu import saved_choice
     from app.views.about import about_text
-    from engine.session import EngineSession
 
     asked: list[str] = []
 
@@ -109,8 +111,9 @@ def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, p
 def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):  # noqa: F811
     from dataclasses import replace
 
+    from engine.remote.servers import KINDS, remote_capabilities
+
     from app.model.precision import SERVER_CHOOSES
-    from engine.remote_servers import KINDS, remote_capabilities
 
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.precision.menu.isEnabled()
@@ -128,11 +131,12 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
 
 
 def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+    from engine.api.results import summarize
+    from engine.session.session import EngineSession
+
     from app.shell.precision_check import CHUNK
     from app.shell.precision_menu import save_choice
     from app.views.precision_dialog import COLUMNS
-    from engine.fidelity import summarize
-    from engine.session import EngineSession
 
     save_choice(profile[1], str(tiny_folder), "float16")
     window = open_window(qtbot, profile, str(tiny_folder))
@@ -146,7 +150,7 @@ def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tin
     dialog = window.precision_check.dialog
     assert not window.status.progress.isVisible() and not window.last_error
 
-    # The same reply through engine.fidelity here, in the same precision and chunks.
+    # The same reply through engine.analysis.fidelity here, in the same precision and chunks.
     steps = window.entries[entry].steps
     message = window.model.message_of(window.entries[entry].stream)
     session = EngineSession()

@@ -2,7 +2,7 @@
 thinking collapsed above the answer and opened by a click on its header, its tokens
 inspectable, copied and exported marked as thinking, kept over a restart.
 
-The model is tests/tiny_thinking.py's: the Qwen3-style one with the template of Qwen3's
+The model is tests/support/tiny_thinking.py's: the Qwen3-style one with the template of Qwen3's
 thinking models (the generation prompt opens ``<think>``; ``enable_thinking=False`` still
 closes it): random weights never write ``</think>`` themselves, so the budget ends it."""
 
@@ -14,15 +14,15 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
+from engine.api.reasoning import ANSWER, THINKING  # noqa: E402
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from engine.reasoning import ANSWER, THINKING  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
-from tests.test_app_compare import link_point  # noqa: E402
-from tests.test_reasoning_remote import vllm_like  # noqa: E402, F401
-from tests.tiny_thinking import write_thinking_qwen3  # noqa: E402
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.app.shell.test_app_compare import link_point  # noqa: E402
+from tests.integration.test_reasoning_remote import vllm_like  # noqa: E402, F401
+from tests.support.tiny_thinking import write_thinking_qwen3  # noqa: E402
 
 BUDGET = 5
 
@@ -215,7 +215,7 @@ def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_fold
 
 
 def test_the_reasoning_row_is_whole_at_800x600(qtbot, window):
-    from tests.test_app_small_window import CHAT_TEXT_HEIGHT, resized
+    from tests.app.shell.test_app_small_window import CHAT_TEXT_HEIGHT, resized
 
     resized(qtbot, window, 800, 600)
     row, panel = window.panel.reasoning, window.panel
@@ -298,7 +298,7 @@ def test_the_default_model_has_no_thinking_toggle(qtbot, profile):  # noqa: F811
 
 def test_a_servers_reasoning_content_is_drawn_as_thinking(qtbot, profile, tiny_folder, vllm_like):  # noqa: F811
     """A server that streams its thinking as ``reasoning_content`` (vLLM with a reasoning
-    parser; tests/test_reasoning_remote.py's stand-in): the same collapsed section, and the
+    parser; tests/integration/test_reasoning_remote.py's stand-in): the same collapsed section, and the
     per-phase settings off, saying why."""
     from app.model.remote_jobs import RemoteSpec
 

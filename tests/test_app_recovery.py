@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_fault_containment import Flaky  # noqa: E402
-from tests.tiny_model import MERGES  # noqa: E402
+from tests.engine.runtime.test_fault_containment import Flaky  # noqa: E402
+from tests.support.tiny_model import MERGES  # noqa: E402
 
 TIMEOUT = 60_000
 EOS = 2 + 256 + len(MERGES)  # the tiny model's <|im_end|>
@@ -173,7 +173,7 @@ class FailingSession:
     """The engine session, its model raising once on the ``fail_at``-th call after loading."""
 
     def __new__(cls, fail_at: int):
-        from engine.session import EngineSession
+        from engine.session.session import EngineSession
 
         class _Session(EngineSession):
             def load(self, source, progress=None, precision="auto", kv=None):

@@ -15,19 +15,19 @@ import pytest
 pytest.importorskip("pytestqt")
 httpx = pytest.importorskip("httpx")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
 from app.model.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
-from tests.test_app import (  # noqa: E402
+from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
     close_window,
     open_window,
     profile,  # noqa: F401 (fixture)
     send,
 )
-from tests.test_app_compare import compare_entry, set_variants  # noqa: E402
+from tests.app.shell.test_app_compare import compare_entry, set_variants  # noqa: E402
+from tests.support.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def tiny_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
 STANDIN = """
 import sys, threading
 from http.server import ThreadingHTTPServer
-from tests.test_remote_faults import _Handler
+from tests.engine.remote.test_remote_faults import _Handler
 server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), _Handler)
 server.daemon_threads = True
 server.requests = []

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 
 
 def chat_action(window, text: str):

@@ -16,12 +16,12 @@ import pytest
 pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.local_server import mlx_lm_server  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
-from tests.test_app_remote import connect, replies  # noqa: E402
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.integration.test_app_remote import connect, replies  # noqa: E402
+from tests.support.local_server import mlx_lm_server  # noqa: E402
 
 SERVER_STAGE = "server reports: penalties (detected for mlx_lm.server)"
 NO_ENTROPY = "entropy: not reported by the server"
@@ -126,7 +126,7 @@ def test_each_reply_is_labelled_by_what_wrote_it_whatever_is_loaded_now(
 
 
 def test_scoring_with_the_local_model_says_nothing_of_a_server(qtbot, profile, tiny_folder):  # noqa: F811
-    from tests.test_app_score import TEXT
+    from tests.app.shell.test_app_score import TEXT
 
     window = open_window(qtbot, profile, str(tiny_folder))
     statuses: list[str] = []

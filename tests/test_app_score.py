@@ -8,8 +8,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from engine.api.params import SamplingParams  # noqa: E402
+
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 
 TEXT = "The hat in the tin is the hat of the man in the hat. " * 6
 
@@ -72,8 +73,8 @@ class SlowScoring:
     def __new__(cls):
         import time
 
-        from engine.events import PrefillProgress
-        from engine.session import EngineSession
+        from engine.api.events import PrefillProgress
+        from engine.session.session import EngineSession
 
         class Slow(EngineSession):
             def score_text(self, *args, **kwargs):

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 
 from app.model.textfmt import prob  # noqa: E402
 from app.views.theme import probability_color  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 
 TEXT = "The capital of France is Paris. Paris is a city on the river Seine, famous for the Eiffel Tower."
 XTC = SamplingParams(xtc_probability=1.0, xtc_threshold=0.1, top_logprobs=5)

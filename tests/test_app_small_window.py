@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (  # noqa: E402
     QWidget,
 )
 
-from tests.test_app import close_window, open_window, profile  # noqa: E402, F401
+from tests.app.shell.test_app import close_window, open_window, profile  # noqa: E402, F401
 
 CONTROLS = (QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QListWidget, QPlainTextEdit, QSlider, QTabBar)
 CHAT_TEXT_HEIGHT = 250  # the least height of the chat's text area at 800×600 (issue 24, point 23)
@@ -103,7 +103,7 @@ def test_a_scored_texts_third_row_gets_room(qtbot, profile, tiny_folder):  # noq
     timeline grows by a row when the surprisal row comes, and gives it back after."""
     from PySide6.QtGui import QFontMetrics
 
-    from tests.test_app import TIMEOUT
+    from tests.app.shell.test_app import TIMEOUT
 
     window = open_window(qtbot, profile, str(tiny_folder))
     resized(qtbot, window, 1500, 900)

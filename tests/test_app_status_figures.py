@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
-from tests.test_app_score import TEXT  # noqa: E402
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.app.shell.test_app_score import TEXT  # noqa: E402
 
 
 def score(qtbot, window) -> None:
@@ -61,7 +61,7 @@ class SlowDecode:
     a rate while it is written."""
 
     def __new__(cls):
-        from engine.session import EngineSession
+        from engine.session.session import EngineSession
 
         class Slow(EngineSession):
             def step(self):

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import QDir, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QFileDialog  # noqa: E402
 
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
 QUESTION_WORDS = "press Enter to send the question below"
 EMPTY_WORDS = "type a message below and press Enter to send it"

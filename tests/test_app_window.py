@@ -12,13 +12,13 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from engine.api.params import SamplingParams  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
 from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
 from app.views.chat_panel import MIN_WIDTH  # noqa: E402
-from engine.params import SamplingParams  # noqa: E402
-from tests.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 
 
 def press(qtbot, key, modifier=Qt.KeyboardModifier.NoModifier) -> None:
@@ -97,7 +97,7 @@ def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):  # noqa: F81
 @pytest.fixture(scope="module")
 def long_context_folder(tmp_path_factory):
     """The tiny model with a 64k context, so a prompt can take many seconds to prefill."""
-    from tests.tiny_model import write_tiny_model
+    from tests.support.tiny_model import write_tiny_model
 
     folder = write_tiny_model(tmp_path_factory.mktemp("long") / "tiny-long")
     config = json.loads((folder / "config.json").read_text())

@@ -19,7 +19,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from tests.test_app_recovery import (  # noqa: E402
+from tests.app.shell.test_app_recovery import (  # noqa: E402
     count_steps,
     kill_9,
     long_tiny,  # noqa: F401 (fixture)

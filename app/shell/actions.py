@@ -1,7 +1,7 @@
 """Actions and their one enablement rule: what the backend can do, and what the state allows.
 
 An action (a menu item, or a control doing the same) is enabled when both parts of its rule
-hold: the loaded backend declares its capability (``engine.capabilities.Capabilities``; the
+hold: the loaded backend declares its capability (``engine.api.capabilities.Capabilities``; the
 backend's own sentence says why not), and its ``needs`` — a function of the app's state, such
 as "a reply is selected" — returns ``""``. A disabled item shows why as its tooltip and status
 tip. Rules are evaluated when a model loads and whenever :meth:`Actions.refresh` is called
@@ -18,11 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from engine.api.capabilities import Capabilities
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu, QWidget
-
-from engine.capabilities import Capabilities
 
 Needs = Callable[[], str]
 """Why the action cannot run in the app's present state; ``""`` when it can."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from engine.api.params import SamplingParams
 from PySide6.QtCore import QSettings
 
 from app.model.chat import ChatModel
@@ -17,7 +18,6 @@ from app.views.chat_panel import ChatPanel
 from app.views.inspector import InspectorWidget
 from app.views.sampling_panel import SamplingPanel
 from app.views.status import StatusWidgets
-from engine.params import SamplingParams
 
 
 class ChatCommands:

@@ -1,7 +1,7 @@
 """Models → KV cache (Off, 8-bit, 4-bit), beside Models → Precision.
 
 The choice is saved per model source (``app.model.kv_cache``) and sent with every load of
-that model (``app.shell.model_loading``, as ``engine.kv_quantization.KVQuantization``);
+that model (``app.shell.model_loading``, as ``engine.api.kv_quantization.KVQuantization``);
 choosing another one reloads the local model through the loader, as a precision change does
 (which asks first while a reply is being written). A server keeps its own cache, so the
 submenu is disabled while one is in use. A model the engine refuses the setting for (a

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from engine.api.events import FinishReason
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtWidgets import QAbstractButton, QInputDialog, QMenu, QMessageBox, QPlainTextEdit
 
@@ -26,7 +27,6 @@ from app.shell.logging_setup import note_error, note_model
 from app.shell.worker import describe
 from app.views.file_dialogs import MODELS
 from app.views.sampling_panel import SamplingPanel
-from engine.events import FinishReason
 
 MAX_RECENT = 8
 NOT_REPORTED_REMOTE = "not reported (remote)"

@@ -4,7 +4,7 @@ in float32 (``EngineSession.check_fidelity``), on the engine's thread, then a di
 ``FidelityRunner`` lives on the worker's thread beside ``EngineWorker`` and steps the check
 one chunk per event (an :class:`app.shell.stepped_runner.SteppedRunner`), so a cancel queued meanwhile
 applies at the next chunk; it sends back plain data: the rows (``TokenFidelity``, frozen
-dataclasses of numbers) and their summary, computed there with ``engine.fidelity.summarize``
+dataclasses of numbers) and their summary, computed there with ``engine.api.results.summarize``
 (the app does not import MLX). ``PrecisionCheck`` is its GUI-thread end: what can be
 checked, the progress in the status bar, Esc to stop, errors in a dialog, the result in
 ``app.views.precision_dialog``.
@@ -67,7 +67,7 @@ class FidelityRunner(SteppedRunner):
         self.progressed.emit(job.tag, len(self._done), len(job.output))
 
     def _finish(self, job: PrecisionJob) -> None:
-        from engine.fidelity import summarize  # on the engine's thread: it imports MLX
+        from engine.api.results import summarize  # on the engine's thread: it imports MLX
 
         rows = self._done
         self._end()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.api.precision import PRECISIONS
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QMenu
@@ -22,7 +23,6 @@ from app.model.precision import (
     SERVER_CHOOSES,
 )
 from app.shell.context import ShellContext
-from engine.precision import PRECISIONS
 
 MENU_TIP = "What the model computes in. Auto is float32 where it fits in memory: the numbers shown are the model's."
 

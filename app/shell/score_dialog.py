@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.api.events import ScoreDone, TokenStep
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QAbstractButton, QLabel, QWidget
 
@@ -35,7 +36,6 @@ from app.views.sampling_panel import SamplingPanel
 from app.views.score_views import ReplayOverlay, SurprisalRow
 from app.views.throttle import RedrawClock
 from app.views.timeline import TimelineWidget
-from engine.events import ScoreDone, TokenStep
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import platformdirs
+from engine.api.params import SamplingParamsError
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox
 
@@ -60,7 +61,6 @@ from app.views.status import StatusWidgets
 from app.views.theme import apply_theme
 from app.views.throttle import RedrawClock
 from app.views.timeline import TimelineWidget
-from engine.params import SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 

@@ -7,12 +7,12 @@ import contextlib
 import json
 from collections.abc import Callable
 
+from engine.api.params import SamplingParams
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QAbstractButton
 
 from app.model.chat import ChatModel
 from app.shell.layout import Docks, default_sizes
-from engine.params import SamplingParams
 
 
 def restore_settings(
