@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.startup_report:
         from app.shell.startup_report import StartupReport, launched_at
 
-        keep.append(StartupReport(window, args.startup_report, launched_at(STARTED), marks))
+        keep.append(StartupReport(window, window.engine.worker, args.startup_report, launched_at(STARTED), marks))
     if args.send:
         keep.append(send_when_loaded(window, args.send))
     settle_memory()

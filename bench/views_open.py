@@ -91,13 +91,10 @@ def _set_state(app, window, state: str, dialog) -> None:
 
 def _compare_dialog(app, window, clock: _Clock, tokens: int):
     """The Compare models dialog open on a finished comparison of a first reply."""
-    from app.shell.compare_models import update_compare_action
-
     _reply(app, window, clock, tokens)
     steps = window.entries[-1].steps
     window.model.select((window.entries[-1].stream, len(steps) - 1))
-    action = window.menus.compare_action
-    update_compare_action(window, action)
+    action = window.analysis_actions.compare_models  # enabled by the selection (window.actions)
     action.trigger()
     dialog = window.compare_models.dialog
     dialog.precision.setCurrentIndex(dialog.precision.findData("float16"))

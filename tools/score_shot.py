@@ -33,7 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
-    from app.shell.score_dialog import controller
     from tools.shot_window import scratch_window, show_at, waiter
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
         print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
         return 1
-    scoring = controller(window)
+    scoring = window.score_controller()
     scoring.score_text(args.text)
     wait(lambda: not window.busy())
     window._redraw_if_dirty()

@@ -16,15 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QMenu, QWidget
 
 from engine.api.capabilities import Capabilities
 
 Needs = Callable[[], str]
 """Why the action cannot run in the app's present state; ``""`` when it can."""
+
+
+Says = Literal["tips", "tooltip", "nothing"]
+"""Where a disabled item says why: its tooltip and status tip, its tooltip only (the status
+tip stays its own), or nowhere (it is only disabled)."""
+
+NOT_AVAILABLE = "Not available: "
+"""What a disabled item's tooltip says before the reason, unless its rule says otherwise."""
 
 
 @dataclass
@@ -34,13 +43,23 @@ class _Rule:
     needs: Needs | None
     tooltip: str
     """The item's own tooltip, shown again once the rule holds."""
+    status_tip: str
+    prefix: str
+    """Put before the reason in the disabled item's tips (an item whose own tip already
+    names the action says the bare reason)."""
+    says: Says
 
 
-class Actions:
+class Actions(QObject):
     """One per window: ``add`` (or ``bind``) items with their rule, ``apply`` each loaded
-    model's capabilities, ``refresh`` when the state the rules read changes."""
+    model's capabilities, ``refresh`` when the state the rules read changes.
+
+    A QObject so that a signal from another thread (a runner's ``finished``) connected to
+    :meth:`refresh_after` runs the refresh on the GUI thread, after the slots connected
+    before it."""
 
     def __init__(self, parent: QObject) -> None:
+        super().__init__(parent)
         self._parent = parent
         self._rules: list[_Rule] = []
         self.capabilities: Capabilities | None = None
@@ -50,30 +69,47 @@ class Actions:
     def add(
         self,
         text: str,
-        slot: Callable[[], object],
+        slot: Callable[..., object],
         *,
         capability: str = "",
         needs: Needs | None = None,
         shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None,
         tooltip: str = "",
+        status_tip: str = "",
         checkable: bool = False,
+        prefix: str = NOT_AVAILABLE,
+        says: Says = "tips",
     ) -> QAction:
-        """A new action calling ``slot`` when triggered, under the rule given."""
+        """A new action calling ``slot`` when triggered (a checkable one: when toggled, with
+        the new state), under the rule given."""
         action = QAction(text, self._parent, checkable=checkable)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
         if tooltip:
             action.setToolTip(tooltip)
+        if status_tip:
+            action.setStatusTip(status_tip)
         if checkable:
-            action.toggled.connect(lambda _on: slot())
+            action.toggled.connect(slot)
         else:
             action.triggered.connect(lambda _=False: slot())
-        self.bind(action, capability, needs)
+        if capability or needs is not None:
+            self.bind(action, capability, needs, prefix=prefix, says=says)
         return action
 
-    def bind(self, item: QAction | QWidget, capability: str = "", needs: Needs | None = None) -> None:
-        """Put an existing item (a panel's control doing an action's job too) under a rule."""
-        self._rules.append(_Rule(item, capability, needs, item.toolTip()))
+    def bind(
+        self,
+        item: QAction | QWidget,
+        capability: str = "",
+        needs: Needs | None = None,
+        *,
+        prefix: str = NOT_AVAILABLE,
+        says: Says = "tips",
+    ) -> None:
+        """Put an existing item (a panel's control doing an action's job too, a submenu)
+        under a rule."""
+        tips = item.menuAction() if isinstance(item, QMenu) else item
+        self._rules.append(_Rule(item, capability, needs, tips.toolTip(), tips.statusTip(), prefix, says))
         self._apply_one(self._rules[-1])
 
     def apply(self, capabilities: Capabilities) -> None:
@@ -84,6 +120,10 @@ class Actions:
     def refresh(self) -> None:
         for rule in self._rules:
             self._apply_one(rule)
+
+    def refresh_after(self, *_args: object) -> None:
+        """:meth:`refresh`, as a slot any signal can be connected to (its arguments ignored)."""
+        self.refresh()
 
     def reason(self, item: QAction | QWidget) -> str:
         """Why ``item`` is disabled now (``""`` when it is enabled or not bound)."""
@@ -99,8 +139,9 @@ class Actions:
 
     def _apply_one(self, rule: _Rule) -> None:
         why = self._why(rule)
-        rule.item.setEnabled(not why)
+        rule.item.setEnabled(not why)  # a submenu's own action follows its menu
         # Qt strips the action's text into an empty tooltip; keep the item's own when enabled.
-        tip = f"Not available: {why}" if why else rule.tooltip
-        rule.item.setToolTip(tip)
-        rule.item.setStatusTip(tip if why else "")
+        tips = rule.item.menuAction() if isinstance(rule.item, QMenu) else rule.item
+        said = f"{rule.prefix}{why}" if why and rule.says != "nothing" else ""
+        tips.setToolTip(said or rule.tooltip)
+        tips.setStatusTip(said if said and rule.says == "tips" else rule.status_tip)

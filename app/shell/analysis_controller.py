@@ -45,11 +45,19 @@ class AnalysisController(QObject):
         engine.worker.model_loaded.connect(self._on_model_loaded)
         events = analysis.events
         for emitter in (events.started, events.finished, events.failed, events.cancelled):
-            emitter.connect(lambda *_: context.actions.refresh())  # a running job may refuse another
+            emitter.connect(context.actions.refresh_after)  # a running job may refuse another
 
     def add_action(self, text: str, slot: Callable[[], object], tooltip: str, needs: Callable[[], str]) -> QAction:
         """An action under the analysis's rule: its capability, and ``needs`` of the state."""
-        return self.context.actions.add(text, slot, capability=self.analysis.capability, needs=needs, tooltip=tooltip)
+        return self.context.actions.add(
+            text,
+            slot,
+            capability=self.analysis.capability,
+            needs=needs,
+            tooltip=tooltip,
+            status_tip=tooltip,
+            prefix="",  # its tooltip names the action: a disabled one says the bare reason
+        )
 
     # The worker -----------------------------------------------------------------------------------
 

@@ -12,15 +12,15 @@ the row goes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt
-from PySide6.QtWidgets import QApplication, QDockWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QWidget
 
 from app.views.chat_panel import MIN_WIDTH as MIN_CHAT_WIDTH
-
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
+from app.views.sampling_panel import SamplingPanel
+from app.views.status import StatusWidgets
+from app.views.timeline import TimelineWidget
 
 INSPECTOR_WIDTH, TIMELINE_HEIGHT = 600, 200  # the default sizes (at the default 1400×860)
 INSPECTOR_MIN_WIDTH = 260  # its table's token and two probability columns
@@ -30,61 +30,95 @@ CHAT_TEXT_HEIGHT = 250  # the timeline gives way before the chat's text area goe
 WINDOW_MIN = (800, 560)  # the three minimum widths above and the chat's, side by side
 
 
-def comfortable_sampling_width(window: MainWindow) -> int:
+@dataclass(frozen=True)
+class Docks:
+    """The window and the parts its layout arranges (what this module reads and resizes)."""
+
+    window: QMainWindow
+    inspector_dock: QDockWidget
+    timeline_dock: QDockWidget
+    controls_dock: QDockWidget
+    panel: SamplingPanel
+    inspector: QWidget
+    timeline: TimelineWidget
+    chat: QWidget
+
+
+def comfortable_sampling_width(panel: SamplingPanel) -> int:
     """The sampling panel's width with nothing cut off: its content's minimum, the vertical
     scroll bar and the frame (below it the panel scrolls sideways)."""
-    scroll = window.controls.scroll
+    scroll = panel.controls.scroll
     content = scroll.widget().minimumSizeHint().width()
     return content + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth() + 4
 
 
-def fit_sampling_minimum(window: MainWindow, window_width: int) -> bool:
+def fit_sampling_minimum(panel: SamplingPanel, window_width: int) -> bool:
     """Where the window has room (1000 px is plenty), the sampling panel is not squeezed
     below its content (the inspector, whose table scrolls, gives way first); on a smaller
     window it may go down to ``SAMPLING_MIN_WIDTH`` and scroll sideways."""
     room = window_width - MIN_CHAT_WIDTH - INSPECTOR_MIN_WIDTH - 24  # separators and margins
-    width = max(SAMPLING_MIN_WIDTH, min(comfortable_sampling_width(window), room))
-    if width == window.panel.minimumWidth():
+    width = max(SAMPLING_MIN_WIDTH, min(comfortable_sampling_width(panel), room))
+    if width == panel.minimumWidth():
         return False
-    window.panel.setMinimumWidth(width)
+    panel.setMinimumWidth(width)
     return True
 
 
-def set_minimum_sizes(window: MainWindow) -> None:
-    window.inspector.setMinimumWidth(INSPECTOR_MIN_WIDTH)
-    window.panel.setMinimumWidth(SAMPLING_MIN_WIDTH)
-    window.setMinimumSize(*WINDOW_MIN)
+def add_docks(
+    window: QMainWindow, inspector: QWidget, timeline: QWidget, panel: QWidget
+) -> tuple[QDockWidget, QDockWidget, QDockWidget]:
+    """The inspector, the timeline and the sampling panel in docks of ``window``, added in
+    the default arrangement's order (the order decides which dock takes the corners)."""
+    docks = []
+    for title, name, widget, area in (
+        ("Inspector", "inspector", inspector, Qt.DockWidgetArea.RightDockWidgetArea),
+        ("Timeline", "timeline", timeline, Qt.DockWidgetArea.BottomDockWidgetArea),
+        ("Sampling", "sampling", panel, Qt.DockWidgetArea.LeftDockWidgetArea),
+    ):
+        dock = QDockWidget(title, window)
+        dock.setObjectName(name)  # what saveState and restoreState know it by
+        dock.setWidget(widget)
+        window.addDockWidget(area, dock)
+        docks.append(dock)
+    return docks[0], docks[1], docks[2]
 
 
-def default_arrangement(window: MainWindow) -> list:
+def set_minimum_sizes(docks: Docks) -> None:
+    docks.inspector.setMinimumWidth(INSPECTOR_MIN_WIDTH)
+    docks.panel.setMinimumWidth(SAMPLING_MIN_WIDTH)
+    docks.window.setMinimumSize(*WINDOW_MIN)
+
+
+def default_arrangement(docks: Docks) -> list:
     """(dock, area), in the order the window first adds them (the order decides which dock
     takes the corners)."""
     return [
-        (window.inspector_dock, Qt.DockWidgetArea.RightDockWidgetArea),
-        (window.timeline_dock, Qt.DockWidgetArea.BottomDockWidgetArea),
-        (window.controls_dock, Qt.DockWidgetArea.LeftDockWidgetArea),
+        (docks.inspector_dock, Qt.DockWidgetArea.RightDockWidgetArea),
+        (docks.timeline_dock, Qt.DockWidgetArea.BottomDockWidgetArea),
+        (docks.controls_dock, Qt.DockWidgetArea.LeftDockWidgetArea),
     ]
 
 
-def default_sizes(window: MainWindow) -> None:
-    window.resizeDocks([window.inspector_dock], [INSPECTOR_WIDTH], Qt.Orientation.Horizontal)
-    window.resizeDocks([window.timeline_dock], [TIMELINE_HEIGHT], Qt.Orientation.Vertical)
-    panel = window.panel.sizeHint().width()
-    window.resizeDocks([window.controls_dock], [max(panel, SAMPLING_MIN_WIDTH)], Qt.Orientation.Horizontal)
+def default_sizes(docks: Docks) -> None:
+    window = docks.window
+    window.resizeDocks([docks.inspector_dock], [INSPECTOR_WIDTH], Qt.Orientation.Horizontal)
+    window.resizeDocks([docks.timeline_dock], [TIMELINE_HEIGHT], Qt.Orientation.Vertical)
+    panel = docks.panel.sizeHint().width()
+    window.resizeDocks([docks.controls_dock], [max(panel, SAMPLING_MIN_WIDTH)], Qt.Orientation.Horizontal)
 
 
-def reset_layout(window: MainWindow) -> None:
+def reset_layout(docks: Docks, status: StatusWidgets) -> None:
     """View → Reset layout: every dock back in its area (not floating, not tabbed, shown)
     at its default size."""
-    docks = default_arrangement(window)
-    for dock, _ in docks:
+    arrangement = default_arrangement(docks)
+    for dock, _ in arrangement:
         dock.setFloating(False)  # before it leaves: a floating dock added back stays floating
-        window.removeDockWidget(dock)
-    for dock, area in docks:
-        window.addDockWidget(area, dock)
+        docks.window.removeDockWidget(dock)
+    for dock, area in arrangement:
+        docks.window.addDockWidget(area, dock)
         dock.show()
-    default_sizes(window)
-    window.status.show_message("The default layout is back.")
+    default_sizes(docks)
+    status.show_message("The default layout is back.")
 
 
 class DockMemory(QObject):
@@ -96,19 +130,20 @@ class DockMemory(QObject):
     as far as the new room allows, so a few resizes do not leave a layout of slivers.
     """
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.docks = [dock for dock, _ in default_arrangement(window)]
+    def __init__(self, docks: Docks) -> None:
+        super().__init__(docks.window)
+        self.parts = docks
+        self.window = window = docks.window
+        self.docks = [dock for dock, _ in default_arrangement(docks)]
         self.wanted: dict[QDockWidget, int] = {}
         self.window_size = QSize()
         self._adjusting = False
-        self.timeline_rows = window.timeline.rows.count
+        self.timeline_rows = docks.timeline.rows.count
         self.grown: list[int] = []  # what each row added to the timeline made it taller by
         for dock in self.docks:
             dock.installEventFilter(self)
         window.installEventFilter(self)
-        window.timeline.rows_changed.connect(self.rows_changed)
+        docks.timeline.rows_changed.connect(self.rows_changed)
 
     def extent(self, dock: QDockWidget) -> tuple[int, Qt.Orientation]:
         area = self.window.dockWidgetArea(dock)
@@ -127,7 +162,7 @@ class DockMemory(QObject):
         if watched is self.window:
             old, new = event.oldSize(), event.size()
             self.window_size = new
-            fit_sampling_minimum(self.window, new.width())
+            fit_sampling_minimum(self.parts.panel, new.width())
             if not self.wanted:  # shown: the sizes it opens with are the wanted ones
                 self.remember()
             elif old.isValid() and (old.width() < new.width() or old.height() < new.height()):
@@ -173,8 +208,8 @@ class DockMemory(QObject):
     def fit_chat(self) -> None:
         """On a short window the timeline gives way, down to its minimum, before the chat's
         text area goes below ``CHAT_TEXT_HEIGHT`` (its wanted size stays for a taller one)."""
-        dock = self.window.timeline_dock
-        short = CHAT_TEXT_HEIGHT - self.window.chat.height()
+        dock = self.parts.timeline_dock
+        short = CHAT_TEXT_HEIGHT - self.parts.chat.height()
         size, along = self.extent(dock)
         if short <= 0 or along != Qt.Orientation.Vertical or not self.docked(dock) or not self.window.isVisible():
             return
@@ -186,12 +221,12 @@ class DockMemory(QObject):
         """A row added to the timeline makes it taller by a row's height (as far as the
         window has room); a row gone gives back what its coming took."""
         added, self.timeline_rows = count - self.timeline_rows, count
-        dock = self.window.timeline_dock
+        dock = self.parts.timeline_dock
         size, along = self.extent(dock)
         if added == 0 or along != Qt.Orientation.Vertical or not self.docked(dock):
             return
         if added > 0:
-            self.resize([dock], [size + added * self.window.timeline.rows.roomy_row_height()], along)
+            self.resize([dock], [size + added * self.parts.timeline.rows.roomy_row_height()], along)
             grown = max(self.extent(dock)[0] - size, 0)
             self.grown += [grown // added] * added
         else:

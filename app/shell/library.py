@@ -4,7 +4,7 @@
 hundreds of models could still hold the GUI thread for a while: it runs on a thread of its
 own (a ``QtBackground`` of this controller's, not the window's, whose one thread serializes
 saved replies) and the dialog says *Scanning…* until the rows come back. A double-click loads
-the row through the window's own path (``MainWindow.load_model``, as Models → Open… and
+the row through the loader's own path (``ModelLoader.load``, as Models → Open… and
 Recent do: the question during a reply, the progress in the status bar, the error box).
 Add folder… and Remove folder persist through ``engine.library.add_folder`` /
 ``remove_folder`` and scan again.
@@ -13,38 +13,36 @@ Add folder… and Remove folder persist through ``engine.library.add_folder`` /
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu
 
 from app.shell.background import QtBackground
+from app.shell.context import ShellContext
 from app.shell.logging_setup import note_error
 from app.views.file_dialogs import MODELS
 from app.views.library_dialog import LibraryDialog
 
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
-
 SHORTCUT = "Ctrl+Shift+L"
+TIP = "Every model on this machine: Logitscope's, the Hugging Face cache, LM Studio, Ollama, your folders"
 
 
 class LibraryController(QObject):
-    """The dialog (made at first use, kept for the next), its scans and what it asks for."""
+    """Models → Library… (Ctrl+Shift+L, ``action``): the dialog (made at first use, kept for
+    the next), its scans and what it asks for."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, context: ShellContext, load: Callable[[str], None]) -> None:
+        super().__init__(context.parent)
+        self.context, self.load = context, load
         self.dialog: LibraryDialog | None = None
-        self.action: QAction | None = None  # Models → Library…
+        self.action = context.actions.add("Library…", self.open, shortcut=SHORTCUT, tooltip=TIP, status_tip=TIP)
         self.scanner = QtBackground(self)
         self.scans = 0  # a scan's number: the rows of an older one that answers late are dropped
 
     def open(self) -> LibraryDialog:
         if self.dialog is None:
-            self.dialog = LibraryDialog(self.window)
-            self.dialog.load_requested.connect(self.window.load_model)
+            self.dialog = LibraryDialog(self.context.parent)
+            self.dialog.load_requested.connect(self.load)
             self.dialog.rescan_requested.connect(self.scan)
             self.dialog.add_folder_requested.connect(self.add_folder)
             self.dialog.remove_folder_requested.connect(self.remove_folder)
@@ -85,7 +83,7 @@ class LibraryController(QObject):
     def add_folder(self) -> None:
         from engine.library import add_folder
 
-        folder = self.window.folders.open_folder(self.dialog, MODELS, "Add a folder of models to the library")
+        folder = self.context.folders.open_folder(self.dialog, MODELS, "Add a folder of models to the library")
         if not folder:
             return
         self._change(lambda: add_folder(folder), f"Could not add {folder}")
@@ -103,17 +101,3 @@ class LibraryController(QObject):
             self.dialog.show_message(f"{failed}: {exc}", warning=True)
             return
         self.scan()
-
-
-def add_library_action(window: MainWindow, menu: QMenu) -> LibraryController:
-    """Models → Library… (Ctrl+Shift+L); the controller behind it."""
-    controller = LibraryController(window)
-    action = QAction("Library…", window)
-    action.setShortcut(QKeySequence(SHORTCUT))
-    tip = "Every model on this machine: Logitscope's, the Hugging Face cache, LM Studio, Ollama, your folders"
-    action.setToolTip(tip)
-    action.setStatusTip(tip)
-    action.triggered.connect(lambda _=False: controller.open())
-    menu.addAction(action)
-    controller.action = action
-    return controller

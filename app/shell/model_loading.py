@@ -6,28 +6,27 @@ Loading replaces the engine's scheduler, which ends every reply it runs; so a lo
 during a reply waits for the user's answer (stop the reply and load, load after the reply,
 cancel), and the load itself is only sent to the worker once no reply is running. A load that
 then fails leaves everything as it was: the previous model, its label, the replies.
+
+The loader owns the Models menu's ways to choose a model (the default one, a folder, a GGUF
+file, a Hugging Face repo id, a server, the recent ones); the menus lay them out.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QAbstractButton, QMessageBox
+from PySide6.QtCore import QObject, QSettings, Qt
+from PySide6.QtWidgets import QAbstractButton, QInputDialog, QMenu, QMessageBox, QPlainTextEdit
 
 from app.model.model_in_use import ready_words
 from app.model.precision import model_label
-from app.shell.kv_cache_menu import revert_after_failure, update_kv_cache_menu
+from app.shell.context import ShellContext
 from app.shell.logging_setup import note_error, note_model
-from app.shell.menus import recent_models
-from app.shell.precision_menu import update_precision_menu
 from app.shell.worker import describe
+from app.views.file_dialogs import MODELS
+from app.views.sampling_panel import SamplingPanel
 from engine.api.events import FinishReason
-
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
 
 MAX_RECENT = 8
 NOT_REPORTED_REMOTE = "not reported (remote)"
@@ -40,22 +39,87 @@ def loading_words(fraction: float) -> str:
     return "Loading the model…" if fraction < 0 else f"Loading the model ({int(fraction * 100)}%)…"
 
 
+def recent_models(settings: QSettings) -> list[str]:
+    """The local models loaded last, the latest first (Models → Recent models)."""
+    try:
+        return list(json.loads(settings.value("recent_models", "[]")))
+    except (TypeError, ValueError):
+        return []
+
+
 class ModelLoader(QObject):
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.in_use = window.in_use  # the model in use (app/model/model_in_use.py): updated here only
+    def __init__(
+        self,
+        context: ShellContext,
+        panel: SamplingPanel,
+        composer: QPlainTextEdit,
+        stop: Callable[[], None],
+        close_error: Callable[[], None],
+    ) -> None:
+        """``stop``: the window's Stop (the reply and every analysis); ``close_error``:
+        closes the error box shown last, if it is still open."""
+        super().__init__(context.parent)
+        self.context, self.panel, self.composer = context, panel, composer
+        self.stop, self.close_error = stop, close_error
+        self.model, self.status = context.model, context.status
+        self.in_use = context.in_use  # the model in use (app/model/model_in_use.py): updated here only
         self.box: QMessageBox | None = None  # the question asked while a reply is being written
         self.pending: Callable[[], None] | None = None  # a load waiting for the reply to end
-        worker = window.engine.worker
+        self.connect_dialog = None
+        worker = context.link.engine.worker
         worker.model_progressed.connect(self._on_progress)
         worker.model_loaded.connect(self._on_loaded)
         worker.model_failed.connect(self._on_failed)
         worker.job_finished.connect(self._on_job_finished)
-        window.model.events.busy_changed.connect(self._on_busy_changed)
-        window.panel.thinking_switched.connect(window.model.generation.set_enable_thinking)  # the template's switch
+        worker.memory_measured.connect(self._on_memory)
+        self.model.events.busy_changed.connect(self._on_busy_changed)
+        panel.thinking_switched.connect(self.model.generation.set_enable_thinking)  # the template's switch
         # The welcome speaks of "the question below" only while the message box holds one.
-        window.composer.textChanged.connect(self.refresh_welcome)
+        composer.textChanged.connect(self.refresh_welcome)
+        add = context.actions.add
+        self.default_action = add("Default model (SmolLM2-135M-Instruct)", lambda: self.load("default"))
+        self.folder_action = add("Open model folder…", self.open_folder)
+        self.gguf_action = add("Open GGUF file…", self.open_gguf)
+        self.repo_action = add("Hugging Face repo id…", self.open_repo)
+        self.connect_action = add("Connect to a server…", self.open_connect_dialog)
+        self.recent_menu = QMenu("Recent models", context.parent)
+        self.recent_menu.aboutToShow.connect(self.fill_recent)
+
+    # Menu items -------------------------------------------------------------------------------
+
+    def fill_recent(self) -> None:
+        self.recent_menu.clear()
+        for source in recent_models(self.context.settings):
+            action = self.recent_menu.addAction(source)
+            action.triggered.connect(lambda _=False, s=source: self.load(s))
+
+    def open_folder(self) -> None:
+        folder = self.context.folders.open_folder(self.context.parent, MODELS, "Open mlx-lm model folder")
+        if folder:
+            self.load(folder)
+
+    def open_gguf(self) -> None:
+        parent = self.context.parent
+        path = self.context.folders.open_file(parent, MODELS, "Open GGUF file", "GGUF models (*.gguf)")
+        if path:
+            self.load(path)
+
+    def open_repo(self) -> None:
+        repo, ok = QInputDialog.getText(
+            self.context.parent, "Hugging Face model", "Repo id (e.g. mlx-community/SmolLM2-360M-Instruct):"
+        )
+        if ok and repo.strip():
+            self.load(repo.strip())
+
+    def open_connect_dialog(self):
+        """Models → Connect to a server… (``app/views/connect_dialog.py``)."""
+        from app.views.connect_dialog import ConnectDialog
+
+        self.connect_dialog = ConnectDialog(self.context.settings, self.context.parent)
+        self.connect_dialog.connect_requested.connect(self.connect_remote)
+        self.connect_dialog.probe_failed.connect(note_error)  # what the dialog says, in the log too
+        self.connect_dialog.open()
+        return self.connect_dialog
 
     # Requests ---------------------------------------------------------------------------------
 
@@ -67,22 +131,22 @@ class ModelLoader(QObject):
         from app.shell.precision_menu import saved_choice
 
         def send() -> None:
-            settings = self.window.settings
+            settings = self.context.settings
             kv = kv_setting(saved_kv(settings, source))
-            self.window.link.request_load.emit(source, saved_choice(settings, source), kv)
+            self.context.link.request_load.emit(source, saved_choice(settings, source), kv)
 
         self.when_idle(source, lambda: self._start(source, send))
 
     def connect_remote(self, spec) -> None:
         """Use the server of ``spec`` (an ``app.model.remote_jobs.RemoteSpec``) from now on."""
-        self.when_idle(spec.url, lambda: self._start(spec.url, lambda: self.window.link.request_connect.emit(spec)))
+        self.when_idle(spec.url, lambda: self._start(spec.url, lambda: self.context.link.request_connect.emit(spec)))
 
     def when_idle(self, name: str, start: Callable[[], None]) -> None:
         """Run ``start`` now if no reply is being written, else once the user said how."""
-        if not self.window.model.busy():
+        if not self.model.busy():
             start()
             return
-        box = QMessageBox(QMessageBox.Icon.Question, "Logitscope", f"Load {name} now?", parent=self.window)
+        box = QMessageBox(QMessageBox.Icon.Question, "Logitscope", f"Load {name} now?", parent=self.context.parent)
         box.setInformativeText(
             "A reply is being written. Loading another model stops it (the tokens so far are kept); "
             "or the model can load once the reply has ended."
@@ -100,12 +164,12 @@ class ModelLoader(QObject):
         if button is not stop and button is not later:
             return
         self.pending = start
-        if not self.window.model.busy():  # the reply ended while the question was open
+        if not self.model.busy():  # the reply ended while the question was open
             self._on_busy_changed(False)
         elif button is stop:
-            self.window.stop()
+            self.stop()
         else:
-            self.window.status.show_message(f"{name} will load when the reply ends.", 0)
+            self.status.show_message(f"{name} will load when the reply ends.", 0)
 
     def _on_busy_changed(self, busy: bool) -> None:
         if not busy and self.pending is not None:
@@ -114,78 +178,77 @@ class ModelLoader(QObject):
 
     def _start(self, source: str, send: Callable[[], None]) -> None:
         self.in_use.source = source
-        self.window.status.loading(source)
+        self.status.loading(source)
         send()
 
     # Worker events ----------------------------------------------------------------------------
 
     def _on_progress(self, stage: str, fraction: float) -> None:
-        self.window.status.model_progressed(stage, fraction)
-        if self.window.model_info is None:
-            self.window.model.set_welcome_state(loading_words(fraction))
+        self.status.model_progressed(stage, fraction)
+        if self.in_use.info is None:
+            self.model.set_welcome_state(loading_words(fraction))
 
     def _on_loaded(self, info) -> None:
         from app.model.remote_labels import reports_one_stage, status_text
         from app.model.reply_origin import backend_of
 
-        window = self.window
+        model, panel, settings = self.model, self.panel, self.context.settings
         self.in_use.info = info
-        window.panel.set_vocab_size(info.vocab_size)
-        window.panel.set_server(info.server)
-        window.panel.set_thinking_switch(info.thinking_switch)  # the template's enable_thinking, if it has one
-        window.model.generation.enable_thinking = (
-            window.panel.reasoning.think_toggle.isChecked() if info.thinking_switch else None
-        )
+        panel.set_vocab_size(info.vocab_size)
+        panel.set_server(info.server)
+        panel.set_thinking_switch(info.thinking_switch)  # the template's enable_thinking, if it has one
+        model.generation.enable_thinking = panel.reasoning.think_toggle.isChecked() if info.thinking_switch else None
         note_model(info.name, info.source)
         # Replies saved from now on record where the model came from, what it computes in and
         # on which backend: the views label each reply by those, not by the model loaded now.
-        window.store.note_model(info.name, info.source, info.precision, backend_of(info))
+        self.context.store.note_model(info.name, info.source, info.precision, backend_of(info))
         remote = reports_one_stage(info)
         self.in_use.label = status_text(info) if remote else model_label(info)
-        update_precision_menu(window)
-        update_kv_cache_menu(window)
-        window.status.model_ready(self.in_use.label, f"Loaded {info.name}")
+        self.status.model_ready(self.in_use.label, f"Loaded {info.name}")
         if not info.capabilities.load_files:
             # A server's model is not remembered as "the model" (a restart loads the local one).
-            window.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
             self.refresh_welcome()
             if info.server_note:  # connected all the same (the model as typed): say what failed
-                window.status.show_message(f"Connected to {info.source}, but {info.server_note}", 20_000)
+                self.status.show_message(f"Connected to {info.source}, but {info.server_note}", 20_000)
             return
-        window.settings.setValue("model", info.source)
-        recent = [info.source] + [r for r in recent_models(window) if r != info.source]
-        window.settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
+        settings.setValue("model", info.source)
+        recent = [info.source] + [r for r in recent_models(settings) if r != info.source]
+        settings.setValue("recent_models", json.dumps(recent[:MAX_RECENT]))
         self.refresh_welcome()
 
     def refresh_welcome(self) -> None:
         """The welcome's words for the model in use and what the message box holds now."""
         if self.in_use.info is None:
             return
-        words = ready_words(self.in_use.info, bool(self.window.composer.toPlainText().strip()))
-        if words != self.window.model.welcome_state:  # not at every keystroke: a redraw each time
-            self.window.model.set_welcome_state(words)
+        words = ready_words(self.in_use.info, bool(self.composer.toPlainText().strip()))
+        if words != self.model.welcome_state:  # not at every keystroke: a redraw each time
+            self.model.set_welcome_state(words)
+
+    def _on_memory(self, nbytes: int) -> None:
+        info = self.in_use.info
+        if info is not None and not info.capabilities.memory:
+            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
+            return
+        self.status.memory_measured(nbytes)
 
     def _on_failed(self, source: str, exc: BaseException) -> None:
-        window = self.window
         # The previous model stays in use: its label, not the failed load's last stage.
-        window.status.model_failed(self.in_use.label, f"Could not load {source}.")
-        revert_after_failure(window, source)  # a refused KV setting: the menu says what runs
-        if window.model_info is None:
-            window.model.set_welcome_state("No model is loaded: choose one in the Models menu.")
-        window.show_error(f"Could not load {source}.\n\n{describe(exc)}", exc)  # logged with its traceback
+        self.status.model_failed(self.in_use.label, f"Could not load {source}.")
+        if self.in_use.info is None:
+            self.model.set_welcome_state("No model is loaded: choose one in the Models menu.")
+        self.context.show_error(f"Could not load {source}.\n\n{describe(exc)}", exc)  # logged with its traceback
 
     def _on_job_finished(self, _tag: int, finished) -> None:
         from app.model.remote_labels import NOT_REPORTED
 
-        info = self.window.model_info
+        info = self.in_use.info
         if finished.finish_reason != FinishReason.ERROR or info is None or not info.capabilities.network:
             return
         kept = ""
         if finished.text:
             kept = f"\n\nThe partial reply ({len(finished.text)} characters) was kept and saved."
-        box = getattr(self.window, "error_box", None)
-        if box is not None and box.isVisible():
-            box.close()  # the model's own "the reply stopped" box: this one says more
+        self.close_error()  # the model's own "the reply stopped" box: this one says more
         # The log names the server and the model, which the box leaves to the status bar.
         note_error(f"server {info.source} (model {info.name}) failed a reply: {finished.error or NOT_REPORTED}")
-        self.window.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}")
+        self.context.show_error(f"The server failed: {finished.error or NOT_REPORTED}{kept}", None)

@@ -1,4 +1,4 @@
-"""Models → Precision (auto, float32, float16, bfloat16) and Models → Check precision….
+"""Models → Precision (auto, float32, float16, bfloat16).
 
 The choice is saved per model source (``app.model.precision``) and sent with every load of
 that model (``app.shell.model_loading``); choosing another one reloads the local model through
@@ -8,23 +8,21 @@ was started with, so the submenu is disabled while one is in use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QMenu
 
+from app.model.model_in_use import ModelInUse
 from app.model.precision import (
     CHOICE,
     CHOICE_LABELS,
     CHOICE_TIPS,
     SERVER_CHOOSES,
 )
+from app.shell.context import ShellContext
 from engine.api.precision import PRECISIONS
-
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
 
 MENU_TIP = "What the model computes in. Auto is float32 where it fits in memory: the numbers shown are the model's."
 
@@ -38,71 +36,58 @@ def save_choice(settings: QSettings, source: str, choice: str) -> None:
     CHOICE.save(settings, source, choice)
 
 
-@dataclass
-class PrecisionMenu:
-    """The Precision submenu, its exclusive group of choices and the Check precision… action
-    (``window.menus.precision``)."""
-
-    menu: QMenu
-    group: QActionGroup
-    check_action: QAction
-
-
-def add_precision_menu(window: MainWindow, menu: QMenu) -> PrecisionMenu:
-    """The Precision submenu and the Check precision… action, at the end of ``menu``."""
-    sub = menu.addMenu("Precision")
-    sub.setToolTipsVisible(True)
-    sub.menuAction().setStatusTip(MENU_TIP)
-    group = QActionGroup(window)
-    group.setExclusive(True)
-    for choice in PRECISIONS:
-        action = QAction(CHOICE_LABELS[choice], window, checkable=True)
-        action.setData(choice)
-        action.setToolTip(CHOICE_TIPS[choice])
-        action.setStatusTip(CHOICE_TIPS[choice])
-        action.triggered.connect(lambda _=False, c=choice: set_precision(window, c))
-        group.addAction(action)
-        sub.addAction(action)
-    check = window.precision_check.action  # app/shell/precision_check.py: its own rule
-    menu.addAction(check)
-    menu.aboutToShow.connect(lambda: update_precision_menu(window))
-    return PrecisionMenu(sub, group, check)
-
-
-def current_source(window: MainWindow) -> str | None:
+def current_source(in_use: ModelInUse) -> str | None:
     """The model the choice applies to: the one loaded, else the one loading."""
-    info = window.model_info
-    return info.source if info is not None else window.model_source
+    info = in_use.info
+    return info.source if info is not None else in_use.source
 
 
-def is_server(window: MainWindow) -> bool:
+def is_server(in_use: ModelInUse) -> bool:
     """The loaded backend does not compute here, so the choice means nothing to it."""
-    info = window.model_info
+    info = in_use.info
     return info is not None and not info.capabilities.precision
 
 
-def update_precision_menu(window: MainWindow) -> None:
-    """Check the current model's choice; disable the submenu for a server (Check precision…
-    has its own rule: ``app.shell.precision_check``)."""
-    items = window.menus.precision
-    server = is_server(window)
-    items.menu.setEnabled(not server)
-    items.menu.menuAction().setToolTip(SERVER_CHOOSES if server else MENU_TIP)
-    items.menu.menuAction().setStatusTip(SERVER_CHOOSES if server else MENU_TIP)
-    chosen = saved_choice(window.settings, current_source(window))
-    for action in items.group.actions():
-        action.setChecked(action.data() == chosen)
+class PrecisionMenu:
+    """The Precision submenu (``menu``, laid out by the menus) and its exclusive group of
+    choices; enabled unless a server is in use (the submenu's rule, in ``context.actions``)."""
 
+    def __init__(self, context: ShellContext, load: Callable[[str], None]) -> None:
+        self.context, self.load = context, load
+        self.menu = QMenu("Precision", context.parent)
+        self.menu.setToolTipsVisible(True)
+        self.menu.menuAction().setToolTip(MENU_TIP)
+        self.menu.menuAction().setStatusTip(MENU_TIP)
+        self.group = QActionGroup(context.parent)
+        self.group.setExclusive(True)
+        for choice in PRECISIONS:
+            action = QAction(CHOICE_LABELS[choice], context.parent, checkable=True)
+            action.setData(choice)
+            action.setToolTip(CHOICE_TIPS[choice])
+            action.setStatusTip(CHOICE_TIPS[choice])
+            action.triggered.connect(lambda _=False, c=choice: self.choose(c))
+            self.group.addAction(action)
+            self.menu.addAction(action)
+        context.actions.bind(self.menu, needs=lambda: SERVER_CHOOSES if is_server(context.in_use) else "", prefix="")
+        # The mark follows the model the menu is opened for (the one loading, before it loads).
+        self.menu.aboutToShow.connect(self.sync)
 
-def set_precision(window: MainWindow, choice: str) -> None:
-    """Save ``choice`` for the current model and reload it in that precision."""
-    source = current_source(window)
-    if source is None or is_server(window):
-        update_precision_menu(window)
-        return
-    save_choice(window.settings, source, choice)
-    update_precision_menu(window)
-    info = window.model_info
-    if info is not None and info.precision_choice != choice:  # a load in flight reads the choice itself
-        window.status.show_message(f"Reloading in {CHOICE_LABELS[choice]}…")
-        window.load_model(source)
+    def sync(self) -> None:
+        """Check the current model's choice."""
+        chosen = saved_choice(self.context.settings, current_source(self.context.in_use))
+        for action in self.group.actions():
+            action.setChecked(action.data() == chosen)
+
+    def choose(self, choice: str) -> None:
+        """Save ``choice`` for the current model and reload it in that precision."""
+        in_use = self.context.in_use
+        source = current_source(in_use)
+        if source is None or is_server(in_use):
+            self.sync()
+            return
+        save_choice(self.context.settings, source, choice)
+        self.sync()
+        info = in_use.info
+        if info is not None and info.precision_choice != choice:  # a load in flight reads the choice itself
+            self.context.status.show_message(f"Reloading in {CHOICE_LABELS[choice]}…")
+            self.load(source)

@@ -1,5 +1,5 @@
-"""Score text, replay under new settings, exports and imports, plot exports: the window's
-File and Chat actions for them, and the controller that wires them. The work is the model
+"""Score text, replay under new settings, exports and imports, plot exports: the controller
+that wires them (its File and Chat actions are ``app/shell/score_actions.py``'s). The work is the model
 layer's (:class:`app.model.scoring.Scoring`); what is shown, the views'
 (``app/views/score_views.py``); this module forwards the worker's events to the one and the
 results to the other.
@@ -19,47 +19,65 @@ results to the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDialog, QLabel, QMenu
+from PySide6.QtWidgets import QAbstractButton, QLabel, QWidget
 
 from app.model.reply_analysis import Refusal
 from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, Scoring, replay_words, score_words
+from app.shell.context import ShellContext
 from app.views.file_dialogs import EXPORTS, PLOTS
+from app.views.inspector import InspectorWidget
 from app.views.plot_export import save_plot
-from app.views.score_views import ReplayOverlay, ScoreTextDialog, SurprisalRow
+from app.views.sampling_panel import SamplingPanel
+from app.views.score_views import ReplayOverlay, SurprisalRow
+from app.views.throttle import RedrawClock
+from app.views.timeline import TimelineWidget
 from engine.api.events import ScoreDone, TokenStep
 
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
+
+@dataclass(frozen=True)
+class ScoreParts:
+    """What scoring needs of the window besides the context: the views it draws on, the
+    panel's settings, the colour switch, the redraw clock, and the window's own way to open
+    a conversation and to load a model."""
+
+    timeline: TimelineWidget
+    inspector: InspectorWidget
+    panel: SamplingPanel
+    color_toggle: QAbstractButton
+    clock: RedrawClock
+    open_conversation: Callable[[int], None]
+    load: Callable[[str], None]
 
 
 class ScoreController(QObject):
-    """One per window (``MainWindow.score_controller()``)."""
+    """One per window, made at its first use (``ScoreActions.controller()``)."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.scoring = Scoring(window.model, window.in_use)
+    def __init__(self, context: ShellContext, parts: ScoreParts, scoring: Scoring) -> None:
+        super().__init__(context.parent)
+        self.context, self.parts = context, parts
+        self.status = context.status
+        self.scoring = scoring
         self.perplexity_label = QLabel("")
-        window.statusBar().addPermanentWidget(self.perplexity_label)
-        worker = window.engine.worker
+        context.status.bar.addPermanentWidget(self.perplexity_label)
+        worker = context.link.engine.worker
         worker.score_finished.connect(self._on_score_finished)
         worker.token_sampled.connect(self._on_token)
         worker.job_finished.connect(self._on_job_finished)
-        self.overlay = ReplayOverlay(window.timeline)
-        self.surprisal = SurprisalRow(window.timeline)
-        events = window.model.events
+        self.overlay = ReplayOverlay(parts.timeline)
+        self.surprisal = SurprisalRow(parts.timeline)
+        events = context.model.events
         events.selection_changed.connect(self._on_selection)
         # A scored text's figures are its conversation's and its model's: gone with either.
         events.conversation_changed.connect(self._clear_figures)
         worker.model_loaded.connect(self._clear_figures)  # a slot of this object: queued to the GUI thread
         for name in ("selection_changed", "entries_changed", "stream_renamed"):
             getattr(events, name).connect(lambda *_: self.draw_surprisal())
-        self._surprisal_redraws = window.clock.throttler(self.draw_surprisal, 200)
+        self._surprisal_redraws = parts.clock.throttler(self.draw_surprisal, 200)
         events.tokens_added.connect(lambda *_: self._surprisal_redraws.request())
 
     # What the tests and the screenshot tool look at.
@@ -77,13 +95,13 @@ class ScoreController(QObject):
         self.perplexity_label.setText("")
 
     def score_text(self, text: str, prompt: str | None = None) -> bool:
-        if self.window.model_info is None:
-            self.window.status.show_message("The model is still loading.")
+        if self.context.in_use.info is None:
+            self.status.show_message("The model is still loading.")
             return False
         self.overlay.clear()
         self.perplexity_label.setText("")
-        self.window.color_toggle.setChecked(True)
-        reply = self.scoring.score_text(text, self.window.controls.current, prompt)
+        self.parts.color_toggle.setChecked(True)
+        reply = self.scoring.score_text(text, self.parts.panel.controls.current, prompt)
         if reply is None:
             return False
         self.draw_surprisal()
@@ -98,19 +116,19 @@ class ScoreController(QObject):
             return
         text = score_words(done)
         self.perplexity_label.setText(text)
-        self.window.status.show_message(f"Scored: {text}", 10000)
+        self.status.show_message(f"Scored: {text}", 10000)
 
     # Replay --------------------------------------------------------------------------------
 
     def replay_selected(self) -> bool:
-        job = self.scoring.start_replay(self.window.controls.current)
+        job = self.scoring.start_replay(self.parts.panel.controls.current)
         if isinstance(job, Refusal):
             if job.why:
-                self.window.status.show_message(job.why)
+                self.status.show_message(job.why)
             return False
         self.overlay.clear()
-        self.window.link.request_submit.emit(job)
-        self.window.status.show_message("Replaying the reply under the current settings…")
+        self.context.link.request_submit.emit(job)
+        self.status.show_message("Replaying the reply under the current settings…")
         return True
 
     @Slot(int, object)
@@ -124,7 +142,7 @@ class ScoreController(QObject):
             return
         words = replay_words(result)
         self.overlay.show(result, words)  # the legend's tooltip keeps it while the marks are shown
-        self.window.status.show_message(words, 30000)
+        self.status.show_message(words, 30000)
 
     def clear_replay(self) -> None:
         self.scoring.clear_replay()
@@ -139,7 +157,7 @@ class ScoreController(QObject):
         likely token there (a branch)."""
         ok = self.scoring.branch_at_first_change()
         if ok is None:
-            self.window.status.show_message(NO_REPLAY)
+            self.status.show_message(NO_REPLAY)
             return False
         self.overlay.clear()
         return ok
@@ -152,26 +170,27 @@ class ScoreController(QObject):
     def export(self, what: str, path: str | None = None) -> Path | None:
         data = self.scoring.export_data(what)
         if data is None:
-            self.window.status.show_message(f"Nothing to export as {what}: {EXPORT_NEEDS[what]}")
+            self.status.show_message(f"Nothing to export as {what}: {EXPORT_NEEDS[what]}")
             return None
         if path is None:
-            path = self.window.folders.save_file(
-                self.window, EXPORTS, f"Export {what}", f"{what}.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
+            path = self.context.folders.save_file(
+                self.context.parent, EXPORTS, f"Export {what}", f"{what}.jsonl", "JSON Lines (*.jsonl);;CSV (*.csv)"
             )
             if not path:
                 return None
         written = self.scoring.export(what, path, data)
-        self.window.status.show_message(f"Exported {what} to {path}")
+        self.status.show_message(f"Exported {what} to {path}")
         return written
 
     def export_plot(self, which: str, path: str | None = None) -> Path | None:
         if path is None:
-            path = self.window.folders.save_file(
-                self.window, PLOTS, f"Export the {which}", f"{which}.png", "PNG (*.png);;SVG (*.svg)"
+            path = self.context.folders.save_file(
+                self.context.parent, PLOTS, f"Export the {which}", f"{which}.png", "PNG (*.png);;SVG (*.svg)"
             )
             if not path:
                 return None
-        save_plot(self.window.timeline.view if which == "timeline" else self.window.inspector, path)
+        view: QWidget = self.parts.timeline.view if which == "timeline" else self.parts.inspector
+        save_plot(view, path)
         return Path(path)
 
     # Import --------------------------------------------------------------------------------
@@ -179,101 +198,20 @@ class ScoreController(QObject):
     def open_export(self, path: str | None = None) -> int | None:
         from app.store.export import ExportFormatError
 
-        window = self.window
+        context = self.context
         if path is None:
-            path = window.folders.open_file(window, EXPORTS, "Open export", "JSON Lines (*.jsonl);;All files (*)")
+            path = context.folders.open_file(
+                context.parent, EXPORTS, "Open export", "JSON Lines (*.jsonl);;All files (*)"
+            )
             if not path:
                 return None
         try:
             conversation, source = self.scoring.open_export(path)
         except (OSError, ExportFormatError, KeyError, ValueError) as exc:
-            window.show_error(f"Could not open {path}.\n\n{exc}")
+            context.show_error(f"Could not open {path}.\n\n{exc}", None)
             return None
-        window.open_conversation(conversation)
+        self.parts.open_conversation(conversation)
         if source is not None:
-            window.load_model(source)  # to continue its replies with the model that wrote them
-        window.status.show_message(f"Opened {Path(path).name} (a copy; the file is not written).")
+            self.parts.load(source)  # to continue its replies with the model that wrote them
+        context.status.show_message(f"Opened {Path(path).name} (a copy; the file is not written).")
         return conversation
-
-
-def controller(window: MainWindow) -> ScoreController:
-    """The window's controller, made at its first use (``MainWindow.score_controller``)."""
-    return window.score_controller()
-
-
-def score_text_dialog(window: MainWindow) -> None:
-    dialog = ScoreTextDialog(window, window.folders)
-    if dialog.exec() == QDialog.DialogCode.Accepted:
-        controller(window).score_text(dialog.text.toPlainText(), dialog.prompt.text().strip() or None)
-
-
-REPLAY_TEXT = "Replay this reply under the current settings"
-BRANCH_TEXT = "Branch at the replay's first change"
-
-
-def _act(window, menu: QMenu, text: str, slot, needs: str | None = None) -> QAction:
-    action = QAction(text, window)
-    action.triggered.connect(lambda _=False: slot())
-    menu.addAction(action)
-    if needs is not None:  # a backend capability: disabled, with the reason, where it is off
-        window.capability_gate.bind(action, needs)
-    return action
-
-
-EXPORT_LABELS = {
-    "reply": "This reply…",
-    "conversation": "This conversation (all branches)…",
-    "compare": "This compare run…",
-    "scored": "This scored text…",
-}
-MODEL_COMPARISON_NEEDS = "Compare the selected reply with a second model first (Models → Compare models…)."
-LENS_NEEDS = "Select a token of a reply and read it in the inspector's Layers tab first."
-
-
-def add_file_actions(window: MainWindow, menu: QMenu) -> dict[str, QAction]:
-    """Score text…, Open export… and the Export submenu; returns the export items that
-    depend on the selection, by what they write."""
-    menu.addSeparator()
-    _act(window, menu, "Score text…", lambda: score_text_dialog(window), "score")
-    _act(window, menu, "Open export…", lambda: controller(window).open_export())
-    export = menu.addMenu("Export")
-    export.setToolTipsVisible(True)
-    actions = {
-        what: _act(window, export, label, lambda w=what: controller(window).export(w))
-        for what, label in EXPORT_LABELS.items()
-    }
-    # Models → Compare models…'s records (app/shell/compare_models.py)
-    actions["model comparison"] = _act(window, export, "This model comparison…", lambda: window.compare_models.export())
-    # The logit lens's per-layer records (app/shell/logit_lens.py)
-    actions["logit lens"] = _act(window, export, "This logit lens…", lambda: window.logit_lens.export(), "logit_lens")
-    export.addSeparator()
-    _act(window, export, "Timeline plot (PNG, SVG)…", lambda: controller(window).export_plot("timeline"))
-    _act(window, export, "Inspector (PNG, SVG)…", lambda: controller(window).export_plot("inspector"))
-    export.aboutToShow.connect(lambda: update_export_actions(window, actions))
-    for name in ("selection_changed", "entries_changed", "conversation_changed"):
-        getattr(window.model.events, name).connect(lambda *_: update_export_actions(window, actions))
-    return actions
-
-
-def update_export_actions(window: MainWindow, actions: dict[str, QAction]) -> None:
-    """Each File → Export item is enabled only while the selection is what it writes (its
-    tooltip says what to select otherwise); the logit lens's also needs the backend's say."""
-    if not hasattr(window, "logit_lens"):
-        return  # the window is still being built
-    kinds = controller(window).scoring.export_kinds()
-    needs = {what: ("" if what in kinds else why) for what, why in EXPORT_NEEDS.items()}
-    compared, _ = window.compare_models.comparisons.selected()
-    needs["model comparison"] = "" if compared is not None else MODEL_COMPARISON_NEEDS
-    lens, _ = window.logit_lens.lens.selected()
-    needs["logit lens"] = window.capability_gate.reason(actions["logit lens"]) or (
-        "" if lens is not None and lens.rows else LENS_NEEDS
-    )
-    for what, action in actions.items():
-        action.setEnabled(not needs[what])
-        action.setToolTip(needs[what] or action.text())
-
-
-def add_chat_actions(window: MainWindow, menu: QMenu) -> None:
-    menu.addSeparator()
-    _act(window, menu, REPLAY_TEXT, lambda: controller(window).replay_selected(), "replay")
-    _act(window, menu, BRANCH_TEXT, lambda: controller(window).branch_at_first_change(), "replay")

@@ -23,8 +23,13 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QWidget
+
+if TYPE_CHECKING:
+    from app.shell.worker import EngineWorker
 
 
 def launched_at(fallback: float) -> float:
@@ -36,7 +41,10 @@ def launched_at(fallback: float) -> float:
 
 
 class StartupReport(QObject):
-    def __init__(self, window, path: str | Path, launched: float, marks: dict[str, float]) -> None:
+    def __init__(
+        self, window: QWidget, worker: EngineWorker, path: str | Path, launched: float, marks: dict[str, float]
+    ) -> None:
+        """``window`` is closed once the report is written; ``worker`` reports the load."""
         super().__init__(window)
         self.window, self.path, self.launched = window, Path(path), launched
         self.report: dict = {k: round(v - launched, 3) for k, v in marks.items()}
@@ -46,7 +54,6 @@ class StartupReport(QObject):
         self._ticker = QTimer(self)
         self._ticker.setInterval(20)
         self._ticker.timeout.connect(self._tick)
-        worker = window.engine.worker
         worker.model_progressed.connect(self._progress)
         # Bound slots of this GUI-thread object: queued from the worker's thread (a lambda
         # would run on the worker's thread).

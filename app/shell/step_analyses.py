@@ -44,7 +44,9 @@ class StepAnalysisController:
         model = context.model
         self.model, self.analysis = model, analysis(model, context.in_use)
         self.row = row(timeline, model.select_index)
-        self.action = context.actions.add(analysis.TITLE, self.refresh, tooltip=analysis.TIP, checkable=True)
+        self.action = context.actions.add(
+            analysis.TITLE, lambda _on: self.refresh(), tooltip=analysis.TIP, checkable=True
+        )
         self._refreshes = clock.throttler(self.refresh, REFRESH_MS)
         events = model.events
         for emitter in (events.selection_changed, events.entries_changed, events.tokens_added):

@@ -12,13 +12,10 @@ tab stops in Qt's order within it, the groups in the order above.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
+from app.views.chat_panel import ChatPanel
 
 
 def _tab_stops(group: QWidget) -> list[QWidget]:
@@ -36,17 +33,16 @@ def _tab_stops(group: QWidget) -> list[QWidget]:
     return stops
 
 
-def tab_order(window: MainWindow) -> list[QWidget]:
+def tab_order(central: ChatPanel, panel: QWidget, inspector: QWidget, timeline: QWidget) -> list[QWidget]:
     """Every tab stop of the window's own widgets, shown or not, in the order Tab visits them."""
-    central = window.central
     groups = [
         central.composer,
         central.send_button,
         central.stop_button,
         central.regen_button,
-        window.panel,
-        window.inspector,
-        window.timeline,
+        panel,
+        inspector,
+        timeline,
         central.system_prompt,
         central.chat,
         central.color_toggle,
@@ -59,10 +55,9 @@ def _reachable(widget: QWidget, window: QWidget) -> bool:
     return widget.isVisible() and widget.isEnabled() and widget.window() is window
 
 
-def focus_next(window: MainWindow, forward: bool) -> bool:
-    """Move the focus to the next (or previous) reachable tab stop; False when the focus is not
-    on one of the window's stops (Qt's own order then applies)."""
-    stops = tab_order(window)
+def focus_next(window: QWidget, stops: list[QWidget], forward: bool) -> bool:
+    """Move the focus to the next (or previous) reachable one of ``stops`` (``tab_order``'s);
+    False when the focus is not on one of them (Qt's own order then applies)."""
     current = QApplication.focusWidget()
     if current not in stops:
         return False

@@ -1,44 +1,55 @@
-"""The main window: builds the views and wires them to the model and the engine's worker.
+"""The main window: builds the parts, the controllers, then the menus, and wires the views
+to the model and the engine's worker.
 
 State lives in :class:`app.model.chat.ChatModel` (Qt-free); the chat, inspector and
 timeline subscribe to its events and redraw themselves on one ~30 Hz clock
 (:mod:`app.views.throttle`). The window turns commands (send, stop, pick, compare, keep) into
 model calls, the model's job events into queued signals to the worker, and the worker's
 signals back into model calls.
+
+The order of construction is the design: the parts first (store, model, model in use,
+status bar, actions, link to the worker), then one :class:`app.shell.context.ShellContext`
+of them, then each controller with the context (and what else it needs, passed by name),
+then the menus from the controllers' actions. No controller is given the window, except the
+analyses of a reply (Check precision, Compare models, the logit lens) for now.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import time
 from pathlib import Path
 
 import platformdirs
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox
 
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.model_in_use import ModelInUse
 from app.model.streams import TokenRef
 from app.shell.actions import Actions
+from app.shell.analysis_actions import analysis_actions
 from app.shell.background import QtBackground
-from app.shell.capability_gate import CapabilityGate
+from app.shell.chat_commands import ChatCommands
 from app.shell.compare_models import CompareModels
 from app.shell.context import ShellContext
 from app.shell.engine_link import EngineLink
-from app.shell.layout import DockMemory, set_minimum_sizes
+from app.shell.kv_cache_menu import KVCacheMenu
+from app.shell.layout import DockMemory, Docks, add_docks, reset_layout, set_minimum_sizes
+from app.shell.library import LibraryController
 from app.shell.logging_setup import note_error
 from app.shell.logit_lens import LogitLensController
-from app.shell.menus import build_menus, recent_models
-from app.shell.model_loading import NOT_REPORTED_REMOTE, ModelLoader
+from app.shell.menus import MenuParts, build_menus
+from app.shell.model_loading import ModelLoader, recent_models
 from app.shell.precision_check import PrecisionCheck
-from app.shell.precision_menu import set_precision
+from app.shell.precision_menu import PrecisionMenu
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
-from app.shell.score_dialog import ScoreController
+from app.shell.score_actions import ScoreActions
+from app.shell.score_dialog import ScoreController, ScoreParts
 from app.shell.step_analyses import step_analyses
-from app.shell.tab_order import focus_next
+from app.shell.tab_order import focus_next, tab_order
+from app.shell.window_actions import Toggles, WindowActions
 from app.shell.window_settings import restore_settings, save_settings
 from app.shell.worker import describe
 from app.store.stream import StreamJournal
@@ -50,7 +61,7 @@ from app.views.status import StatusWidgets
 from app.views.theme import apply_theme
 from app.views.throttle import RedrawClock
 from app.views.timeline import TimelineWidget
-from engine.api.params import SamplingParams, SamplingParamsError
+from engine.api.params import SamplingParamsError
 
 FIRST_PROMPT = "What is the capital of France?"
 
@@ -74,28 +85,43 @@ class MainWindow(QMainWindow):
             db_path or Path(platformdirs.user_data_dir("logitscope")) / "logitscope.sqlite3", self
         )
         self.background = QtBackground(self)
-        self.in_use = ModelInUse()  # the model in use: ModelLoader updates it
+        self.in_use = ModelInUse()  # the model in use: ModelLoader updates it; the chat reads it
         self.model = ChatModel(self.store, background=self.background, in_use=self.in_use)
-        self.saving = attach_journal(self)  # replies are saved while they stream
-        self._scoring: ScoreController | None = None
-        self.last_error = ""
-        self._closed = False
-        self.clock = RedrawClock(self)
-
-        self._build_views()
-        # What the loaded backend cannot do is disabled, with its reason (bound by the menus).
-        self.capability_gate = CapabilityGate()
         self.status = StatusWidgets(self.statusBar())
         self.model_label = self.status.model_label
+        self.saving = attach_journal(self.store, self.model, self.status, self)  # replies saved as they stream
+        self.last_error = ""
+        self.error_box: QMessageBox | None = None
+        self._closed = False
+        self.clock = RedrawClock(self)
+        # Every action with its one rule: the backend's capability and what the state allows.
+        self.actions = Actions(self)
+
+        self._build_views()
         self._connect_model()
-        self._connect_worker(session_factory)
-        self.menus = build_menus(self)  # after the controllers: it lays out the actions they own
-        restore_settings(self)
+        self.link = EngineLink(self.model, session_factory, self)
+        self.engine = self.link.engine
+        self.context = ShellContext(
+            parent=self,
+            model=self.model,
+            in_use=self.in_use,
+            store=self.store,
+            settings=self.settings,
+            folders=self.folders,
+            status=self.status,
+            link=self.link,
+            actions=self.actions,
+            background=self.background,
+            show_error=self.show_error,
+        )
+        self._build_controllers()
+        self._connect_worker()
+        restore_settings(self.docks, self.settings, self.color_toggle, self.set_theme)
         last = self.settings.value("conversation")
         if last is not None:
             with contextlib.suppress(TypeError, ValueError):
                 self.open_conversation(int(last))
-        self.recovery_note = announce_recovered(self)
+        self.recovery_note = announce_recovered(self.context, self.open_conversation)
         if self.model.conversation is None:
             self.composer.setPlainText(FIRST_PROMPT)
         self.composer.setFocus()  # the welcome says "press Enter to send the question below"
@@ -104,6 +130,7 @@ class MainWindow(QMainWindow):
     # Construction ---------------------------------------------------------------------------
 
     def _build_views(self) -> None:
+        """The chat in the centre, the inspector, timeline and sampling panel in docks."""
         self.central = ChatPanel(DEFAULT_SYSTEM)
         self.setCentralWidget(self.central)
         self.chat, self.composer = self.central.chat, self.central.composer
@@ -112,23 +139,17 @@ class MainWindow(QMainWindow):
         self.timeline = TimelineWidget()
         self.panel = SamplingPanel(self.settings)
         self.controls = self.panel.controls
-        self.inspector_dock = self._dock(
-            "Inspector", "inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea
-        )
-        self.timeline_dock = self._dock("Timeline", "timeline", self.timeline, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.controls_dock = self._dock("Sampling", "sampling", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
-        set_minimum_sizes(self)
-        self.dock_memory = DockMemory(self)  # docks squeezed by a small window grow back
-
-    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
-        dock = QDockWidget(title, self)
-        dock.setObjectName(name)
-        dock.setWidget(widget)
-        self.addDockWidget(area, dock)
-        return dock
+        docks = add_docks(self, self.inspector, self.timeline, self.panel)
+        self.inspector_dock, self.timeline_dock, self.controls_dock = docks
+        self.docks = Docks(self, *docks, self.panel, self.inspector, self.timeline, self.chat)
+        set_minimum_sizes(self.docks)
+        self.dock_memory = DockMemory(self.docks)  # docks squeezed by a small window grow back
 
     def _connect_model(self) -> None:
         model, events = self.model, self.model.events
+        self.commands = ChatCommands(
+            model, self.in_use, self.status, self.settings, (self.central, self.panel, self.inspector)
+        )
         for view in (self.chat, self.inspector, self.timeline):
             view.bind(model, self.clock)
         events.status.connect(self.status.show_message)
@@ -141,53 +162,64 @@ class MainWindow(QMainWindow):
         self.chat.branch_stepped.connect(model.step_branch)
         self.chat.keep_requested.connect(model.keep_column)
         self.chat.compare_shown.connect(model.show_compare)
-        self.chat.compare_requested.connect(self.compare_from_here)
-        self.chat.branch_requested.connect(self.branch_from)
-        seed = self.controls.seed  # the chat's "reuse": a reply's seed, in force from now on
-        self.chat.seed_reused.connect(lambda value: (seed.setText(str(value)), seed.editingFinished.emit()))
-        self.inspector.token_picked.connect(self.pick_token)
-        self.inspector.token_banned.connect(self.controls.ban_token)
-        self.panel.params_changed.connect(self._on_params_changed)
-        self.panel.variants_changed.connect(self._on_variants_changed)
         self.system_prompt.editingFinished.connect(self._on_system_prompt)
-        self.composer.submitted.connect(self.send)
-        self.central.send_button.clicked.connect(self.send)
         self.central.stop_button.clicked.connect(self.stop)
-        self.central.regen_button.clicked.connect(self.regenerate)
-        self._on_variants_changed()
+        # A saved reply (stream_renamed) and the end of a reply change what an analysis may read.
+        for name in ("selection_changed", "entries_changed", "conversation_changed", "busy_changed", "stream_renamed"):
+            getattr(events, name).connect(self.actions.refresh_after)
 
-    def _connect_worker(self, session_factory) -> None:
-        self.link = EngineLink(self.model, session_factory, self)
-        self.engine = self.link.engine
-        self.actions = Actions(self)  # each action's one enablement rule (app/shell/actions.py)
-        events = self.model.events  # what the actions' rules read (a reply selected, saved, written)
-        changes = (events.selection_changed, events.entries_changed, events.conversation_changed)
-        for emitter in (*changes, events.stream_renamed, events.busy_changed):
-            emitter.connect(lambda *_: self.actions.refresh())
-        self.context = ShellContext(
-            self, self.model, self.in_use, self.store, self.settings, self.folders,
-            self.status, self.link, self.actions, self.background, self.show_error,
-        )  # fmt: skip
-        self.loader = ModelLoader(self)
+    def _build_controllers(self) -> None:
+        """Each controller with the context and what else it needs; then the menus, from
+        their actions."""
         context = self.context
-        self.precision_check = PrecisionCheck(context, lambda choice: set_precision(self, choice))
-        self.compare_models = CompareModels(context, self.timeline, self.inspector, lambda: recent_models(self))
+        self.loader = ModelLoader(context, self.panel, self.composer, self.stop, self.close_error)
+        self.library = LibraryController(context, self.load_model)  # Models → Library…
+        self.precision = PrecisionMenu(context, self.load_model)  # Models → Precision ▸
+        self.kv_cache = KVCacheMenu(context, self.load_model)  # Models → KV cache ▸
+        views = (self.timeline, self.inspector, self.panel, self.color_toggle, self.clock)
+        self.scoring = ScoreActions(
+            context, ScoreParts(*views, self.open_conversation, self.load_model)
+        )  # Score text, replay, exports and imports
+        # The analyses of a reply (app/shell/analysis_controller.py) and those read from its steps.
+        self.precision_check = PrecisionCheck(context, self.precision.choose)  # Models → Check precision…
+        self.compare_models = CompareModels(  # Models → Compare models…
+            context, self.timeline, self.inspector, lambda: recent_models(self.settings)
+        )
         self.logit_lens = LogitLensController(  # the inspector's Layers tab, the decided-at row
             context, self.timeline, self.inspector, self.inspector_dock, self.clock
         )
         self.step_analyses = step_analyses(context, self.timeline, self.clock)  # surprise, …
+        self.analysis_actions = analysis_actions(
+            self.actions, self.precision_check, self.compare_models, self.logit_lens, self.step_analyses
+        )
+        toggles = Toggles(self.panel, self.color_toggle, (self.inspector_dock, self.timeline_dock, self.controls_dock))
+        self.window_actions = WindowActions(context, self, toggles)
+        build_menus(
+            self.menuBar(),
+            MenuParts(
+                self.window_actions,
+                self.scoring,
+                self.loader,
+                self.library,
+                self.precision,
+                self.kv_cache,
+                self.analysis_actions,
+            ),
+        )
+
+    def _connect_worker(self) -> None:
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
-        worker.memory_measured.connect(self._on_memory)
+        # After the loader's own slots: the model in use is the new one when these run.
         worker.model_loaded.connect(self._on_model_loaded)
+        worker.model_failed.connect(self._on_model_failed)
         worker.errored.connect(self.show_exception)
 
     # Settings --------------------------------------------------------------------------------
 
     def set_theme(self, name: str) -> None:
         colors = apply_theme(QApplication.instance(), name)
-        for action in self.menus.theme_group.actions():
-            action.setChecked(action.text().lower() == name)
+        self.window_actions.check_theme(name)
         self.settings.setValue("theme", name)
         self.central.set_colors(colors)
         self.inspector.set_colors(colors)
@@ -202,13 +234,7 @@ class MainWindow(QMainWindow):
 
     def open_connect_dialog(self):
         """Models → Connect to a server… (``app/views/connect_dialog.py``)."""
-        from app.views.connect_dialog import ConnectDialog
-
-        self.connect_dialog = ConnectDialog(self.settings, self)
-        self.connect_dialog.connect_requested.connect(self.connect_remote)
-        self.connect_dialog.probe_failed.connect(note_error)  # what the dialog says, in the log too
-        self.connect_dialog.open()
-        return self.connect_dialog
+        return self.loader.open_connect_dialog()
 
     def connect_remote(self, spec) -> None:
         """Use the server of ``spec`` (an ``app.model.remote_jobs.RemoteSpec``) from now on."""
@@ -240,30 +266,15 @@ class MainWindow(QMainWindow):
 
     def score_controller(self) -> ScoreController:
         """Score text, replay, export and import (``app/shell/score_dialog.py``), made at first use."""
-        if self._scoring is None:
-            self._scoring = ScoreController(self)
-        return self._scoring
+        return self.scoring.controller()
+
+    # The chat's commands (app/shell/chat_commands.py), by their names here for the actions.
 
     def send(self) -> None:
-        if self.model_info is None:
-            self.status.show_message("The model is still loading.")
-            return
-        if problem := self.panel.send_problem():  # invalid settings are never sent
-            self.status.show_message(problem, 10_000)
-            return
-        text = self.composer.toPlainText()
-        self.model.set_system_prompt(self.system_prompt.text())
-        if self.panel.compare_on():
-            sent = self.model.generation.send_compare(text, self.panel.variants())
-        else:
-            sent = self.model.generation.send(text, self.controls.current)
-        if sent:
-            self.composer.clear()
+        self.commands.send()
 
     def regenerate(self) -> None:
-        if self.model_info is not None:
-            variants = self.panel.variants() if self.panel.compare_on() else None
-            self.model.generation.regenerate(self.controls.current, variants)
+        self.commands.regenerate()
 
     def stop(self) -> None:
         self.precision_check.cancel()
@@ -272,34 +283,24 @@ class MainWindow(QMainWindow):
         if self.model.busy():
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.generation.stop()
+        self.actions.refresh()  # an analysis stopped: its item is enabled again
 
     def pick_token(self, token_id: int | None, text: str | None = None) -> None:
-        """Continue the selected token's reply with ``token_id`` instead: with the settings of
-        the compare column it belongs to, else the main settings. None: a token a server
-        sent without its id, named by ``text`` or the inspector's last pick (its text)."""
-        if self.model_info is None or self.model.selection is None:
-            return
-        run = self.model.run_of(self.model.selection[0])
-        column = run.column_of(self.model.selection[0]) if run is not None else None
-        params = run.columns[column].params if column is not None else self.controls.current
-        picked = getattr(self.inspector, "last_pick", None)
-        if text is None and picked is not None and picked.token_id == token_id:
-            text = picked.text
-        self.model.generation.pick_token(token_id, params, forced_text=text)
-
-    def branch_from(self, ref: TokenRef, candidate) -> None:
-        """The chat's "Branch from here with": token ``ref`` replaced by ``candidate``."""
-        self.model.select(ref)
-        self.pick_token(candidate.token_id, candidate.text)
+        self.commands.pick_token(token_id, text)
 
     def compare_from_here(self, ref: TokenRef) -> None:
-        """Each compare setting redraws token ``ref`` and continues from it."""
-        if self.model_info is not None:
-            self.model.generation.compare_from(ref, self.panel.variants())
+        self.commands.compare_from_here(ref)
 
     def new_chat(self) -> None:
         self.model.new_chat()
         self.composer.setFocus()
+
+    def focus_composer(self) -> None:
+        self.composer.setFocus()
+
+    def reset_layout(self) -> None:
+        """View → Reset layout (``app/shell/layout.py``)."""
+        reset_layout(self.docks, self.status)
 
     def open_conversation(self, conversation_id: int) -> None:
         if self.model.open_conversation(conversation_id):
@@ -317,27 +318,13 @@ class MainWindow(QMainWindow):
         self.status.prefill_progressed(tag, done, total)
 
     def _on_model_loaded(self, info) -> None:
-        # Menu items the new backend cannot do are disabled, with its reason (app/shell/capability_gate.py).
-        self.capability_gate.apply_info(info)
+        # Items the new backend cannot do are disabled, with its reason (app/shell/actions.py).
         self.actions.apply(info.capabilities)
+        self.precision.sync()
+        self.kv_cache.sync()
 
-    def _on_memory(self, nbytes: int) -> None:
-        if self.model_info is not None and not self.model_info.capabilities.memory:
-            self.status.memory_label.setText(f"memory: {NOT_REPORTED_REMOTE}")
-            return
-        self.status.memory_measured(nbytes)
-
-    def _on_params_changed(self, variant: int, params: SamplingParams) -> None:
-        # Each reply keeps the parameters it started with; its TokenSteps record every change.
-        if variant == 0:
-            self.settings.setValue("params", json.dumps(params.to_dict()))
-        self.model.generation.update_live_params(params, column=variant)
-
-    def _on_variants_changed(self) -> None:
-        count = len(self.panel.variants())
-        self.central.set_compare(count if self.panel.compare_on() else None)
-        names = ", ".join(label for label, _ in self.panel.variants())
-        self.chat.compare_label = f"Compare from here with {count} settings ({names})"
+    def _on_model_failed(self, source: str, _exc: BaseException) -> None:
+        self.kv_cache.revert_after_failure(source)  # a refused KV setting: the menu says what runs
 
     def _on_conversation_changed(self, conversation) -> None:
         self.system_prompt.setText(self.model.system_prompt)
@@ -375,7 +362,8 @@ class MainWindow(QMainWindow):
 
     def focusNextPrevChild(self, next: bool) -> bool:  # noqa: A002, N802 (Qt's names)
         """Tab and Shift+Tab: the window's own order (``app/shell/tab_order.py``)."""
-        return focus_next(self, next) or super().focusNextPrevChild(next)
+        stops = tab_order(self.central, self.panel, self.inspector, self.timeline)
+        return focus_next(self, stops, next) or super().focusNextPrevChild(next)
 
     def show_exception(self, exc: BaseException) -> None:
         """An error from the worker: a parameter the engine refused is outlined in the panel too."""
@@ -392,6 +380,11 @@ class MainWindow(QMainWindow):
         box.open()
         self.error_box = box
 
+    def close_error(self) -> None:
+        """Close the error box shown last, if it is still open."""
+        if self.error_box is not None and self.error_box.isVisible():
+            self.error_box.close()
+
     # About and closing ------------------------------------------------------------------------------
 
     def show_about(self) -> None:
@@ -404,7 +397,7 @@ class MainWindow(QMainWindow):
             self._on_system_prompt()
             self._closed = True
             self.clock.timer.stop()
-            save_settings(self)
+            save_settings(self.docks, self.settings, self.color_toggle, self.model)
             self.compare_models.cancel()  # its generator is closed before the engine's thread ends
             self.logit_lens.cancel()  # likewise
             started = time.perf_counter()

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from app.shell.layout import default_sizes
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QAbstractButton
+
+from app.model.chat import ChatModel
+from app.shell.layout import Docks, default_sizes
 from engine.api.params import SamplingParams
 
-if TYPE_CHECKING:
-    from app.shell.window import MainWindow
 
-
-def restore_settings(window: MainWindow) -> None:
-    settings = window.settings
+def restore_settings(
+    docks: Docks, settings: QSettings, color_toggle: QAbstractButton, set_theme: Callable[[str], None]
+) -> None:
+    window = docks.window
     geometry = settings.value("geometry")
     if geometry is not None:
         window.restoreGeometry(geometry)
@@ -25,22 +28,22 @@ def restore_settings(window: MainWindow) -> None:
     if state is not None:
         window.restoreState(state)
     else:
-        default_sizes(window)
+        default_sizes(docks)
     params = settings.value("params")
     if isinstance(params, str):
         with contextlib.suppress(ValueError, TypeError):
-            window.controls.set_params(SamplingParams.from_dict(json.loads(params)))
-    window.color_toggle.setChecked(settings.value("color_tokens", "false") == "true")
-    window.set_theme(str(settings.value("theme", "system")))
+            docks.panel.controls.set_params(SamplingParams.from_dict(json.loads(params)))
+    color_toggle.setChecked(settings.value("color_tokens", "false") == "true")
+    set_theme(str(settings.value("theme", "system")))
 
 
-def save_settings(window: MainWindow) -> None:
-    settings = window.settings
+def save_settings(docks: Docks, settings: QSettings, color_toggle: QAbstractButton, model: ChatModel) -> None:
+    window = docks.window
     settings.setValue("geometry", window.saveGeometry())
     settings.setValue("window_state", window.saveState())
-    settings.setValue("params", json.dumps(window.controls.current.to_dict()))
-    settings.setValue("color_tokens", "true" if window.color_toggle.isChecked() else "false")
-    window.panel.save()
-    if window.model.conversation is not None:
-        settings.setValue("conversation", window.model.conversation.id)
+    settings.setValue("params", json.dumps(docks.panel.controls.current.to_dict()))
+    settings.setValue("color_tokens", "true" if color_toggle.isChecked() else "false")
+    docks.panel.save()
+    if model.conversation is not None:
+        settings.setValue("conversation", model.conversation.id)
     settings.sync()

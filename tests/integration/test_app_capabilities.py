@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
-from app.shell.score_dialog import REPLAY_TEXT  # noqa: E402
+from app.shell.score_actions import REPLAY_TEXT  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.integration.test_app_remote import connect, replies, tiny_server  # noqa: E402, F401
@@ -47,9 +47,8 @@ def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tin
                 assert caps.reason(name) in action.toolTip() and caps.reason(name) in action.statusTip()
         assert window.panel.compare.isEnabled()  # a server's fork is emulated
         # Past the disabled menu, the worker refuses the job with the same reason.
-        from app.shell.score_dialog import controller
 
-        controller(window).score_text("a text to score")
+        window.score_controller().score_text("a text to score")
         qtbot.waitUntil(lambda: caps.reason("score") in window.last_error, timeout=TIMEOUT)
         qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
         window.last_error = ""

@@ -46,8 +46,8 @@ def test_a_failed_load_is_in_the_log_with_its_reason(qtbot, profile, tiny_folder
     assert "Traceback (most recent call last)" in after  # and where it failed
     help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
     next(a for a in help_menu.actions() if a.text() == "Show log").trigger()
-    assert one_line(shown) in window.menus.log_dialog.view.toPlainText()
-    window.menus.log_dialog.close()
+    assert one_line(shown) in window.window_actions.log_dialog.view.toPlainText()
+    window.window_actions.log_dialog.close()
     window.error_box.close()
     close_window(window)
 

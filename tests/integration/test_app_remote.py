@@ -144,7 +144,7 @@ def test_chat_inspector_branch_live_change_and_compare_on_mlx_lm_server(qtbot, p
     window.send()
     assert window.busy()
     changed = SamplingParams(max_tokens=5, top_logprobs=3)
-    window._on_params_changed(0, changed)
+    window.commands.params_changed(0, changed)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     assert not window.last_error, window.last_error
     last = window.thread_messages[-1].branches[-1]

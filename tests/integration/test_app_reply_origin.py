@@ -126,13 +126,12 @@ def test_each_reply_is_labelled_by_what_wrote_it_whatever_is_loaded_now(
 
 
 def test_scoring_with_the_local_model_says_nothing_of_a_server(qtbot, profile, tiny_folder):  # noqa: F811
-    from app.shell.score_dialog import controller
     from tests.app.shell.test_app_score import TEXT
 
     window = open_window(qtbot, profile, str(tiny_folder))
     statuses: list[str] = []
     window.model.events.status.connect(statuses.append)
-    assert controller(window).score_text(TEXT)
+    assert window.score_controller().score_text(TEXT)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     assert window.model.last_assistant().branch.finish_reason == "scored"
     assert statuses and not any("server" in s for s in statuses), statuses

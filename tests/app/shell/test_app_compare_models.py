@@ -48,7 +48,7 @@ def select(window, stream, index: int) -> None:
 
 
 def open_dialog(window):
-    action = window.menus.compare_action
+    action = window.analysis_actions.compare_models
     assert action.isEnabled(), action.toolTip()
     action.trigger()
     dialog = window.compare_models.dialog
@@ -62,7 +62,7 @@ def compare_with(qtbot, window, source: str, precision: str = "auto"):
     dialog.source.setCurrentText(source)
     dialog.precision.setCurrentIndex(dialog.precision.findData(precision))
     dialog.compare_button.click()
-    action, comparisons = window.menus.compare_action, window.compare_models.comparisons
+    action, comparisons = window.analysis_actions.compare_models, window.compare_models.comparisons
     if comparisons.running is not None:  # the action's rule follows the job, without the menu opening
         assert not action.isEnabled() and comparisons.running_words in action.toolTip()
     qtbot.waitUntil(lambda: not dialog.running, timeout=TIMEOUT)
@@ -303,7 +303,7 @@ def test_the_menu_item_says_why_it_is_disabled(qtbot, profile, pair):  # noqa: F
 
     a, _ = pair
     window = open_window(qtbot, profile, str(a))
-    action = window.menus.compare_action
+    action = window.analysis_actions.compare_models
     assert not action.isEnabled() and "Select a token" in action.toolTip()
     send(qtbot, window, "hi", greedy(window, 4))
     (entry,) = assistant_entries(window)
@@ -311,7 +311,7 @@ def test_the_menu_item_says_why_it_is_disabled(qtbot, profile, pair):  # noqa: F
     assert action.isEnabled()
     local = window.model_info
     window.in_use.info = replace(local, backend="remote", capabilities=remote_capabilities(KINDS["mlx_lm"], "raw"))
-    window.actions.refresh()
+    window.actions.apply(window.in_use.info.capabilities)  # as a server's model_loaded does
     assert not action.isEnabled() and "whole distributions" in action.toolTip()
     window.in_use.info = local
     window.compare_models.export()  # nothing compared: says so, writes nothing

@@ -41,10 +41,9 @@ def read(path) -> list[dict]:
 
 
 def test_export_offers_only_what_the_selection_is_and_writes_it(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.shell.score_dialog import controller
 
     window = open_window(qtbot, profile, str(tiny_folder))
-    scoring = controller(window)
+    scoring = window.score_controller()
 
     # An ordinary chat: its reply and conversation, never a scored text or a compare run.
     send(qtbot, window, "hello there", SamplingParams(max_tokens=6, top_logprobs=3))

@@ -43,18 +43,14 @@ def wide(tmp_path_factory):
 
 def choose(window, bits: int) -> None:
     """Models → KV cache → ``bits``, as a click does."""
-    from app.shell.kv_cache_menu import update_kv_cache_menu
-
-    update_kv_cache_menu(window)
-    (action,) = [a for a in window.menus.kv_cache.group.actions() if a.data() == bits]
+    window.kv_cache.menu.aboutToShow.emit()  # the menu opens: its mark follows the model
+    (action,) = [a for a in window.kv_cache.group.actions() if a.data() == bits]
     action.trigger()
 
 
 def checked(window) -> list[int]:
-    from app.shell.kv_cache_menu import update_kv_cache_menu
-
-    update_kv_cache_menu(window)
-    return [a.data() for a in window.menus.kv_cache.group.actions() if a.isChecked()]
+    window.kv_cache.menu.aboutToShow.emit()
+    return [a.data() for a in window.kv_cache.group.actions() if a.isChecked()]
 
 
 def test_the_words_and_the_saved_choices_tolerate_bad_values():
@@ -101,7 +97,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     assert window.model_label.text() == f"{name} · float32"
     assert "KV cache" not in about_text(window.model_info)
     assert checked(window) == [0]
-    assert window.menus.kv_cache.menu.isEnabled()
+    assert window.kv_cache.menu.isEnabled()
 
     choose(window, 8)
     qtbot.waitUntil(lambda: window.model_info.kv.enabled, timeout=TIMEOUT)
@@ -140,22 +136,20 @@ def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, t
     from dataclasses import replace
 
     from app.model.kv_cache import SERVER_KEEPS
-    from app.shell.kv_cache_menu import set_kv_cache, update_kv_cache_menu
     from engine.remote.servers import KINDS, remote_capabilities
 
     window = open_window(qtbot, profile, str(tiny_folder))
     local = window.model_info
-    window.in_use.info = replace(
-        local, backend="remote", precision="", capabilities=remote_capabilities(KINDS["mlx_lm"], "raw")
-    )
-    update_kv_cache_menu(window)
-    assert not window.menus.kv_cache.menu.isEnabled()
-    assert window.menus.kv_cache.menu.menuAction().toolTip() == SERVER_KEEPS
-    set_kv_cache(window, 8)  # refused without saving anything
+    server = remote_capabilities(KINDS["mlx_lm"], "raw")
+    window.in_use.info = replace(local, backend="remote", precision="", capabilities=server)
+    window.actions.apply(server)  # as a server's model_loaded does
+    assert not window.kv_cache.menu.isEnabled()
+    assert window.kv_cache.menu.menuAction().toolTip() == SERVER_KEEPS
+    window.kv_cache.choose(8)  # refused without saving anything
     assert window.settings.value("kv_cache_by_model", "{}") == "{}"
     window.in_use.info = local
-    update_kv_cache_menu(window)
-    assert window.menus.kv_cache.menu.isEnabled()
+    window.actions.apply(local.capabilities)
+    assert window.kv_cache.menu.isEnabled()
     close_window(window)
 
 

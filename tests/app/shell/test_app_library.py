@@ -54,7 +54,7 @@ def open_library(qtbot, window):
     window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
     press(qtbot, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    dialog = window.menus.library.dialog
+    dialog = window.library.dialog
     assert dialog is not None and dialog.isVisible()
     qtbot.waitUntil(lambda: not dialog.scanning, timeout=TIMEOUT)
     return dialog
@@ -202,7 +202,7 @@ def test_the_scan_does_not_hold_the_window(qtbot, profile, tiny_folder, mac_home
     window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
     press(qtbot, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    dialog = window.menus.library.dialog
+    dialog = window.library.dialog
     assert dialog.scanning and dialog.status.text() == words.SCANNING and dialog.busy.isVisible()
     qtbot.keyClicks(dialog.search, "gguf")  # the GUI thread types while the scan waits
     assert dialog.search.text() == "gguf"

@@ -218,8 +218,8 @@ def test_a_server_and_no_model_say_why_instead_of_a_heat_map(
     assert view.message.isVisible() and not view.heatmap.isVisible()
     assert view.message.text() == caps.reason("logit_lens") and "server" in view.message.text()
     assert lens.running is None and not lens.results  # nothing was asked of the server
-    action = window.menus.lens_action
-    assert not action.isEnabled() and action.toolTip() == f"Not available: {caps.reason('logit_lens')}"
+    action = window.analysis_actions.logit_lens
+    assert not action.isEnabled() and action.toolTip() == caps.reason("logit_lens")
     window.logit_lens.export()  # nothing read: says so, writes nothing
     assert "Nothing to export" in window.statusBar().currentMessage()
     close_window(window)

@@ -25,10 +25,8 @@ PARAMS = SamplingParams(max_tokens=12, top_logprobs=5)
 
 def choose(window, choice: str) -> None:
     """Models → Precision → ``choice``, as a click does."""
-    from app.shell.precision_menu import update_precision_menu
-
-    update_precision_menu(window)
-    (action,) = [a for a in window.menus.precision.group.actions() if a.data() == choice]
+    window.precision.menu.aboutToShow.emit()  # the menu opens: its mark follows the model
+    (action,) = [a for a in window.precision.group.actions() if a.data() == choice]
     action.trigger()
 
 
@@ -60,7 +58,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     assert asked == ["auto"] and window.model_info.precision == "float32"
     assert window.model_label.text() == "tiny-llama · float32"
     assert "Computes in float32 (auto)" in about_text(window.model_info)
-    checked = [a.data() for a in window.menus.precision.group.actions() if a.isChecked()]
+    checked = [a.data() for a in window.precision.group.actions() if a.isChecked()]
     assert checked == ["auto"]
     send(qtbot, window, "first", PARAMS)
 
@@ -112,29 +110,26 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
     from dataclasses import replace
 
     from app.model.precision import SERVER_CHOOSES
-    from app.shell.precision_menu import update_precision_menu
     from engine.remote.servers import KINDS, remote_capabilities
 
     window = open_window(qtbot, profile, str(tiny_folder))
-    update_precision_menu(window)
-    assert window.menus.precision.menu.isEnabled()
-    assert not window.menus.precision.check_action.isEnabled()  # nothing selected yet
-    assert "Select a token" in window.menus.precision.check_action.toolTip()
+    assert window.precision.menu.isEnabled()
+    assert not window.analysis_actions.check_precision.isEnabled()  # nothing selected yet
+    assert "Select a token" in window.analysis_actions.check_precision.toolTip()
     local = window.model_info
     server = remote_capabilities(KINDS["mlx_lm"], "raw")  # what a server declares
     window.in_use.info = replace(local, backend="remote", precision="", capabilities=server)
-    update_precision_menu(window)
-    window.actions.refresh()  # Check precision…'s own rule (app/shell/actions.py)
-    assert not window.menus.precision.menu.isEnabled()
-    assert window.menus.precision.menu.menuAction().toolTip() == SERVER_CHOOSES
-    assert "server" in window.menus.precision.check_action.toolTip()
+    window.actions.apply(server)  # as a server's model_loaded does
+    assert not window.precision.menu.isEnabled()
+    assert window.precision.menu.menuAction().toolTip() == SERVER_CHOOSES
+    assert "server" in window.analysis_actions.check_precision.toolTip()
     window.in_use.info = local
     close_window(window)
 
 
 def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
     from app.shell.precision_check import CHUNK
-    from app.shell.precision_menu import save_choice, update_precision_menu
+    from app.shell.precision_menu import save_choice
     from app.views.precision_dialog import COLUMNS
     from engine.api.results import summarize
     from engine.session.session import EngineSession
@@ -145,9 +140,8 @@ def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tin
     send(qtbot, window, "check me", SamplingParams(max_tokens=40, top_logprobs=5))
     (entry,) = assistant_entries(window)
     select_first_token(window, entry)
-    update_precision_menu(window)
-    assert window.menus.precision.check_action.isEnabled()
-    window.menus.precision.check_action.trigger()
+    assert window.analysis_actions.check_precision.isEnabled()
+    window.analysis_actions.check_precision.trigger()
     qtbot.waitUntil(lambda: window.precision_check.dialog is not None, timeout=TIMEOUT)
     dialog = window.precision_check.dialog
     assert not window.status.progress.isVisible() and not window.last_error

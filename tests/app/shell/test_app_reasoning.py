@@ -188,18 +188,16 @@ def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_fold
     import csv
     import json
 
-    from app.shell.score_dialog import controller
-
     window = open_window(qtbot, profile, str(qwen_folder))
     send(qtbot, window, "what is 2+2?", thinking_params(window))
     entry, steps = last_reply(window)
     phases = [s.phase for s in steps]
     assert phases == [THINKING] * (BUDGET + 1) + [ANSWER] * (14 - BUDGET - 1)
     window.select_token((entry.stream, 3))
-    out = controller(window).export("reply", str(tmp_path / "reply.jsonl"))
+    out = window.score_controller().export("reply", str(tmp_path / "reply.jsonl"))
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["phase"] for r in records if r["type"] == "token"] == phases
-    out = controller(window).export("reply", str(tmp_path / "reply.csv"))
+    out = window.score_controller().export("reply", str(tmp_path / "reply.csv"))
     with open(out, newline="") as f:
         by_index = {int(row["index"]): row["phase"] for row in csv.DictReader(f)}
     assert [by_index[i] for i in range(len(steps))] == phases

@@ -143,7 +143,7 @@ def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp
     window.show()
     qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
     assert len(window.store.recovered) == 1
-    message = interrupted_message(window)
+    message = interrupted_message(window.model)
     assert message is not None and window.model.conversation is not None
     branch = message.branch
     assert branch.finish_reason == "interrupted" and len(branch.steps) == at_kill >= saved_before
@@ -156,7 +156,7 @@ def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp
 
     # Continue it: the saved tokens are the new reply's start.
     old = [s.token_id for s in branch.steps]
-    assert continue_interrupted(window)
+    assert continue_interrupted(window.context)
     qtbot.waitUntil(lambda: any(len(r.new_steps) >= 5 for r in window.model.replies.values()), timeout=TIMEOUT)
     window.stop()
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
@@ -276,8 +276,8 @@ def test_help_show_log_opens_the_log(qtbot, tmp_path, monkeypatch, tiny_folder):
         help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
         action = next(a for a in help_menu.actions() if a.text() == "Show log")
         action.trigger()
-        assert "model loaded: tiny-llama" in window.menus.log_dialog.view.toPlainText()
-        window.menus.log_dialog.close()
+        assert "model loaded: tiny-llama" in window.window_actions.log_dialog.view.toPlainText()
+        window.window_actions.log_dialog.close()
         window.close()
     finally:
         logging_setup.uninstall()

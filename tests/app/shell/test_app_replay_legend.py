@@ -20,7 +20,7 @@ def chat_action(window, text: str):
 
 
 def test_replay_has_a_legend_and_says_what_it_found(qtbot, profile, tiny_folder):  # noqa: F811
-    from app.shell.score_dialog import REPLAY_TEXT, controller
+    from app.shell.score_actions import REPLAY_TEXT
 
     window = open_window(qtbot, profile, str(tiny_folder))
     sampled = SamplingParams(max_tokens=24, temperature=1.0, seed=7, top_logprobs=5)
@@ -31,7 +31,7 @@ def test_replay_has_a_legend_and_says_what_it_found(qtbot, profile, tiny_folder)
     ref = (("branch", first.id), 2)
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=token_point(window, ref))
     assert window.model.selection == ref
-    scoring = controller(window)
+    scoring = window.score_controller()
     legend = scoring.overlay.legend
     assert not legend.isVisibleTo(window.timeline)  # no replay, no marks to explain
 

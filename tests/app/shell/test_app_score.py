@@ -21,11 +21,10 @@ def scored_branch(window):
 
 
 def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
-    from app.shell.score_dialog import controller
     from app.views.score_views import ScoreTextDialog
 
     window = open_window(qtbot, profile, str(tiny_folder))
-    scoring = controller(window)
+    scoring = window.score_controller()
     # the dialog reads a .md file
     md = tmp_path / "t.md"
     md.write_text(TEXT)
@@ -90,10 +89,8 @@ def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
     """Esc / Stop mid-way: the tokens scored so far stay, as a cancelled branch."""
     from PySide6.QtCore import Qt
 
-    from app.shell.score_dialog import controller
-
     window = open_window(qtbot, profile, str(tiny_folder), session_factory=SlowScoring)
-    scoring = controller(window)
+    scoring = window.score_controller()
     assert scoring.score_text(TEXT)
     qtbot.waitUntil(lambda: any(len(r.steps) > 0 for r in window.model.replies.values()), timeout=TIMEOUT)
     assert window.status.progress.isVisible()  # prefill progress while it runs
@@ -106,14 +103,13 @@ def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
 
 
 def test_replay_and_branch(qtbot, profile, tiny_folder):  # noqa: F811
-    from app.shell.score_dialog import controller
 
     window = open_window(qtbot, profile, str(tiny_folder))
     sampled = SamplingParams(max_tokens=24, temperature=1.0, seed=7, repetition_penalty=1.2, top_logprobs=5)
     send(qtbot, window, "the hat", sampled)
     branch = scored_branch(window)
     window.select_token((("branch", branch.id), 0))
-    scoring = controller(window)
+    scoring = window.score_controller()
     assert not scoring.surprisal_plot.isVisible()  # only for scored texts
     # its own settings: nothing changes
     assert scoring.replay_selected()

@@ -33,11 +33,10 @@ def shade(window, ref) -> str:
 
 @pytest.mark.slow
 def test_a_scored_text_is_shaded_by_the_raw_distribution_and_the_legend_says_so(qtbot, profile):  # noqa: F811
-    from app.shell.score_dialog import controller
 
     window = open_window(qtbot, profile, "default")
     window.controls.set_params(XTC)
-    assert controller(window).score_text(TEXT)
+    assert window.score_controller().score_text(TEXT)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()
     branch = window.model.last_assistant().branch

@@ -103,13 +103,12 @@ def test_a_scored_texts_third_row_gets_room(qtbot, profile, tiny_folder):  # noq
     timeline grows by a row when the surprisal row comes, and gives it back after."""
     from PySide6.QtGui import QFontMetrics
 
-    from app.shell.score_dialog import controller
     from tests.app.shell.test_app import TIMEOUT
 
     window = open_window(qtbot, profile, str(tiny_folder))
     resized(qtbot, window, 1500, 900)
     before = window.timeline_dock.height()
-    scoring = controller(window)
+    scoring = window.score_controller()
     assert scoring.score_text("The hat in the tin is the hat of the man in the hat. " * 3)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()

@@ -21,9 +21,8 @@ from tests.app.shell.test_app_score import TEXT  # noqa: E402
 
 
 def score(qtbot, window) -> None:
-    from app.shell.score_dialog import controller
 
-    assert controller(window).score_text(TEXT)
+    assert window.score_controller().score_text(TEXT)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
 
 

@@ -153,7 +153,7 @@ def test_open_conversation_tells_conversations_with_the_same_title_apart(qtbot, 
         qtbot.waitUntil(lambda: all(m.branch.steps for m in window.thread_messages if m.role == "assistant"))
         made.append(window.model.conversation.id)
     window.background.wait()  # the replies' steps are written to the store
-    menu = window.menus.conversations_menu
+    menu = window.window_actions.conversations_menu
     menu.aboutToShow.emit()
     texts = [a.text() for a in menu.actions()]
     assert len(texts) == 2 and len(set(texts)) == 2, texts  # not two identical titles

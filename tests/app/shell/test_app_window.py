@@ -83,7 +83,7 @@ def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):  # noqa: F81
     qtbot.waitUntil(lambda: window.model.conversation is not None and not window.busy(), timeout=TIMEOUT)
     # After switching conversations from the menu.
     window.system_prompt.setFocus()
-    menu = window.menus.conversations_menu
+    menu = window.window_actions.conversations_menu
     menu.aboutToShow.emit()
     next(a for a in menu.actions() if a.text().startswith("What is the capital of France? — ")).trigger()
     assert window.model.conversation.id == first
@@ -234,7 +234,7 @@ def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):  # noqa: F
 
 def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_folder):  # noqa: F811
     window = open_window(qtbot, profile, str(tiny_folder))
-    menu = window.menus.conversations_menu
+    menu = window.window_actions.conversations_menu
     menu.aboutToShow.emit()
     (empty,) = menu.actions()
     assert empty.text() == "No conversations" and not empty.isEnabled()
@@ -244,13 +244,13 @@ def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_fo
     conversation = window.model.conversation.id
     delete = action_named(menu_named(window, "File"), "Delete this conversation…")
     delete.trigger()
-    box = message_box(qtbot, window.menus, "delete_box")
+    box = message_box(qtbot, window.window_actions, "delete_box")
     assert "What is the capital of France?" in box.text()
     click_button(box, "Cancel")
     qtbot.wait(100)
     assert window.model.conversation.id == conversation and window.store.reads.conversation(conversation) is not None
     delete.trigger()
-    click_button(message_box(qtbot, window.menus, "delete_box"), "Delete")
+    click_button(message_box(qtbot, window.window_actions, "delete_box"), "Delete")
     qtbot.waitUntil(lambda: window.model.conversation is None)
     assert window.store.reads.conversation(conversation) is None
     menu.aboutToShow.emit()

@@ -95,16 +95,15 @@ def test_an_interrupted_reply_is_in_every_export(qtbot, tmp_path, long_tiny):  #
 
     # The app: the next start recovers the reply; its own export marks it the same.
     from app.shell.recovery import interrupted_message
-    from app.shell.score_dialog import controller
     from app.shell.window import MainWindow
 
     window = MainWindow(db_path=db, settings=QSettings(str(conf), QSettings.Format.IniFormat), model=str(long_tiny))
     qtbot.addWidget(window)
     window.show()
     qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
-    branch = interrupted_message(window).branch
+    branch = interrupted_message(window.model).branch
     window.select_token((("branch", branch.id), 3))
-    scoring = controller(window)
+    scoring = window.score_controller()
     app_out = scoring.export("conversation", str(tmp_path / "app.jsonl"))
     app_recs = read(app_out)
     the_interrupted_reply(app_recs, at_kill)
@@ -113,7 +112,7 @@ def test_an_interrupted_reply_is_in_every_export(qtbot, tmp_path, long_tiny):  #
     # File → Open export of the command's file: the reply comes back interrupted, continuable.
     imported = scoring.open_export(str(out))
     assert imported is not None and window.model.conversation.id == imported
-    message = interrupted_message(window)
+    message = interrupted_message(window.model)
     assert message is not None and len(message.branch.steps) == at_kill
     window._redraw_if_dirty()
     (entry,) = [e for e in window.entries if e.role == "assistant"]
