@@ -28,8 +28,7 @@ from tests.app.shell.test_app import (  # noqa: E402
 )
 from tests.app.shell.test_app_compare import compare_entry, set_variants  # noqa: E402
 from tests.support.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
