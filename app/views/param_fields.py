@@ -64,38 +64,52 @@ REPLY_FIELDS: tuple[FieldSpec, ...] = (
 ERROR_STYLE = "border: 2px solid #d93025;"
 
 
-class _Clamping:
-    """A spin box that takes a typed number beyond its range and clamps it when the edit
-    ends (Enter, leaving the box). Qt's own boxes refuse the keystroke instead, so typing 5
-    into a box whose maximum is 2 did nothing."""
+# Spin boxes that take a typed number beyond their range and clamp it when the edit ends
+# (Enter, leaving the box). Qt's own boxes refuse the keystroke instead, so typing 5 into a
+# box whose maximum is 2 did nothing. Qt calls ``validate`` and ``fixup`` as virtual methods,
+# so each box overrides them; what they do is these two functions.
 
-    def _typed_number(self: QAbstractSpinBox, text: str) -> float | None:
-        core = text.removeprefix(self.prefix()).removesuffix(self.suffix()).strip()
-        try:
-            return float(core.replace(self.locale().decimalPoint(), "."))
-        except ValueError:
-            return None
 
+def _typed_number(box: QAbstractSpinBox, text: str) -> float | None:
+    core = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    try:
+        return float(core.replace(box.locale().decimalPoint(), "."))
+    except ValueError:
+        return None
+
+
+def _relaxed(box: QAbstractSpinBox, state: object, text: str, pos: int) -> object:
+    """Qt's verdict on ``text``, with a number out of range taken as still being typed."""
+    if state[0] == QValidator.State.Invalid and _typed_number(box, text) is not None:  # type: ignore[index]
+        return QValidator.State.Intermediate, text, pos
+    return state
+
+
+def _clamped(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
+    """``text``'s number clamped into the box's range, as the box writes it; None: no number."""
+    number = _typed_number(box, text)
+    if number is None:
+        return None
+    clamped = min(max(number, box.minimum()), box.maximum())
+    return box.textFromValue(clamped if isinstance(box, QDoubleSpinBox) else round(clamped))
+
+
+class ClampingSpinBox(QSpinBox):
     def validate(self, text: str, pos: int) -> object:
-        state = super().validate(text, pos)  # type: ignore[misc]
-        if state[0] == QValidator.State.Invalid and self._typed_number(text) is not None:
-            return QValidator.State.Intermediate, text, pos
-        return state
+        return _relaxed(self, super().validate(text, pos), text, pos)
 
     def fixup(self, text: str) -> str:
-        number = self._typed_number(text)
-        if number is None:
-            return super().fixup(text)  # type: ignore[misc]
-        clamped = min(max(number, self.minimum()), self.maximum())
-        return self.textFromValue(clamped if isinstance(self, QDoubleSpinBox) else round(clamped))
+        clamped = _clamped(self, text)
+        return super().fixup(text) if clamped is None else clamped
 
 
-class ClampingSpinBox(_Clamping, QSpinBox):
-    pass
+class ClampingDoubleSpinBox(QDoubleSpinBox):
+    def validate(self, text: str, pos: int) -> object:
+        return _relaxed(self, super().validate(text, pos), text, pos)
 
-
-class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
-    pass
+    def fixup(self, text: str) -> str:
+        clamped = _clamped(self, text)
+        return super().fixup(text) if clamped is None else clamped
 
 
 class SliderField(QWidget):

@@ -1,0 +1,72 @@
+"""The architecture's rules that no import contract states: no import cycle, no mixin class,
+no controller reaching into the window, and an engine whose top folder holds packages.
+
+The graph is grimp's (import-linter's own), which counts every import: inside functions and
+under ``TYPE_CHECKING`` too."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import grimp
+
+from tests.support.paths import ROOT
+
+PACKAGES = ("app", "engine", "tools", "bench")
+
+
+def project_sources():
+    for package in PACKAGES:
+        yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def test_no_module_imports_itself_back_through_others():
+    graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
+    # For every import M -> X: whether X imports M back, directly or through others.
+    cycles = sorted(
+        f"{module} -> {imported}"
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported != module and module in graph.find_upstream_modules(imported)
+    )
+    assert cycles == []
+
+
+def test_no_class_is_a_mixin():
+    """A class of ours never shares a subclass with another base: behaviour is composed (an
+    object held and given what it needs), not spread over classes mixed into one."""
+    ours: set[str] = set()
+    trees = [(path, ast.parse(path.read_text(encoding="utf-8"))) for path in project_sources()]
+    for _, tree in trees:
+        ours |= {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    mixed = []
+    for path, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and len(node.bases) > 1:
+                names = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                if any(name in ours for name in names):
+                    mixed.append(f"{path.relative_to(ROOT)}: {node.name}({', '.join(names)})")
+    assert mixed == []
+
+
+def test_nothing_reaches_into_the_window():
+    """Controllers get a ShellContext and what else they need, never the window to probe."""
+    probes = re.compile(r"\b(getattr|hasattr)\(\s*(self\.)?_?window\b")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "app").rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if probes.search(line)
+    ]
+    importers = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "app").rglob("*.py"))
+        if "app.shell.window import" in path.read_text(encoding="utf-8") and path.name != "__main__.py"
+    ]
+    assert found == [] and importers == []
+
+
+def test_the_engine_top_folder_holds_packages():
+    modules = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
+    assert modules == ["__init__.py", "__main__.py"]
