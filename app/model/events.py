@@ -8,9 +8,6 @@ views ``connect`` a callback to (``model.events.tokens_added.connect(self._on_to
 and the model calls (``self.events.tokens_added(key)``). Callbacks run synchronously, in
 the order they were connected, on the thread that emitted: the model layer is used from
 the GUI thread only, so views may touch widgets in their callbacks.
-
-:class:`EmitterGroup` names its events by strings (resolved when used); it is kept for the
-groups not declared yet.
 """
 
 from __future__ import annotations
@@ -88,24 +85,3 @@ class EventGroup:
     def disconnect_owner(self, owner: object) -> None:
         for name in self._names:
             getattr(self, name).disconnect_owner(owner)
-
-
-class EmitterGroup:
-    """Named emitters as attributes: ``EmitterGroup("selection_changed").selection_changed``."""
-
-    def __init__(self, *names: str) -> None:
-        self._emitters = {name: EventEmitter(name) for name in names}
-
-    def __getattr__(self, name: str) -> EventEmitter:
-        try:
-            return self.__dict__["_emitters"][name]
-        except KeyError:
-            raise AttributeError(f"no event named {name!r}") from None
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._emitters)
-
-    def disconnect_owner(self, owner: object) -> None:
-        for emitter in self._emitters.values():
-            emitter.disconnect_owner(owner)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.model.reply_analysis import Refusal, ReplyAnalysis
+from app.model.events import EventEmitter
+from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
 from app.model.streams import StreamKey
 
 if TYPE_CHECKING:
@@ -97,11 +98,18 @@ class ReplyLens:
         return positions, [self.rows[p].decided_at for p in positions]
 
 
+class LensEvents(AnalysisEvents):
+    position: EventEmitter[[StreamKey, Any]]
+    """(reply, ``engine.api.results.LensPosition``): one position read."""
+
+
 class LogitLens(ReplyAnalysis[LensJob, ReplyLens]):
     """The lens of one window's conversation model (a :class:`ReplyAnalysis`): the job
     running, and what each reply's jobs read. Events: ``started(job)``, ``position(stream,
     row)``, ``progressed(done, total)``, ``finished(job)``, ``failed(job, message)``,
     ``cancelled(job)``; the events of a job cancelled meanwhile are dropped."""
+
+    events_type = LensEvents
 
     capability = "logit_lens"
     verb = "read"
@@ -109,7 +117,7 @@ class LogitLens(ReplyAnalysis[LensJob, ReplyLens]):
     no_model = NO_MODEL
 
     def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        super().__init__(chat, in_use, "position")
+        super().__init__(chat, in_use)
         self.declined: dict[tuple[StreamKey, int], str] = {}
         """(stream, position) → why its read-out stopped (a failure, a cancel): the Layers
         tab says so instead of starting it again until asked (:meth:`forget_declined`)."""

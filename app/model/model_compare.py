@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.model.events import EventEmitter
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
-from app.model.reply_analysis import Refusal, ReplyAnalysis
+from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
 from app.model.streams import StreamKey
 from engine.api.kld_records import statistics, summary_record, token_record
 from engine.api.kv_quantization import KV_OFF
@@ -162,6 +163,13 @@ def num(value: float) -> str:
     return f"{value:.3g}"
 
 
+class ComparisonEvents(AnalysisEvents):
+    loading: EventEmitter[[str, float]]
+    """(stage, fraction) of the second model's load."""
+    loaded: EventEmitter[[Any]]
+    """(the second model's identity): loaded beside the running one."""
+
+
 class ModelComparisons(ReplyAnalysis[CompareJob, Comparison]):
     """The comparisons of one window's conversation model (a :class:`ReplyAnalysis`): the
     one running, and each done.
@@ -170,13 +178,15 @@ class ModelComparisons(ReplyAnalysis[CompareJob, Comparison]):
     ``progressed(done, total)``, ``finished(comparison)``, ``failed(job, message)``,
     ``cancelled(job)``; events of a job cancelled meanwhile are dropped."""
 
+    events_type = ComparisonEvents
+
     capability = "compare_models"
     verb = "compare"
     select_hint = "Select a token of a reply or a scored text to compare it."
     running_words = RUNNING
 
     def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        super().__init__(chat, in_use, "loading", "loaded")
+        super().__init__(chat, in_use)
         self._base: ModelIdentity | None = None
         self._second: ModelIdentity | None = None
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from app.model.events import EmitterGroup
+from app.model.events import EventEmitter, EventGroup
 from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_problem
 from app.model.streams import StreamKey
 
@@ -88,6 +88,21 @@ R = TypeVar("R", bound=ReplyResult)
 J = TypeVar("J")
 
 
+class AnalysisEvents(EventGroup):
+    """What every analysis announces; an analysis with more declares a subclass."""
+
+    started: EventEmitter[[Any]]
+    """(job): a job was sent to the worker."""
+    progressed: EventEmitter[[int, int]]
+    """(done, total) of the running job."""
+    finished: EventEmitter[[Any]]
+    """(the result, or the job for an analysis whose results arrive piece by piece)."""
+    failed: EventEmitter[[Any, str]]
+    """(job, what went wrong, in words)."""
+    cancelled: EventEmitter[[Any]]
+    """(job)."""
+
+
 class ReplyAnalysis(Generic[J, R]):
     """One window's analysis of its conversation's replies: the job running and the results.
     ``events``: ``started(job)``, ``progressed(done, total)``, ``finished(result or job)``,
@@ -104,9 +119,12 @@ class ReplyAnalysis(Generic[J, R]):
     prompt_less = True
     """It can analyse a text scored without a prompt (the worker tokenizes it again)."""
 
-    def __init__(self, chat: ChatModel, in_use: ModelInUse, *events: str) -> None:
+    events_type: ClassVar[type[AnalysisEvents]] = AnalysisEvents
+    """The analysis's events: :class:`AnalysisEvents`, or a subclass declaring its own too."""
+
+    def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
         self.chat, self.in_use = chat, in_use
-        self.events = EmitterGroup("started", "progressed", "finished", "failed", "cancelled", *events)
+        self.events = self.events_type()
         self.results: dict[StreamKey, R] = {}
         self.running: J | None = None
         self.stream: StreamKey | None = None

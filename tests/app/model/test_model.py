@@ -14,7 +14,7 @@ import pytest
 
 from app.model.chat import ChatModel
 from app.model.chat_events import ChatEvents
-from app.model.events import EmitterGroup, EventEmitter, EventGroup
+from app.model.events import EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.streams import DivergenceSeries, branch_key
 from app.store.store import Store
@@ -56,7 +56,7 @@ def finished(text: str = "done", reason: str = "length", generated: int = 4) -> 
 class Recorder:
     """Every event the model emits, in order."""
 
-    def __init__(self, events: EventGroup | EmitterGroup) -> None:
+    def __init__(self, events: EventGroup) -> None:
         self.seen: list[tuple] = []
         for name in events.names:
             getattr(events, name).connect(lambda *args, n=name: self.seen.append((n, *args)))
@@ -78,8 +78,12 @@ def stream_reply(model: ChatModel, tag: int, tokens: list[int], start: int = 0) 
         model.generation.on_token(tag, step(start + i, token))
 
 
+class _Changes(EventGroup):
+    changed: EventEmitter[[int]]
+
+
 def test_events_connect_block_and_disconnect_their_owner():
-    events = EmitterGroup("changed")
+    events = _Changes()
     seen = []
 
     class View:
