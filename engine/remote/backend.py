@@ -41,16 +41,12 @@ from engine.remote.events import (
     server_reason,
     token_step,
 )
-from engine.remote.fields import reasoning_refusals
 from engine.remote.listing import ServerListing, ask_server, pick_model, served_model_info
 from engine.remote.reasoning import phased_tokens
+from engine.remote.request_writer import RequestWriter
 from engine.remote.servers import (
     KINDS,
     STAGE_CHOICES,
-    ServerKind,
-    build_request,
-    stage_for,
-    unsupported,
 )
 from engine.remote.stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
 from engine.remote.wire import RemoteError, WireToken
@@ -98,15 +94,11 @@ class RemoteBackend:
         url = base_url.rstrip("/")
         self.base_url = url[:-3] if url.endswith("/v1") else url
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._stage, self._forced_kind, self._chat = stage, kind, chat
+        self._forced_kind = kind
         self._timeouts = (timeout, connect_timeout, retries, transport)
-        self._chat_template = chat_template
-        self._template = None
+        self._writer = RequestWriter(stage, chat, chat_template)  # what a request says, and refuses
         self._poll_s = poll_s
         self._transport: Transport | None = None
-        self._kind: ServerKind | None = None
-        self._model = ""
-        self._context = 0  # the server's context per request where it says it (llama.cpp)
         self._requests: dict[int, RemoteRequest] = {}
         self._pending: list[Event] = []
         self._next_id = 0
@@ -116,8 +108,6 @@ class RemoteBackend:
         self.listing_problem = ""
         """Why the server listed no models although it answered ("" when it listed them)."""
         self._capabilities: Capabilities = NO_MODEL
-        self.enable_thinking: bool | None = None
-        """The chat template's ``enable_thinking``, sent as ``chat_template_kwargs`` (None: not sent)."""
         self._forks = ForkEmulation(self)  # a server has no fork: one stream per variant
 
     @property
@@ -126,7 +116,8 @@ class RemoteBackend:
         return self._capabilities
 
     def __repr__(self) -> str:
-        return f"RemoteBackend({self.base_url!r}, kind={self._kind.name if self._kind else None!r})"
+        kind = self._writer.kind
+        return f"RemoteBackend({self.base_url!r}, kind={kind.name if kind else None!r})"
 
     # -- connecting -------------------------------------------------------------------
 
@@ -140,9 +131,9 @@ class RemoteBackend:
         """Ask the server what it is and which models it serves (``/v1/models``); a server
         that answers but lists none leaves the reason in ``listing_problem``."""
         listing = ask_server(self._http(), self._forced_kind)
-        self._kind = KINDS[listing.kind]
+        self._writer.kind = KINDS[listing.kind]
         self.models, self.listing_problem = listing.models, listing.problem
-        self._context = listing.context
+        self._writer.context = listing.context
         return self.models
 
     def load(
@@ -155,11 +146,12 @@ class RemoteBackend:
             raise EngineError("a server keeps its own KV cache: its quantization is set on the server.")
         self.connect()
         source, note = pick_model(ServerListing("", self.models, self.listing_problem), source, self.base_url)
-        kind = self._kind
+        writer = self._writer
+        kind = writer.kind
         assert kind is not None
-        self._model = source
-        stage = kind.default_stage if self._stage == "auto" else self._stage
-        self.info = served_model_info(kind, self.base_url, source, stage, self._stage == "auto", self._chat, note)
+        writer.model = source
+        stage = kind.default_stage if writer.stage == "auto" else writer.stage
+        self.info = served_model_info(kind, self.base_url, source, stage, writer.stage == "auto", writer.chat, note)
         self._capabilities = self.info.capabilities
         if progress is not None:
             progress("connected", 1.0)
@@ -195,7 +187,7 @@ class RemoteBackend:
     def fork(self, messages: Messages, variants: Sequence[SamplingParams]) -> list[StartedRequest]:
         """A server has no fork: one stream per variant, started together (no ``Divergence``:
         that needs whole distributions, which no server sends)."""
-        return self._forks.fork(messages, [self._checked(p, None) for p in variants], "", 0)
+        return self._forks.fork(messages, [self._writer.checked(p, None) for p in variants], "", 0)
 
     def fork_reply(
         self,
@@ -210,7 +202,7 @@ class RemoteBackend:
         (their ids may be None: a server's reply continues from ``output_text``); ``carry``
         is ignored (a server keeps its sampler's state)."""
         text = self._text_of(output) if output_text is None else output_text
-        return self._forks.fork(messages, [self._checked(p, None) for p in variants], text, len(output))
+        return self._forks.fork(messages, [self._writer.checked(p, None) for p in variants], text, len(output))
 
     # What needs the model's whole distribution or its layers: refused with the declared reason.
     score_text = Refused("score")
@@ -226,7 +218,7 @@ class RemoteBackend:
         """Nothing is held: a server cannot compare models."""
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
-        self.enable_thinking = checked_switch(enabled)
+        self._writer.enable_thinking = checked_switch(enabled)
 
     def _text_of(self, ids: Sequence[int | None]) -> str:
         if any(t is None or t not in self._pieces for t in ids):
@@ -234,9 +226,9 @@ class RemoteBackend:
         return "".join(self._pieces[t] for t in ids if t is not None)
 
     def begin(self, messages: Messages, params: SamplingParams, prefix: str, index: int, forced) -> StartedRequest:
-        params = self._checked(params, None)
+        params = self._writer.checked(params, None)
         req = RemoteRequest(self._next_id, tuple(dict(m) for m in messages), params, prefix, index)
-        self._body(req)  # refuses what cannot be sent before anything starts
+        self._writer.body(req)  # refuses what cannot be sent before anything starts
         self._next_id += 1
         self._requests[req.id] = req
         if forced is not None:
@@ -251,57 +243,11 @@ class RemoteBackend:
 
     def check_request(self, req: RemoteRequest) -> None:
         """Refuse what the server cannot take (the body is built and dropped)."""
-        self._body(req)
-
-    def _require_kind(self) -> ServerKind:
-        if self._kind is None or self.info is None:
-            raise EngineError("not connected to a server yet: call load() first.")
-        return self._kind
-
-    def _checked(self, params: SamplingParams, seed: int | None) -> SamplingParams:
-        """``params`` as sent: refused if the server cannot apply them; a seed of None
-        keeps ``seed``."""
-        kind = self._require_kind()
-        phases = reasoning_refusals(kind, params)
-        if phases:
-            raise EngineError(str(phases[0]))
-        bad = unsupported(kind, params)
-        if bad:
-            raise EngineError(f"{kind.title} does not take {', '.join(bad)}; set it to its off value.")
-        if params.seed is None and seed is not None:
-            params = params.with_changes(seed=seed)
-        return params
-
-    def _body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
-        """The request to send for ``req`` now; refuses what cannot be sent."""
-        kind = self._require_kind()
-        render = self._render if self._chat_template is not None else None
-        path, body = build_request(
-            kind,
-            req.params,
-            req.messages,
-            req.prefix,
-            req.index,
-            self._model,
-            self._chat,
-            self._stage,
-            render,
-            self._context,
-        )
-        if self.enable_thinking is not None and "messages" in body:  # vLLM, SGLang, llama.cpp, mlx_lm.server
-            body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
-        return path, body
-
-    def _render(self, messages: Sequence[dict[str, str]]) -> str:
-        if self._template is None:
-            from transformers import AutoTokenizer
-
-            self._template = AutoTokenizer.from_pretrained(self._chat_template)
-        return self._template.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        self._writer.body(req)
 
     def _launch(self, req: RemoteRequest) -> None:
-        kind = self._require_kind()
-        path, body = self._body(req)
+        kind = self._writer.require_kind()
+        path, body = self._writer.body(req)
         req.generation += 1
         read_chosen = None
         if kind.streams_logprobs:
@@ -361,13 +307,13 @@ class RemoteBackend:
             self._finish(req, FinishReason.ERROR, payload)
 
     def _token_step(self, req: RemoteRequest, token: WireToken, phase: str | None = None) -> TokenStep:
-        step = token_step(req, token, stage_for(self._require_kind(), self._stage, req.params), phase)
+        step = token_step(req, token, self._writer.stage_of(req.params), phase)
         if token.token_id is not None:
             self._pieces[token.token_id] = token.piece
         return step
 
     def _forced_step(self, req: RemoteRequest, token_id: int | None, text: str) -> TokenStep:
-        return forced_step(req, token_id, text, stage_for(self._require_kind(), self._stage, req.params))
+        return forced_step(req, token_id, text, self._writer.stage_of(req.params))
 
     def _finish(self, req: RemoteRequest, reason: FinishReason, error: RemoteError | None = None) -> None:
         self._stop(req)
@@ -395,14 +341,14 @@ class RemoteBackend:
         req = self._requests.get(request_id)
         if req is None:
             raise EngineError(f"no running request {request_id}.")
-        params = self._checked(params, req.params.seed)
+        params = self._writer.checked(params, req.params.seed)
         self._drain(wait=0.0)
         if request_id not in self._requests:
             return  # it finished with what had arrived
         old = req.params
         req.params = params
         try:
-            self._body(req)
+            self._writer.body(req)
         except EngineError:
             req.params = old
             raise
