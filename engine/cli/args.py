@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from engine.api.errors import EngineError
 from engine.api.kv_quantization import KV_BITS, KV_GROUP_SIZES, KVQuantization
@@ -153,3 +154,19 @@ def check_chat(args: argparse.Namespace) -> None:
     """``--chat`` answers ``--prompt``: refused without it."""
     if args.chat and not args.prompt:
         raise UsageError("--chat needs --prompt: the user message the text answers.")
+
+
+def load_scored_text(args: argparse.Namespace) -> tuple[Any, list[int], list[int]]:
+    """``score`` and ``fidelity``: the model and the text to score (its context and the tokens
+    scored), every flag checked before the slow load."""
+    check_chat(args)
+    if args.prefill_chunk <= 0:
+        raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
+    kv = kv_from(args)
+    text = read_text(args)
+    from engine.models.load import load
+    from engine.runtime.prompts import scored_text
+
+    loaded = load(args.model, precision=args.precision, kv=kv)
+    context, targets = scored_text(loaded.tokenizer, text, args.prompt if args.chat else None)
+    return loaded, context, targets

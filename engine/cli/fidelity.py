@@ -13,8 +13,7 @@ import argparse
 import json
 import sys
 
-from engine.api.errors import EngineError
-from engine.cli.args import add_kv_flags, add_precision_flag, add_text_flags, check_chat, kv_from, read_text
+from engine.cli.args import add_kv_flags, add_precision_flag, add_text_flags, load_scored_text
 
 
 def add_fidelity_command(commands) -> None:
@@ -26,22 +25,13 @@ def add_fidelity_command(commands) -> None:
 
 
 def fidelity_command(args: argparse.Namespace) -> int:
-    from engine.api.codec import CLI
-
-    check_chat(args)
-    if args.prefill_chunk <= 0:
-        raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
-    kv = kv_from(args)
-    text = read_text(args)
+    loaded, context, targets = load_scored_text(args)  # checks every flag first
     from engine.analysis.fidelity import check
+    from engine.api.codec import CLI
     from engine.api.results import summarize
-    from engine.models.load import load
-    from engine.runtime.prompts import scored_text
     from engine.runtime.text import TokenText
 
-    loaded = load(args.model, precision=args.precision, kv=kv)
     tokenizer = loaded.tokenizer
-    context, targets = scored_text(tokenizer, text, args.prompt if args.chat else None)
     tokens, first = context + targets, len(context) - 1
     pieces = TokenText(tokenizer)
     rows = []
