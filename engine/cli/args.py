@@ -34,6 +34,13 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--samplers", default=None, help=f"stage order, comma-separated (default: {','.join(DEFAULT_SAMPLERS)})"
     )
+    p.add_argument(
+        "--logit-bias",
+        default=None,
+        metavar="JSON",
+        help="JSON object of token id -> bias added to that logit before every stage (OpenAI's logit_bias), "
+        "e.g. '{\"42\": -100}'",
+    )
     for spec_field in FIELDS.values():
         text = spec_field.help.replace("%", "%%")
         if spec_field.kind is tuple:
@@ -51,7 +58,7 @@ def json_object(flag: str, text: str) -> dict:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{flag} is not valid JSON ({exc.msg}).") from None
     if not isinstance(changes, dict):
-        raise UsageError(f"{flag} must be a JSON object of sampling parameters, got {text!r}.")
+        raise UsageError(f"{flag} must be a JSON object, got {text!r}.")
     return changes
 
 
@@ -62,8 +69,12 @@ def params_from(args: argparse.Namespace) -> SamplingParams:
         if spec_field.kind is tuple:
             value = spec_field.default if value is None else tuple(unescape(v) for v in value)
         stage_values[name] = value
+    bias = {}
+    if args.logit_bias is not None:  # its keys read as the app's and the API's are (token ids)
+        bias = SamplingParams.from_dict({"logit_bias": json_object("--logit-bias", args.logit_bias)}).logit_bias
     return SamplingParams(
         seed=args.seed,
+        logit_bias=bias,
         max_tokens=getattr(args, "max_tokens", 256),
         stop=tuple(getattr(args, "stop", ())),
         top_logprobs=args.top_logprobs,

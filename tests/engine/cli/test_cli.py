@@ -142,6 +142,24 @@ def test_every_new_flag_reaches_the_chain(tiny_folder):
     assert [t["token_id"] for t in again] == [t["token_id"] for t in tokens]
 
 
+def test_logit_bias_is_a_flag_and_reaches_the_bias_stage(tiny_folder):
+    """``--logit-bias`` (issue 35): the app and the params had it, the CLI did not. A token
+    pushed up by 100 nats is drawn at every step, the bias stage first in the chain; an id
+    outside the vocabulary is refused before any token."""
+    model = ("--model", str(tiny_folder), "--prompt", "the cat", "--max-tokens", "3", "--seed", "1")
+    plain = by_request(lines(cli(*model)), 0)
+    tokens = by_request(lines(cli(*model, "--logit-bias", '{"7": 100}')), 0)
+    assert [t["token_id"] for t in tokens] == [7, 7, 7] != [t["token_id"] for t in plain]
+    assert all(
+        t["chain"][:2] == ["raw", "bias"] and "bias" not in p["chain"] for t, p in zip(tokens, plain, strict=True)
+    )
+    for t in tokens:  # the bias moved token 7 from its raw logprob to (nearly) certain
+        (seven,) = [c for c in t["top"] if c["token_id"] == 7]
+        assert seven["logprobs"]["bias"] > -1e-3 and seven["logprobs"]["raw"] < -1
+    refused = cli(*model, "--logit-bias", '{"1000000": 1}', check=False)
+    assert refused.returncode != 0 and refused.stdout == "" and "logit_bias" in refused.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -155,6 +173,9 @@ def test_every_new_flag_reaches_the_chain(tiny_folder):
         (["--prompt", "x", "--model", "/no/such/model.gguf"], "no such file"),
         (["--prompt", "x", "--model", "/"], "config.json"),
         ([], "--prompt"),
+        (["--prompt", "x", "--logit-bias", "[7]"], "--logit-bias must be a JSON object"),
+        (["--prompt", "x", "--logit-bias", '{"seven": 1}'], "logit_bias keys must be token ids"),
+        (["--prompt", "x", "--logit-bias", '{"7": "up"}'], "logit_bias"),
     ],
 )
 def test_errors_are_one_line_without_traceback(args, needle):
