@@ -107,13 +107,12 @@ class RemoteBackend:
         self.models: list[str] = []
         self.listing_problem = ""
         """Why the server listed no models although it answered ("" when it listed them)."""
-        self._capabilities: Capabilities = NO_MODEL
         self._forks = ForkEmulation(self)  # a server has no fork: one stream per variant
 
     @property
     def capabilities(self) -> Capabilities:
         """Declared once connected (``remote_capabilities``): fork is emulated, no scoring."""
-        return self._capabilities
+        return self.info.capabilities if self.info is not None else NO_MODEL
 
     def __repr__(self) -> str:
         kind = self._writer.kind
@@ -152,7 +151,6 @@ class RemoteBackend:
         writer.model = source
         stage = kind.default_stage if writer.stage == "auto" else writer.stage
         self.info = served_model_info(kind, self.base_url, source, stage, writer.stage == "auto", writer.chat, note)
-        self._capabilities = self.info.capabilities
         if progress is not None:
             progress("connected", 1.0)
         return self.info
