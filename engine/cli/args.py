@@ -8,13 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.api.errors import EngineError
 from engine.api.kv_quantization import KV_BITS, KV_GROUP_SIZES, KVQuantization
 from engine.api.params import DEFAULT_SAMPLERS, SamplingParams
 from engine.api.precision import PRECISIONS
 from engine.specs.registry import FIELDS
+
+if TYPE_CHECKING:
+    from engine.models.load import LoadedModel
 
 
 class UsageError(Exception):
@@ -167,7 +170,7 @@ def check_chat(args: argparse.Namespace) -> None:
         raise UsageError("--chat needs --prompt: the user message the text answers.")
 
 
-def load_scored_text(args: argparse.Namespace) -> tuple[Any, list[int], list[int]]:
+def load_scored_text(args: argparse.Namespace) -> tuple[LoadedModel, list[int], list[int]]:
     """``score`` and ``fidelity``: the model and the text to score (its context and the tokens
     scored), every flag checked before the slow load."""
     check_chat(args)
