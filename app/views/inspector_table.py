@@ -93,6 +93,12 @@ class CandidateTable(QTableWidget):
         rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         rows.setDefaultSectionSize(self.fontMetrics().height() + 6)
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        # A selection model made here, held by its own Python object: the one Qt makes is
+        # found by address when asked for, and PySide can hand back a stale wrapper of a
+        # deleted non-QObject (a QStandardItem) that had the same address (seen in CI). Qt's
+        # own is a child of the table and goes with it.
+        self.selection = QItemSelectionModel(self.model(), self)
+        self.setSelectionModel(self.selection)
 
     def fill(self, step: TokenStep | None, candidates: list[Candidate], colors: Colors) -> None:
         """Show ``candidates`` of ``step`` (None: empty), keeping a hand-made selection on
@@ -143,7 +149,7 @@ class CandidateTable(QTableWidget):
             self.setColumnWidth(col, max(widest + CELL_PAD, heads.horizontalAdvance(name) + HEADER_PAD))
 
     def selected_ids(self) -> set[tuple[int | None, str]]:
-        rows = {index.row() for index in self.selectionModel().selectedRows()}
+        rows = {index.row() for index in self.selection.selectedRows()}
         return {self.ids[r] for r in rows if r < len(self.ids)}
 
     def _select_ids(self, ids: set[tuple[int | None, str]]) -> None:
@@ -152,13 +158,13 @@ class CandidateTable(QTableWidget):
             if key in ids:
                 selection.select(self.model().index(row, 0), self.model().index(row, len(COLUMNS) - 1))
         flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
-        self.selectionModel().select(selection, flags)
+        self.selection.select(selection, flags)
 
     # Copy ------------------------------------------------------------------------------------
 
     def copy_text(self) -> str:
         """The selected rows (else the current one) as tab-separated text, header first."""
-        rows = sorted(index.row() for index in self.selectionModel().selectedRows())
+        rows = sorted(index.row() for index in self.selection.selectedRows())
         if not rows and self.currentRow() >= 0:
             rows = [self.currentRow()]
         lines = ["\t".join(COLUMNS)]
