@@ -15,6 +15,7 @@ from typing import Any
 from app.model.precision import precision_words
 from app.model.textfmt import escape, visible
 from engine.api.params import SamplingParams
+from engine.specs.registry import FIELD_STAGE, SPECS
 
 DEFAULTS = SamplingParams()
 
@@ -66,14 +67,22 @@ def changed_fields(params: SamplingParams) -> list[str]:
     return [f.name for f in fields(SamplingParams) if getattr(params, f.name) != getattr(DEFAULTS, f.name)]
 
 
+def unticked(name: str, params: SamplingParams) -> bool:
+    """Whether ``name`` is a field of a stage left out of ``samplers`` (unticked in the chain
+    editor): its value is kept for when the stage is ticked again but does nothing."""
+    stage = FIELD_STAGE.get(name)
+    return stage is not None and SPECS[stage].reorderable and stage not in params.samplers
+
+
 def settings_line(params: SamplingParams) -> str:
     """``seed 3 · temperature 0.8 · top_k 8 · …``: the seed, then every non-default
-    field (temperature 0 reads ``greedy``)."""
+    field of a stage in the chain (temperature 0 reads ``greedy``; an unticked stage's
+    kept values are left out, the ``samplers`` field says it is not in the chain)."""
     parts = [f"seed {_value('seed', params.seed)}"]
     if params.greedy:
         parts.append("greedy")
     for name in changed_fields(params):
-        if name != "seed":
+        if name != "seed" and not unticked(name, params):
             parts.append(f"{name} {_value(name, getattr(params, name))}")
     return " · ".join(parts)
 
@@ -86,6 +95,8 @@ def settings_tooltip(params: SamplingParams) -> str:
         value = escape(_value(f.name, getattr(params, f.name)))
         name = f"<b>{f.name}</b>" if f.name in changed else f.name
         value = f"<b>{value}</b>" if f.name in changed else f"{value} <i>(default)</i>"
+        if unticked(f.name, params):
+            value += f" <i>({FIELD_STAGE[f.name]} not in the chain)</i>"
         rows.append(f"<tr><td>{name}</td><td>{value}</td></tr>")
     return "<p>The settings this token was sampled with:</p><table>" + "".join(rows) + "</table>"
 

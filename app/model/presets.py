@@ -90,10 +90,11 @@ def preset_data(params: SamplingParams) -> dict[str, Any]:
 
 
 def short_label(params: SamplingParams) -> str:
-    """A few words for settings that match no preset: the stages that do something, each
-    as its spec words it (whether or not ``samplers`` lists it), then the seed."""
+    """A few words for settings that match no preset: the stages that run (in ``samplers``
+    and not neutral: a stage unticked in the chain editor keeps its values but does
+    nothing, so it is not named), each as its spec words it, then the seed."""
     specs = sorted((s for s in SPECS.values() if s.reorderable), key=lambda s: not s.marks_greedy)  # "T" first
-    parts = [label for spec in specs if (label := spec.short_label(params))]
+    parts = [label for spec in specs if spec.active(params) and (label := spec.short_label(params))]
     if params.seed is not None:
         parts.append(f"seed {params.seed}")
     return ", ".join(parts) or "T 1"
