@@ -101,13 +101,22 @@ def settings_tooltip(params: SamplingParams) -> str:
     return "<p>The settings this token was sampled with:</p><table>" + "".join(rows) + "</table>"
 
 
-def title_tooltip(params: SamplingParams, forced: bool, precision: str | None = None) -> str:
+REMOTE_GREEDY_NOTE = (
+    "Greedy (temperature 0): the server drew the most likely token; its numbers are one "
+    "stage of its chain, named in the title."
+)
+
+
+def title_tooltip(
+    params: SamplingParams, forced: bool, precision: str | None = None, chain: tuple[str, ...] = ("temperature",)
+) -> str:
     """What the header's "p after <last stage>" is for this token, and the precision its
-    reply was computed in (the reply's own record, not the model loaded now)."""
+    reply was computed in (the reply's own record, not the model loaded now). ``chain``:
+    the step's stages (a server's step has one, never temperature)."""
     if forced:
         note = FORCED_NOTE
     elif params.greedy:
-        note = GREEDY_NOTE
+        note = GREEDY_NOTE if "temperature" in chain else REMOTE_GREEDY_NOTE
     else:
         note = FINAL_NOTE.split(" Greedy")[0]
     return f"{note}\n\nComputed in: {precision_words(precision)} (this reply's precision)."

@@ -83,12 +83,13 @@ def label_forms(label: str) -> list[str]:
     return [form for i, form in enumerate(forms) if form not in forms[:i]]
 
 
+NOT_SENT = f"entropies, tokens left, raw logits and other stages: {NOT_REPORTED}"
+
+
 def step_stage_label(step: TokenStep) -> str:
-    """Under the inspector's title: what the numbers of a remote step are."""
-    return (
-        f"remote: the server reports <b>{step.reported_stage or step.chain[0]}</b> only; "
-        f"entropies, tokens left, raw logits and other stages: {NOT_REPORTED}"
-    )
+    """Under the inspector's title: what the numbers of a remote step are (where the reply's
+    origin, which names the stage itself, is not known)."""
+    return f"remote: the server reports <b>{step.reported_stage or step.chain[0]}</b> only; {NOT_SENT}"
 
 
 def sort_key(step: TokenStep, cand: Candidate) -> tuple[float, bool, int]:

@@ -91,10 +91,16 @@ class ReplyOrigin:
         where it was not recorded); "" for a local one."""
         if not self.remote:
             return ""
-        stage = self.stage or "one stage"
+        # The steps' own stage first: a server that reports after its penalties (mlx_lm.server)
+        # reports raw numbers for a request with none, and the steps say so; the connection's
+        # stage alone would name one stage in the title and another under it.
+        stage = self.step_stage or self.stage or "one stage"
         if not self.server:
             return f"server reports: {stage}"
         how = f"detected for {server_title(self.server)}" if self.stage_detected else "set or assumed in Connect…"
+        declared = self._parts()[2]
+        if declared != stage:
+            how += f"; its numbers are after {declared}, which did not run here"
         return f"server reports: {stage} ({how})"
 
     def label(self) -> str:

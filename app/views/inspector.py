@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.model.entries import latest_token
 from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
-from app.model.remote_labels import NOT_REPORTED, p_label, step_stage_label
+from app.model.remote_labels import NOT_REPORTED, NOT_SENT, p_label, step_stage_label
 from app.model.reply_origin import ReplyOrigin
 from app.model.textfmt import escape, percent, visible
 from app.model.thinking import forced_by_budget, phase_title
@@ -175,7 +175,9 @@ class InspectorWidget(QWidget):
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
         self.title.setText(self._title_html(step) if step is not None else self._placeholder())
-        self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision) if step is not None else "")
+        self.title.setToolTip(
+            title_tooltip(step.params, step.forced, self.precision, step.chain) if step is not None else ""
+        )
         self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
         self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
 
@@ -190,8 +192,10 @@ class InspectorWidget(QWidget):
         if phase := phase_title(step):  # a reasoning model's token: thinking or answer
             picked += f" · {phase}"
         if step.params.greedy and not step.forced:
-            # The stages after temperature were computed at T = 1 for inspection only.
-            picked = " · greedy: the most likely token entering temperature"
+            # The stages after temperature were computed at T = 1 for inspection only; a
+            # server's step has one stage, not temperature: its greedy token is its argmax.
+            where = " entering temperature" if "temperature" in step.chain else ""
+            picked = f" · greedy: the most likely token{where}"
         last = step.chain[-1]
         if step.reported_stage is not None:  # a server's numbers: named by their stage, never raw
             return (
@@ -210,9 +214,8 @@ class InspectorWidget(QWidget):
     def _remote_label(self, step: TokenStep) -> str:
         """What a server's numbers are (``app/model/remote_labels.py``), after the reply's own
         origin: the server and the stage it reported, whatever model is loaded now."""
-        label = step_stage_label(step)
-        if self.origin.remote:
-            label = f"{escape(self.origin.label())} · {label}"
+        # The origin names the stage (the steps' own): said once, not again beside it.
+        label = f"{escape(self.origin.label())} · {NOT_SENT}" if self.origin.remote else step_stage_label(step)
         return f"<span style='color:#c26a00'>{label}</span>"
 
     # Picking -----------------------------------------------------------------------

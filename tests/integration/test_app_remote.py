@@ -120,7 +120,12 @@ def test_chat_inspector_branch_live_change_and_compare_on_mlx_lm_server(qtbot, p
     window.select_token((entry.stream, 1))
     window._redraw_if_dirty()
     title = window.inspector.title.text()
-    assert "server reports: penalties (detected for mlx_lm.server)" in title and NOT_REPORTED in title
+    # One stage named, the steps' own (a greedy request: no penalties ran), and no "entering
+    # temperature" where the step has no temperature stage.
+    assert "server reports: raw (detected for mlx_lm.server; its numbers are after penalties" in title
+    assert "penalties (detected" not in title and "only;" not in title and NOT_REPORTED in title
+    assert "greedy: the most likely token" in title and "entering temperature" not in title
+    assert "temperature stage" not in window.inspector.title.toolTip()
     header = window.inspector.chain_view.chain_model.headerData(0, Qt.Orientation.Horizontal)
     assert header.startswith("raw (server)") and NOT_REPORTED in header
     assert "memory 0" not in window.status.memory_label.text()

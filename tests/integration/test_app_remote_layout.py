@@ -15,7 +15,8 @@ from engine.api.params import SamplingParams  # noqa: E402
 from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
-STAGE = "server reports: penalties"
+STAGE = "server reports: penalties"  # the connection's (status bar): what mlx_lm.server reports
+REPLY_STAGE = "server reports: raw"  # a greedy reply's: no penalty ran, so its numbers are raw
 GREEDY = SamplingParams(max_tokens=12, top_logprobs=5)
 
 
@@ -62,7 +63,7 @@ def test_the_timeline_caption_leaves_the_plots_their_height(qtbot, profile, tiny
     remote = plot_heights(window)
     assert all(r >= h - 2 for r, h in zip(remote, window.local_heights, strict=True)), (window.local_heights, remote)
     caption = window.timeline.origin.label  # the reply's origin, its stage kept to the last
-    assert caption.isVisible() and STAGE in shown_text(caption)
+    assert caption.isVisible() and REPLY_STAGE in shown_text(caption)
     note = window.timeline.entropy_note
     assert note.text() == "entropy: not reported by the server"
     assert window.timeline.entropy_plot.vb.sceneBoundingRect().contains(note.sceneBoundingRect())

@@ -23,7 +23,12 @@ from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile
 from tests.integration.test_app_remote import connect, replies  # noqa: E402
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
-SERVER_STAGE = "server reports: penalties (detected for mlx_lm.server)"
+# A greedy request sets no bias or penalty: mlx_lm.server's numbers (after its penalties) are
+# raw, as the steps say; the header names that one stage (it said "penalties" above and
+# "the server reports raw only" below it).
+SERVER_STAGE = (
+    "server reports: raw (detected for mlx_lm.server; its numbers are after penalties, which did not run here)"
+)
 NO_ENTROPY = "entropy: not reported by the server"
 
 
@@ -70,6 +75,9 @@ def check_remote(window, url: str) -> None:
     assert title(timeline.prob_plot) == "" and title(timeline.entropy_plot) == ""
     assert timeline.entropy_note.text() == NO_ENTROPY
     assert SERVER_STAGE in inspector.title.text() and url in inspector.title.text()
+    assert (
+        "penalties (detected" not in inspector.title.text() and "reports <b>raw</b> only" not in inspector.title.text()
+    )
     assert url in timeline.origin.label.text() and SERVER_STAGE in timeline.origin.label.text()
 
 
