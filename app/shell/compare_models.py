@@ -155,7 +155,12 @@ class CompareModels(AnalysisController):
         self.comparisons.on_finished(tag, rows, texts)
 
     def _on_model_loaded(self, _info: Any) -> None:
-        self.cancel()  # its numbers would be of the model loaded before
+        # Another model, precision or backend: a running comparison's numbers and the ones
+        # found would be the model's before (the lens clears its own alike); the summary line
+        # goes with them rather than squeezing the new model's label in the status bar.
+        self.cancel()
+        self.comparisons.clear()
+        self.refresh()
         collect_here()
         self.request_release.emit()  # and the second model may not share the new one's vocabulary
 

@@ -197,6 +197,17 @@ def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
     assert not row.plot.isVisible() and not inspector.tabs.isTabVisible(MODELS_TAB)
     assert not window.compare_models.summary_label.text()
     dialog.close()
+
+    # The model in use reloaded in another precision: the comparison was of the one before, so
+    # neither its line (it stayed, squeezing the model's label) nor its row comes back.
+    select(window, stream, 0)
+    assert window.compare_models.summary_label.text() and row.plot.isVisible()
+    window.precision.choose("float16")
+    qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.precision == "float16", timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
+    select(window, stream, 0)
+    assert not window.compare_models.summary_label.text()
+    assert not row.plot.isVisible() and not inspector.tabs.isTabVisible(MODELS_TAB)
     close_window(window)
 
 
