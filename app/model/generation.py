@@ -218,7 +218,10 @@ class Generation:
         """Redraw after a reply ended; one followed that left nothing (no token, no branch)
         leaves nothing selected: the inspector must not go on showing an older reply's token."""
         followed = self.chat.followed
-        gone = followed is not None and followed[0] == "reply" and followed[1] not in self.chat.replies
+        # Dropped (cancelled in its prefill, refused), or saved without a token (failed before
+        # the first: a stopped server): either way there is no token of it to select.
+        running = followed is not None and followed[0] == "reply" and followed[1] in self.chat.replies
+        gone = followed is not None and not running and not self.chat.steps_of(followed)
         self.chat.refresh(followed_gone=gone)
         if gone:
             self.chat.followed = None  # from now on, the latest token is followed again
