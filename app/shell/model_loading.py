@@ -196,7 +196,8 @@ class ModelLoader(QObject):
         self.in_use.info = info
         panel.set_vocab_size(info.vocab_size)
         panel.set_server(info.server)
-        panel.set_thinking_switch(info.thinking_switch)  # the template's enable_thinking, if it has one
+        # Reasoning markers (the answer's settings, the budget) and the template's enable_thinking.
+        panel.set_reasoning(info.reasoning is not None, info.thinking_switch)
         model.generation.enable_thinking = panel.reasoning.think_toggle.isChecked() if info.thinking_switch else None
         note_model(info.name, info.source)
         # Replies saved from now on record where the model came from, what it computes in and

@@ -9,6 +9,9 @@ thinking budget, and the chat template's enable-thinking switch (issue 26).
   by forcing the end marker (``SamplingParams.thinking_budget``).
 - *Thinking* is the chat template's ``enable_thinking``, shown only where the loaded
   model's template has the switch (``ModelInfo.thinking_switch``).
+
+The first two show only for a model with reasoning markers (``ModelInfo.reasoning``), the
+row only where something in it applies.
 """
 
 from __future__ import annotations
@@ -79,16 +82,19 @@ class ReasoningRow(QWidget):
         layout.addLayout(switch_row)
         layout.addLayout(row)
         layout.addWidget(self.phase_tabs)
+        self.thinks = False  # until a model with reasoning markers is loaded (set_model)
+        self.budget_row = [budget_label, self.budget]
+        self.set_model(thinks=False, has_switch=False)
 
     def _on_switch(self, on: bool) -> None:
-        self.phase_tabs.setVisible(on)
+        self.phase_tabs.setVisible(on and self.thinks)
         if not on:
             self.phase_tabs.setCurrentIndex(THINKING_TAB)
         self.changed.emit()
 
     def answer_shown(self) -> bool:
         """Whether the Answer tab is the one in view."""
-        return self.answer_switch.isChecked() and self.phase_tabs.currentIndex() == ANSWER_TAB
+        return self.thinks and self.answer_switch.isChecked() and self.phase_tabs.currentIndex() == ANSWER_TAB
 
     def budget_value(self) -> int | None:
         return self.budget.value() or None
@@ -96,7 +102,7 @@ class ReasoningRow(QWidget):
     def values(self, answer: SamplingParams) -> dict[str, Any]:
         """The fields this row adds to every setting sent: ``thinking_budget`` and
         ``think_variant`` (``answer`` when the switch is on)."""
-        if not self.answer_switch.isEnabled():  # a server: it cannot apply either
+        if not self.answer_switch.isEnabled() or not self.thinks:  # a server, or a model that does not think
             return {"thinking_budget": None, "think_variant": None}
         return {
             "thinking_budget": self.budget_value(),
@@ -124,6 +130,17 @@ class ReasoningRow(QWidget):
             self.phase_tabs.setCurrentIndex(THINKING_TAB)
         self.phase_tabs.setEnabled(not server)
 
-    def set_thinking_switch(self, has_switch: bool) -> None:
-        """The loaded model's template has ``enable_thinking`` (shown) or not (hidden)."""
+    def set_model(self, thinks: bool, has_switch: bool) -> None:
+        """The loaded model: whether it has reasoning markers (``thinks``: the answer's settings
+        and the budget apply) and whether its template has ``enable_thinking``. What does not
+        apply is hidden, and the row with it where nothing does: it sat at the top of the
+        Sampling dock for every model (issue 35); its values are kept for the next thinking model."""
+        self.thinks = thinks
+        self.answer_switch.setVisible(thinks)
+        for widget in self.budget_row:
+            widget.setVisible(thinks)
+        self.phase_tabs.setVisible(thinks and self.answer_switch.isChecked())
+        if not thinks:
+            self.phase_tabs.setCurrentIndex(THINKING_TAB)
         self.think_toggle.setVisible(has_switch)
+        self.setVisible(thinks or has_switch)

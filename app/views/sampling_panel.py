@@ -184,9 +184,12 @@ class SamplingPanel(QWidget):
         else:
             self.stack.setCurrentIndex(self.tabs.currentIndex())
 
-    def set_thinking_switch(self, has_switch: bool) -> None:
-        """Whether the loaded model's chat template has ``enable_thinking`` (the toggle shows)."""
-        self.reasoning.set_thinking_switch(has_switch)
+    def set_reasoning(self, thinks: bool, has_switch: bool) -> None:
+        """The loaded model: whether it thinks (reasoning markers: the answer's settings and the
+        budget show) and whether its chat template has ``enable_thinking`` (the toggle shows)."""
+        self.reasoning.set_model(thinks, has_switch)
+        self._push_reasoning()
+        self._show_page()
 
     def _on_mode(self, *_args) -> None:
         on = self.compare.isChecked()

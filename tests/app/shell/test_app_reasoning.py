@@ -172,6 +172,7 @@ def test_answer_settings_and_budget_from_the_panel_apply_from_the_right_token(qt
 def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, profile, tiny_folder):  # noqa: F811
     toggle = window.panel.reasoning.think_toggle
     assert window.model_info.thinking_switch and toggle.isVisible() and toggle.isChecked()
+    assert window.panel.reasoning.answer_switch.isVisible() and window.panel.reasoning.budget.isVisible()
     qtbot.mouseClick(toggle, Qt.MouseButton.LeftButton, pos=box_point(toggle))
     assert not toggle.isChecked()
     send(qtbot, window, "what is 2+2?", thinking_params(window))
@@ -182,6 +183,11 @@ def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, pro
     window.loader.load(str(tiny_folder))
     qtbot.waitUntil(lambda: window.model_info.name == "tiny-llama", timeout=TIMEOUT)
     assert not window.model_info.thinking_switch and not toggle.isVisible()
+    # Nor any other part of the row: the model has no reasoning markers (it sat at the top of
+    # the Sampling dock), and nothing of it is sent.
+    assert window.model_info.reasoning is None and not window.panel.reasoning.isVisible()
+    current = window.panel.controls.current
+    assert current.thinking_budget is None and current.think_variant is None
 
 
 def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_folder, tmp_path):  # noqa: F811
@@ -239,6 +245,9 @@ def test_a_server_takes_neither_the_answers_settings_nor_the_budget(qtbot):
 
     panel = SamplingPanel()
     qtbot.addWidget(panel)
+    assert panel.reasoning.isHidden()  # no model yet: nothing of it applies
+    panel.set_reasoning(thinks=True, has_switch=False)  # a local reasoning model
+    assert not panel.reasoning.isHidden() and not panel.reasoning.budget.isHidden()
     panel.reasoning.budget.setValue(BUDGET)
     panel.reasoning.answer_switch.setChecked(True)
     assert panel.controls.current.thinking_budget == BUDGET and panel.controls.current.think_variant is not None
@@ -293,6 +302,7 @@ def test_the_default_model_has_no_thinking_toggle(qtbot, profile):  # noqa: F811
     window = open_window(qtbot, profile, "default")
     assert window.model_info.reasoning is None and not window.model_info.thinking_switch
     assert not window.panel.reasoning.think_toggle.isVisible()
+    assert not window.panel.reasoning.isVisible() and not window.panel.reasoning.answer_switch.isVisible()
     close_window(window)
 
 
