@@ -13,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDialog
 
-from app.model.scoring import EXPORT_NEEDS, Scoring
+from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, NOT_SAVED, Scoring
 from app.shell.context import ShellContext
 from app.shell.score_dialog import ScoreController, ScoreParts
 from app.views.score_views import ScoreTextDialog
@@ -52,8 +52,15 @@ class ScoreActions:
         }
         self.timeline_plot = add("Timeline plot (PNG, SVG)…", lambda: self.controller().export_plot("timeline"))
         self.inspector_plot = add("Inspector (PNG, SVG)…", lambda: self.controller().export_plot("inspector"))
-        self.replay = add(REPLAY_TEXT, lambda: self.controller().replay_selected(), capability="replay")
-        self.branch = add(BRANCH_TEXT, lambda: self.controller().branch_at_first_change(), capability="replay")
+        self.replay = add(
+            REPLAY_TEXT, lambda: self.controller().replay_selected(), capability="replay", needs=self.replay_needs
+        )
+        self.branch = add(
+            BRANCH_TEXT,
+            lambda: self.controller().branch_at_first_change(),
+            capability="replay",
+            needs=self.branch_needs,
+        )
         for name in ("selection_changed", "entries_changed", "conversation_changed"):
             getattr(context.model.events, name).connect(self._first_event)
 
@@ -65,6 +72,16 @@ class ScoreActions:
 
     def _first_event(self, *_args: object) -> None:
         self.controller()
+
+    def replay_needs(self) -> str:
+        """Chat → Replay needs a token of a saved reply selected (``Scoring.start_replay``'s rule)."""
+        selection = self.context.model.selection
+        return "" if selection is not None and selection[0][0] == "branch" else NOT_SAVED
+
+    def branch_needs(self) -> str:
+        """Chat → Branch at the replay's first change needs a replay shown that changed something."""
+        result = self.scoring.result
+        return "" if result is not None and result.first_change is not None else NO_REPLAY
 
     def export_needs(self, what: str) -> str:
         """Why File → Export → ``what`` cannot write now ("" when it can)."""

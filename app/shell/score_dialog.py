@@ -143,14 +143,17 @@ class ScoreController(QObject):
         words = replay_words(result)
         self.overlay.show(result, words)  # the legend's tooltip keeps it while the marks are shown
         self.status.show_message(words, 30000)
+        self.context.actions.refresh()  # Branch at the replay's first change may run now
 
     def clear_replay(self) -> None:
         self.scoring.clear_replay()
         self.overlay.clear()
+        self.context.actions.refresh()
 
     def _on_selection(self, ref) -> None:
         if self.scoring.selection_changed(ref):
             self.overlay.clear()
+            self.context.actions.refresh()  # after the window's own refresh, which read the replay
 
     def branch_at_first_change(self) -> bool:
         """Continue the replayed reply from its first change, with the new settings' most

@@ -192,7 +192,8 @@ class MainWindow(QMainWindow):
         self.analysis_actions = analysis_actions(
             self.actions, self.precision_check, self.compare_models, self.logit_lens, self.step_analyses
         )
-        toggles = Toggles(self.panel, self.color_toggle, (self.inspector_dock, self.timeline_dock, self.controls_dock))
+        docks = (self.inspector_dock, self.timeline_dock, self.controls_dock)
+        toggles = Toggles(self.panel, self.composer, self.color_toggle, docks)
         self.window_actions = WindowActions(context, self, toggles)
         build_menus(
             self.menuBar(),
@@ -284,6 +285,12 @@ class MainWindow(QMainWindow):
             self.status.stopping()  # at once: the engine stops at its next chunk or token
         self.model.generation.stop()
         self.actions.refresh()  # an analysis stopped: its item is enabled again
+
+    def working(self) -> bool:
+        """Whether Stop (Esc) has something to stop: a reply, a scored text, a replay or an
+        analysis of a reply."""
+        analyses = (self.precision_check, self.compare_models, self.logit_lens)
+        return self.model.busy() or any(c.analysis.running is not None for c in analyses)
 
     def pick_token(self, token_id: int | None, text: str | None = None) -> None:
         self.commands.pick_token(token_id, text)

@@ -11,16 +11,22 @@ from typing import Protocol
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QAbstractButton, QDockWidget, QMenu, QMessageBox
+from PySide6.QtWidgets import QAbstractButton, QDockWidget, QMenu, QMessageBox, QPlainTextEdit
 
 from app.model.conversation_labels import conversation_label, conversation_tooltip
 from app.shell.context import ShellContext
 from app.shell.logging_setup import show_log
-from app.shell.recovery import continue_interrupted
+from app.shell.recovery import continue_interrupted, interrupted_message
 from app.views.sampling_panel import SamplingPanel
 
 THEMES = ("system", "light", "dark")
 NOTHING_TO_DELETE = "No conversation is open: there is nothing to delete."
+LOADING = "The model is still loading."
+WRITING = "A reply is being written: stop it first (Esc)."
+NOTHING_TYPED = "Type a message first."
+NOTHING_RUNNING = "Nothing is running: no reply is being written and no analysis runs."
+NOTHING_TO_REGENERATE = "No reply in this chat to regenerate."
+NOTHING_INTERRUPTED = "No interrupted reply in this conversation."
 
 
 class Commands(Protocol):
@@ -29,6 +35,7 @@ class Commands(Protocol):
     def new_chat(self) -> None: ...
     def send(self) -> None: ...
     def stop(self) -> None: ...
+    def working(self) -> bool: ...
     def regenerate(self) -> None: ...
     def close(self) -> bool: ...
     def set_theme(self, name: str) -> None: ...
@@ -43,6 +50,7 @@ class Toggles:
     """The window's controls that a checkable action mirrors, and its docks."""
 
     panel: SamplingPanel
+    composer: QPlainTextEdit
     color_toggle: QAbstractButton
     docks: tuple[QDockWidget, ...]
 
@@ -63,10 +71,31 @@ class WindowActions:
         self.delete_box: QMessageBox | None = None
         self.quit = add("Quit", commands.close, shortcut=QKeySequence.StandardKey.Quit)
 
-        self.send = add("Send", commands.send)
-        self.stop = add("Stop", commands.stop, shortcut=QKeySequence(Qt.Key.Key_Escape))
-        self.regenerate = add("Regenerate", commands.regenerate, shortcut="Ctrl+R")
-        self.continue_interrupted = add("Continue the interrupted reply", lambda: continue_interrupted(context))
+        # Each chat command says why it cannot run now (they were all enabled in an empty chat).
+        composer = toggles.composer
+        composer.textChanged.connect(context.actions.refresh_after)  # Send follows the typed text
+        self.send = add(
+            "Send",
+            commands.send,
+            needs=lambda: self._idle() or (NOTHING_TYPED if not composer.toPlainText().strip() else ""),
+        )
+        self.stop = add(
+            "Stop",
+            commands.stop,
+            shortcut=QKeySequence(Qt.Key.Key_Escape),
+            needs=lambda: "" if commands.working() else NOTHING_RUNNING,
+        )
+        self.regenerate = add(
+            "Regenerate",
+            commands.regenerate,
+            shortcut="Ctrl+R",
+            needs=lambda: self._idle() or ("" if model.last_assistant() is not None else NOTHING_TO_REGENERATE),
+        )
+        self.continue_interrupted = add(
+            "Continue the interrupted reply",
+            lambda: continue_interrupted(context),
+            needs=lambda: self._idle() or ("" if interrupted_message(model) is not None else NOTHING_INTERRUPTED),
+        )
         panel = toggles.panel
         self.compare_settings = add(
             "Compare settings side by side",
@@ -92,6 +121,12 @@ class WindowActions:
         self.about = add("About Logitscope", commands.show_about)
         self.log_dialog = None
         self.show_log = add("Show log", self.open_log)
+
+    def _idle(self) -> str:
+        """Why no new reply can start now ("" when one can): a model loading, a reply being written."""
+        if self.context.in_use.info is None:
+            return LOADING
+        return WRITING if self.context.model.busy() else ""
 
     def check_theme(self, name: str) -> None:
         for action in self.theme_group.actions():
