@@ -81,4 +81,4 @@ def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
     view_menu.addAction(own.reset_layout)
 
     help_menu = bar.addMenu("&Help")
-    help_menu.addActions([own.about, own.show_log])
+    help_menu.addActions([own.help, own.about, own.show_log])

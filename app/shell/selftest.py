@@ -64,8 +64,21 @@ def run_selftest(app, model: str, timeout: float, tokens: int = 8) -> int:
         "text": finished.text,
         "tokens_per_s": finished.generation_tps,
         "load_seconds": round(load_seconds, 2),
+        **help_report(),
         **runtime_report(),
     }
     print(json.dumps(report))
     sys.stdout.flush()
     return 0
+
+
+def help_report() -> dict:
+    """Where Help → Logitscope Help reads from, and whether its pages and screenshots are there."""
+    from app.views.help_window import HELP_START, help_root
+
+    root = help_root()
+    return {
+        "help": str(root / HELP_START),
+        "help_pages": sorted(p.name for p in (root / "docs").glob("*.md")),
+        "help_screenshots": len(list((root / "docs" / "screenshots").glob("*.png"))),
+    }

@@ -405,6 +405,8 @@ class MainWindow(QMainWindow):
             self._closed = True
             self.clock.timer.stop()
             save_settings(self.docks, self.settings, self.color_toggle, self.model)
+            if self.window_actions.help_window is not None:  # a window of its own: it goes with the app
+                self.window_actions.help_window.close()
             self.compare_models.cancel()  # its generator is closed before the engine's thread ends
             self.logit_lens.cancel()  # likewise
             started = time.perf_counter()

@@ -17,6 +17,7 @@ from app.model.conversation_labels import conversation_label, conversation_toolt
 from app.shell.context import ShellContext
 from app.shell.logging_setup import show_log
 from app.shell.recovery import continue_interrupted, interrupted_message
+from app.views.help_window import HelpWindow
 from app.views.sampling_panel import SamplingPanel
 
 THEMES = ("system", "light", "dark")
@@ -118,6 +119,8 @@ class WindowActions:
         self.docks = [dock.toggleViewAction() for dock in toggles.docks]
         self.reset_layout = add("Reset layout", commands.reset_layout)
 
+        self.help = add("Logitscope Help", self.open_help, shortcut=QKeySequence.StandardKey.HelpContents)
+        self.help_window: HelpWindow | None = None
         self.about = add("About Logitscope", commands.show_about)
         self.log_dialog = None
         self.show_log = add("Show log", self.open_log)
@@ -131,6 +134,14 @@ class WindowActions:
     def check_theme(self, name: str) -> None:
         for action in self.theme_group.actions():
             action.setChecked(action.text().lower() == name)
+
+    def open_help(self) -> None:
+        """Help → Logitscope Help (F1): the README and docs that ship with the app, offline."""
+        if self.help_window is None:
+            self.help_window = HelpWindow()
+        self.help_window.show()
+        self.help_window.raise_()
+        self.help_window.activateWindow()
 
     def open_log(self) -> None:
         self.log_dialog = show_log(self.context.parent)

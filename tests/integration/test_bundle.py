@@ -66,6 +66,11 @@ def test_bundle_selftest(tmp_path):
     bundle = str(dist / "Logitscope")
     loaded = [report["model_file"], report["mlx_module"], report["mlx_lm_module"], report["engine_module"]]
     loaded += report["mlx_library"]
+    # Help → Logitscope Help: the README, every doc and the screenshots, inside the bundle.
+    loaded.append(report["help"])
+    assert Path(report["help"]).is_file()
+    assert report["help_pages"] == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert report["help_screenshots"] == len(list((ROOT / "docs" / "screenshots").glob("*.png")))
     for path in loaded:
         assert path.startswith(bundle), path
         assert not path.startswith(str(ROOT)) and not path.startswith(sys.prefix), path
