@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from app.model.model_in_use import ModelInUse
 
 RUNNING = "A precision check is running (Esc stops it)."
+ALREADY_FLOAT32 = (
+    "The model already computes in float32 with its KV cache unquantized: the check compares the "
+    "running precision with float32, so it would find no difference. Choose float16 or bfloat16 "
+    "(Models → Precision) or a quantized KV cache to check one."
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,12 @@ class PrecisionChecks(ReplyAnalysis[PrecisionJob, FidelityCheck]):
     def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
         super().__init__(chat, in_use)
         self._pieces: tuple[str, ...] = ()
+
+    def model_problem(self, info: Any) -> str:
+        """A float32 model with an unquantized KV cache runs both passes alike: said at once,
+        not after a minute of computing zeros."""
+        kv_bits = getattr(getattr(info, "kv", None), "bits", None)
+        return ALREADY_FLOAT32 if info.precision == "float32" and kv_bits is None else ""
 
     def start(self) -> PrecisionJob | Refusal:
         """Start checking the selected reply (the job for the worker), or say why not."""

@@ -140,10 +140,17 @@ class ReplyAnalysis(Generic[J, R]):
             return Refusal(self.no_model)
         if self.capability and (why := info.capabilities.reason(self.capability)):
             return Refusal(why)
+        if why := self.model_problem(info):
+            return Refusal(why)
         if self.running is not None and self.running_words:
             return Refusal(self.running_words)
         problem = selected_reply_problem(self.chat, info.name, self.verb, self.select_hint)
         return Refusal(problem) if problem else None
+
+    def model_problem(self, info: Any) -> str:
+        """Why the loaded model (``info``, an ``engine.api.backend.ModelInfo``) has nothing for
+        this analysis to find, whatever reply is selected ("" when it has)."""
+        return ""
 
     def unavailable(self) -> str:
         """:meth:`refusal` in words ("" when the selected reply can be analysed)."""

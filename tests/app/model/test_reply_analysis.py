@@ -37,7 +37,8 @@ def saved_reply(store: Store, tokens: list[int]) -> tuple[ChatModel, ModelInUse]
     stream_reply(chat, tag, tokens)
     chat.generation.on_finished(tag, finished(" ".join(f"t{t}" for t in tokens)))
     name = chat.thread[-1].branch.model
-    info = SimpleNamespace(name=name, capabilities=LOCAL_CAPABILITIES, precision="float32", kv=None)
+    # float16: in float32 (its KV cache unquantized) Check precision has nothing to find.
+    info = SimpleNamespace(name=name, capabilities=LOCAL_CAPABILITIES, precision="float16", kv=None)
     return chat, ModelInUse(source="default", info=info)
 
 

@@ -4,12 +4,15 @@ export), and Models → Check precision… against ``engine.analysis.fidelity`` 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("pytestqt")
 
 from app.store.export import records  # noqa: E402
 from app.store.export_store import from_store  # noqa: E402
+from engine.api.kv_quantization import KVQuantization  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from tests.app.shell.test_app import (  # noqa: E402
     TIMEOUT,
@@ -109,11 +112,11 @@ def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, p
 
 
 def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):  # noqa: F811
-    from dataclasses import replace
-
     from app.model.precision import SERVER_CHOOSES
+    from app.shell.precision_menu import save_choice
     from engine.remote.servers import KINDS, remote_capabilities
 
+    save_choice(profile[1], str(tiny_folder), "float16")  # in float32 the check has nothing to find
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.precision.menu.isEnabled()
     assert not window.analysis_actions.check_precision.isEnabled()  # nothing selected yet
@@ -172,7 +175,31 @@ def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tin
     close_window(window)
 
 
+def test_a_float32_model_is_told_at_once_that_there_is_nothing_to_check(qtbot, profile, tiny_folder):  # noqa: F811
+    """It took ~40 s to report 0 everywhere for the default model (float32)."""
+    from app.model.precision_check import ALREADY_FLOAT32
+
+    window = open_window(qtbot, profile, str(tiny_folder))
+    assert window.model_info.precision == "float32" and window.model_info.kv.bits is None
+    send(qtbot, window, "check me", SamplingParams(max_tokens=8))
+    (entry,) = assistant_entries(window)
+    select_first_token(window, entry)
+    action = window.analysis_actions.check_precision
+    assert not action.isEnabled() and ALREADY_FLOAT32 in action.toolTip()
+    assert window.precision_check.start() is None  # the job is never sent
+    assert window.precision_check.running is None and not window.status.progress.isVisible()
+    assert ALREADY_FLOAT32 in window.statusBar().currentMessage()
+    # A quantized KV cache is something to check, in float32 too.
+    window.in_use.info = replace(window.model_info, kv=KVQuantization(bits=8))
+    window.actions.refresh()
+    assert action.isEnabled()
+    close_window(window)
+
+
 def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tiny_folder):  # noqa: F811
+    from app.shell.precision_menu import save_choice
+
+    save_choice(profile[1], str(tiny_folder), "float16")
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "stop me", SamplingParams(max_tokens=80))
     (entry,) = assistant_entries(window)
