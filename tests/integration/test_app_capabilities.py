@@ -32,6 +32,10 @@ def actions(window) -> dict:
 def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tiny_server):  # noqa: F811
     window = open_window(qtbot, profile, str(tiny_folder))
     try:
+        # A saved reply's token selected: what Replay needs of the state (its own rule).
+        send(qtbot, window, "hello", SamplingParams(max_tokens=4))
+        saved = replies(window)[-1].stream
+        window.select_token((saved, 1))
         local = actions(window)
         assert all(a.isEnabled() and "Not available" not in a.toolTip() for a in local.values())
         assert window.panel.compare.isEnabled()
@@ -56,7 +60,15 @@ def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tin
         # Back to the local model: everything is enabled again, the reasons gone.
         window.load_model(str(tiny_folder))
         qtbot.waitUntil(lambda: window.model_info.capabilities.score, timeout=TIMEOUT)
-        assert all(a.isEnabled() and "Not available" not in a.toolTip() for a in actions(window).values())
+        back = actions(window)
+        for text, name in GATED.items():  # the server's reasons are gone
+            assert not caps.reason(name) or caps.reason(name) not in back[text].toolTip()
+        # Score and Compare need nothing more; Replay needs a saved reply's token selected
+        # (the scored text's turn was refused, so the selection is the chat's last token).
+        assert back["Score text…"].isEnabled() and back["Compare settings side by side"].isEnabled()
+        window.model.open_conversation(window.store.reads.conversation_list(5)[-1].id)
+        window.select_token((saved, 1))
+        assert back[REPLAY_TEXT].isEnabled() and "Not available" not in back[REPLAY_TEXT].toolTip()
     finally:
         close_window(window)
 
