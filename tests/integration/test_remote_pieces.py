@@ -97,3 +97,46 @@ def test_a_server_stopped_mid_reply_keeps_every_token_received(server):
     assert done.finish_reason == "error" and done.generated_tokens == len(steps)
     assert done.text == "".join(s.text for s in steps)
     assert f"The reply was cut after {len(steps)} tokens: all {len(steps)} are kept." in done.error
+
+
+_LLAMA_SCRIPT = """
+import sys, time
+from tests.support.llamacpp_server import llamacpp_server
+with llamacpp_server() as server:
+    print(server.url, flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_a_llamacpp_server_stopped_mid_reply_keeps_every_token_received(tmp_path):
+    """The streaming kinds: llama.cpp's own server (xllamacpp, run in a process of its own
+    so that it can be stopped mid-reply) keeps every streamed token, the error saying so."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("xllamacpp", reason="llama.cpp's server comes with the xllamacpp wheel (dev extra)")
+    from engine.api.params import SamplingParams
+    from tests.support.paths import ROOT
+
+    proc = subprocess.Popen([sys.executable, "-c", _LLAMA_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), "llama.cpp's server did not start"
+        backend = _backend(url, timeout=30)
+
+        def stop_after_some(steps):
+            if len(steps) >= 10 and proc.poll() is None:
+                proc.kill()
+
+        try:
+            steps, done, _, _ = _run(backend, SamplingParams(max_tokens=1000, top_logprobs=2), stop_after_some)
+        finally:
+            backend.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert 10 <= len(steps) < 1000
+    assert done.finish_reason == "error" and done.generated_tokens == len(steps)
+    assert done.text == "".join(s.text for s in steps)
+    assert f"The reply was cut after {len(steps)} tokens: all {len(steps)} are kept." in done.error
