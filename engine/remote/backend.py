@@ -45,10 +45,8 @@ from engine.remote.listing import ServerListing, ask_server, pick_model, served_
 from engine.remote.pieces import CUT, piece_size
 from engine.remote.reasoning import phased_tokens
 from engine.remote.request_writer import RequestWriter
-from engine.remote.servers import (
-    KINDS,
-    STAGE_CHOICES,
-)
+from engine.remote.resume import MAX_OVERLAP, drop_overlap, resume_body
+from engine.remote.servers import KINDS, STAGE_CHOICES
 from engine.remote.stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
 from engine.remote.wire import RemoteError, WireToken
 
@@ -258,9 +256,12 @@ class RemoteBackend:
             if not req.params.greedy:  # the chosen tokens are read from the answer's text
                 read_chosen = req.params.top_logprobs
             req.whole = self._writer.whole_reason(req.params)
-            size = piece_size(req.pieces)
-            if not req.whole and body["max_tokens"] > size:  # one more than kept: engine.remote.pieces
-                body["max_tokens"], keep = size + 1, size
+            req.overlap = self._writer.overlap(req) if req.params.greedy and req.pieces and not req.whole else ()
+            if req.overlap:
+                path, body = resume_body(self._writer, req)
+            size, asked = piece_size(req.pieces), body["max_tokens"] - len(req.overlap)
+            if not req.whole and asked > size and len(req.overlap) <= MAX_OVERLAP:  # engine.remote.pieces
+                body["max_tokens"], keep = len(req.overlap) + size + 1, len(req.overlap) + size
             req.pieces += 1
         job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", read_chosen, keep)
         req.future = self._http().submit(job)
@@ -303,6 +304,12 @@ class RemoteBackend:
         if what == PROGRESS:
             self._pending.append(PrefillProgress(req.id, payload[0], payload[1]))
         elif what == CHUNK:
+            if req.overlap and not drop_overlap(payload, req.overlap):
+                at = req.index - len(req.overlap)
+                error = RemoteError(f"the server's greedy reply changed when asked again from token {at}.")
+                self._finish(req, FinishReason.ERROR, error)
+                return
+            req.overlap = ()
             for token, phase in phased_tokens(payload, req):
                 self._pending.append(self._token_step(req, token, phase))
             if req.pieces <= 1:  # a later piece's prompt holds the reply so far
@@ -320,6 +327,8 @@ class RemoteBackend:
 
     def _token_step(self, req: RemoteRequest, token: WireToken, phase: str | None = None) -> TokenStep:
         step = token_step(req, token, self._writer.stage_of(req.params), phase)
+        if phase is None:
+            req.tokens.append((token.token_id, token.text))
         if token.token_id is not None:
             self._pieces[token.token_id] = token.piece
         return step

@@ -49,6 +49,10 @@ class RemoteRequest:
     """Pieces of the reply asked for so far (``engine.remote.pieces``)."""
     whole: str = ""
     """Why the reply was asked for whole ("" when in pieces or streamed)."""
+    tokens: list[tuple[int | None, str]] = field(default_factory=list)
+    """The reply's (id, text) received, while they spell ``prefix`` (``engine.remote.resume``)."""
+    overlap: tuple[tuple[int | None, str], ...] = ()
+    """Tokens the next piece repeats first, to be checked and dropped (``engine.remote.resume``)."""
     phase: str | None = None
     """The phase of the reply's last token: None until the server sent reasoning
     (``engine.remote.reasoning``)."""

@@ -17,6 +17,7 @@ from engine.remote.events import RemoteRequest
 from engine.remote.fields import reasoning_refusals
 from engine.remote.kind import NO_CONTINUE, ServerKind
 from engine.remote.pieces import whole_reason
+from engine.remote.resume import canonical_prefix
 from engine.remote.servers import build_request, stage_for, unsupported
 from engine.remote.template import ChatTemplate
 
@@ -102,6 +103,16 @@ class RequestWriter:
 
     def _render(self, messages: Sequence[dict[str, str]]) -> str:
         return self._template.render(self.model or "", messages, self.enable_thinking)
+
+    def overlap(self, req: RemoteRequest) -> tuple[tuple[int | None, str], ...]:
+        """The reply's tokens after the longest start whose text encodes to exactly its
+        tokens (``engine.remote.resume``): () where all do, or where it cannot be told."""
+        tokens = req.tokens
+        if not self._can_render() or "".join(x for _, x in tokens) != req.prefix:
+            return ()
+        tok = self._template.tokenizer(self.model or "")
+        j = canonical_prefix(tok, self._render(req.messages), tokens)
+        return tuple(tokens[j:])
 
     def whole_reason(self, params: SamplingParams) -> str:
         """Why a reply under ``params`` is asked for whole ("" when in pieces:
