@@ -7,7 +7,9 @@ busy bar meanwhile and the server's error in the dialog. A server that answers b
 list its models (mlx_lm.server on a fresh home folder) is said so, with why, and a model
 typed in is used as typed. The API key is read from an
 environment variable or the OS keychain (:mod:`app.model.keys`) when needed and kept in memory
-only; the settings remember the URL, the variable's name and the stage, never the key.
+only; the settings remember the URL, the model, the variable's name and the stage, never
+the key. Once the server answered, the dialog says what its kind can and cannot do
+(``engine.remote.abilities``, from the kind's own data) before the first reply.
 """
 
 from __future__ import annotations
@@ -103,8 +105,15 @@ class ConnectDialog(QDialog):
         self.model = QComboBox()
         self.model.setEditable(True)
         self.model.setMinimumContentsLength(30)
+        saved_model = str(settings.value("remote/model", ""))
+        if saved_model:  # the model typed or chosen last time, offered again
+            self.model.addItem(saved_model)
+            self.model.setCurrentText(saved_model)
         self.server_label = QLabel("Press “List models” to ask the server what it serves.")
         self.server_label.setWordWrap(True)
+        self.abilities = QLabel("")
+        self.abilities.setWordWrap(True)
+        self.abilities.hide()
         self.error = QLabel("")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #c0392b;")
@@ -145,7 +154,6 @@ class ConnectDialog(QDialog):
         model_row.addWidget(self.list_button)
         model_row.addWidget(self.busy)
         form.addRow("Model", model_row)
-        form.addRow("", self.server_label)
         form.addRow("Logprobs are", self.stage)
         form.addRow("Timeout", self.timeout)
         form.addRow("Chat template", self.template)
@@ -155,6 +163,9 @@ class ConnectDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        # Below the form, full width: QFormLayout clips a wrapped label's later lines.
+        layout.addWidget(self.server_label)
+        layout.addWidget(self.abilities)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
 
@@ -251,6 +262,8 @@ class ConnectDialog(QDialog):
         if exc is not None:
             self.server_label.setText("")
             self.error.setText(f"Could not list the server's models: {exc}")
+            self._show_abilities("")
+            self._fit()
             self.probe_failed.emit(f"{self.url.text().strip()}: {self.error.text()}")
             return
         kind, models, problem = result.kind, result.models, result.problem
@@ -268,6 +281,26 @@ class ConnectDialog(QDialog):
             self.server_label.setText(f"{title}: {len(models)} model(s).")
         else:
             self.server_label.setText(f"{title}: it lists no models; type the model's name.")
+        self._show_abilities(kind)
+        self._fit()
+
+    def _fit(self) -> None:
+        """Grow to show every line of the wrapped sentences (the server's advice, what it can
+        do): a dialog keeps the height it was opened with, and its layout's minimum ignores
+        a wrapped label's height for the width it has."""
+        layout = self.layout()
+        layout.activate()
+        need = layout.totalHeightForWidth(self.width())
+        if need > self.height():
+            self.setMinimumHeight(need)
+            self.resize(self.width(), need)
+
+    def _show_abilities(self, kind: str) -> None:
+        from engine.remote.abilities import abilities
+
+        words = abilities(kind)
+        self.abilities.setText("\n".join(f"• {w}" for w in words))
+        self.abilities.setVisible(bool(words))
 
     @property
     def probing(self) -> bool:
@@ -296,6 +329,7 @@ class ConnectDialog(QDialog):
             return
         source = self.key_source()
         self.settings.setValue("remote/url", spec.url)
+        self.settings.setValue("remote/model", spec.model)
         self.settings.setValue("remote/key_kind", source.kind)
         self.settings.setValue("remote/key_env", self.env_name.text().strip())
         self.settings.setValue("remote/stage", spec.stage)

@@ -42,12 +42,11 @@ from engine.remote.events import (
     token_step,
 )
 from engine.remote.listing import ServerListing, ask_server, pick_model, served_model_info
+from engine.remote.pieces import CUT, piece_size
 from engine.remote.reasoning import phased_tokens
 from engine.remote.request_writer import RequestWriter
-from engine.remote.servers import (
-    KINDS,
-    STAGE_CHOICES,
-)
+from engine.remote.resume import MAX_OVERLAP, drop_overlap, resume_body
+from engine.remote.servers import KINDS, STAGE_CHOICES
 from engine.remote.stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
 from engine.remote.wire import RemoteError, WireToken
 
@@ -61,7 +60,8 @@ class RemoteBackend:
     ``penalties``, ``final`` or ``sglang`` to say so). ``kind`` skips detection. ``chat``:
     use ``/v1/chat/completions`` (the server's chat template) or ``/v1/completions``
     with the messages' text. ``timeout``: seconds without a byte before a request fails
-    (for mlx_lm.server, which answers only when done, the whole reply must fit in it).
+    (for mlx_lm.server, which answers only when done: one piece of a reply, or the whole
+    reply where it is asked for whole; ``engine.remote.pieces``).
     ``chat_template``: a local tokenizer folder whose template renders chats client-side
     so a server that cannot continue an assistant message (mlx_lm.server) still can be
     continued through ``/v1/completions``.
@@ -151,6 +151,7 @@ class RemoteBackend:
         writer.model = source
         stage = kind.default_stage if writer.stage == "auto" else writer.stage
         self.info = served_model_info(kind, self.base_url, source, stage, writer.stage == "auto", writer.chat, note)
+        writer.prepare()  # the chat template a reply in pieces continues with, read before the first reply
         if progress is not None:
             progress("connected", 1.0)
         return self.info
@@ -247,13 +248,22 @@ class RemoteBackend:
         kind = self._writer.require_kind()
         path, body = self._writer.body(req)
         req.generation += 1
-        read_chosen = None
+        read_chosen = keep = None
         if kind.streams_logprobs:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        elif not req.params.greedy:  # one request: the chosen tokens are read from its text
-            read_chosen = req.params.top_logprobs
-        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", read_chosen)
+        else:
+            if not req.params.greedy:  # the chosen tokens are read from the answer's text
+                read_chosen = req.params.top_logprobs
+            req.whole = self._writer.whole_reason(req.params)
+            req.overlap = self._writer.overlap(req) if req.params.greedy and req.pieces and not req.whole else ()
+            if req.overlap:
+                path, body = resume_body(self._writer, req)
+            size, asked = piece_size(req.pieces), body["max_tokens"] - len(req.overlap)
+            if not req.whole and asked > size and len(req.overlap) <= MAX_OVERLAP:  # engine.remote.pieces
+                body["max_tokens"], keep = len(req.overlap) + size + 1, len(req.overlap) + size
+            req.pieces += 1
+        job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", read_chosen, keep)
         req.future = self._http().submit(job)
 
     def _stop(self, req: RemoteRequest) -> None:
@@ -294,18 +304,31 @@ class RemoteBackend:
         if what == PROGRESS:
             self._pending.append(PrefillProgress(req.id, payload[0], payload[1]))
         elif what == CHUNK:
+            if req.overlap and not drop_overlap(payload, req.overlap):
+                at = req.index - len(req.overlap)
+                error = RemoteError(f"the server's greedy reply changed when asked again from token {at}.")
+                self._finish(req, FinishReason.ERROR, error)
+                return
+            req.overlap = ()
             for token, phase in phased_tokens(payload, req):
                 self._pending.append(self._token_step(req, token, phase))
-            read_usage(req, payload.usage)
+            if req.pieces <= 1:  # a later piece's prompt holds the reply so far
+                read_usage(req, payload.usage)
         elif what == DONE:
             finish, usage = payload
-            read_usage(req, usage)
-            self._finish(req, server_reason(finish))
+            if req.pieces <= 1:
+                read_usage(req, usage)
+            if finish == CUT and req.index < req.params.max_tokens:
+                self._launch(req)  # the next piece continues the reply so far
+            else:
+                self._finish(req, server_reason(finish))
         elif what == ERROR:
             self._finish(req, FinishReason.ERROR, payload)
 
     def _token_step(self, req: RemoteRequest, token: WireToken, phase: str | None = None) -> TokenStep:
         step = token_step(req, token, self._writer.stage_of(req.params), phase)
+        if phase is None:
+            req.tokens.append((token.token_id, token.text))
         if token.token_id is not None:
             self._pieces[token.token_id] = token.piece
         return step

@@ -45,6 +45,14 @@ class RemoteRequest:
     started: float = field(default_factory=time.perf_counter)
     prompt_tokens: int = 0
     cached_tokens: int | None = None
+    pieces: int = 0
+    """Pieces of the reply asked for so far (``engine.remote.pieces``)."""
+    whole: str = ""
+    """Why the reply was asked for whole ("" when in pieces or streamed)."""
+    tokens: list[tuple[int | None, str]] = field(default_factory=list)
+    """The reply's (id, text) received, while they spell ``prefix`` (``engine.remote.resume``)."""
+    overlap: tuple[tuple[int | None, str], ...] = ()
+    """Tokens the next piece repeats first, to be checked and dropped (``engine.remote.resume``)."""
     phase: str | None = None
     """The phase of the reply's last token: None until the server sent reasoning
     (``engine.remote.reasoning``)."""
@@ -116,9 +124,22 @@ def finished(req: RemoteRequest, reason: FinishReason, error: RemoteError | None
         prompt_tps=None,
         generation_tps=req.generated / elapsed,
         text=req.prefix,
-        error=None if error is None else str(error),
+        error=None if error is None else error_words(req, error),
         exception=error,
     )
+
+
+def error_words(req: RemoteRequest, error: RemoteError) -> str:
+    """The error, and what of the reply it left: the tokens received are kept; a reply
+    asked for whole (nothing received before its end) says why it was."""
+    words = str(error)
+    n = req.generated
+    if n:
+        kept = "it is" if n == 1 else f"all {n} are"
+        words += f" The reply was cut after {n} token{'s' if n != 1 else ''}: {kept} kept."
+    elif req.whole:
+        words += f" Nothing was received: the reply was asked for whole ({req.whole})."
+    return words
 
 
 def read_usage(req: RemoteRequest, usage: Any) -> None:

@@ -15,14 +15,18 @@ from engine.api.errors import EngineError
 from engine.api.params import SamplingParams
 from engine.remote.events import RemoteRequest
 from engine.remote.fields import reasoning_refusals
-from engine.remote.kind import ServerKind
+from engine.remote.kind import NO_CONTINUE, ServerKind
+from engine.remote.pieces import whole_reason
+from engine.remote.resume import canonical_prefix
 from engine.remote.servers import build_request, stage_for, unsupported
+from engine.remote.template import ChatTemplate
 
 
 class RequestWriter:
     """``stage``: what the user said the server's logprobs are (``auto``: its kind's);
     ``chat``: ``/v1/chat/completions`` rather than ``/v1/completions``; ``chat_template``: a
-    local tokenizer folder whose template renders the chat client-side."""
+    local tokenizer folder whose template renders the chat client-side (None: the served
+    model's own, where its tokenizer is readable here: ``engine.remote.template``)."""
 
     def __init__(self, stage: str, chat: bool, chat_template: str | None) -> None:
         self.stage, self.chat = stage, chat
@@ -34,8 +38,7 @@ class RequestWriter:
         """The server's context per request where it says it (llama.cpp), else 0."""
         self.enable_thinking: bool | None = None
         """The chat template's ``enable_thinking``, sent as ``chat_template_kwargs`` (None: not sent)."""
-        self._chat_template = chat_template
-        self._template: Any = None
+        self._template = ChatTemplate(chat_template)
 
     def require_kind(self) -> ServerKind:
         if self.kind is None or self.model is None:
@@ -63,26 +66,62 @@ class RequestWriter:
     def body(self, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
         """The path and body to send for ``req`` now; refuses what cannot be sent."""
         kind = self.require_kind()
-        render = self._render if self._chat_template is not None else None
-        path, body = build_request(
-            kind,
-            req.params,
-            req.messages,
-            req.prefix,
-            req.index,
-            self.model or "",
-            self.chat,
-            self.stage,
-            render,
-            self.context,
-        )
+        # Read the template only when a continuation needs it (a branch, a later piece).
+        render = self._render if self._needs_template() and (not req.prefix or self._can_render()) else None
+        try:
+            path, body = build_request(
+                kind,
+                req.params,
+                req.messages,
+                req.prefix,
+                req.index,
+                self.model or "",
+                self.chat,
+                self.stage,
+                render,
+                self.context,
+            )
+        except EngineError as exc:
+            problem = self._template.problem
+            raise (EngineError(f"{exc} (The template was not read: {problem}.)") if problem else exc) from None
         if self.enable_thinking is not None and "messages" in body:  # vLLM, SGLang, llama.cpp, mlx_lm.server
             body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
         return path, body
 
-    def _render(self, messages: Sequence[dict[str, str]]) -> str:
-        if self._template is None:
-            from transformers import AutoTokenizer
+    def prepare(self) -> None:
+        """Read the chat template now (once connected), where a reply may need it, so the
+        first reply does not wait for it."""
+        if self._needs_template() and not self.require_kind().streams_logprobs:
+            self._can_render()
 
-            self._template = AutoTokenizer.from_pretrained(self._chat_template)
-        return self._template.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+    def _needs_template(self) -> bool:
+        kind = self.require_kind()
+        return self.chat and kind.continue_chat == NO_CONTINUE
+
+    def _can_render(self) -> bool:
+        return self._needs_template() and self._template.tokenizer(self.model or "") is not None
+
+    def _render(self, messages: Sequence[dict[str, str]]) -> str:
+        return self._template.render(self.model or "", messages, self.enable_thinking)
+
+    def overlap(self, req: RemoteRequest) -> tuple[tuple[int | None, str], ...]:
+        """The reply's tokens after the longest start whose text encodes to exactly its
+        tokens (``engine.remote.resume``): () where all do, or where it cannot be told."""
+        tokens = req.tokens
+        if not self._can_render() or "".join(x for _, x in tokens) != req.prefix:
+            return ()
+        tok = self._template.tokenizer(self.model or "")
+        j = canonical_prefix(tok, self._render(req.messages), tokens)
+        return tuple(tokens[j:])
+
+    def whole_reason(self, params: SamplingParams) -> str:
+        """Why a reply under ``params`` is asked for whole ("" when in pieces:
+        ``engine.remote.pieces``); reads the chat template the first time it is needed."""
+        kind = self.require_kind()
+        if kind.streams_logprobs:
+            return whole_reason(kind, params, self.chat, "", False)
+        problem, thinks = "", False
+        if self._needs_template():
+            problem = "" if self._can_render() else self._template.problem
+            thinks = not problem and self.enable_thinking is not False and self._template.thinks(self.model or "")
+        return whole_reason(kind, params, self.chat, problem, thinks)

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from engine.remote.chosen import chosen_from_text
+from engine.remote.pieces import keep_first
 from engine.remote.wire import (
     RemoteError,
     WireChunk,
@@ -48,6 +49,9 @@ class Job:
     """mlx_lm.server, sampled: the chosen tokens are read from the reply's text among its
     top lists (``engine.remote.chosen``), each list cut to this many candidates; None:
     greedy, the chosen token is each list's most likely."""
+    keep: int | None = None
+    """A piece of a reply (``engine.remote.pieces``): the tokens kept of the ``keep + 1``
+    asked for; None: the whole reply."""
 
 
 # What a job puts on the queue: (kind, request_id, generation, payload).
@@ -195,6 +199,8 @@ class Transport:
             chunk.entries = chosen_from_text(chunk.entries, chunk.text, job.read_chosen, silent)
         else:
             chunk.entries = [_most_likely(e) for e in chunk.entries]
+        if job.keep is not None:
+            keep_first(chunk, job.keep)  # the reply goes on: its finish is then pieces.CUT
         self._put(CHUNK, job, chunk)
         self._put(DONE, job, (chunk.finish_reason or "stop", chunk.usage))
 

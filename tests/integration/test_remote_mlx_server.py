@@ -249,7 +249,8 @@ def test_cancel_and_cli_remote_json(mlx_server, capsys):
 
 def test_chat_branch_through_a_local_chat_template(mlx_server, local):
     """mlx_lm.server cannot continue an assistant message; with the model's template
-    rendered here the branch goes through /v1/completions and equals the local one."""
+    rendered here (read from the served folder) the branch goes through /v1/completions and
+    equals the local one; where no template is readable the branch is refused, saying why."""
     from engine.api.errors import EngineError
     from engine.api.events import TokenStep
     from engine.api.params import SamplingParams
@@ -262,15 +263,16 @@ def test_chat_branch_through_a_local_chat_template(mlx_server, local):
     want = []
     while local.has_work():
         want += [e for e in local.step() if isinstance(e, TokenStep) and e.request_id == started.request_id]
-    plain = _remote(mlx_server)
-    try:
-        with pytest.raises(EngineError, match="cannot continue an assistant message"):
+    plain = _remote(mlx_server, chat_template=str(Path(resolve("default")[1]) / "missing"))
+    try:  # no readable template: refused, with why
+        with pytest.raises(EngineError, match="cannot continue an assistant message.*was not read"):
             plain.continue_reply(
                 CHAT, [first[0].token_id], forced.token_id, params, output_text=first[0].text, forced_text=forced.text
             )
     finally:
         plain.close()
-    backend = _remote(mlx_server, chat_template=resolve("default")[1])
+    # No chat_template given: the served model's id is its folder here, whose template is read.
+    backend = _remote(mlx_server)
     try:
         rid = backend.continue_reply(
             CHAT, [first[0].token_id], forced.token_id, params, output_text=first[0].text, forced_text=forced.text

@@ -77,6 +77,15 @@ def mlx_lm_server(folder: Path, workdir: Path, fresh_home: bool = False) -> Iter
     """``mlx_lm.server`` serving the model ``folder`` (its model id is the folder's path) on
     127.0.0.1: its base URL while the block runs; the server is stopped afterwards. Its
     requests are logged, one line each, in ``workdir / "server.log"``."""
+    with mlx_lm_server_process(folder, workdir, fresh_home) as (url, _proc):
+        yield url
+
+
+@contextlib.contextmanager
+def mlx_lm_server_process(
+    folder: Path, workdir: Path, fresh_home: bool = False
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`mlx_lm_server`, with its process too (a test that stops the server mid-reply)."""
     port = free_port()
     log_path = workdir / "server.log"
     env = server_env(workdir, fresh_home)
@@ -87,9 +96,10 @@ def mlx_lm_server(folder: Path, workdir: Path, fresh_home: bool = False) -> Iter
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, log_path, path="/health" if fresh_home else "/v1/models")
-        yield url
+        yield url, proc
     finally:
-        stop(proc)
+        if proc.poll() is None:
+            stop(proc)
 
 
 def posts(workdir: Path) -> int:

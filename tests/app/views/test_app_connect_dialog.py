@@ -49,3 +49,42 @@ def test_the_keychain_sentence_shows_only_when_a_key_is_used(qtbot, dialog):
     qtbot.keyClick(combo, Qt.Key.Key_Up)
     assert combo.currentData() == keys.NONE
     assert "keychain" not in shown_words(dialog).lower() and not dialog.key_note.isVisible()
+
+
+def _fully_shown(label: QLabel) -> bool:
+    """Every wrapped line of ``label`` fits in the height it was given, inside the dialog."""
+    bottom = label.mapTo(label.window(), label.rect().bottomLeft()).y()
+    return label.height() >= label.heightForWidth(label.width()) and bottom <= label.window().height()
+
+
+def test_the_models_advice_is_readable_the_server_said_what_it_can_do_and_the_model_is_remembered(qtbot, tmp_path):
+    """mlx_lm.server on a fresh home lists no models: its advice is the longest sentence the
+    dialog shows, and it was cut after its second line; the model typed was forgotten."""
+    from app.views.connect_dialog import ConnectDialog
+    from engine.remote.abilities import abilities
+    from engine.remote.listing import HUB_CACHE_HINT, ServerListing
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    listing = ServerListing("mlx_lm", [], f"its /v1/models answer is empty; {HUB_CACHE_HINT}")
+    dialog = ConnectDialog(settings, probe=lambda url, **options: listing)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    qtbot.mouseClick(dialog.list_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: HUB_CACHE_HINT in dialog.server_label.text() and not dialog.probing)
+    qtbot.wait(50)
+    assert _fully_shown(dialog.server_label)
+    # What the server can and cannot do, from its kind's own data, before any reply.
+    assert dialog.abilities.isVisible() and _fully_shown(dialog.abilities)
+    for sentence in abilities("mlx_lm"):
+        assert sentence in dialog.abilities.text()
+    assert "no logprobs" in dialog.abilities.text() and "cannot continue" in dialog.abilities.text()
+    model = "/models/SmolLM2-135M-Instruct"
+    qtbot.keyClicks(dialog.model.lineEdit(), model)
+    qtbot.mouseClick(dialog.buttons.button(dialog.buttons.StandardButton.Ok), Qt.MouseButton.LeftButton)
+    again = ConnectDialog(settings, probe=lambda url, **options: listing)
+    qtbot.addWidget(again)
+    assert again.model.currentText() == model  # offered again next time
+    qtbot.mouseClick(again.list_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not again.probing)
+    assert again.model.currentText() == model  # a listing without models keeps it

@@ -201,6 +201,7 @@ def test_a_stream_cut_mid_reply_keeps_the_tokens_that_arrived(standin):
     done = _finished(events)
     assert done.finish_reason == "error" and done.text == " t0 t1" and done.generated_tokens == 2
     assert isinstance(done.exception, RemoteError) and "before the reply finished" in done.error
+    assert "The reply was cut after 2 tokens: all 2 are kept." in done.error  # says what is kept
 
 
 def test_a_400_carries_the_servers_message(standin, capsys):
@@ -255,6 +256,7 @@ def test_a_stalled_stream_times_out(standin):
         backend.close()
     done = _finished(events)
     assert done.text == " t0" and "sent nothing for 0.5 s" in str(done.error) and waited < 2.5
+    assert "The reply was cut after 1 token: it is kept." in str(done.error)
 
 
 def test_a_live_change_continues_from_the_text_so_far(standin):

@@ -1,0 +1,76 @@
+"""Where a greedy reply in pieces can be continued token for token.
+
+A piece continues the reply as text (``/v1/completions`` takes a string and encodes it), so
+the server sees the tokenizer's own split of that text. Where the model wrote a split of
+its own (SmolLM2 writes ``"\\n\\n"`` as two ``"\\n"`` tokens, which the text encodes as one)
+the continuation would be conditioned on other tokens than the reply's, and a greedy reply
+could differ from the server's own whole reply. So, for a greedy reply whose template is
+read here, the next piece continues from the longest start of the reply whose text encodes
+to exactly its tokens, and asks the server again for the tokens after it (the *overlap*):
+greedy, they come back the same and are dropped; more than ``MAX_OVERLAP`` and the rest of
+the reply is asked for in one request (no piece would stream any more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from engine.remote.events import RemoteRequest
+from engine.remote.wire import WireChunk
+
+if TYPE_CHECKING:
+    from engine.remote.request_writer import RequestWriter
+
+MAX_OVERLAP = 64
+
+
+def canonical_prefix(tok: Any, base: str, tokens: Sequence[tuple[int | None, str]]) -> int:
+    """How many of the reply's ``tokens`` (id, text) the text ``base + their texts`` encodes
+    to exactly (``base``: the rendered chat); all of them where ids are missing."""
+    ids = [t for t, _ in tokens]
+    if not tokens or any(t is None for t in ids):
+        return len(tokens)
+    texts = [x for _, x in tokens]
+    start = tok(base)["input_ids"]
+
+    def encodes(j: int) -> list[int]:
+        return tok(base + "".join(texts[:j]))["input_ids"]
+
+    got = encodes(len(tokens))
+    want = start + ids
+    if got == want:
+        return len(tokens)
+    first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+    j = max(0, min(len(tokens), first - len(start)))
+    while j > 0 and encodes(j) != start + ids[:j]:
+        j -= 1
+    return j
+
+
+def drop_overlap(chunk: WireChunk, overlap: Sequence[tuple[int | None, str]]) -> bool:
+    """Drop the repeated ``overlap`` from the start of a piece's answer; False when the
+    server's tokens there are not the reply's (the reply then cannot go on unchanged)."""
+    n = len(overlap)
+    head = chunk.entries[:n]
+    if len(head) < n or any(e.token_id != t for e, (t, _) in zip(head, overlap, strict=True)):
+        return False
+    del chunk.entries[:n]
+    text = "".join(x for _, x in overlap)
+    for repeated in (text, text.lstrip(" ")):  # mlx-lm's detokenizer drops a reply's leading space
+        if chunk.text.startswith(repeated):
+            chunk.text = chunk.text[len(repeated) :]
+            break
+    return True
+
+
+def resume_body(writer: RequestWriter, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
+    """The request continuing from the reply's start before ``req.overlap``, which the
+    server is asked for again."""
+    full, index = req.prefix, req.index
+    cut = len("".join(x for _, x in req.overlap))
+    req.prefix, req.index = full[: len(full) - cut], index - len(req.overlap)
+    try:
+        return writer.body(req)
+    finally:
+        req.prefix, req.index = full, index
