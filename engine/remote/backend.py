@@ -258,7 +258,7 @@ class RemoteBackend:
             req.whole = self._writer.whole_reason(req.params)
             req.overlap = self._writer.overlap(req) if req.params.greedy and req.pieces and not req.whole else ()
             if req.overlap:
-                path, body = resume_body(self._writer, req)
+                path, body = resume_body(self._writer.body, req)
             size, asked = piece_size(req.pieces), body["max_tokens"] - len(req.overlap)
             if not req.whole and asked > size and len(req.overlap) <= MAX_OVERLAP:  # engine.remote.pieces
                 body["max_tokens"], keep = len(req.overlap) + size + 1, len(req.overlap) + size

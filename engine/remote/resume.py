@@ -13,14 +13,11 @@ the reply is asked for in one request (no piece would stream any more).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from engine.remote.events import RemoteRequest
 from engine.remote.wire import WireChunk
-
-if TYPE_CHECKING:
-    from engine.remote.request_writer import RequestWriter
 
 MAX_OVERLAP = 64
 
@@ -64,13 +61,15 @@ def drop_overlap(chunk: WireChunk, overlap: Sequence[tuple[int | None, str]]) ->
     return True
 
 
-def resume_body(writer: RequestWriter, req: RemoteRequest) -> tuple[str, dict[str, Any]]:
+def resume_body(
+    body: Callable[[RemoteRequest], tuple[str, dict[str, Any]]], req: RemoteRequest
+) -> tuple[str, dict[str, Any]]:
     """The request continuing from the reply's start before ``req.overlap``, which the
-    server is asked for again."""
+    server is asked for again (``body``: the request writer's, which imports this module)."""
     full, index = req.prefix, req.index
     cut = len("".join(x for _, x in req.overlap))
     req.prefix, req.index = full[: len(full) - cut], index - len(req.overlap)
     try:
-        return writer.body(req)
+        return body(req)
     finally:
         req.prefix, req.index = full, index
