@@ -73,6 +73,10 @@ class ScoreActions:
     def _first_event(self, *_args: object) -> None:
         self.controller()
 
+    def colour_choice(self, shown: bool) -> bool:
+        """The colour switch as the person set it: ``shown`` unless scoring switched it on."""
+        return self._controller.colour_choice() if self._controller is not None else shown
+
     def replay_needs(self) -> str:
         """Chat → Replay needs a token of a saved reply selected (``Scoring.start_replay``'s rule)."""
         selection = self.context.model.selection

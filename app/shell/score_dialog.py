@@ -74,6 +74,12 @@ class ScoreController(QObject):
         events.selection_changed.connect(self._on_selection)
         # A scored text's figures are its conversation's and its model's: gone with either.
         events.conversation_changed.connect(self._clear_figures)
+        # Scoring switches the colours on to show the scored text; that is not the person's
+        # choice: it goes with the conversation (it stayed on for every later chat) and is
+        # not saved, unless they touch the switch themselves meanwhile.
+        self.colour_forced = False
+        parts.color_toggle.toggled.connect(self._on_colour_toggled)
+        events.conversation_changed.connect(self._give_colour_back)
         worker.model_loaded.connect(self._clear_figures)  # a slot of this object: queued to the GUI thread
         for name in ("selection_changed", "entries_changed", "stream_renamed"):
             getattr(events, name).connect(lambda *_: self.draw_surprisal())
@@ -100,12 +106,27 @@ class ScoreController(QObject):
             return False
         self.overlay.clear()
         self.perplexity_label.setText("")
-        self.parts.color_toggle.setChecked(True)
         reply = self.scoring.score_text(text, self.parts.panel.controls.current, prompt)
         if reply is None:
             return False
+        toggle = self.parts.color_toggle  # switched on in the scored text's new conversation
+        if not toggle.isChecked():
+            toggle.setChecked(True)
+            self.colour_forced = True  # after the toggle's own slot, which clears it
         self.draw_surprisal()
         return True
+
+    def _on_colour_toggled(self, _on: bool) -> None:
+        self.colour_forced = False  # the person's own choice from now on
+
+    def _give_colour_back(self, *_args) -> None:
+        """Another conversation: the colours scoring switched on go off again."""
+        if self.colour_forced:
+            self.parts.color_toggle.setChecked(False)  # clears the flag
+
+    def colour_choice(self) -> bool:
+        """The colour switch as the person set it (what is saved between sessions)."""
+        return self.parts.color_toggle.isChecked() and not self.colour_forced
 
     def draw_surprisal(self) -> None:
         self.surprisal.show(self.scoring.scored_steps())

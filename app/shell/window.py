@@ -404,7 +404,8 @@ class MainWindow(QMainWindow):
             self._on_system_prompt()
             self._closed = True
             self.clock.timer.stop()
-            save_settings(self.docks, self.settings, self.color_toggle, self.model)
+            colour = self.scoring.colour_choice(self.color_toggle.isChecked())
+            save_settings(self.docks, self.settings, colour, self.model)
             if self.window_actions.help_window is not None:  # a window of its own: it goes with the app
                 self.window_actions.help_window.close()
             self.compare_models.cancel()  # its generator is closed before the engine's thread ends

@@ -37,12 +37,13 @@ def restore_settings(
     set_theme(str(settings.value("theme", "system")))
 
 
-def save_settings(docks: Docks, settings: QSettings, color_toggle: QAbstractButton, model: ChatModel) -> None:
+def save_settings(docks: Docks, settings: QSettings, color_tokens: bool, model: ChatModel) -> None:
+    """``color_tokens``: the colour switch as the person set it (not as scoring left it)."""
     window = docks.window
     settings.setValue("geometry", window.saveGeometry())
     settings.setValue("window_state", window.saveState())
     settings.setValue("params", json.dumps(docks.panel.controls.current.to_dict()))
-    settings.setValue("color_tokens", "true" if color_toggle.isChecked() else "false")
+    settings.setValue("color_tokens", "true" if color_tokens else "false")
     docks.panel.save()
     if model.conversation is not None:
         settings.setValue("conversation", model.conversation.id)
