@@ -29,7 +29,10 @@ def with_seed(params: SamplingParams) -> SamplingParams:
 
 def reply_seed(params: SamplingParams, steps: list[TokenStep]) -> int | None:
     """The seed a reply was written with: the one it was sent with, else (a reply saved
-    before seeds were drawn at send) the seed its last token records."""
+    before seeds were drawn at send) the seed its last token records. None for a scored
+    text: it was given, not drawn, so no seed wrote it (its header showed one to reuse)."""
+    if steps and steps[0].rank is not None:
+        return None
     if params.seed is not None:
         return params.seed
     return steps[-1].params.seed if steps else None
