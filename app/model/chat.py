@@ -41,6 +41,9 @@ class ChatModel:
         self.events = ChatEvents()
         self.conversation: Conversation | None = None
         self.system_prompt = system_prompt
+        self.new_chat_system = system_prompt
+        """What a new chat starts with: the default, or the last one the person typed; never a
+        prompt an opened conversation (an imported export's empty one) brought with it."""
         self.thread: list[Message] = []
         self.replies: dict[int, Reply] = {}
         self.live_runs: dict[int, CompareRun] = {}  # by group id
@@ -236,7 +239,7 @@ class ChatModel:
     def set_system_prompt(self, text: str) -> None:
         if text == self.system_prompt:
             return
-        self.system_prompt = text
+        self.system_prompt = self.new_chat_system = text  # typed: the person's, for new chats too
         if self.conversation is not None:
             self.store.writes.update_conversation(self.conversation.id, system_prompt=text)
         self.refresh()
@@ -294,6 +297,7 @@ class ChatModel:
     def new_chat(self) -> None:
         self.generation.stop()
         self.conversation = None
+        self.system_prompt = self.new_chat_system
         self.thread, self.runs, self.branches = [], {}, {}
         self.unanswered = {}
         self.selection, self.follow_latest, self.followed = None, True, None

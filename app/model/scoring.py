@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.model.replay import Replay, compare
 from app.model.reply_analysis import Refusal
+from app.model.reply_checks import prompt_less_text
 from app.model.scored import ReplayJob, ReplayRun, replay_job, score_prompt, start_score
 from app.model.streams import Reply, StreamKey, TokenRef
 from engine.api.events import FinishReason, ScoreDone, TokenStep
@@ -231,7 +232,10 @@ class Scoring:
         source["precision"], source["backend"] = branch.precision, branch.backend
         prompt = score_prompt(user.content) if user is not None else None
         done, interrupted = self.done_of.get(stream), branch.finish_reason == FinishReason.INTERRUPTED
-        return scored(branch.text, prompt, branch.steps[0].params, branch.steps, done, source, interrupted)
+        # A text scored without a prompt: its first token was the context, which the saved
+        # reply's text leaves out; the export's "text" is the text as it was given, whole.
+        text = (prompt_less_text(model, message, branch) if prompt is None else None) or branch.text
+        return scored(text, prompt, branch.steps[0].params, branch.steps, done, source, interrupted)
 
     def export(self, what: str, path: str | Path, data: ExportData | None = None) -> Path | None:
         """Write File → Export ``what`` (or ``data``, its :meth:`export_data` read before) to

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 
+from app.model.scored import IMPORTED_LABEL, score_label
 from app.store.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore
 from app.store.journal_read import JournalReply, journal_replies
 from engine.api.codec import score_done_fields
@@ -173,6 +174,21 @@ def scored(
 # ExportData -> store (import) ------------------------------------------------------------------------
 
 
+def scored_turn(text: str, prompt: str | None, steps: list[TokenStep]) -> tuple[str, str]:
+    """The user turn and the reply's text of an imported scored text, as scoring saved them:
+    with a prompt, the prompt and the text; without one, the text's label (``score_label``:
+    what rebuilds the whole text, its context token included, for Compare models and the
+    logit lens) and the scored tokens' text. The copy read "(scored text)" as a prompt and
+    reached another perplexity. An export whose text lacks the context (written before it
+    kept it) is kept as it is."""
+    if prompt is not None:
+        return prompt, text
+    scored_text = "".join(step.text for step in steps)
+    if text.strip() and scored_text and text.endswith(scored_text) and len(text) > len(scored_text):
+        return score_label(text), scored_text
+    return (score_label(text) if text.strip() else IMPORTED_LABEL), text
+
+
 def to_store(data: ExportData, store, title_prefix: str = "") -> int:
     """Write an imported conversation (or reply, or compare run) into ``store`` as a new
     conversation; returns its id. A scored text becomes one user turn and its scored reply."""
@@ -181,13 +197,14 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
     conv = store.writes.new_conversation(data.system_prompt, title_prefix + (data.title or "Imported"))
     if data.score is not None:
         s = data.score
-        user = store.writes.add_user_message(conv.id, s.prompt or "(scored text)", None)
+        user_turn, text = scored_turn(s.text, s.prompt, s.steps)
+        user = store.writes.add_user_message(conv.id, user_turn, None)
         reply = store.writes.add_assistant_message(conv.id, user.id)
         name, source = data.model.get("name", ""), data.model.get("source")
         store.writes.add_branch(
             reply.id,
             s.steps,
-            s.text,
+            text,
             FinishReason.INTERRUPTED if s.interrupted else FinishReason.SCORED,
             name,
             s.params,

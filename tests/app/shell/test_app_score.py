@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from app.model.chat import DEFAULT_SYSTEM  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 
@@ -55,15 +56,34 @@ def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
     assert recs[0]["kind"] == "score" and recs[-1]["type"] == "score_done"
     assert sum(r["type"] == "token" for r in recs) == len(steps)
     assert all("rank" in r for r in recs if r["type"] == "token")
+    # The text as given, its first (context) token included: the export dropped it, and the
+    # copy's Compare models then read another perplexity.
+    original_text = whole_text_of(window, branch)
+    assert original_text is not None and TEXT.strip().startswith(original_text.strip()[:40])
+    assert recs[1]["type"] == "score" and recs[1]["text"] == original_text and recs[1]["prompt"] is None
+    assert len(original_text) > len(branch.text) and original_text.endswith(branch.text)
     conversation = scoring.open_export(str(out))
     assert conversation is not None and window.model.conversation.id == conversation
     reopened = scored_branch(window)
     assert [s.token_id for s in reopened.steps] == [s.token_id for s in steps]
+    assert reopened.text == branch.text and whole_text_of(window, reopened) == original_text
+    # Opening it shows its own (empty) system prompt; a new chat has the default again.
+    assert window.system_prompt.text() == ""
+    window.new_chat()
+    assert window.system_prompt.text() == DEFAULT_SYSTEM and window.model.system_prompt == DEFAULT_SYSTEM
     # plots
     for name in ("t.png", "t.svg", "i.png", "i.svg"):
         scoring.export_plot("timeline" if name[0] == "t" else "inspector", str(tmp_path / name))
         assert (tmp_path / name).stat().st_size > 100
     close_window(window)
+
+
+def whole_text_of(window, branch) -> str | None:
+    """What Compare models and the logit lens rebuild a prompt-less scored text from."""
+    from app.model.reply_checks import prompt_less_text
+
+    message = next(m for m in window.model.thread if any(b.id == branch.id for b in m.branches))
+    return prompt_less_text(window.model, message, branch)
 
 
 class SlowScoring:
