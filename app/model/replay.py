@@ -30,7 +30,9 @@ class Replay:
     chosen_prob: list[float] = field(default_factory=list)
     """exp(logprob after the last new stage) of the reply's token at each position (0 if removed)."""
     removed: list[int] = field(default_factory=list)
-    """Positions whose token the new settings would have removed (and the stage that did)."""
+    """Positions whose token the new settings would have removed (and the stage that did)
+    where the original settings kept it: a scored text's token the original chain removed
+    too (a text is given, not drawn) is no change."""
     removed_by: dict[int, str] = field(default_factory=dict)
     differs: list[int] = field(default_factory=list)
     """Positions where the new settings' most likely token is not the original settings'."""
@@ -48,7 +50,7 @@ def compare(original: list[TokenStep], replayed: list[TokenStep], params: Sampli
         lp = new.logprobs[-1]
         out.chosen_prob.append(math.exp(lp) if lp != -math.inf else 0.0)
         chosen = next((c for c in new.top if c.token_id == new.token_id), None)
-        if lp == -math.inf:
+        if lp == -math.inf and old.logprobs[-1] != -math.inf:
             out.removed.append(new.index)
             out.removed_by[new.index] = chosen.removed_by if chosen is not None and chosen.removed_by else "?"
         top = top_token(new)

@@ -38,6 +38,9 @@ class ReplayJob:
     messages: Messages
     output: tuple[int, ...]
     params: SamplingParams
+    text: str | None = None
+    """A text scored without a prompt, whole: replayed as it was scored, its first token the
+    context (``EngineSession.replay_text``); rendered as a chat it read another text."""
 
 
 @dataclass
@@ -121,8 +124,9 @@ def start_score(model, text: str, params: SamplingParams, prompt: str | None = N
     return reply
 
 
-def replay_job(model, stream, params: SamplingParams, tag: int) -> ReplayJob | None:
-    """The job that replays the saved reply ``stream`` under ``params``."""
+def replay_job(model, stream, params: SamplingParams, tag: int, text: str | None = None) -> ReplayJob | None:
+    """The job that replays the saved reply ``stream`` under ``params`` (``text``: the whole
+    text of a reply that is a text scored without a prompt, ``prompt_less_text``)."""
     message = model.message_of(stream) if stream is not None else None
     steps = model.steps_of(stream)
     if message is None or message.role != "assistant" or not steps:
@@ -130,4 +134,4 @@ def replay_job(model, stream, params: SamplingParams, tag: int) -> ReplayJob | N
     ids = tuple(s.token_id for s in steps)
     if any(t is None for t in ids):
         return None  # a server's reply without token ids: nothing to replay
-    return ReplayJob(tag, model.context_for(message), tuple(t for t in ids if t is not None), params)
+    return ReplayJob(tag, model.context_for(message), tuple(t for t in ids if t is not None), params, text)

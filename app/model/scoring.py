@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.model.replay import Replay, compare
 from app.model.reply_analysis import Refusal
-from app.model.reply_checks import prompt_less_text
+from app.model.reply_checks import branch_of, prompt_less_text
 from app.model.scored import ReplayJob, ReplayRun, replay_job, score_prompt, start_score
 from app.model.streams import Reply, StreamKey, TokenRef
 from engine.api.events import FinishReason, ScoreDone, TokenStep
@@ -122,7 +122,9 @@ class Scoring:
             return Refusal("")
         if any(s.token_id is None for s in model.steps_of(stream)):
             return Refusal(NO_IDS)
-        job = replay_job(model, stream, params, model.generation.new_id())
+        message, branch = model.message_of(stream), branch_of(model, stream)
+        text = prompt_less_text(model, message, branch) if branch is not None else None
+        job = replay_job(model, stream, params, model.generation.new_id(), text)
         if job is None:
             return Refusal(NOT_SAVED)
         self.clear_replay()

@@ -325,6 +325,8 @@ class EngineWorker(QObject):
                 raise EngineError(f"{need}: {why}")
             if isinstance(job, ScoreJob):
                 events = session.score_text(job.text, job.params, job.prompt, request_id=job.tag)
+            elif job.text is not None:  # a text scored without a prompt: as it was scored
+                events = session.replay_text(job.text, job.output, job.params, request_id=job.tag)
             else:
                 events = session.replay(job.messages, job.output, job.params, request_id=job.tag)
             events = iter(events)

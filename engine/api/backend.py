@@ -201,6 +201,18 @@ class Backend(Protocol):
         """A stored reply through the chain under ``params`` (``capabilities.replay``)."""
         ...
 
+    def replay_text(
+        self,
+        text: str,
+        output: Sequence[int],
+        params: SamplingParams | Sequence[SamplingParams],
+        chunk: int | None = None,
+        request_id: int = 0,
+    ) -> Iterator[Event]:
+        """A text scored without a prompt, replayed as ``score_text`` read it (its first token
+        the context; ``capabilities.replay``)."""
+        ...
+
     def check_fidelity(self, messages: Messages, output: Sequence[int], chunk: int = 64) -> Iterator[TokenFidelity]:
         """A reply in the running precision against float32 (``capabilities.fidelity``): one
         ``engine.api.results.TokenFidelity`` per reply token."""

@@ -205,7 +205,7 @@ class RemoteBackend:
 
     # What needs the model's whole distribution or its layers: refused with the declared reason.
     score_text = Refused("score")
-    replay = Refused("replay")
+    replay = replay_text = Refused("replay")
     check_fidelity = Refused("fidelity")
     load_second = compare_reply = compare_text = Refused("compare_models")
     lens_reply = lens_text = Refused("logit_lens")

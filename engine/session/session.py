@@ -248,6 +248,30 @@ class EngineSession:
         context = self.prompt_for(messages)
         return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
 
+    def replay_text(
+        self,
+        text: str,
+        output: Sequence[int | None],
+        params: SamplingParams | Sequence[SamplingParams],
+        chunk: int | None = None,
+        request_id: int = 0,
+    ):
+        """A text scored without a prompt, replayed as :meth:`score_text` scored it (its first
+        token the context, not a chat around it): ``output`` must be the tokens the text
+        gives after that one, else an ``EngineError`` before anything runs."""
+        from engine.analysis.score import score
+
+        ids = token_ids(output)
+        scheduler = self.scheduler
+        context, targets = scored_text(scheduler.loaded.tokenizer, text, None)
+        if list(targets) != ids:
+            raise EngineError("the scored text does not tokenize to the reply's tokens: it cannot be replayed.")
+        if chunk is None:
+            from engine.runtime.chunking import first_size
+
+            chunk = self._prefill_chunk or first_size()
+        return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
+
     # Compare models (engine/session/compare.py) ----------------------------------------------
 
     def load_second(

@@ -186,3 +186,22 @@ def test_score_equals_generate_on_the_default_model(smollm):
     assert worst < 1e-4, worst
     for a, b in zip(replay, steps, strict=True):
         assert [c.token_id for c in a.top][:5] == [c.token_id for c in b.top][:5]
+
+
+def test_a_prompt_less_text_replays_as_it_was_scored(tiny_folder):
+    """``replay_text``: the text's first token is the context, as ``score_text`` read it; a
+    text that does not give the reply's tokens is refused before anything runs."""
+    from engine.api.errors import EngineError
+    from engine.api.events import TokenStep
+    from engine.session.session import EngineSession
+
+    session = EngineSession()
+    session.load(str(tiny_folder))
+    params = SamplingParams(temperature=1.0, seed=3, xtc_probability=0.5, xtc_threshold=0.01, top_logprobs=5)
+    text = "the hat in the tin is the hat of the man"
+    scored_steps = [e for e in session.score_text(text, params) if isinstance(e, TokenStep)]
+    output = [s.token_id for s in scored_steps]
+    replayed = [e for e in session.replay_text(text, output, params) if isinstance(e, TokenStep)]
+    assert_same_steps(replayed, scored_steps, 1e-6)
+    with pytest.raises(EngineError, match="does not tokenize"):
+        session.replay_text(text, output[:-1], params)
