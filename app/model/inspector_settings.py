@@ -107,13 +107,26 @@ REMOTE_GREEDY_NOTE = (
 )
 
 
+SCORED_NOTE = (
+    "A scored text's token: given, not drawn. p after the last stage is what the chain the text "
+    "was scored with gives it (0 where a stage removed it); its colour, the timeline's p(raw) and "
+    "the perplexity use the raw distribution."
+)
+
+
 def title_tooltip(
-    params: SamplingParams, forced: bool, precision: str | None = None, chain: tuple[str, ...] = ("temperature",)
+    params: SamplingParams,
+    forced: bool,
+    precision: str | None = None,
+    chain: tuple[str, ...] = ("temperature",),
+    scored: bool = False,
 ) -> str:
     """What the header's "p after <last stage>" is for this token, and the precision its
     reply was computed in (the reply's own record, not the model loaded now). ``chain``:
     the step's stages (a server's step has one, never temperature)."""
-    if forced:
+    if scored:
+        note = SCORED_NOTE
+    elif forced:
         note = FORCED_NOTE
     elif params.greedy:
         note = GREEDY_NOTE if "temperature" in chain else REMOTE_GREEDY_NOTE

@@ -14,6 +14,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from app.model.scored import shading_logprob
 from app.model.textfmt import prob
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
@@ -72,7 +73,7 @@ class StreamSeries:
         for i in range(start, end):
             step = steps[i]
             self._x[i] = step.index
-            self._p[i] = prob(step.logprob)
+            self._p[i] = prob(shading_logprob(step))  # a scored text: raw, as its colours
             self._argmax[i] = step.raw_argmax
             self.stages.update(step.chain)
             if i and is_marked(steps[i - 1].params, step.params):

@@ -32,6 +32,7 @@ from app.model.entries import latest_token
 from app.model.inspector_settings import settings_line, settings_tooltip, title_tooltip
 from app.model.remote_labels import NOT_REPORTED, NOT_SENT, p_label, step_stage_label
 from app.model.reply_origin import ReplyOrigin
+from app.model.scored import is_scored
 from app.model.textfmt import escape, percent, visible
 from app.model.thinking import forced_by_budget, phase_title
 from app.views.bars_view import BarsView
@@ -175,9 +176,10 @@ class InspectorWidget(QWidget):
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
         self.title.setText(self._title_html(step) if step is not None else self._placeholder())
-        self.title.setToolTip(
-            title_tooltip(step.params, step.forced, self.precision, step.chain) if step is not None else ""
-        )
+        if step is None:
+            self.title.setToolTip("")
+        else:
+            self.title.setToolTip(title_tooltip(step.params, step.forced, self.precision, step.chain, is_scored(step)))
         self.settings.setText(f"Settings: {settings_line(step.params)}" if step is not None else "")
         self.settings.setToolTip(settings_tooltip(step.params) if step is not None else "")
 
@@ -189,6 +191,8 @@ class InspectorWidget(QWidget):
 
     def _title_html(self, step: TokenStep) -> str:
         picked = " · picked by hand" if step.forced and not forced_by_budget(step) else ""
+        if is_scored(step):  # forced too, but nobody picked it: the text was given
+            picked = f" · scored text: given, not drawn (rank {step.rank} under raw)"
         if phase := phase_title(step):  # a reasoning model's token: thinking or answer
             picked += f" · {phase}"
         if step.params.greedy and not step.forced:

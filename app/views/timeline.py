@@ -32,6 +32,7 @@ from PySide6.QtWidgets import QComboBox, QGraphicsSimpleTextItem, QHBoxLayout, Q
 
 from app.model.entries import latest_token
 from app.model.remote_labels import p_label
+from app.model.scored import is_scored
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from app.views.theme import LIGHT, Colors
 from app.views.throttle import RedrawClock, own_clock
@@ -293,7 +294,9 @@ class TimelineWidget(QWidget):
         series = self.series
         changed = steps is not series.steps or len(steps) != series.n
         series.update(steps)
-        name = p_label(steps[-1]) if steps else "p(final)"  # a server's numbers: by their stage
+        # A server's numbers: by their stage; a scored text's: raw (after the panel's chain its
+        # given tokens read as removed, while its colours and perplexity are raw).
+        name = ("p(raw)" if is_scored(steps[-1]) else p_label(steps[-1])) if steps else "p(final)"
         if self.prob_plot.getAxis("left").labelText != name:  # an axis label costs a relayout
             self.prob_plot.setLabel("left", name)
         self._update_stage_choices(series.stages)
