@@ -42,6 +42,17 @@ DEFAULT_ENV = "OPENAI_API_KEY"
 KEY_CHOICES = ((keys.NONE, "No API key"), (keys.ENV, "Environment variable"), (keys.KEYCHAIN, "OS keychain"))
 
 
+ITEM_FLAGS_ROLE = Qt.ItemDataRole.UserRole - 1
+"""Where a combo box's QStandardItemModel keeps an item's flags."""
+ITEM_DISABLED = Qt.ItemFlag.ItemIsSelectable.value  # selectable by the model, never chosen: greyed
+
+
+def item_enabled(combo: QComboBox, index: int) -> bool:
+    """Whether item ``index`` of ``combo`` can be chosen (read by index, not through an item)."""
+    model = combo.model()
+    return bool(model.flags(model.index(index, 0)) & Qt.ItemFlag.ItemIsEnabled)
+
+
 class _ProbeRelay(QObject):
     """Lives on the GUI thread; the probe thread emits, Qt queues the call here."""
 
@@ -83,17 +94,19 @@ class ConnectDialog(QDialog):
         ok, words = keys.keychain_status()
         self.keychain_ok = ok
         if not ok:
-            item = self.key_kind.model().item(2)
-            item.setEnabled(False)
+            # By the model's index, never a QStandardItem wrapper: PySide does not learn when the
+            # combo deletes an item, and a stale wrapper at a reused address was handed back for
+            # another object later (a crash in the tests, a wrong type in CI).
+            self.key_kind.setItemData(2, ITEM_DISABLED, ITEM_FLAGS_ROLE)
             self.key_kind.setItemText(2, "OS keychain (not available)")
             self.keychain_note = f"No OS keychain here ({words}); put the key in an environment variable instead."
             # Said where the choice is made, not under "No API key": no key is used then.
-            item.setToolTip(self.keychain_note)
+            self.key_kind.setItemData(2, self.keychain_note, Qt.ItemDataRole.ToolTipRole)
         else:
             self.keychain_note = f"The key is read from the {words} for this server's host."
         saved_kind = str(settings.value("remote/key_kind", keys.NONE))
         index = self.key_kind.findData(saved_kind)
-        if index >= 0 and self.key_kind.model().item(index).isEnabled():
+        if index >= 0 and item_enabled(self.key_kind, index):
             self.key_kind.setCurrentIndex(index)
 
         self.list_button = QPushButton("List models")

@@ -11,6 +11,7 @@ from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtWidgets import QLabel  # noqa: E402
 
 from app.model import keys  # noqa: E402
+from app.views.connect_dialog import item_enabled  # noqa: E402
 
 
 @pytest.fixture
@@ -44,8 +45,9 @@ def test_the_keychain_sentence_shows_only_when_a_key_is_used(qtbot, dialog):
         assert dialog.keychain_note in shown_words(dialog)
         qtbot.keyClick(combo, Qt.Key.Key_Up)
     else:  # the reason stays where the greyed choice is
-        item = combo.model().item(combo.findData(keys.KEYCHAIN))
-        assert not item.isEnabled() and item.toolTip() == dialog.keychain_note
+        index = combo.findData(keys.KEYCHAIN)
+        assert not item_enabled(combo, index)
+        assert combo.itemData(index, Qt.ItemDataRole.ToolTipRole) == dialog.keychain_note
     qtbot.keyClick(combo, Qt.Key.Key_Up)
     assert combo.currentData() == keys.NONE
     assert "keychain" not in shown_words(dialog).lower() and not dialog.key_note.isVisible()
