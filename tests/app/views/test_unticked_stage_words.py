@@ -10,20 +10,10 @@ pytest.importorskip("pytestqt")
 
 from app.model.inspector_settings import settings_line, settings_tooltip  # noqa: E402
 from app.model.presets import short_label  # noqa: E402
+from tests.app.shell.test_stage_mirostat_app import controls  # noqa: E402, F401 (fixture)
 
 
-@pytest.fixture
-def controls(qtbot, tmp_path):
-    from PySide6.QtCore import QSettings
-
-    from app.views.controls import SamplingControls
-
-    widget = SamplingControls(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(widget)
-    return widget
-
-
-def test_an_unticked_dry_is_not_named_as_running(controls):
+def test_an_unticked_dry_is_not_named_as_running(controls):  # noqa: F811
     editor = controls.chain
     editor.set_stage_on("dry", True)
     editor.fields["dry_multiplier"].spin.setValue(0.8)
