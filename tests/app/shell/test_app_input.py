@@ -265,3 +265,26 @@ def test_built_in_presets_are_neither_overwritten_nor_deleted_and_say_so(control
     controls.delete_button.click()
     names = [controls.presets.itemText(i) for i in range(controls.presets.count())]
     assert "Mine" not in names and "deleted" in controls.preset_note.text()
+
+
+def test_compare_tabs_are_short_and_all_fit(qtbot, tmp_path):
+    # Issue 35: a tab's label was its whole settings string, so the bar showed one tab.
+    from app.views.sampling_panel import SamplingPanel
+
+    panel = SamplingPanel(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    panel.resize(360, 700)
+    panel.show()
+    panel.set_compare(True, 3)
+    base = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repetition_penalty=1.1, seed=7)
+    for i, temperature in enumerate((0.7, 0.9, 1.3)):
+        panel.variant_controls[i].set_params(SamplingParams(**{**base, "temperature": temperature}))
+    qtbot.wait(50)
+    bar = panel.tabs
+    texts = [bar.tabText(i) for i in range(3)]
+    for i, temperature in enumerate(("0.7", "0.9", "1.3")):
+        assert temperature in texts[i], texts  # what differs is named
+        assert "top-k" not in texts[i], texts  # what all share is not
+        assert "top-k" in bar.tabToolTip(i) and "seed 7" in bar.tabToolTip(i)  # the whole, in its tooltip
+    width = sum(bar.tabRect(i).width() for i in range(3))
+    assert width <= panel.width(), (width, panel.width(), texts)
