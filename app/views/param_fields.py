@@ -9,7 +9,17 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QBoxLayout,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QSizePolicy,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
 
 from app.views.wheel_guard import wheel_only_when_focused
 from engine.api.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
@@ -17,6 +27,10 @@ from engine.specs.registry import SPECS
 from engine.specs.spec import Field
 
 SLIDER_STEPS = 1000
+SLIDER_MIN_LINES = 4
+"""A slider's least width beside its box, in text lines: a box with a wide range (τ, max
+tokens) took all but a square of it at 1000×700 (issue 35); narrower, the slider goes
+above the box, the whole width its own."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +178,8 @@ class SliderField(QWidget):
         self.spin = spin
         self.spin.setKeyboardTracking(False)
         wheel_only_when_focused(self.slider, self.spin)  # a wheel passing over scrolls the panel
-        layout = QHBoxLayout(self)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.box = layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.slider, 1)
         layout.addWidget(self.spin)
@@ -176,6 +191,15 @@ class SliderField(QWidget):
         """Whether the text was typed into since the last edit ended (leaving the box
         untouched keeps a refusal shown)."""
         self._on_change = on_change
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        room = event.size().width() - self.spin.sizeHint().width() - self.box.spacing()
+        beside = room >= SLIDER_MIN_LINES * self.fontMetrics().height()
+        direction = QBoxLayout.Direction.LeftToRight if beside else QBoxLayout.Direction.TopToBottom
+        if self.box.direction() != direction:
+            self.box.setDirection(direction)
+            self.updateGeometry()  # its height is its hint's (the form gave the row a stale one)
 
     @property
     def refused(self) -> str:

@@ -72,3 +72,22 @@ def test_reset_layout_gives_every_timeline_row_a_readable_height(qtbot, profile,
     assert min(heights) >= least, (heights, least)
     assert window.chat.height() >= 250  # the chat keeps its room
     close_window(window)
+
+
+def test_sliders_keep_a_usable_width_at_1000_by_700(qtbot, profile, tiny_folder):  # noqa: F811
+    # Issue 35: at 1000×700 the mirostat τ slider collapsed to a square.
+    window = open_window(qtbot, profile, str(tiny_folder))
+    window.resize(1000, 700)
+    qtbot.wait(150)
+    chain = window.controls.chain
+    widths = {}
+    for stage in ("mirostat_v2", "temperature", "dry"):
+        chain.select_stage(stage)
+        qtbot.wait(50)
+        for name, field in window.controls.fields.items():
+            if field.isVisibleTo(window) and field.slider.isVisibleTo(window):
+                widths[name] = field.slider.width()
+    assert "mirostat_tau" in widths, widths
+    line = window.fontMetrics().height()
+    assert min(widths.values()) >= 4 * line, widths
+    close_window(window)
