@@ -102,7 +102,10 @@ def default_arrangement(docks: Docks) -> list:
 def default_sizes(docks: Docks) -> None:
     window = docks.window
     window.resizeDocks([docks.inspector_dock], [INSPECTOR_WIDTH], Qt.Orientation.Horizontal)
-    window.resizeDocks([docks.timeline_dock], [TIMELINE_HEIGHT], Qt.Orientation.Vertical)
+    # Room for every row shown, not a fixed height that crushed four rows (issue 35); a short
+    # window's chat still gets its room first (``DockMemory.fit_chat``).
+    timeline = max(TIMELINE_HEIGHT, docks.timeline.rows.roomy_height())
+    window.resizeDocks([docks.timeline_dock], [timeline], Qt.Orientation.Vertical)
     panel = docks.panel.sizeHint().width()
     window.resizeDocks([docks.controls_dock], [max(panel, SAMPLING_MIN_WIDTH)], Qt.Orientation.Horizontal)
 

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.views.lines_edit import LinesEdit
-from app.views.param_fields import ERROR_STYLE, LIST_FIELDS, STAGE_FIELDS, SliderField, make_field, narrow_form
+from app.views.param_fields import LIST_FIELDS, STAGE_FIELDS, SliderField, make_field, mark_error, narrow_form
 from engine.api.params import SAMPLER_STAGES, SamplingParams
 from engine.specs.registry import SPECS
 
@@ -89,6 +89,8 @@ class ChainEditor(QWidget):
     def __init__(self) -> None:
         super().__init__()
         self._loading = False
+        self.vocab_size = 0
+        """The loaded model's vocabulary size (0 = not known): a top-k at least this keeps all."""
         self.list = QListWidget()
         self.list.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
         self.list.setDefaultDropAction(Qt.DropAction.MoveAction)
@@ -250,11 +252,13 @@ class ChainEditor(QWidget):
         """Outline the field at fault (and bring its stage into view); None clears."""
         self.show_errors(() if field is None else (field,))
 
-    def show_errors(self, fields: Sequence[str]) -> None:
-        """Outline every field at fault, colour their stages' rows, and bring the first
-        one's stage into view; an empty list clears."""
+    def show_errors(self, fields: Sequence[str] | Mapping[str, str]) -> None:
+        """Outline every field at fault (with its reason as tooltip, where ``fields`` maps
+        each to one), colour their stages' rows, and bring the first one's stage into view;
+        an empty list clears."""
+        reasons = fields if isinstance(fields, Mapping) else dict.fromkeys(fields, "")
         for name in [*self.fields, *self.lists, "samplers"]:
-            self.widget_for(name).setStyleSheet("")
+            mark_error(self.widget_for(name), "")
         ours = [f for f in fields if self.widget_for(f) is not None]
         stages = [stage for stage in map(self.stage_of, ours) if stage is not None]
         self.list.blockSignals(True)  # a colour is not a change of the chain
@@ -263,7 +267,7 @@ class ChainEditor(QWidget):
             item.setData(Qt.ItemDataRole.ForegroundRole, QColor(ERROR_COLOR) if red else None)
         self.list.blockSignals(False)
         for name in ours:
-            self.widget_for(name).setStyleSheet(ERROR_STYLE)
+            mark_error(self.widget_for(name), reasons[name] or "invalid value")
         if stages:
             self.select_stage(stages[0])
 
@@ -271,7 +275,10 @@ class ChainEditor(QWidget):
         values = self.values()
         self.list.blockSignals(True)
         for item in self._items():
-            text, neutral = stage_summary(item.data(STAGE_ROLE), values)
+            stage = item.data(STAGE_ROLE)
+            text, neutral = stage_summary(stage, values)
+            # A k at least the vocabulary keeps every token: no effect, as k = 0 (issue 35).
+            neutral = neutral or (stage == "top_k" and 0 < self.vocab_size <= values["top_k"])
             item.setData(SUMMARY_ROLE, text)
             item.setData(NEUTRAL_ROLE, neutral)
         self.list.blockSignals(False)

@@ -38,7 +38,7 @@ from app.model.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, is_reserved
 from app.views.chain_editor import ChainEditor
 from app.views.fitting import WrapRow
 from app.views.lines_edit import LinesEdit
-from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field, narrow_form
+from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field, mark_error, narrow_form
 from app.views.wheel_guard import wheel_only_when_focused
 from engine.api.params import SamplingParams, SamplingParamsError
 
@@ -171,6 +171,7 @@ class SamplingControls(QWidget):
                 values[name] = parse(text)
             except SamplingParamsError as exc:
                 errors.append(exc)
+        errors += [SamplingParamsError(n, None, f"{n}: {f.refused}") for n, f in self.fields.items() if f.refused]
         params, more = check_values(values, self.vocab_size, self.server)
         order = [*self.chain.fields, *self.chain.lists, "samplers", *self._reply_names(), *self._text_fields]
         errors += more
@@ -218,7 +219,8 @@ class SamplingControls(QWidget):
 
     def set_vocab_size(self, vocab_size: int) -> None:
         """The loaded model's vocabulary size (0 = not known): logit-bias ids must be below it."""
-        self.vocab_size = max(0, int(vocab_size))
+        self.vocab_size = self.chain.vocab_size = max(0, int(vocab_size))
+        self.chain.update_summaries()
         self._changed()
 
     def set_server(self, server: str) -> None:
@@ -251,13 +253,14 @@ class SamplingControls(QWidget):
     def show_errors(self, errors: Sequence[SamplingParamsError]) -> None:
         """Outline the widget of every error's ``field`` and list the messages; [] clears."""
         self.errors = list(errors)
-        for widget in [*self._text_fields.values(), *(self.fields[name] for name in self._reply_names())]:
-            widget.setStyleSheet("")
-        fields = [getattr(exc, "field", None) for exc in errors]
-        self.chain.show_errors([f for f in fields if f is not None])
-        for field in fields:
-            if field in self._text_fields or field in self._reply_names():
-                self._widget_for(field).setStyleSheet(ERROR_STYLE)
+        reasons: dict[str, str] = {}
+        for exc in errors:  # a field's reasons, each on a line of its tooltip
+            field = getattr(exc, "field", None)
+            if field is not None:
+                reasons[field] = "\n".join(filter(None, (reasons.get(field), str(exc))))
+        for field in [*self._text_fields, *self._reply_names()]:
+            mark_error(self._widget_for(field), reasons.get(field, ""))
+        self.chain.show_errors(reasons)
         self.error.setText(error_message(errors))
 
     def error_widget(self) -> QWidget | None:

@@ -9,7 +9,17 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QValidator
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QBoxLayout,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QSizePolicy,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
 
 from app.views.wheel_guard import wheel_only_when_focused
 from engine.api.params import MAX_TOKENS_RANGE, TOP_LOGPROBS_RANGE
@@ -17,6 +27,10 @@ from engine.specs.registry import SPECS
 from engine.specs.spec import Field
 
 SLIDER_STEPS = 1000
+SLIDER_MIN_LINES = 4
+"""A slider's least width beside its box, in text lines: a box with a wide range (τ, max
+tokens) took all but a square of it at 1000×700 (issue 35); narrower, the slider goes
+above the box, the whole width its own."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +78,12 @@ REPLY_FIELDS: tuple[FieldSpec, ...] = (
 ERROR_STYLE = "border: 2px solid #d93025;"
 
 
-# Spin boxes that take a typed number beyond their range and clamp it when the edit ends
-# (Enter, leaving the box). Qt's own boxes refuse the keystroke instead, so typing 5 into a
-# box whose maximum is 2 did nothing. Qt calls ``validate`` and ``fixup`` as virtual methods,
-# so each box overrides them; what they do is these two functions.
+# Spin boxes that take a typed number beyond their range while it is typed; when the edit
+# ends (Enter, leaving the box) the parameters' boxes refuse it visibly: the box keeps its
+# value and its ``refused`` says why, which the panel outlines as an error (issue 35: -0.5
+# was clamped to 0 without a word); the compare count clamps it. Qt's own boxes drop the
+# keystroke instead, so typing 5 into a box whose maximum is 2 did nothing. Qt calls
+# ``validate`` and ``fixup`` as virtual methods, so each box overrides them.
 
 
 def _typed_number(box: QAbstractSpinBox, text: str) -> float | None:
@@ -85,6 +101,15 @@ def _relaxed(box: QAbstractSpinBox, state: object, text: str, pos: int) -> objec
     return state
 
 
+def _refusal(box: QSpinBox | QDoubleSpinBox, text: str) -> str:
+    """Why ``text`` is not taken ("" when it holds no number out of the box's range)."""
+    number = _typed_number(box, text)
+    if number is None or box.minimum() <= number <= box.maximum():
+        return ""
+    lo, hi, kept = (box.textFromValue(v) for v in (box.minimum(), box.maximum(), box.value()))
+    return f"{text.strip()} is outside {lo} – {hi}: not taken (still {kept})"
+
+
 def _clamped(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
     """``text``'s number clamped into the box's range, as the box writes it; None: no number."""
     number = _typed_number(box, text)
@@ -95,6 +120,8 @@ def _clamped(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
 
 
 class ClampingSpinBox(QSpinBox):
+    """Clamps a number typed beyond its range (the compare count: 9 settings gives 4)."""
+
     def validate(self, text: str, pos: int) -> object:
         return _relaxed(self, super().validate(text, pos), text, pos)
 
@@ -103,13 +130,41 @@ class ClampingSpinBox(QSpinBox):
         return super().fixup(text) if clamped is None else clamped
 
 
-class ClampingDoubleSpinBox(QDoubleSpinBox):
+class RefusingSpinBox(QSpinBox):
+    fixed = False
+    """Whether the edit under way needed a fixup (was not a number in range)."""
+    refused = ""
+    """Why the last number typed was not taken ("" once a value is taken)."""
+
     def validate(self, text: str, pos: int) -> object:
         return _relaxed(self, super().validate(text, pos), text, pos)
 
     def fixup(self, text: str) -> str:
-        clamped = _clamped(self, text)
-        return super().fixup(text) if clamped is None else clamped
+        self.refused, self.fixed = _refusal(self, text), True
+        return super().fixup(text)
+
+
+class RefusingDoubleSpinBox(QDoubleSpinBox):
+    fixed = False
+    """Whether the edit under way needed a fixup (was not a number in range)."""
+    refused = ""
+    """Why the last number typed was not taken ("" once a value is taken)."""
+
+    def validate(self, text: str, pos: int) -> object:
+        return _relaxed(self, super().validate(text, pos), text, pos)
+
+    def fixup(self, text: str) -> str:
+        self.refused, self.fixed = _refusal(self, text), True
+        return super().fixup(text)
+
+
+def mark_error(widget: QWidget, reason: str) -> None:
+    """Outline ``widget`` in red with ``reason`` as its tooltip ("" clears both and gives the
+    widget its own tooltip back): the reason shows where the outline is, at once."""
+    if widget.property("plain_tip") is None:
+        widget.setProperty("plain_tip", widget.toolTip())
+    widget.setStyleSheet(ERROR_STYLE if reason else "")
+    widget.setToolTip(reason or widget.property("plain_tip"))
 
 
 class SliderField(QWidget):
@@ -123,18 +178,50 @@ class SliderField(QWidget):
         self.spin = spin
         self.spin.setKeyboardTracking(False)
         wheel_only_when_focused(self.slider, self.spin)  # a wheel passing over scrolls the panel
-        layout = QHBoxLayout(self)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.box = layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.slider, 1)
         layout.addWidget(self.spin)
         self.slider.valueChanged.connect(self._from_slider)
         self.spin.valueChanged.connect(self._from_spin)
+        self.spin.editingFinished.connect(self._edit_ended)
+        self.spin.lineEdit().textEdited.connect(self._text_edited)
+        self._edited = False
+        """Whether the text was typed into since the last edit ended (leaving the box
+        untouched keeps a refusal shown)."""
         self._on_change = on_change
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        room = event.size().width() - self.spin.sizeHint().width() - self.box.spacing()
+        beside = room >= SLIDER_MIN_LINES * self.fontMetrics().height()
+        direction = QBoxLayout.Direction.LeftToRight if beside else QBoxLayout.Direction.TopToBottom
+        if self.box.direction() != direction:
+            self.box.setDirection(direction)
+            self.updateGeometry()  # its height is its hint's (the form gave the row a stale one)
+
+    @property
+    def refused(self) -> str:
+        """Why the number last typed was not taken ("" when it was)."""
+        return getattr(self.spin, "refused", "")
+
+    def _edit_ended(self) -> None:
+        # A refused number leaves the value as it was (no valueChanged), so the panel hears of
+        # it here; an edit that needed no fixup was taken, which ends an earlier refusal.
+        if self._edited and not getattr(self.spin, "fixed", False):
+            self.spin.refused = ""
+        self.spin.fixed = self._edited = False
+        self._on_change()
+
+    def _text_edited(self) -> None:
+        self._edited = True
 
     def value(self) -> float:
         return self.spin.value()
 
     def set_value(self, value: float) -> None:
+        self.spin.refused = ""
         self.spin.blockSignals(True)
         self.spin.setValue(value)
         self.spin.blockSignals(False)
@@ -150,19 +237,21 @@ class SliderField(QWidget):
         return self.lo + (self.hi - self.lo) * position / SLIDER_STEPS
 
     def _from_slider(self, position: int) -> None:
+        self.spin.refused = ""
         self.spin.blockSignals(True)
         self.spin.setValue(self._slider_value(position))
         self.spin.blockSignals(False)
         self._on_change()
 
     def _from_spin(self, value: float) -> None:
+        self.spin.refused = ""
         self._sync_slider(value)
         self._on_change()
 
 
 class FloatField(SliderField):
     def __init__(self, slider_range, spin_range, decimals: int, on_change: Callable[[], None]):
-        spin = ClampingDoubleSpinBox()
+        spin = RefusingDoubleSpinBox()
         spin.setRange(*spin_range)
         spin.setDecimals(decimals)
         spin.setSingleStep(10 ** -min(decimals, 2))
@@ -171,7 +260,7 @@ class FloatField(SliderField):
 
 class IntField(SliderField):
     def __init__(self, slider_range, spin_range, on_change: Callable[[], None]):
-        spin = ClampingSpinBox()
+        spin = RefusingSpinBox()
         spin.setRange(int(spin_range[0]), min(int(spin_range[1]), 2**31 - 1))  # QSpinBox holds int32
         super().__init__(spin, slider_range, on_change)
 

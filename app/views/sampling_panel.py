@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 
-from PySide6.QtCore import QSettings, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
 
@@ -28,6 +28,8 @@ from app.views.wheel_guard import wheel_only_when_focused
 from engine.api.params import SamplingParams
 
 DEFAULT_VARIANTS = ("Greedy", "Balanced", "Creative", "DRY + XTC")
+TAB_TEXT_PX = 110
+"""A compare tab's text after its column letter, at most (four tabs fit a narrow dock's bar)."""
 ANSWER_MAX_TOKENS_TIP = (
     "The limit of the whole reply, thinking and answer together: set it on the Thinking tab (the answer keeps it)."
 )
@@ -202,11 +204,21 @@ class SamplingPanel(QWidget):
         self.variants_changed.emit()
 
     def _refresh_tabs(self) -> None:
+        # A tab names what sets its settings apart from the other tabs', elided to TAB_TEXT_PX
+        # (issue 35: a tab's label was its whole settings string, and one tab filled the bar);
+        # its tooltip has them whole.
+        shown = range(self.count.value())
+        parts = {i: self.label(i).split(", ") for i in shown}
+        common = set.intersection(*(set(p) for p in parts.values())) if parts else set()
+        metrics = self.tabs.fontMetrics()
         for i in range(MAX_VARIANTS):
             self.tabs.setTabVisible(i, i < self.count.value())
-            self.tabs.setTabText(i, f"{COLUMN_NAMES[i]} · {self.label(i)}")
+            own = [part for part in parts.get(i, [self.label(i)]) if part not in common] or parts.get(i, [""])[:1]
+            text = metrics.elidedText(", ".join(own), Qt.TextElideMode.ElideRight, TAB_TEXT_PX)
+            self.tabs.setTabText(i, f"{COLUMN_NAMES[i]} · {text}")
             self.tabs.setTabTextColor(i, QColor(variant_color(i, self.colors)))
-            self.tabs.setTabToolTip(i, f"Column {COLUMN_NAMES[i]}: {short_label(self.variant_controls[i].current)}")
+            whole, label = short_label(self.variant_controls[i].current), self.label(i)
+            self.tabs.setTabToolTip(i, f"Column {COLUMN_NAMES[i]}: {label}" + (f" ({whole})" if whole != label else ""))
 
     # Settings ---------------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from app.model.scored import is_scored
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from app.views.theme import LIGHT, Colors
 from app.views.throttle import RedrawClock, own_clock
-from app.views.timeline_marks import change_marker
+from app.views.timeline_marks import change_marker, fit_p_range, label_place
 from app.views.timeline_origin import OriginLabels
 from app.views.timeline_phase import PhaseMarks
 from app.views.timeline_rows import PlotRows
@@ -83,7 +83,8 @@ class TimelineWidget(QWidget):
         self.rows = PlotRows(self.view, self, self.toolbar)
         self.prob_plot = self.rows.add(0, "p(final)")
         self.entropy_plot = self.rows.add(1, "H last stage")
-        self.prob_plot.setYRange(0, 1.05, padding=0)
+        fit_p_range(self.prob_plot)
+        self.prob_plot.vb.sigResized.connect(lambda _vb: fit_p_range(self.prob_plot))  # pixels of margin
         self.prob_curve = self.prob_plot.plot([], [])
         self.prob_points = pg.ScatterPlotItem(size=7)
         self.prob_plot.addItem(self.prob_points)
@@ -341,8 +342,10 @@ class TimelineWidget(QWidget):
         for line in self.change_lines:
             self.prob_plot.removeItem(line)
         self.change_lines = []
+        low, high = self.prob_plot.vb.viewRange()[1]
         for i in series.changes:
-            line = change_marker(steps[i - 1].params, steps[i].params, steps[i].index, self.colors)
+            place = label_place(series.p[max(i - 2, 0) : i + 2], low, high)  # the points beside the label
+            line = change_marker(steps[i - 1].params, steps[i].params, steps[i].index, self.colors, place)
             self.prob_plot.addItem(line)
             self.change_lines.append(line)
 

@@ -5,7 +5,7 @@ Where a marker goes (not for a change of the seed alone) is :mod:`app.model.time
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyqtgraph as pg
@@ -15,6 +15,12 @@ from app.views.plot_axes import CentredAxis
 from app.views.theme import Colors
 from engine.api.params import SamplingParams
 
+RING_PX = 8
+"""The p plot's margin above 1 and below 0, in pixels: half the argmax ring (13 px) and
+more, so a point at 1.0 is drawn whole (it was clipped at the range's top), and the labels
+of 0 and 1 fit within the axis (issue 35: at 0–1.05 only 0.5 was labelled)."""
+LABEL_PLACES = (0.92, 0.5, 0.08)
+"""Where along a change line its label may go (a fraction of the plot's height)."""
 HOVER_PX = 5
 """A marker's hover target reaches this many pixels either side of its dashed line."""
 
@@ -73,15 +79,31 @@ class ChangeLine(pg.InfiniteLine):
         return rect
 
 
-def change_marker(before: SamplingParams, after: SamplingParams, index: int, colors: Colors) -> pg.InfiniteLine:
-    """A dashed line before token ``index`` labelled with what changed; hover it (or its
-    label) for the values."""
+def fit_p_range(plot: pg.PlotItem) -> None:
+    """The p plot's y range: 0–1 and ``RING_PX`` pixels either side at its present height."""
+    pad = RING_PX / max(plot.vb.height() - 2 * RING_PX, 1.0)
+    plot.setYRange(-pad, 1 + pad, padding=0)
+
+
+def label_place(near: Sequence[float], low: float, high: float) -> float:
+    """Where along a change line (a fraction of the height) its label is farthest from the
+    points ``near`` it (p values; the y range ``low``–``high``): the top unless points are
+    there (issue 35: the label sat on points at 1.0)."""
+    fractions = [(p - low) / (high - low) for p in near]
+    return max(LABEL_PLACES, key=lambda place: min((abs(place - f) for f in fractions), default=1.0))
+
+
+def change_marker(
+    before: SamplingParams, after: SamplingParams, index: int, colors: Colors, place: float = LABEL_PLACES[0]
+) -> pg.InfiniteLine:
+    """A dashed line before token ``index`` labelled (at ``place`` along it) with what
+    changed; hover it (or its label) for the values."""
     line = ChangeLine(
         pos=index - 0.5,
         angle=90,
         pen=pg.mkPen(colors.bias, style=pg.QtCore.Qt.PenStyle.DashLine),
         label=change_label(before, after),
-        labelOpts={"position": 0.95, "color": colors.bias},
+        labelOpts={"position": place, "color": colors.bias},
     )
     tooltip = "\n".join([f"From token {index}:", *change_lines(before, after)])
     line.setToolTip(tooltip)

@@ -25,6 +25,9 @@ ROW_LINES = 2
 ROOMY_LINES = 5
 """What a row added to the timeline asks for, in text lines (what each of the two first
 rows has at the timeline's first height)."""
+READABLE_LINES = 3
+"""A row's plot is readable from this many text lines (its values a line apart); View →
+Reset layout gives each row shown ``ROOMY_LINES``, well above it."""
 AXIS_LINES = 1.6
 """The token axis's numbers under the lowest row."""
 TITLE_LINES = 1.2
@@ -67,6 +70,11 @@ class PlotRows:
     def roomy_row_height(self) -> int:
         """The height a row added to the timeline asks for (``ROOMY_LINES`` lines)."""
         return ROOMY_LINES * QFontMetrics(self.holder.font()).height()
+
+    def roomy_height(self) -> int:
+        """The holder's height with ``ROOMY_LINES`` for each row shown (at least two) and
+        the token axis titled: the timeline's default height (View → Reset layout)."""
+        return self.minimum_height(max(len(self.shown()), 2), ROOMY_LINES, title=True)
 
     def line(self) -> int:
         return QFontMetrics(self.holder.font()).height()

@@ -1,5 +1,5 @@
 """What the Sampling panel accepts and refuses (issue 11, points 4, 11 and 12): settings a
-model would refuse are never sent, text fields parse as people expect, spin boxes clamp,
+model would refuse are never sent, text fields parse as people expect, spin boxes refuse a number out of range visibly,
 every invalid field is shown, and presets say why they cannot do what was asked."""
 
 from __future__ import annotations
@@ -136,16 +136,73 @@ def test_a_bias_id_given_twice_is_an_error_that_names_it(controls):
     assert controls.bias.text().startswith("1:5, 7:1, 1:-6")
 
 
-def test_a_typed_value_beyond_the_range_is_clamped(controls, qtbot):
-    controls.set_params(SamplingParams(top_p=0.5, top_logprobs=5, max_tokens=20))
-    for name, typed, expected in (("top_p", "5", 1.0), ("top_logprobs", "500", 100), ("max_tokens", "0", 1)):
-        spin = controls.fields[name].spin
-        spin.setFocus()
-        spin.selectAll()
-        qtbot.keyClicks(spin, typed)
-        qtbot.keyClick(spin, Qt.Key.Key_Return)
-        assert spin.value() == expected, name
-        assert getattr(controls.current, name) == expected
+def type_into(qtbot, spin, typed: str) -> None:
+    """Select the box's text, type over it key by key and press Enter, as a person would."""
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, typed)
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+
+
+def test_a_typed_value_beyond_the_range_is_refused_visibly(controls, qtbot):
+    # Issue 35: XTC probability took "-0.5" and clamped it to 0 without a word. Now the value
+    # kept is the one before, the field is outlined with the reason as tooltip, Send is refused.
+    controls.set_params(SamplingParams(top_p=0.5, top_logprobs=5, max_tokens=20, xtc_probability=0.3))
+    for name, typed, kept in (
+        ("xtc_probability", "-0.5", 0.3),
+        ("top_p", "5", 0.5),
+        ("top_logprobs", "500", 5),
+        ("max_tokens", "0", 20),
+    ):
+        field = controls.fields[name]
+        slider_before = field.slider.value()
+        type_into(qtbot, field.spin, typed)
+        assert field.spin.value() == kept, name
+        assert field.slider.value() == slider_before, name  # the slider did not jump
+        assert getattr(controls.current, name) == kept
+        assert name in outlined(controls)
+        assert typed in field.toolTip() and "not taken" in field.toolTip(), field.toolTip()
+        assert controls.send_problem(), name
+        type_into(qtbot, field.spin, str(kept))  # a value in range ends the refusal
+        assert name not in outlined(controls) and not controls.send_problem()
+        assert typed not in field.toolTip()
+
+
+def test_an_outlined_field_has_its_reason_as_tooltip_at_once(controls, qtbot):
+    # Issue 35: the reason showed only in the status bar after Send; the README says the field
+    # is outlined "with the reason". Typed with real keys, no Send.
+    controls.set_vocab_size(VOCAB)
+    plain = controls.bias.toolTip()
+    controls.bias.setFocus()
+    qtbot.keyClicks(controls.bias, "400:1")
+    qtbot.keyClick(controls.bias, Qt.Key.Key_Return)
+    assert controls.error_widget() is controls.bias
+    assert "400" in controls.bias.toolTip() and str(VOCAB - 1) in controls.bias.toolTip()
+    controls.bias.selectAll()
+    qtbot.keyClicks(controls.bias, "4:1")
+    qtbot.keyClick(controls.bias, Qt.Key.Key_Return)
+    assert controls.error_widget() is None and controls.bias.toolTip() == plain
+    # A chain field: the reason is on the field itself.
+    field = controls.fields["xtc_threshold"]
+    type_into(qtbot, field.spin, "7")
+    assert "xtc_threshold" in outlined(controls) and "7" in field.toolTip()
+
+
+def test_a_top_k_at_least_the_vocabulary_shows_no_effect(controls, qtbot):
+    from app.views.chain_editor import NEUTRAL_ROLE, STAGE_ROLE
+
+    controls.set_vocab_size(VOCAB)
+    rows = [controls.chain.list.item(i) for i in range(controls.chain.list.count())]
+    item = next(row for row in rows if row.data(STAGE_ROLE) == "top_k")
+    controls.chain.select_stage("top_k")
+    type_into(qtbot, controls.fields["top_k"].spin, "40")
+    assert controls.current.top_k == 40 and not item.data(NEUTRAL_ROLE)
+    type_into(qtbot, controls.fields["top_k"].spin, "999999")
+    assert controls.current.top_k == 999999 and item.data(NEUTRAL_ROLE)
+    type_into(qtbot, controls.fields["top_k"].spin, str(VOCAB))
+    assert item.data(NEUTRAL_ROLE)
+    type_into(qtbot, controls.fields["top_k"].spin, str(VOCAB - 1))
+    assert not item.data(NEUTRAL_ROLE)
 
 
 def test_the_compare_count_clamps_too(qtbot, tmp_path):
@@ -208,3 +265,26 @@ def test_built_in_presets_are_neither_overwritten_nor_deleted_and_say_so(control
     controls.delete_button.click()
     names = [controls.presets.itemText(i) for i in range(controls.presets.count())]
     assert "Mine" not in names and "deleted" in controls.preset_note.text()
+
+
+def test_compare_tabs_are_short_and_all_fit(qtbot, tmp_path):
+    # Issue 35: a tab's label was its whole settings string, so the bar showed one tab.
+    from app.views.sampling_panel import SamplingPanel
+
+    panel = SamplingPanel(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    panel.resize(360, 700)
+    panel.show()
+    panel.set_compare(True, 3)
+    base = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repetition_penalty=1.1, seed=7)
+    for i, temperature in enumerate((0.7, 0.9, 1.3)):
+        panel.variant_controls[i].set_params(SamplingParams(**{**base, "temperature": temperature}))
+    qtbot.wait(50)
+    bar = panel.tabs
+    texts = [bar.tabText(i) for i in range(3)]
+    for i, temperature in enumerate(("0.7", "0.9", "1.3")):
+        assert temperature in texts[i], texts  # what differs is named
+        assert "top-k" not in texts[i], texts  # what all share is not
+        assert "top-k" in bar.tabToolTip(i) and "seed 7" in bar.tabToolTip(i)  # the whole, in its tooltip
+    width = sum(bar.tabRect(i).width() for i in range(3))
+    assert width <= panel.width(), (width, panel.width(), texts)

@@ -147,3 +147,30 @@ def test_an_exported_timeline_is_readable(qtbot, timeline, tmp_path):
     assert image.width() >= 1200 and image.height() >= rows * 180, image.size()
     box = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', (tmp_path / "t.svg").read_text())
     assert box is not None and float(box[1]) >= 1200 and float(box[2]) >= rows * 180, box
+
+
+def test_the_p_axis_has_its_ticks_whole_points_and_labels_off_the_points(qtbot, timeline):
+    """Issue 35: the p axis had one tick (0.5), points at 1.0 were cut at the range's top,
+    and a change's label sat on the points beside it."""
+    from app.views.timeline_marks import RING_PX
+
+    greedy, changed = SamplingParams(temperature=0.0, seed=1), SamplingParams(temperature=0.0, top_k=7, seed=1)
+    sure = [60.0] + [0.0] * 11  # the chosen token (0) all but certain: p 1.0
+    steps = [chain_step(index=i, params=changed if i >= 10 else greedy, logits=sure) for i in range(20)]
+    timeline.set_steps(steps, 3)
+    timeline.resize(1400, 200)  # the timeline's default height
+    qtbot.wait(50)
+    p = timeline.series.p
+    assert (p == 1.0).all(), p  # every point at 1.0
+    axis = timeline.prob_plot.getAxis("left")
+    assert len(drawn_labels(axis)) >= 3, drawn_labels(axis)  # 0, 0.5 and 1 labelled
+    vb = timeline.prob_plot.vb
+    low, high = vb.viewRange()[1]
+    top = vb.mapViewToScene(QPointF(0, high)).y()
+    assert vb.mapViewToScene(QPointF(0, 1.0)).y() - top >= RING_PX - 0.5  # a ring at 1.0 drawn whole
+    assert low < 0
+    (line,) = timeline.change_lines
+    label = line.label.mapRectToScene(line.label.boundingRect())
+    for x in range(7, 13):  # the points beside the label
+        point = vb.mapViewToScene(QPointF(x, float(p[x])))
+        assert not label.adjusted(-4, -4, 4, 4).contains(point), (x, label, point)
