@@ -161,10 +161,15 @@ class RefusingDoubleSpinBox(QDoubleSpinBox):
 def mark_error(widget: QWidget, reason: str) -> None:
     """Outline ``widget`` in red with ``reason`` as its tooltip ("" clears both and gives the
     widget its own tooltip back): the reason shows where the outline is, at once."""
-    if widget.property("plain_tip") is None:
-        widget.setProperty("plain_tip", widget.toolTip())
+    plain = widget.property("plain_tip")  # the own tooltip, kept only while outlined
     widget.setStyleSheet(ERROR_STYLE if reason else "")
-    widget.setToolTip(reason or widget.property("plain_tip"))
+    if reason:
+        if plain is None:
+            widget.setProperty("plain_tip", widget.toolTip())
+        widget.setToolTip(reason)
+    elif plain is not None:  # not outlined: a tooltip set since (the Answer tab's) stays
+        widget.setToolTip(plain)
+        widget.setProperty("plain_tip", None)
 
 
 class SliderField(QWidget):

@@ -64,7 +64,9 @@ def test_the_answer_tab_keeps_the_replys_max_tokens(qtbot):
 
     panel = SamplingPanel()
     qtbot.addWidget(panel)
+    panel.set_reasoning(thinks=True, has_switch=False)  # a reasoning model is loaded
     panel.show()
+    assert panel.reasoning.answer_switch.isVisible()
     qtbot.mouseClick(
         panel.reasoning.answer_switch, Qt.MouseButton.LeftButton, pos=box_point(panel.reasoning.answer_switch)
     )
