@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication, QMenu, QTextBrowser, QToolTip
 
 from app.model.chat import ChatModel
 from app.model.remote_labels import is_chosen, p_label
-from app.model.scored import shown_kinds
+from app.model.scored import is_scored, shown_kinds
 from app.model.streams import StreamKey, TokenRef
 from app.model.textfmt import escape, percent, prob, visible
 from app.model.thinking import forced_by_budget, mark_thinking, phase_title, phase_word
@@ -283,7 +283,9 @@ def tooltip_for(step: TokenStep) -> str:
     lines = [head]
     if step.phase is not None:
         lines.append(f"<i>{phase_title(step)}</i>")  # thinking / answer, the budget's forced end
-    if step.forced and not forced_by_budget(step):
+    if is_scored(step):  # forced too, but given by the text: nobody picked it
+        lines.append(f"<i>scored text: given, not drawn (rank {step.rank} under raw)</i>")
+    elif step.forced and not forced_by_budget(step):
         lines.append("<i>picked by hand</i>")
     others = [cand for cand in step.top if not is_chosen(step, cand)][:5]
     for cand in others:

@@ -37,4 +37,8 @@ def test_a_scored_texts_rows_and_title_are_raw_and_say_given(qtbot, profile, tin
     title = window.inspector.title.text()
     assert "scored text: given, not drawn" in title and "picked by hand" not in title
     assert "given, not drawn" in window.inspector.title.toolTip()
+    from app.views.chat_view import tooltip_for
+
+    hover = tooltip_for(steps[removed[0]])
+    assert "given, not drawn" in hover and "picked by hand" not in hover
     close_window(window)
