@@ -54,7 +54,10 @@ def item_enabled(combo: QComboBox, index: int) -> bool:
 
 
 class _ProbeRelay(QObject):
-    """Lives on the GUI thread; the probe thread emits, Qt queues the call here."""
+    """Lives on the GUI thread; the probe thread emits, Qt queues the call here. It has no
+    parent: the probe thread holds it, so a dialog closed (and deleted) before the server
+    answers leaves the relay alive to emit into nothing. As the dialog's child it was deleted
+    with it, and the late emit from the probe thread crashed the process (seen in the tests)."""
 
     done = Signal(int, object, object)  # probe number, (kind, models) or None, exception or None
 
@@ -71,7 +74,7 @@ class ConnectDialog(QDialog):
         self._probe_fn = probe
         self._probes = 0
         self.server_kind = ""
-        self.relay = _ProbeRelay(self)
+        self.relay = _ProbeRelay()
         self.relay.done.connect(self._on_probed)
 
         self.url = QLineEdit(str(settings.value("remote/url", DEFAULT_URL)))
