@@ -130,32 +130,29 @@ class ClampingSpinBox(QSpinBox):
         return super().fixup(text) if clamped is None else clamped
 
 
-class RefusingSpinBox(QSpinBox):
-    fixed = False
-    """Whether the edit under way needed a fixup (was not a number in range)."""
-    refused = ""
-    """Why the last number typed was not taken ("" once a value is taken)."""
+def _refusing(base: type[QSpinBox] | type[QDoubleSpinBox]) -> type:
+    """``base`` refusing a number typed beyond its range (kept, and said why), not clamping it:
+    one definition for the integer and the decimal box."""
 
-    def validate(self, text: str, pos: int) -> object:
-        return _relaxed(self, super().validate(text, pos), text, pos)
+    class Refusing(base):  # type: ignore[misc, valid-type]
+        fixed = False
+        """Whether the edit under way needed a fixup (was not a number in range)."""
+        refused = ""
+        """Why the last number typed was not taken ("" once a value is taken)."""
 
-    def fixup(self, text: str) -> str:
-        self.refused, self.fixed = _refusal(self, text), True
-        return super().fixup(text)
+        def validate(self, text: str, pos: int) -> object:
+            return _relaxed(self, super().validate(text, pos), text, pos)
+
+        def fixup(self, text: str) -> str:
+            self.refused, self.fixed = _refusal(self, text), True
+            return super().fixup(text)
+
+    Refusing.__name__ = Refusing.__qualname__ = f"Refusing{base.__name__[1:]}"
+    return Refusing
 
 
-class RefusingDoubleSpinBox(QDoubleSpinBox):
-    fixed = False
-    """Whether the edit under way needed a fixup (was not a number in range)."""
-    refused = ""
-    """Why the last number typed was not taken ("" once a value is taken)."""
-
-    def validate(self, text: str, pos: int) -> object:
-        return _relaxed(self, super().validate(text, pos), text, pos)
-
-    def fixup(self, text: str) -> str:
-        self.refused, self.fixed = _refusal(self, text), True
-        return super().fixup(text)
+RefusingSpinBox = _refusing(QSpinBox)
+RefusingDoubleSpinBox = _refusing(QDoubleSpinBox)
 
 
 def mark_error(widget: QWidget, reason: str) -> None:
