@@ -148,6 +148,8 @@ def test_updates_are_coalesced(qtbot, profile, tiny_folder):
 def test_closing_during_generation_exits_cleanly(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "hello", SamplingParams(max_tokens=450), wait=False)
+    # The send was taken (else the status bar says why: it timed out once in a full run).
+    assert window.busy(), (window.statusBar().currentMessage(), window.last_error)
     qtbot.waitUntil(lambda: any(live_steps(window)), timeout=TIMEOUT)
     window.close()
     assert window.engine.thread.isFinished()
