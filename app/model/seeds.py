@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 
+from app.model.scored import is_scored
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 
@@ -31,7 +32,7 @@ def reply_seed(params: SamplingParams, steps: list[TokenStep]) -> int | None:
     """The seed a reply was written with: the one it was sent with, else (a reply saved
     before seeds were drawn at send) the seed its last token records. None for a scored
     text: it was given, not drawn, so no seed wrote it (its header showed one to reuse)."""
-    if steps and steps[0].rank is not None:
+    if steps and is_scored(steps[0]):
         return None
     if params.seed is not None:
         return params.seed

@@ -187,6 +187,15 @@ class EngineSession:
         ids = self.scheduler.fork_output(prompt, output, variants, carry=carry)
         return [StartedRequest(rid, tuple(prompt)) for rid in ids]
 
+    def _teacher_chunk(self, chunk: int | None) -> int:
+        """Tokens per forward pass of a teacher-forced pass (scoring, replay): ``chunk``, else
+        sized like prefill."""
+        if chunk is not None:
+            return chunk
+        from engine.runtime.chunking import first_size
+
+        return self._prefill_chunk or first_size()
+
     def score_text(
         self,
         text: str,
@@ -203,10 +212,7 @@ class EngineSession:
 
         scheduler = self.scheduler
         context, targets = scored_text(scheduler.loaded.tokenizer, text, prompt)
-        if chunk is None:
-            from engine.runtime.chunking import first_size
-
-            chunk = self._prefill_chunk or first_size()
+        chunk = self._teacher_chunk(chunk)
         return score(
             scheduler.loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, 0, request_id
         )
@@ -241,10 +247,7 @@ class EngineSession:
 
         ids = token_ids(output)
         scheduler = self.scheduler
-        if chunk is None:
-            from engine.runtime.chunking import first_size
-
-            chunk = self._prefill_chunk or first_size()
+        chunk = self._teacher_chunk(chunk)
         context = self.prompt_for(messages)
         return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
 
@@ -266,10 +269,7 @@ class EngineSession:
         context, targets = scored_text(scheduler.loaded.tokenizer, text, None)
         if list(targets) != ids:
             raise EngineError("the scored text does not tokenize to the reply's tokens: it cannot be replayed.")
-        if chunk is None:
-            from engine.runtime.chunking import first_size
-
-            chunk = self._prefill_chunk or first_size()
+        chunk = self._teacher_chunk(chunk)
         return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
 
     # Compare models (engine/session/compare.py) ----------------------------------------------
