@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.model.scored import SCORE_LABEL
+from app.model.scored import SCORE_LABEL, is_scored
 from engine.api.events import FinishReason
 
 
@@ -57,7 +57,7 @@ def prompt_less_text(chat: Any, message: Any, branch: Any) -> str | None:
     """A text scored without a prompt, whole: its first token was its context, so the worker
     tokenizes it again (``compare_text``, ``lens_text``) rather than rendering a chat. None
     for anything else (a reply, a text scored as the reply to a prompt)."""
-    scored = branch.finish_reason == FinishReason.SCORED or (branch.steps and branch.steps[0].rank is not None)
+    scored = branch.finish_reason == FinishReason.SCORED or (branch.steps and is_scored(branch.steps[0]))
     if not scored:
         return None
     thread = chat.thread

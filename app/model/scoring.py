@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from app.model.replay import Replay, compare
 from app.model.reply_analysis import Refusal
 from app.model.reply_checks import branch_of, prompt_less_text
-from app.model.scored import ReplayJob, ReplayRun, replay_job, score_prompt, start_score
+from app.model.scored import ReplayJob, ReplayRun, is_scored, replay_job, score_prompt, start_score
 from app.model.streams import Reply, StreamKey, TokenRef
 from engine.api.events import FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
@@ -96,7 +96,7 @@ class Scoring:
         found = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
         if found is None or not found.steps or not all(s.forced for s in found.steps):
             return None
-        return found.steps if found.finish_reason == FinishReason.SCORED or found.steps[0].rank is not None else None
+        return found.steps if found.finish_reason == FinishReason.SCORED or is_scored(found.steps[0]) else None
 
     def score_finished(self, tag: int, done: ScoreDone) -> bool:
         """The worker's ``ScoreDone``: True for a scored text's (kept as ``last_done``),
