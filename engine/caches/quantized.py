@@ -216,10 +216,11 @@ class BatchQuantizedKVCache(BatchKVCache):
         """An unquantized batch cache converted (every row's tokens quantized as they are)."""
         cache = cls.__new__(cls)
         cache.group_size, cache.bits = group_size, bits
-        cache.left_padding, cache.offset, cache._idx = batch.left_padding, batch.offset, batch._idx
+        offsets = batch._idx - batch.left_padding  # each row's length now (``batch.offset`` may be an int)
+        cache.left_padding, cache.offset, cache._idx = batch.left_padding, offsets, batch._idx
         cache._right_padding = None
         cache.unpadded = getattr(batch, "unpadded", False)
-        cache.quantized_at = batch.offset.astype(mx.int32)  # each row's length now
+        cache.quantized_at = offsets.astype(mx.int32)
         cache.keys = cache.values = None
         if batch.keys is not None and batch._idx > 0:
             n = batch._idx

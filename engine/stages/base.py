@@ -161,6 +161,20 @@ class Stage:
         return self.identity(params) if self.identity is not None else self.spec.neutral(params)
 
 
+LOG2_E = 1.4426950408889634
+
+
+def exp(values: mx.array) -> mx.array:
+    """e ** values, element-wise. On MLX's CPU backend as 2 ** (values * log2 e): its ``exp``
+    costs 12 ns a value and a power of two 5 (measured over a 49,152-token vocabulary, where
+    the inspection pack's exps were a third of a greedy step), with the same float32
+    accuracy (relative error under 2e-6 against float64, checked by the tests). A GPU's
+    ``exp`` is one instruction: it keeps it. Decided when a compiled step is traced."""
+    if mx.default_device() == mx.cpu:
+        return mx.power(2.0, values * LOG2_E)
+    return mx.exp(values)
+
+
 def log_softmax(logits: mx.array) -> mx.array:
     """[B, V] -> [B, V]; -inf stays -inf."""
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)

@@ -171,3 +171,47 @@ def test_model_info_names_architecture_cache_kinds_and_quantization(tmp_path: Pa
     info = session.load(str(write_tiny_arch(tmp_path / "lfm", "lfm2")))
     assert (info.architecture, info.cache_kinds, info.quantization) == ("lfm2", ("ArraysCache", "KVCache"), "float32")
     assert "lfm2 · ArraysCache, KVCache · float32" in about_text(info)
+
+
+def _graph(*outputs) -> list[str]:
+    import io
+    import re
+
+    import mlx.core as mx
+
+    out = io.StringIO()
+    mx.export_to_dot(out, *outputs)
+    return sorted(re.findall(r'label ="([^"]+)", shape=rectangle', out.getvalue()))
+
+
+def test_an_unpadded_batch_decodes_through_mlx_lms_own_graph(tiny):
+    """Batch 1 (and rows of equal length) run the very graph of mlx-lm's plain ``KVCache``:
+    an integer offset, no mask; a padded batch keeps its offset array."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    prompt = tiny.tokenizer.encode("The cat sat on the mat")
+    scheduler = Scheduler(tiny, prefill_chunk=512, speculate=False)
+    no_eos = {t: -100.0 for t in tiny.eos_token_ids}
+    scheduler.insert(prompt, SamplingParams(max_tokens=20, logit_bias=no_eos))
+    while not scheduler._active:
+        scheduler.step()
+    scheduler.step()  # the merged cache grows its buffer at the first decode step (so does mlx-lm's at 256)
+    token = mx.array([[scheduler._active[0].generated[-1]]])
+    ours = _graph(scheduler.model(token, cache=scheduler._batch))
+    for layer in scheduler._batch:
+        layer.trim(1)  # building the graph fed the token
+    cache = make_prompt_cache(tiny.model)
+    mx.eval(tiny.model(mx.array([prompt]), cache=cache))
+    assert ours == _graph(tiny.model(token, cache=cache))
+    assert isinstance(scheduler._batch[0].offset, int)
+
+    scheduler.insert(prompt[:3], SamplingParams(max_tokens=200, logit_bias=no_eos))  # a shorter row: padded
+    while len(scheduler._active) < 2:
+        scheduler.step()
+    assert not isinstance(scheduler._batch[0].offset, int)
+    assert scheduler._batch[0].offset.tolist() == [r.fed for r in scheduler._active]
+    while len(scheduler._active) == 2:  # the first row ends: the other is alone and unpadded again
+        scheduler.step()
+    assert len(scheduler._active) == 1 and isinstance(scheduler._batch[0].offset, int)
+    assert scheduler._batch[0].offset == scheduler._active[0].fed
