@@ -171,4 +171,13 @@ def table(r: dict) -> str:
             f"22 tiny llama, real vocabulary, decode batch 1 | {d['ours_tps']} tok/s | {d['mlx_lm_tps']} tok/s | "
             f"{d['ratio']} (>= {d['goal']['ratio_at_least']})"
         )
+    if "speculative" in r:
+        d = r["speculative"]
+        lines.append(
+            f"23 speculative decoding, {d['pair']['draft']} drafting {d['pair']['draft_tokens']} | "
+            f"{d['ours_draft']['tps']} tok/s (plain {d['ours']['tps']}), acceptance "
+            f"{d['ours_draft'].get('acceptance_rate')}, {d['ours_draft'].get('tokens_per_pass')} tokens/pass | "
+            f"{d['mlx_lm_draft']['tps']} tok/s (plain {d['mlx_lm']['tps']}) | "
+            f"{d['ratio_to_mlx_lm_draft']} (>= {d['goal']['ratio_at_least']})"
+        )
     return "\n".join(lines)

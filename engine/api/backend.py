@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from engine.api.capabilities import LOCAL_CAPABILITIES, Capabilities
+from engine.api.draft import DraftModel
 from engine.api.events import Event
 from engine.api.kv_quantization import KV_OFF, KVQuantization
 from engine.api.params import SamplingParams
@@ -234,6 +235,22 @@ class Backend(Protocol):
 
     def release_second(self) -> None:
         """Free the second model."""
+        ...
+
+    def load_draft(
+        self, source: str, precision: str = "auto", tokens: int = 3, progress: ProgressFn | None = None
+    ) -> DraftModel:
+        """Load a draft model that proposes ``tokens`` at a time for the running model to check
+        (``capabilities.draft``; speculative decoding: the replies stay the same): refused
+        with the reason when it would not fit or cannot serve the running model."""
+        ...
+
+    def draft_model(self) -> DraftModel | None:
+        """The draft proposing to the running model (``DraftModel``), or None."""
+        ...
+
+    def release_draft(self) -> None:
+        """No draft from the next step; its weights are freed."""
         ...
 
     def compare_reply(

@@ -19,6 +19,7 @@ NAMES = (
     "fidelity",
     "compare_models",
     "logit_lens",
+    "draft",
     "precision",
     "layers",
     "full_chain",
@@ -48,6 +49,8 @@ class Capabilities:
     local model, compared over the whole vocabulary."""
     logit_lens: bool = False
     """``lens_reply`` / ``lens_text``: each layer's next-token distribution (the weights are here)."""
+    draft: bool = False
+    """``set_draft``: a draft model proposes tokens the model checks (speculative decoding)."""
     precision: bool = False
     """``load`` honours its ``precision`` argument (the model computes here)."""
     layers: bool = False
@@ -88,6 +91,7 @@ LOCAL_CAPABILITIES = Capabilities(
     fidelity=True,
     compare_models=True,
     logit_lens=True,
+    draft=True,
     precision=True,
     layers=True,
     full_chain=True,

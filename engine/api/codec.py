@@ -28,7 +28,8 @@ NaN and unknown counts as -1; 3, the same record as the CLI's and the exports', 
 JSON, with ``rank``; 4, a token id a server did not report is ``null`` rather than -1.
 Since issue 26 every token record carries ``"phase"`` (``"thinking"`` / ``"answer"``,
 null for a model without reasoning markers); a record without it reads as None, so the
-version stays 4.
+version stays 4. A token drafted by a draft model (issue 36) carries ``"draft"``
+(:func:`engine.api.draft.encode_draft`); one without has no such key, so again version 4.
 Importable without MLX: the app uses it.
 """
 
@@ -41,6 +42,7 @@ from enum import Enum
 from typing import Any
 
 from engine.api.codec_v1 import decode_v1
+from engine.api.draft import DraftRecord, decode_draft, encode_draft, stats_fields
 from engine.api.events import (
     UNKNOWN_COUNT,
     UNREPORTED_TOKEN_ID,
@@ -154,6 +156,8 @@ def encode_step(step: TokenStep, style: Style, params: dict[str, Any] | None = N
     out["top"] = [encode_candidate(step, c, style) for c in step.top]
     if step.rank is not None:
         out["rank"] = step.rank
+    if step.draft is not None:  # only with a draft model: records without one keep their bytes
+        out["draft"] = encode_draft(step.draft, num)
     if step.reported_stage is not None and style.full:
         # The CLI's record keeps its bytes: there one stage in ``chain`` with null raw logits
         # says it already, and decoding infers it (``_reported_stage``).
@@ -285,7 +289,15 @@ def decode_step(data: Mapping[str, Any], params: SamplingParams | None = None, r
         rank=data.get("rank"),
         reported_stage=reported,
         phase=_phase(data.get("phase")),
+        draft=_draft(data.get("draft")),
     )
+
+
+def _draft(value: Any) -> DraftRecord | None:
+    try:
+        return decode_draft(value)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CodecError(f"a token's draft record is malformed: {exc}") from None
 
 
 def _phase(value: Any) -> str | None:
@@ -312,6 +324,7 @@ def done_record(done: Finished, request: int) -> dict[str, Any]:
         "prefilled_tokens": _count(done.prefilled_tokens),
         "prompt_tps": _rate(done.prompt_tps),
         "generation_tps": _rate(done.generation_tps),
+        **stats_fields(done.draft),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.api.draft import DraftRecord, DraftStats
 from engine.api.params import SamplingParams
 
 UNKNOWN_COUNT = -1
@@ -143,6 +144,8 @@ class TokenStep(ChainValues):
     """``"thinking"`` or ``"answer"`` for a reasoning model's token (``engine.api.reasoning``:
     the end-of-thinking marker is thinking, the answer starts after it); None for a model
     without reasoning markers."""
+    draft: DraftRecord | None = None
+    """What a draft model proposed at this token (speculative decoding); None: no draft."""
 
     def stage_index(self, stage: str) -> int | None:
         """Where ``stage`` sits in this step's chain, or None if it did not run."""
@@ -196,6 +199,8 @@ class Finished:
     stop: str | None = None
     error: str | None = None
     """With ``finish_reason == "error"``: what went wrong (the tokens before it stay valid)."""
+    draft: DraftStats | None = None
+    """The reply's speculative decoding, summed; None: it had no draft model."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,6 +123,30 @@ def add_precision_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_draft_flags(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding (``engine.runtime.speculative``): a draft model proposes, the model checks."""
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        metavar="M",
+        help="a smaller model with the same vocabulary that proposes tokens for --model to check "
+        "(default | PATH | REPO); the reply is the same, each token record gains 'draft'",
+    )
+    p.add_argument(
+        "--draft-precision",
+        default=None,
+        choices=PRECISIONS,
+        help="what the draft model computes in (default: --precision)",
+    )
+    p.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        default=3,
+        metavar="K",
+        help="tokens the draft proposes per block (1 to 16, default 3)",
+    )
+
+
 def add_kv_flags(p: argparse.ArgumentParser, whose: str = "the model's") -> None:
     """mlx-lm's KV-cache quantization flags (``engine.api.kv_quantization``)."""
     p.add_argument(

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from engine.api.codec import divergence_record, done_record, token_record
+from engine.api.draft import check_draft_tokens
 from engine.api.errors import EngineError, ModelLoadError
 from engine.api.events import Divergence, Finished, TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
@@ -21,6 +22,7 @@ from engine.api.reasoning import has_thinking_switch
 from engine.cli.args import (
     Parser,
     UsageError,
+    add_draft_flags,
     add_kv_flags,
     add_precision_flag,
     add_sampling_flags,
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prefill-chunk", type=int, default=None, help=argparse.SUPPRESS)
     add_precision_flag(gen)
     add_kv_flags(gen)
+    add_draft_flags(gen)
     add_remote_flags(gen)
     sc = commands.add_parser("score", help="score a given text token by token (teacher-forced) as JSON Lines")
     add_text_flags(sc)
@@ -138,9 +141,16 @@ def generate(args: argparse.Namespace) -> int:
     params = reasoning_from(args, params_from(args))  # validate before the slow model load
     variants = variants_from(args, params) if args.variant else None
     kv = kv_from(args)
+    drafting = args.draft_model is not None
+    if drafting:
+        check_draft_tokens(args.num_draft_tokens)
+    elif args.draft_precision is not None:
+        raise UsageError("--draft-precision is the draft model's: it needs --draft-model.")
     if args.server:
         if kv.enabled:
             raise UsageError("--kv-bits is for a local model: a server quantizes its own KV cache.")
+        if drafting:
+            raise UsageError("--draft-model is for a local model: a server's speculative decoding is its own.")
         return generate_remote(args, params, variants)
     if args.prefill_chunk is not None and args.prefill_chunk <= 0:
         raise EngineError(f"--prefill-chunk must be positive, got {args.prefill_chunk}.")
@@ -151,6 +161,9 @@ def generate(args: argparse.Namespace) -> int:
     loaded = load(args.model, precision=args.precision, kv=kv)
     rows = len(variants) if variants else len(args.prompt)
     scheduler = Scheduler(loaded, max_batch_size=max(1, rows), prefill_chunk=args.prefill_chunk)
+    if drafting:
+        draft = load(args.draft_model, precision=args.draft_precision or args.precision)
+        scheduler.set_draft(draft, args.num_draft_tokens)
     for note in _reasoning_notes(args, params, scheduler.reasoning is not None, loaded.tokenizer):
         print(f"note: {note}", file=sys.stderr)
     if args.chat:

@@ -208,6 +208,7 @@ class RemoteBackend:
     replay = replay_text = Refused("replay")
     check_fidelity = Refused("fidelity")
     load_second = compare_reply = compare_text = Refused("compare_models")
+    load_draft = Refused("draft")
     lens_reply = lens_text = Refused("logit_lens")
 
     def second_model(self) -> None:
@@ -215,6 +216,12 @@ class RemoteBackend:
 
     def release_second(self) -> None:
         """Nothing is held: a server cannot compare models."""
+
+    def draft_model(self) -> None:
+        return None
+
+    def release_draft(self) -> None:
+        """Nothing is held: a server's speculative decoding is its own."""
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
         self._writer.enable_thinking = checked_switch(enabled)

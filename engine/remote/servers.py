@@ -244,6 +244,7 @@ def remote_capabilities(kind: ServerKind, stage: str) -> Capabilities:
             ("fidelity", "the server chooses its own precision; it cannot be compared with float32 here."),
             ("compare_models", "a server sends only its top logprobs: the KL divergence needs whole distributions."),
             ("logit_lens", "the logit lens reads the model's layers, which stay on the server."),
+            ("draft", "a draft model proposes to a model that runs here; a server's speculative decoding is its own."),
             ("precision", "the server chooses its own precision."),
             ("layers", f"{kind.title} does not say the model's architecture, vocabulary or context."),
             ("full_chain", f"{kind.title} reports one stage ({stage}): no entropies, survivors or other stages."),

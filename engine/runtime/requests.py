@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.draft import DraftStats
 from engine.api.errors import EngineError
 from engine.api.events import Finished, FinishReason, TokenStep
 from engine.api.params import SamplingParams
@@ -110,6 +111,11 @@ class Request:
     before_switch: tuple[int, SamplingParams] | None = None
     """(the first output index the variant sampled, the settings before it): a branch in
     the thinking takes the thinking's settings."""
+    draft: Any = None
+    """The draft model's caches for this request (``engine.runtime.speculative.DraftCache``),
+    made at its first draft block."""
+    draft_stats: DraftStats | None = None
+    """Its speculative decoding so far; None: no block was drafted."""
 
     @property
     def history(self) -> list[int]:
@@ -270,4 +276,5 @@ def finished_event(
         text=request.stop_text.text,
         stop=stop,
         error=error,
+        draft=request.draft_stats,
     )

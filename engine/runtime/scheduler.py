@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
+from engine.api.draft import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, FinishReason, PrefillProgress
 from engine.api.params import SamplingParams
@@ -27,6 +28,7 @@ from engine.runtime.chunking import ChunkSizer
 from engine.runtime.continuations import Continuations
 from engine.runtime.fork_divergence import ForkDivergence
 from engine.runtime.lookahead import Lookahead
+from engine.runtime.prefill import PromptReader
 from engine.runtime.reasoning_rows import live_settings, next_forced, phase_of
 from engine.runtime.request_queue import RequestQueue
 from engine.runtime.requests import (
@@ -40,6 +42,7 @@ from engine.runtime.requests import (
     new_request,
     record_of,
 )
+from engine.runtime.speculative import Drafter, block_size, check_draft, run_block
 from engine.runtime.text import TokenText
 from engine.sampling.batch import Sampled, SamplingBatch
 from engine.sampling.divergence import group_pairs, pair_divergences
@@ -76,8 +79,6 @@ class Scheduler:
         self.kv = loaded.kv
         """The model's KV-cache quantization, fixed for this scheduler (its caches and prefix store)."""
         self.cache_kinds = kv.kinds(caches)
-        # Sliding windows wrap and recurrent state cannot be cut back: keep prompt ends.
-        self._checkpoint_prompts = self.cache_kinds != ["KVCache"]
         self.loaded = loaded
         self.model = loaded.model
         self.vocab_size = loaded.vocab_size
@@ -89,6 +90,10 @@ class Scheduler:
         self.reasoning = detect_markers(loaded.tokenizer)
         """The model's reasoning markers (``engine.api.reasoning``), or None: no token has a phase."""
         self.prefix_store = kv.PrefixStore(prefix_cache_entries)
+        # Sliding windows wrap and recurrent state cannot be cut back: keep prompt ends.
+        checkpoint = self.cache_kinds != ["KVCache"]
+        self.prompts = PromptReader(self.kv, self.chunks, self.prefix_store, checkpoint)
+        """Reads the prompt of the request at the head of the queue, a chunk per step."""
         self.queue = RequestQueue(history_records)
         self._active: list[Request] = []
         self._batch: list | None = None
@@ -104,6 +109,9 @@ class Scheduler:
         """Requests made from others (branch, continue, fork): ``branch`` and the rest forward there."""
         self._prefilling: list[Request] = []  # the group whose prefill chunk runs now
         self.speculate = speculate
+        self.drafter: Drafter | None = None
+        """A draft model proposing blocks the target checks in one pass (``set_draft``), or None."""
+        self._last_final: mx.array | None = None  # the last sampled step's final logits
         self._lookahead = Lookahead()
         """The next decode step for ``_active``, queued before this one was read back (_decode)."""
 
@@ -123,7 +131,7 @@ class Scheduler:
             self._store_row(row, request)
             self._remove_rows([row])
         elif (alone := self.queue.cancel(request)) is not None:
-            self._store_prefill(alone)
+            self.prompts.keep(alone)
         self._pending.append(self._finished(request, FinishReason.CANCELLED))
 
     def update_params(self, request_id: int, params: SamplingParams) -> None:
@@ -150,6 +158,16 @@ class Scheduler:
         request.stop_text.boundary = len(request.stop_text.text)
         if sampling is not None:
             sampling.set_params(row, params, request.history)
+
+    def set_draft(self, draft: LoadedModel | None, tokens: int = DEFAULT_DRAFT_TOKENS) -> None:
+        """Decode with ``draft`` proposing ``tokens`` at a time from the next step (None: no
+        draft). Refused with the reason, changing nothing, for a draft that cannot serve."""
+        if draft is not None:
+            check_draft_tokens(tokens)
+            check_draft(self.loaded, draft, self.cache_kinds)
+        self.drafter = None if draft is None else Drafter(self.loaded, draft, tokens, self.text, self.breakers)
+        for request in self._live():
+            request.draft = None  # another draft's caches (or none) from now on
 
     def checked(self, params: SamplingParams) -> SamplingParams:
         """``params`` checked as a request takes them, its ``think_variant`` prepared now too
@@ -261,30 +279,12 @@ class Scheduler:
     def _prefill_chunk(self) -> list[Event]:
         request = self.queue.waiting[0]
         self._prefilling = [request, *request.followers]
-        if request.caches is None:
-            request.reused, request.caches = self.prefix_store.lookup(request.prompt)
-            if request.caches is None:
-                request.caches = kv.new_request_cache(self.model, self.kv)
-            request.prefilled = request.reused
-        start = request.prefilled
-        chunk = request.prompt[start : start + self.chunks.size(busy=bool(self._active))]
         began = time.perf_counter()
-        logits = self.model(mx.array(chunk)[None], cache=request.caches)
-        kv.after_forward(request.caches, self.kv)
-        request.prefilled += len(chunk)
-        request.fed = request.prefilled
-        if request.prefill_remaining() > 0:
-            kv.eval_caches(request.caches)
-            elapsed = time.perf_counter() - began
-            self.chunks.record(len(chunk), elapsed)
-            request.prefill_seconds += elapsed
-            return [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
-        self.queue.waiting.popleft()
-        if self._checkpoint_prompts:
-            # A finished request's cache may not be cut back (a wrapped window, recurrent
-            # state): keep the prompt's end, so a branch prefills only what follows it.
-            self.prefix_store.add(request.prompt, [kv.cut(c, request.fed, request.fed) for c in request.caches])
+        last = self.prompts.read(self.model, request, busy=bool(self._active))
         events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
+        if last is None:
+            return events
+        self.queue.waiting.popleft()
         group, request.followers = [request, *request.followers], []
         sampling = SamplingBatch(self.vocab_size, self.breakers)
         for member in group:
@@ -292,7 +292,6 @@ class Scheduler:
             sampling.extend(
                 SamplingBatch.of(self.vocab_size, self.breakers, member.params, member.history, member.carry_in)
             )
-        last = logits[:, -1, :]
         step_events = self._sample(group, mx.repeat(last, len(group), axis=0) if len(group) > 1 else last, sampling)
         request.prefill_seconds += time.perf_counter() - began
         events.extend(step_events)
@@ -304,7 +303,7 @@ class Scheduler:
             self._sampling.extend(sampling)
             self._active.extend(group[i] for i in staying)
         if request.id in done:
-            self._store_prefill(request)
+            self.prompts.keep(request)
         request.caches = None
         return events
 
@@ -320,21 +319,52 @@ class Scheduler:
         waiting to join turn speculation off for a step.
         """
         logits, ahead = self._lookahead.take(self._sampling.version)
+        if logits is None and self.drafter is not None:
+            tokens = min(block_size(self.drafter, r, self.context_length) for r in self._active)
+            if tokens > 0:
+                return self._draft_block(tokens)
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
             kv.after_batch_forward(self._batch, self.kv)
             for request in self._active:
                 request.fed += 1
-        ahead_ok = self.speculate and not self.queue.waiting and not all(self._last_step(r) for r in self._active)
+        ahead_ok = (
+            self.speculate
+            and self.drafter is None
+            and not self.queue.waiting
+            and not all(self._last_step(r) for r in self._active)
+        )
         events = self._sample(self._active, logits, self._sampling, speculate=ahead_ok, ahead=ahead)
+        self._drop_finished(events)
+        return events
+
+    def _draft_block(self, tokens: int) -> list[Event]:
+        """A draft block of ``tokens`` for every row, checked in one pass (``engine.runtime.speculative``)."""
+        requests = list(self._active)
+        carries = [self._sampling.carry(row) for row in range(len(requests))]
+
+        def forward(inputs: mx.array) -> mx.array:
+            return self.model(inputs, cache=self._batch)
+
+        def sample(logits: mx.array) -> tuple[list[Event], mx.array]:
+            return self._sample(requests, logits, self._sampling), self._last_final
+
+        events, kept = run_block(self.drafter, requests, carries, tokens, forward, sample)
+        for cache in self._batch:  # the proposals after the first one the rows did not keep
+            cache.trim(tokens + 1 - kept)
+        for request in requests:
+            request.fed += kept
+        self._drop_finished(events)
+        return events
+
+    def _drop_finished(self, events: list[Event]) -> None:
         done = self._finished_ids(events)
         if done:
             leaving = [i for i, r in enumerate(self._active) if r.id in done]
             for row in leaving:
                 self._store_row(row, self._active[row])
             self._remove_rows(leaving)
-        return events
 
     def _remove_rows(self, rows: list[int]) -> None:
         keep = [i for i in range(len(self._active)) if i not in rows]
@@ -366,6 +396,7 @@ class Scheduler:
             sampled = sampling.sample(logits, [r.next_index for r in requests], forced)
         else:
             sampled = ahead
+        self._last_final = sampled.final
         pairs = group_pairs([r.group for r in requests])
         packed_device = sampled.packed
         if pairs:  # the divergences ride along in the step's one transfer
@@ -417,13 +448,6 @@ class Scheduler:
     def _store_row(self, row: int, request: Request) -> None:
         caches = kv.extract_row(self._batch, row)
         self.prefix_store.add(request.history[: request.fed], caches)
-
-    def _store_prefill(self, request: Request) -> None:
-        if request.caches is None:
-            return
-        if request.fed > 0:
-            self.prefix_store.add(request.history[: request.fed], request.caches)
-        request.caches = None
 
 
 __all__ = ["Scheduler"]

@@ -17,12 +17,14 @@ import mlx.core as mx
 
 from engine.api.backend import Messages, ModelInfo, StartedRequest
 from engine.api.capabilities import LOCAL_CAPABILITIES, Capabilities
+from engine.api.draft import DEFAULT_DRAFT_TOKENS, DraftModel, check_draft_tokens
 from engine.api.errors import EngineError
 from engine.api.events import Event
 from engine.api.kv_quantization import KVQuantization
 from engine.api.params import SamplingParams
 from engine.api.reasoning import checked_switch, has_thinking_switch
 from engine.api.results import LensPosition, SecondModel, TokenKLD
+from engine.models.fit import check_fits_beside, loaded_bytes
 from engine.models.load import DEFAULT_MODEL, ProgressFn, default_model_path, load
 from engine.runtime.prompts import encode_messages, scored_text, token_ids
 from engine.runtime.scheduler import Scheduler
@@ -83,6 +85,7 @@ class EngineSession:
         self._max_batch_size = max_batch_size
         self._loaded = None
         self._scheduler: Scheduler | None = None
+        self._draft: DraftModel | None = None  # the draft of the running model (a new model has none)
         self.info: ModelInfo | None = None
         self.enable_thinking: bool | None = None
         """The chat template's ``enable_thinking`` for prompts made from now on (None: its default)."""
@@ -102,7 +105,7 @@ class EngineSession:
         says (None: off); on failure the previous model stays in use."""
         loaded = load(source, progress, precision, kv=kv)
         scheduler = Scheduler(loaded, max_batch_size=self._max_batch_size, prefill_chunk=self._prefill_chunk)
-        self._loaded, self._scheduler = loaded, scheduler
+        self._loaded, self._scheduler, self._draft = loaded, scheduler, None
         self.info = ModelInfo(
             name=loaded.name,
             source=source,
@@ -289,6 +292,37 @@ class EngineSession:
 
     def release_second(self) -> None:
         self.comparison.release()
+
+    def load_draft(
+        self,
+        source: str,
+        precision: str = "auto",
+        tokens: int = DEFAULT_DRAFT_TOKENS,
+        progress: ProgressFn | None = None,
+    ) -> DraftModel:
+        """Load ``source`` as the running model's draft (speculative decoding, from the next
+        step): refused before loading when it would not fit beside it, after when it cannot
+        serve it (another vocabulary, caches that cannot be cut back); either way the running
+        model and its draft, if any, are untouched."""
+        check_draft_tokens(tokens)
+        scheduler = self.scheduler
+        held = loaded_bytes(scheduler.loaded.model)
+        if scheduler.drafter is not None:
+            held += loaded_bytes(scheduler.drafter.draft.model)
+        check_fits_beside(held, source, precision)
+        draft = load(source, progress, precision)
+        scheduler.set_draft(draft, tokens)
+        self._draft = DraftModel(draft.name, source, draft.precision.dtype, tokens)
+        return self._draft
+
+    def draft_model(self) -> DraftModel | None:
+        """The draft proposing to the running model, or None."""
+        return self._draft if self._scheduler is not None and self._scheduler.drafter is not None else None
+
+    def release_draft(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.set_draft(None)
+        self._draft = None
 
     def compare_reply(
         self, messages: Messages, output: Sequence[int], top: int = 10, chunk: int = 64

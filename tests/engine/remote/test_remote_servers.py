@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from engine.api.errors import EngineError
+
 httpx = pytest.importorskip("httpx")
 
 from engine.api.params import DEFAULT_SAMPLERS, LLAMA_CPP_SAMPLERS, SamplingParams  # noqa: E402
@@ -295,6 +297,14 @@ def test_both_backends_implement_the_interface():
     remote = RemoteBackend("http://127.0.0.1:9")
     assert isinstance(EngineSession(), Backend) and isinstance(remote, Backend)
     assert remote.step() == [] and not remote.has_work() and remote.memory_bytes() == 0
+    with pytest.raises(EngineError, match="draft: "):  # before a model: "no model is loaded yet"
+        remote.load_draft("default")
+    assert remote.draft_model() is None and not remote.capabilities.draft
+    from engine.remote.servers import KINDS, remote_capabilities
+
+    for kind in KINDS.values():
+        assert "speculative decoding is its own" in remote_capabilities(kind, "final").reason("draft")
+    remote.release_draft()
     remote.release_thread()
 
 

@@ -1,0 +1,248 @@
+"""Speculative decoding: a draft model proposes a block, the target checks it in one pass.
+
+The scheme is mlx-lm's (``speculative_generate_step``): at every position of the block
+the target draws its own token exactly as it would without a draft — the same chain, the
+same state, the same seeded noise (``engine.sampling.sampler.step_keys`` keys it by the
+token's output index) — and the draft's token is accepted while it equals that draw. So
+the reply is the target's own token for token, greedy or seeded, and each token keeps the
+target's whole inspection; the draft only decides how many tokens one target pass yields.
+The draft draws through the row's own chain with the *same* noise as the target at that
+index, so where the two distributions are close its proposals are the target's draws.
+
+Rows of a batch check their blocks together: the block ends for every row at the first
+position where some row's draw differs from its proposal (or some row finishes), so all
+rows keep the same number of tokens and the batch cache is cut back by one amount. Every
+token kept is still each row's own draw. A request's draft caches live on the request
+(``Request.draft``) and catch up on whatever tokens they missed (a step without a draft, a
+forced token) before the next block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache
+
+from engine.api.draft import NO_DRAFT_STATS, DraftCandidate, DraftRecord, Outcome
+from engine.api.errors import EngineError
+from engine.api.events import Event, Finished, TokenStep
+from engine.models.load import LoadedModel
+from engine.runtime.requests import Request
+from engine.runtime.text import TokenText
+from engine.sampling.batch import SamplingBatch
+from engine.sampling.inspection import RowInspection, to_host
+from engine.stages.penalty_counts import leaving_token
+
+DRAFT_TOP = 10
+"""The draft's candidates a record keeps (at least; more when the row asks for more)."""
+CATCH_UP_CHUNK = 512
+
+
+def check_draft(target: LoadedModel, draft: LoadedModel, cache_kinds: Sequence[str]) -> None:
+    """Refuse, with the reason, a draft that cannot serve ``target`` (EngineError)."""
+    if list(cache_kinds) != ["KVCache"]:
+        raise EngineError(
+            f"speculative decoding cuts the target's cache back after a rejected draft token; this model's "
+            f"caches ({', '.join(cache_kinds)}) cannot be cut back at any position."
+        )
+    if target.kv.enabled:
+        raise EngineError("speculative decoding needs the target's KV cache unquantized: switch the KV cache off.")
+    kinds = sorted({type(c).__name__ for c in make_prompt_cache(draft.model)})
+    if kinds != ["KVCache"]:
+        raise EngineError(f"the draft model's caches ({', '.join(kinds)}) cannot be cut back: it cannot draft.")
+    ours, theirs = _vocabulary(target), _vocabulary(draft)
+    if ours != theirs:
+        missing = len(set(ours.items()) - set(theirs.items()))
+        raise EngineError(
+            f"{draft.name} does not share {target.name}'s vocabulary ({len(theirs):,} tokens against "
+            f"{len(ours):,}; {missing:,} of the target's differ or are missing): its token ids would mean "
+            "other text."
+        )
+
+
+def _vocabulary(loaded: LoadedModel) -> dict[str, int]:
+    tokenizer = loaded.tokenizer
+    return dict(tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else tokenizer.vocab)
+
+
+@dataclass
+class DraftCache:
+    """The draft model's caches for one request: they hold its first ``fed`` tokens."""
+
+    caches: list
+    fed: int = 0
+
+
+@dataclass
+class Proposal:
+    """One row's draft block."""
+
+    tokens: list[int]
+    steps: list[RowInspection]
+    """The draft's own inspection of each proposal (its chain, its candidates)."""
+    history: int
+    """The row's context length when the block was drafted (the draft holds it whole after)."""
+
+
+class Drafter:
+    """A draft model proposing blocks of ``tokens`` for the rows of one target."""
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel, tokens: int, text: TokenText, breakers) -> None:
+        self.target, self.draft, self.tokens = target, draft, tokens
+        self.text, self.breakers = text, breakers
+        self.vocab = target.vocab_size
+
+    # Proposing ----------------------------------------------------------------------
+
+    def propose(self, request: Request, carry: dict | None, tokens: int) -> Proposal:
+        """``tokens`` draft tokens for ``request``'s next positions (fewer when the draft
+        proposes an end-of-sequence token: nothing follows it)."""
+        state = request.draft
+        if state is None:
+            state = request.draft = DraftCache(make_prompt_cache(self.draft.model))
+        history = request.history
+        self._catch_up(state, history[:-1])
+        params = request.params
+        top = max(params.top_logprobs, DRAFT_TOP)
+        sampling = SamplingBatch.of(self.vocab, self.breakers, params.with_changes(top_logprobs=top), history, carry)
+        last, drafted, steps = history[-1], [], []
+        for j in range(tokens):
+            logits = self._logits(mx.array([[last]]), state)
+            sampled = sampling.sample(logits, [request.next_index + j])
+            step = sampled.unpack(to_host(sampled.packed), 0, top, self.text.piece)
+            drafted.append(step.token_id)
+            steps.append(step)
+            last = step.token_id
+            if last in self.target.eos_token_ids:
+                break
+            sampling.accept([last], [leaving_token(params.penalty_window, history, drafted)], [step])
+        return Proposal(drafted, steps, len(history))
+
+    def _catch_up(self, state: DraftCache, tokens: Sequence[int]) -> None:
+        """Feed the draft what it has not seen of ``tokens`` (a prefix of the history)."""
+        if state.fed > len(tokens):  # cannot happen while blocks settle; start afresh if it did
+            state.caches, state.fed = make_prompt_cache(self.draft.model), 0
+        while state.fed < len(tokens):
+            chunk = tokens[state.fed : state.fed + CATCH_UP_CHUNK]
+            self.draft.model(mx.array([chunk]), cache=state.caches)
+            mx.eval([c.state for c in state.caches])
+            state.fed += len(chunk)
+
+    def _logits(self, inputs: mx.array, state: DraftCache) -> mx.array:
+        """[1, V]: the draft's next-token logits at the target's width (a padded vocabulary
+        is cut or filled with -inf: the token ids are the same)."""
+        logits = self.draft.model(inputs, cache=state.caches)[:, -1, :].astype(mx.float32)
+        state.fed += inputs.shape[1]
+        width = logits.shape[-1]
+        if width > self.vocab:
+            return logits[:, : self.vocab]
+        if width < self.vocab:
+            return mx.concatenate([logits, mx.full((1, self.vocab - width), -mx.inf)], axis=1)
+        return logits
+
+    # Settling ---------------------------------------------------------------------------
+
+    def settle(self, request: Request, proposal: Proposal, kept: Sequence[int]) -> None:
+        """After the target kept ``kept`` tokens of the block: the draft's caches cut back to
+        what it fed of the kept tokens, and the request's figures updated."""
+        matched = _leading_matches(proposal.tokens, kept)
+        valid = proposal.history + min(matched, max(0, len(proposal.tokens) - 1))
+        state = request.draft
+        if state.fed > valid:
+            for cache in state.caches:
+                cache.trim(state.fed - valid)
+            state.fed = valid
+        checked = min(len(kept), len(proposal.tokens))
+        stats = request.draft_stats or NO_DRAFT_STATS
+        request.draft_stats = stats.plus(checked, min(matched, checked), len(kept))
+
+
+def _leading_matches(proposed: Sequence[int], kept: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(proposed), len(kept)) and proposed[n] == kept[n]:
+        n += 1
+    return n
+
+
+def block_size(drafter: Drafter, request: Request, context_length: int) -> int:
+    """Draft tokens for ``request``'s next block: none past its ``max_tokens`` or the context."""
+    left = min(request.params.max_tokens - request.next_index, context_length - request.history_length)
+    return max(0, min(drafter.tokens, left - 1))
+
+
+def run_block(
+    drafter: Drafter,
+    requests: Sequence[Request],
+    carries: Sequence[dict | None],
+    tokens: int,
+    forward: Callable[[mx.array], mx.array],
+    sample: Callable[[mx.array], tuple[list[Event], mx.array]],
+) -> tuple[list[Event], int]:
+    """One block for every row: propose, check in one target pass (``forward``: [B, L] ->
+    [B, L, V]), then draw position by position (``sample``: the scheduler's own step on
+    [B, V] logits -> its events and the final logits). Returns the events (each token with
+    its draft record) and how many tokens every row kept."""
+    proposals = [drafter.propose(r, c, tokens) for r, c in zip(requests, carries, strict=True)]
+    size = min(len(p.tokens) for p in proposals)
+    inputs = mx.array([[r.generated[-1], *p.tokens[:size]] for r, p in zip(requests, proposals, strict=True)])
+    logits = forward(inputs)
+    events: list[Event] = []
+    kept: list[list[int]] = [[] for _ in requests]
+    rows = {r.id: i for i, r in enumerate(requests)}
+    for j in range(size + 1):
+        step_events, final = sample(logits[:, j, :])
+        target = _target_logprobs(final, proposals, j, size)
+        ended = False
+        for event in step_events:
+            if isinstance(event, TokenStep) and event.request_id in rows:
+                row = rows[event.request_id]
+                kept[row].append(event.token_id)
+                record = _record(proposals[row], j, size, event.token_id, target[row], drafter.text)
+                ended |= record.outcome is not Outcome.ACCEPTED
+                event = dataclasses.replace(event, draft=record)
+            elif isinstance(event, Finished):
+                ended = True
+            events.append(event)
+        if ended:
+            break
+    for request, proposal, row_kept in zip(requests, proposals, kept, strict=True):
+        drafter.settle(request, proposal, row_kept)
+    # A row that finished in this block was told its figures before the block was settled.
+    stats = {r.id: r.draft_stats for r in requests}
+    events = [dataclasses.replace(e, draft=stats[e.request_id]) if isinstance(e, Finished) else e for e in events]
+    return events, len(kept[0])
+
+
+def _target_logprobs(final: mx.array, proposals: Sequence[Proposal], j: int, size: int) -> list[dict[int, float]]:
+    """For each row, the target's logprob (after its chain) of the draft's proposal and
+    candidates at position ``j``: one small gather, on the host in one copy."""
+    if j >= size:
+        return [{} for _ in proposals]
+    ids = [[p.tokens[j], *(c.token_id for c in p.steps[j].top)] for p in proposals]
+    width = max(len(i) for i in ids)
+    index = mx.array([i + [i[0]] * (width - len(i)) for i in ids], dtype=mx.int32)
+    logprobs = mx.take_along_axis(final, index, axis=-1) - mx.logsumexp(final, axis=-1, keepdims=True)
+    values = logprobs.tolist()
+    return [dict(zip(i, v, strict=False)) for i, v in zip(ids, values, strict=True)]
+
+
+def _record(
+    proposal: Proposal, j: int, size: int, drawn: int | None, target: dict[int, float], text: TokenText
+) -> DraftRecord:
+    if j >= size:
+        return DraftRecord(Outcome.BONUS, j, size, None, None, None)
+    step = proposal.steps[j]
+    token = proposal.tokens[j]
+    top = tuple(
+        DraftCandidate(c.token_id, c.text, c.logprob, target.get(c.token_id))
+        for c in step.top
+        if c.logprob is not None and c.logprob > float("-inf")
+    )
+    outcome = Outcome.ACCEPTED if drawn == token else Outcome.REJECTED
+    return DraftRecord(outcome, j, size, token, step.logprobs[-1], target.get(token), top)
+
+
+__all__ = ["Drafter", "check_draft", "run_block", "block_size"]
