@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenuBar
 
 from app.shell.analysis_actions import AnalysisActions
@@ -30,6 +31,8 @@ class MenuParts:
     precision: PrecisionMenu
     kv_cache: KVCacheMenu
     analyses: AnalysisActions
+    draft: QAction
+    """Models → Draft model… (``app/shell/draft_model.py``)."""
 
 
 def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
@@ -68,6 +71,7 @@ def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
     model_menu.addSeparator()
     model_menu.addMenu(parts.precision.menu)
     model_menu.addMenu(parts.kv_cache.menu)
+    model_menu.addAction(parts.draft)  # Draft model…: speculative decoding
     model_menu.addAction(analyses.check_precision)  # Check precision…
     model_menu.addAction(analyses.compare_models)  # Compare models…
     model_menu.addAction(analyses.logit_lens)  # Logit lens of every token

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.model.draft import DraftAcceptance
 from app.model.surprise import SurpriseAnalysis
+from app.views.acceptance_timeline import AcceptanceRow
 from app.views.surprise_timeline import SurpriseRow
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ REFRESH_MS = 100
 
 STEP_ANALYSES: tuple[tuple[type[StepAnalysis], type[SeriesRow]], ...] = (
     (SurpriseAnalysis, SurpriseRow),  # app/model/surprise.py, app/views/surprise_timeline.py
+    (DraftAcceptance, AcceptanceRow),  # app/model/draft.py, app/views/acceptance_timeline.py
 )
 
 

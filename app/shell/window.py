@@ -26,6 +26,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox
 
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
+from app.model.draft import DraftAcceptance
 from app.model.model_in_use import ModelInUse
 from app.model.streams import TokenRef
 from app.shell.actions import Actions
@@ -34,6 +35,7 @@ from app.shell.background import QtBackground
 from app.shell.chat_commands import ChatCommands
 from app.shell.compare_models import CompareModels
 from app.shell.context import ShellContext
+from app.shell.draft_model import DraftModelController
 from app.shell.engine_link import EngineLink
 from app.shell.kv_cache_menu import KVCacheMenu
 from app.shell.layout import DockMemory, Docks, add_docks, reset_layout, set_minimum_sizes
@@ -189,6 +191,8 @@ class MainWindow(QMainWindow):
             context, self.timeline, self.inspector, self.inspector_dock, self.clock
         )
         self.step_analyses = step_analyses(context, self.timeline, self.clock)  # surprise, …
+        acceptance = next(c.action for c in self.step_analyses if isinstance(c.analysis, DraftAcceptance))
+        self.draft = DraftModelController(context, lambda: recent_models(self.settings), acceptance)
         self.analysis_actions = analysis_actions(
             self.actions, self.precision_check, self.compare_models, self.logit_lens, self.step_analyses
         )
@@ -205,6 +209,7 @@ class MainWindow(QMainWindow):
                 self.precision,
                 self.kv_cache,
                 self.analysis_actions,
+                self.draft.action,
             ),
         )
 

@@ -32,6 +32,10 @@ CSV_COLUMNS = (
     "survivors",
     "interrupted",
     "phase",
+    "draft_outcome",
+    "draft_token_id",
+    "draft_logprob",
+    "draft_target_logprob",
 )
 
 
@@ -39,7 +43,8 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """One row per token × candidate × stage (``logprob`` empty once removed; ``token_id``
     and ``candidate_id`` empty where a server did not report the id; ``interrupted`` 1 for
     the tokens of a reply or scored text the app stopped while writing; ``phase`` thinking
-    or answer for a reasoning model's token, else empty)."""
+    or answer for a reasoning model's token, else empty; ``draft_*`` what a draft model
+    proposed at the token, empty without one)."""
     interrupted = 0
     for r in recs:
         if r.get("type") in ("branch", "score"):  # the records that place the tokens after them
@@ -47,6 +52,13 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         if r.get("type") != RecordType.TOKEN:
             continue
         chain = r["chain"]
+        draft = r.get("draft") or {}
+        drafted = {
+            "draft_outcome": draft.get("outcome", ""),
+            "draft_token_id": draft.get("token_id", ""),
+            "draft_logprob": draft.get("logprob", ""),
+            "draft_target_logprob": draft.get("target_logprob", ""),
+        }
         for k, c in enumerate(r["top"]):
             for si, stage in enumerate(chain):
                 yield {
@@ -70,6 +82,7 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
                     "survivors": (r.get("survivors") or {}).get(stage),
                     "interrupted": interrupted,
                     "phase": r.get("phase") or "",  # empty: a model without reasoning markers
+                    **drafted,
                 }
 
 

@@ -108,6 +108,7 @@ class ChatDocument:
         self.doc.setDefaultFont(font)
         self.colors: Colors = LIGHT
         self.color_tokens = False
+        self.color_draft = False  # by a draft model's outcome instead of by probability
         self.selected: TokenRef | None = None
         self.sections: list[Section] = []
         self.bodies: dict[int, Body] = {}
@@ -307,7 +308,9 @@ class ChatDocument:
                 base = body.base()
             position = cursor.position()
             selected = (body.stream, index) == self.selected
-            fmt = token_format(f"tok:{body.id}:{index}", body.steps[index], selected, self.color_tokens, self.colors)
+            fmt = token_format(
+                f"tok:{body.id}:{index}", body.steps[index], selected, self.color_tokens, self.colors, self.color_draft
+            )
             insert_token(cursor, body.steps[index], fmt, self.colors)
             body.offsets.append(position - base)
             body.lengths.append(cursor.position() - position)
@@ -327,7 +330,8 @@ class ChatDocument:
                 cursor.setPosition(position)
                 cursor.setPosition(position + body.lengths[i], Keep)
                 fmt = QTextCharFormat()
-                style_token(fmt, body.steps[ref[1]], ref == self.selected, self.color_tokens, self.colors)
+                step = body.steps[ref[1]]
+                style_token(fmt, step, ref == self.selected, self.color_tokens, self.colors, self.color_draft)
                 cursor.mergeCharFormat(fmt)
                 self.tokens_restyled += 1
 
@@ -338,11 +342,12 @@ class ChatDocument:
         self.restyle(old)
         self.restyle(ref)
 
-    def set_color_tokens(self, on: bool) -> None:
-        """Colour every drawn token by probability (or clear it): formats only."""
-        if on == self.color_tokens:
+    def set_color_tokens(self, on: bool, by_draft: bool = False) -> None:
+        """Colour every drawn token by probability, or by its draft model's outcome
+        (``by_draft``), or clear it: formats only."""
+        if (on, by_draft) == (self.color_tokens, self.color_draft):
             return
-        self.color_tokens = on
+        self.color_tokens, self.color_draft = on, by_draft
         cursor = QTextCursor(self.doc)
         cursor.beginEditBlock()
         for body in list(self.bodies.values()):
@@ -352,7 +357,7 @@ class ChatDocument:
                 cursor.setPosition(base + offset + length, Keep)
                 fmt = QTextCharFormat()
                 selected = (body.stream, body.start + i) == self.selected
-                style_token(fmt, body.steps[body.start + i], selected, on, self.colors)
+                style_token(fmt, body.steps[body.start + i], selected, on, self.colors, by_draft)
                 cursor.mergeCharFormat(fmt)
         cursor.endEditBlock()
 

@@ -78,12 +78,28 @@ def legend_forms(scored: bool, drawn: bool) -> tuple[tuple[str, str], ...]:
     return BOTH_FORMS if scored and drawn else SCORED_FORMS if scored else LEGEND_FORMS
 
 
+DRAFT_SWITCH = "Colour by draft outcome"
+DRAFT_TIP = (
+    "Colour each token of a reply written with a draft model by what became of the draft's "
+    "proposal there: accepted (the model drew the same token), drawn by the model after a "
+    "rejection, or a bonus token (the model's extra one after a whole block was accepted)."
+)
+DRAFT_FORMS = ((COLOR_SWITCH, "draft: "), (COLOR_SWITCH, ""))
+
+
+def outcome_legend(colors: Colors) -> str:
+    """The legend's cells for the draft's outcomes (HTML)."""
+    cells = ((colors.accepted, "accepted"), (colors.rejected, "drawn after a rejection"), (colors.bonus, "bonus"))
+    return "".join(f"<span style='background-color:{c}'>&nbsp;{words}&nbsp;</span> " for c, words in cells)
+
+
 class LegendRow(WrapRow):
     """The colour switch and, while it is on, the legend of the colours beside it, in the
-    longest words that fit one row; under it where even the shortest do not."""
+    longest words that fit one row; under it where even the shortest do not. ``draft``: the
+    switch to colour by a draft model's outcomes (hidden while no such reply is shown)."""
 
-    def __init__(self, switch: QCheckBox, legend: QLabel) -> None:
-        super().__init__([(switch, 0), (legend, 1)])
+    def __init__(self, switch: QCheckBox, legend: QLabel, draft: QCheckBox | None = None) -> None:
+        super().__init__([(switch, 0), *([(draft, 0)] if draft is not None else []), (legend, 1)])
         self.switch, self.legend = switch, legend
         self.widths: list[int] = []  # each of self.forms side by side, measured
         self.forms = LEGEND_FORMS
@@ -91,10 +107,10 @@ class LegendRow(WrapRow):
         switch.setToolTip("Colour each token by p(final): the chosen token's probability after the last stage")
         self.set_cells("")
 
-    def set_cells(self, cells: str, scored: bool = False, drawn: bool = True) -> None:
+    def set_cells(self, cells: str, scored: bool = False, drawn: bool = True, draft: bool = False) -> None:
         """The legend's colour cells (HTML; "" while the switch is off) for a chat showing
-        scored and/or drawn tokens."""
-        self.cells, self.forms = cells, legend_forms(scored, drawn)
+        scored and/or drawn tokens (``draft``: the cells are a draft's outcomes)."""
+        self.cells, self.forms = cells, DRAFT_FORMS if draft else legend_forms(scored, drawn)
         self.widths = []
         for words in self.forms:  # measured once here, not while the layout asks
             self._show_words(*words)
@@ -127,8 +143,14 @@ class ChatPanel(QWidget):
         self.legend = QLabel()
         self.color_toggle = QCheckBox(COLOR_SWITCH)
         self.color_toggle.toggled.connect(self._on_color_toggled)
-        self.legend_row = LegendRow(self.color_toggle, self.legend)
+        # Shown while a reply written with a draft model is: colour by its outcomes instead.
+        self.draft_toggle = QCheckBox(DRAFT_SWITCH)
+        self.draft_toggle.setToolTip(DRAFT_TIP)
+        self.draft_toggle.hide()
+        self.draft_toggle.toggled.connect(self._on_draft_toggled)
+        self.legend_row = LegendRow(self.color_toggle, self.legend, self.draft_toggle)
         self.chat.kinds_changed.connect(lambda *_: self._on_color_toggled(self.color_toggle.isChecked()))
+        self.chat.drafts_changed.connect(self._on_drafts_changed)
         self.composer = Composer()
         self.composer.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
         self.composer.setFixedHeight(80)
@@ -158,7 +180,10 @@ class ChatPanel(QWidget):
     def set_colors(self, colors: Colors) -> None:
         self.colors = colors
         self.chat.set_colors(colors)
-        self._on_color_toggled(self.color_toggle.isChecked())
+        if self.draft_toggle.isChecked():
+            self._on_draft_toggled(True)
+        else:
+            self._on_color_toggled(self.color_toggle.isChecked())
 
     def set_busy(self, busy: bool, can_regenerate: bool) -> None:
         self.stop_button.setEnabled(busy)
@@ -182,6 +207,26 @@ class ChatPanel(QWidget):
         self.send_button.setToolTip("" if count is None else f"Answer with {count} settings side by side")
 
     def _on_color_toggled(self, on: bool) -> None:
+        if on and self.draft_toggle.isChecked():
+            self.draft_toggle.setChecked(False)  # one colouring at a time
+        if self.draft_toggle.isChecked():
+            return
         self.chat.set_color_tokens(on)
         self.legend_row.set_cells(color_legend(self.colors) if on else "", *self.chat.kinds)
         self.legend.setToolTip(legend_tooltip(*self.chat.kinds) if on else "")
+
+    def _on_draft_toggled(self, on: bool) -> None:
+        if on and self.color_toggle.isChecked():
+            self.color_toggle.setChecked(False)
+        if not on:
+            self._on_color_toggled(self.color_toggle.isChecked())
+            return
+        self.chat.set_color_tokens(False, by_draft=True)
+        self.legend_row.set_cells(outcome_legend(self.colors), draft=True)
+        self.legend.setToolTip(DRAFT_TIP)
+
+    def _on_drafts_changed(self, drafted: bool) -> None:
+        if not drafted and self.draft_toggle.isChecked():
+            self.draft_toggle.setChecked(False)
+        self.draft_toggle.setVisible(drafted)
+        self.legend_row.set_cells(self.legend_row.cells, *self.chat.kinds, draft=self.draft_toggle.isChecked())

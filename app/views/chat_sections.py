@@ -25,10 +25,12 @@ from PySide6.QtGui import (
     QTextTableFormat,
 )
 
+from app.model.draft import outcome_of
 from app.model.entries import ChatEntry, ColumnEntry
 from app.model.scored import shading_logprob
 from app.model.textfmt import prob, visible
 from app.views.theme import Colors, probability_color, variant_color
+from engine.api.draft import Outcome
 from engine.api.events import TokenStep
 from engine.api.reasoning import THINKING
 
@@ -191,8 +193,11 @@ def column_cell_format(fmt: QTextCharFormat, colors: Colors) -> QTextCharFormat:
 # Tokens --------------------------------------------------------------------------------------
 
 
-def token_format(href: str, step: TokenStep, selected: bool, colored: bool, colors: Colors) -> QTextCharFormat:
-    """A token is a link (``tok:<body>:<index>``), shaded by probability when ``colored``."""
+def token_format(
+    href: str, step: TokenStep, selected: bool, colored: bool, colors: Colors, by_draft: bool = False
+) -> QTextCharFormat:
+    """A token is a link (``tok:<body>:<index>``), shaded by probability when ``colored``
+    (by its draft model's outcome when ``by_draft``)."""
     fmt = QTextCharFormat()
     fmt.setAnchor(True)
     fmt.setAnchorHref(href)
@@ -200,21 +205,34 @@ def token_format(href: str, step: TokenStep, selected: bool, colored: bool, colo
     if step.phase == THINKING:  # quieter than the answer; a copy knows it by the property
         fmt.setForeground(QColor(colors.muted))
         fmt.setProperty(THINKING_TEXT, True)
-    style_token(fmt, step, selected, colored, colors)
+    style_token(fmt, step, selected, colored, colors, by_draft)
     return fmt
 
 
-def style_token(fmt: QTextCharFormat, step: TokenStep, selected: bool, colored: bool, colors: Colors) -> None:
+def style_token(
+    fmt: QTextCharFormat, step: TokenStep, selected: bool, colored: bool, colors: Colors, by_draft: bool = False
+) -> None:
     """What selecting or colouring changes: the background and the underline (merged into
     the token's characters, so a whitespace glyph keeps its own colour and size)."""
     if selected:
         fmt.setBackground(QColor(colors.removed))
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
         fmt.setUnderlineColor(QColor(colors.chosen))
+    elif by_draft:
+        shade = outcome_color(outcome_of(step), colors)
+        fmt.setBackground(QColor(shade) if shade else NO_BRUSH)
+        fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
     else:
         shade = probability_color(prob(shading_logprob(step)), colors)  # a scored text: by raw
         fmt.setBackground(QColor(shade) if colored else NO_BRUSH)
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.NoUnderline)
+
+
+def outcome_color(outcome: Outcome | None, colors: Colors) -> str | None:
+    """A drafted token's shade by its outcome (None: no draft at that token)."""
+    if outcome is None:
+        return None
+    return {Outcome.ACCEPTED: colors.accepted, Outcome.REJECTED: colors.rejected, Outcome.BONUS: colors.bonus}[outcome]
 
 
 def special_mark(piece: str) -> str:

@@ -20,6 +20,7 @@ from PySide6.QtGui import QContextMenuEvent, QMouseEvent, QTextCursor, QTextDocu
 from PySide6.QtWidgets import QApplication, QMenu, QTextBrowser, QToolTip
 
 from app.model.chat import ChatModel
+from app.model.draft import OUTCOME_SHORT, shows_drafts
 from app.model.remote_labels import is_chosen, p_label
 from app.model.scored import is_scored, shown_kinds
 from app.model.streams import StreamKey, TokenRef
@@ -44,6 +45,7 @@ class ChatView(QTextBrowser):
     compare_requested = Signal(object)  # TokenRef: compare settings from this token
     seed_reused = Signal(int)  # a reply's seed, for the sampling panel's Seed field
     kinds_changed = Signal(bool, bool)  # whether scored tokens, drawn tokens are shown: the legend follows
+    drafts_changed = Signal(bool)  # whether a reply written with a draft model is shown
     branch_requested = Signal(object, object)  # TokenRef, Candidate: continue from it instead
 
     def __init__(self) -> None:
@@ -61,6 +63,7 @@ class ChatView(QTextBrowser):
         self._dirty: set[StreamKey] = set()
         self.flushes: Throttler | None = None
         self.kinds = (False, True)  # (scored, drawn) tokens shown (``app.model.scored.shown_kinds``)
+        self.drafted = False  # whether a reply shown was written with a draft model
         self.menu: QMenu | None = None  # the last context menu shown
 
     @property
@@ -92,6 +95,10 @@ class ChatView(QTextBrowser):
         if kinds != self.kinds:
             self.kinds = kinds
             self.kinds_changed.emit(*kinds)
+        drafted = shows_drafts(self.model.entries)
+        if drafted != self.drafted:
+            self.drafted = drafted
+            self.drafts_changed.emit(drafted)
 
     def _on_tokens_added(self, stream: StreamKey) -> None:
         self._dirty.add(stream)
@@ -133,8 +140,8 @@ class ChatView(QTextBrowser):
         if self.model is not None:
             self.writer.redraw(self.model.entries)
 
-    def set_color_tokens(self, on: bool) -> None:
-        self.writer.set_color_tokens(on)
+    def set_color_tokens(self, on: bool, by_draft: bool = False) -> None:
+        self.writer.set_color_tokens(on, by_draft)
 
     # Mouse ---------------------------------------------------------------------------------
 
@@ -287,6 +294,8 @@ def tooltip_for(step: TokenStep) -> str:
         lines.append(f"<i>scored text: given, not drawn (rank {step.rank} under raw)</i>")
     elif step.forced and not forced_by_budget(step):
         lines.append("<i>picked by hand</i>")
+    if step.draft is not None:
+        lines.append(f"<i>draft: {escape(OUTCOME_SHORT[step.draft.outcome])}</i>")
     others = [cand for cand in step.top if not is_chosen(step, cand)][:5]
     for cand in others:
         lines.append(f"&nbsp;&nbsp;{escape(visible(cand.text))} &nbsp; {percent(cand.logprob)}")

@@ -6,7 +6,9 @@ ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the 
 with the bias, penalty and DRY effect on each logit and the numbers; a token of a reply compared with a second
 model adds *Models* (``app.views.compare_tokens``), both models' top tokens; *Layers*
 (``app.views.lens_tab``, filled by ``app.shell.logit_lens``) is the logit lens: what each
-layer of the running model would have predicted there. Double-click a candidate in
+layer of the running model would have predicted there; a token of a reply written with a
+draft model adds *Draft* (``app.views.draft_tab``), the draft's proposal and both models'
+candidates. Double-click a candidate in
 either of the first two (or use its context menu) to continue the reply from it.
 """
 
@@ -38,6 +40,7 @@ from app.model.thinking import forced_by_budget, phase_title
 from app.views.bars_view import BarsView
 from app.views.chain_view import ChainView, format_nats, raw_rank
 from app.views.compare_tokens import CompareTokensView
+from app.views.draft_tab import DraftView
 from app.views.lens_tab import LayersView
 from app.views.theme import LIGHT, Colors, variant_color
 from app.views.throttle import RedrawClock, own_clock
@@ -46,7 +49,7 @@ from engine.api.events import Candidate, TokenStep
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
 
-CHAIN_TAB, BARS_TAB, MODELS_TAB, LAYERS_TAB = 0, 1, 2, 3
+CHAIN_TAB, BARS_TAB, MODELS_TAB, LAYERS_TAB, DRAFT_TAB = 0, 1, 2, 3, 4
 PLACEHOLDER = "Send a message: the latest token's candidates show here."
 NOTHING_SELECTED = "No token selected: click a token of a reply in the chat to see its candidates."
 INSPECTOR_MS = 100
@@ -95,6 +98,10 @@ class InspectorWidget(QWidget):
         # The logit lens: computed when this tab is in view (app.shell.logit_lens fills it).
         self.layers_view = LayersView()
         self.tabs.addTab(self.layers_view, "Layers")
+        # Speculative decoding: shown only for a token a draft model proposed for (show_step).
+        self.draft_view = DraftView()
+        self.tabs.addTab(self.draft_view, "Draft")
+        self.tabs.setTabVisible(DRAFT_TAB, False)
         self.tabs.currentChanged.connect(lambda _: self._redraw())
         for view in (self.chain_view, self.table):
             view.doubleClicked.connect(lambda index: self._pick_row(index.row()))
@@ -175,6 +182,13 @@ class InspectorWidget(QWidget):
             self.chain_view.show_step(step, self.colors, log)
         if step is None or self.tabs.currentIndex() == BARS_TAB:
             self.bars.show_step(step, self.candidates, self.colors, log)
+        drafted = step is not None and step.draft is not None
+        if not drafted and self.tabs.currentIndex() == DRAFT_TAB:
+            self.tabs.setCurrentIndex(CHAIN_TAB)  # redraws through currentChanged
+            return
+        self.tabs.setTabVisible(DRAFT_TAB, drafted)
+        if not drafted or self.tabs.currentIndex() == DRAFT_TAB:
+            self.draft_view.show_step(step if drafted else None, self.colors)
         self.title.setText(self._title_html(step) if step is not None else self._placeholder())
         if step is None:
             self.title.setToolTip("")

@@ -26,6 +26,11 @@ class Colors:
     still readable (the palette's disabled labels use it too)."""
     dry: str = "#9334e6"
     """DRY's change of a logit (Raw vs final), beside the bias (green) and penalty (red)."""
+    accepted: str = "#ceead6"
+    """A draft model's outcomes, as the chat shades them: a proposal accepted, a token the
+    model drew after a rejection, a bonus token."""
+    rejected: str = "#fad2cf"
+    bonus: str = "#d2e3fc"
 
 
 LIGHT = Colors(
@@ -54,6 +59,9 @@ DARK = Colors(
     True,
     "#9aa0a6",
     "#d7aefb",
+    accepted="#1e4620",
+    rejected="#5c2320",
+    bonus="#1c3a5e",
 )
 
 

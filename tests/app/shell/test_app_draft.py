@@ -1,0 +1,175 @@
+"""Issue 36, the app: Models → Draft model… on the real worker and EngineSession, with the tests'
+tiny model drafted by its own weights in bfloat16 (close, not equal: some proposals rejected).
+
+The reply is the one the running model writes alone; each token's outcome colours the chat
+when the switch is on, the inspector's Draft tab shows both models' candidates, the
+timeline's acceptance row follows the reply, the choice is saved for the model and loaded
+again with it, a draft with another vocabulary is refused in the engine's words with the
+draft in use unchanged, and an export carries every token's draft record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtGui import QColor  # noqa: E402
+
+from app.model.draft import DraftChoice, DraftChoices  # noqa: E402
+from engine.api.draft import Outcome  # noqa: E402
+from engine.api.params import SamplingParams  # noqa: E402
+from tests.app.shell.test_app import (  # noqa: E402
+    TIMEOUT,
+    assistant_entries,
+    close_window,
+    open_window,
+    profile,  # noqa: F401 (fixture)
+    send,
+)
+from tests.support.tiny_model import write_tiny_model  # noqa: E402
+from tests.support.tiny_reasoning import write_qwen3_style  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("draft")
+    return (
+        write_tiny_model(root / "tiny", seed=0),
+        write_tiny_model(root / "near", seed=0, dtype="bfloat16"),
+        write_qwen3_style(root / "other"),
+    )
+
+
+def params(window, **changes) -> SamplingParams:
+    no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
+    return SamplingParams(**{"temperature": 0.0, "max_tokens": 30, "top_logprobs": 5, "logit_bias": no_eos, **changes})
+
+
+def use_draft(qtbot, window, source, tokens: int = 4):
+    action = window.draft.action
+    assert action.isEnabled(), action.toolTip()
+    action.trigger()
+    dialog = window.draft.dialog
+    assert dialog is not None and dialog.isVisible()
+    dialog.source.setCurrentText(str(source))
+    dialog.tokens.setValue(tokens)
+    dialog.use_button.click()
+    qtbot.waitUntil(lambda: not dialog.running, timeout=TIMEOUT)
+    return dialog
+
+
+def reply_steps(window):
+    entry = window.entries[assistant_entries(window)[-1]]
+    return entry.stream, entry.steps
+
+
+def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profile, models, tmp_path):  # noqa: F811
+    tiny, near, other = models
+    window = open_window(qtbot, profile, str(tiny))
+    send(qtbot, window, "the cat", params(window))
+    _, plain = reply_steps(window)
+    assert all(s.draft is None for s in plain)
+    assert not window.central.draft_toggle.isVisible()
+
+    dialog = use_draft(qtbot, window, near)
+    assert "Draft in use" in dialog.message.text() and "4 tokens per block" in dialog.message.text()
+    assert window.draft.label.text().startswith("draft: ")
+    assert DraftChoices(window.settings).get(str(tiny)).tokens == 4
+    dialog.close()
+    window.window_actions.new_chat.trigger()  # the same prompt as the plain reply's
+    send(qtbot, window, "the cat", params(window))
+    stream, steps = reply_steps(window)
+    assert [s.token_id for s in steps] == [s.token_id for s in plain]  # the same reply
+    outcomes = [s.draft.outcome for s in steps if s.draft is not None]
+    assert Outcome.ACCEPTED in outcomes and (Outcome.REJECTED in outcomes or Outcome.BONUS in outcomes)
+
+    # The chat: the switch appears with such a reply and shades each token by its outcome.
+    window._redraw_if_dirty()
+    assert window.central.draft_toggle.isVisible()
+    window.central.color_toggle.setChecked(True)
+    window.central.draft_toggle.setChecked(True)
+    assert not window.central.color_toggle.isChecked()  # one colouring at a time
+    assert "accepted" in window.central.legend.text() and "bonus" in window.central.legend.text()
+    colors = window.central.colors
+    drafted = next(i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.ACCEPTED)
+    assert _shade(window, stream, drafted) == QColor(colors.accepted)
+    assert _shade(window, stream, 0) is None  # the first token had no draft
+
+    # The inspector's Draft tab: the proposal, q, p and min(1, p/q).
+    window.model.select((stream, drafted))
+    window._redraw_if_dirty()
+    inspector = window.inspector
+    from app.views.inspector import DRAFT_TAB
+
+    assert inspector.tabs.isTabVisible(DRAFT_TAB)
+    inspector.tabs.setCurrentIndex(DRAFT_TAB)
+    view = inspector.draft_view
+    assert view.header.text().startswith("Accepted") and "min(1, p/q)" in view.header.text()
+    marks = [view.table.item(r, 0).text() for r in range(view.table.rowCount())]
+    assert "◆●" in marks  # the proposal was the draw
+    window.model.select((stream, 0))
+    window._redraw_if_dirty()
+    assert not inspector.tabs.isTabVisible(DRAFT_TAB) and inspector.tabs.currentIndex() != DRAFT_TAB
+
+    # The timeline's acceptance row, switched on with the draft.
+    row = next(c for c in window.step_analyses if c.row.__class__.__name__ == "AcceptanceRow")
+    assert row.action.isChecked()
+    row.refresh()
+    assert row.row.plot.isVisible() and "acceptance" in row.row.plot.titleLabel.text
+
+    # An export carries the records.
+    from app.store.export import read_jsonl, write_jsonl
+    from app.store.export_store import from_store
+
+    out = tmp_path / "drafted.jsonl"
+
+    def exported() -> list[dict]:  # the reply is saved off the GUI thread once it ends
+        write_jsonl(from_store(window.store, window.model.conversation.id, journal=False), out)
+        return [r for r in read_jsonl(out) if r.get("type") == "token" and "draft" in r]
+
+    qtbot.waitUntil(lambda: bool(exported()), timeout=TIMEOUT)
+    back = exported()
+    assert {r["draft"]["outcome"] for r in back} >= {"accepted"}
+    assert all(json.dumps(r["draft"]) for r in back)
+    import csv
+
+    from app.store.export_csv import write_csv
+
+    write_csv(read_jsonl(out), tmp_path / "drafted.csv")
+    with open(tmp_path / "drafted.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["draft_outcome"] for r in rows} >= {"", "accepted"}
+
+    # Refused, with the draft in use unchanged.
+    dialog = use_draft(qtbot, window, other)
+    assert "vocabulary" in dialog.message.text()
+    assert window.draft.held is not None and window.draft.held.source == str(near)
+    close_window(window)
+
+
+def test_the_saved_draft_is_loaded_again_with_its_model_and_no_draft_forgets_it(qtbot, profile, models):  # noqa: F811
+    tiny, near, _ = models
+    DraftChoices(profile[1]).set(str(tiny), DraftChoice(str(near), "auto", 2))
+    window = open_window(qtbot, profile, str(tiny))
+    qtbot.waitUntil(lambda: window.draft.held is not None, timeout=TIMEOUT)
+    assert window.draft.held.tokens == 2
+    window.draft.open_dialog()
+    window.draft.dialog.release_button.click()
+    qtbot.waitUntil(lambda: window.draft.held is None, timeout=TIMEOUT)
+    assert DraftChoices(window.settings).get(str(tiny)) is None
+    send(qtbot, window, "the cat", params(window, max_tokens=6))
+    assert all(s.draft is None for s in reply_steps(window)[1])
+    close_window(window)
+
+
+def _shade(window, stream, index):
+    from PySide6.QtGui import QTextCursor
+
+    writer = window.chat.writer
+    span = writer.span_of((stream, index))
+    cursor = QTextCursor(window.chat.document())
+    cursor.setPosition(span[0] + 1)
+    brush = cursor.charFormat().background()
+    return brush.color() if brush.color().alpha() > 0 else None  # NO_BRUSH: transparent

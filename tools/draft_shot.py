@@ -1,0 +1,94 @@
+"""``python -m tools.draft_shot --out PATH``: the README's screenshot of speculative decoding.
+
+Runs the app offscreen in a throwaway profile with the default model, loads a draft
+(``--draft``; default: the default GGUF re-quantized to Q4_0 by ``tools.requantize``, written
+once into the temporary folder) through Models → Draft model…, sends ``--prompt``, colours
+the chat by draft outcome, selects the first token whose proposal was rejected (the Draft
+tab in view, both models' candidates side by side) and saves the window (1500×900).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def default_draft() -> str:
+    from engine.models.load import default_model_path
+    from tools.requantize import requantize
+
+    out = Path(tempfile.gettempdir()) / "logitscope-bench-draft" / "SmolLM2-135M-Instruct.Q4_1-Q4_0.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        requantize(default_model_path(), out, "Q4_0")
+    return str(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.draft_shot")
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="default")
+    p.add_argument("--draft", default=None)
+    p.add_argument("--tokens", type=int, default=3)
+    p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("--max-tokens", type=int, default=40)
+    p.add_argument("--timeline-height", type=int, default=330)
+    p.add_argument("--size", default="1500x900")
+    p.add_argument("--timeout", type=float, default=900.0)
+    args = p.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from app.model.draft import DraftChoice
+    from app.views.inspector import DRAFT_TAB
+    from engine.api.draft import Outcome
+    from engine.api.params import SamplingParams
+    from tools.shot_window import scratch_window, show_at, waiter
+
+    draft = args.draft or default_draft()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    window = scratch_window(args.model, "logitscope-draft-shot-")
+    show_at(window, args.size)
+    window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
+    wait = waiter(app, args.timeout)
+    if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
+        print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
+        return 1
+    window.draft.use(DraftChoice(draft, "auto", args.tokens))
+    if not wait(lambda: window.draft.held is not None):
+        print("error: the draft did not load", file=sys.stderr)
+        return 1
+    no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
+    window.controls.set_params(
+        SamplingParams(temperature=0.0, max_tokens=args.max_tokens, top_logprobs=10, logit_bias=no_eos)
+    )
+    window.composer.setPlainText(args.prompt)
+    window.send()
+    wait(lambda: window.busy())
+    wait(lambda: not window.busy())
+    window._redraw_if_dirty()
+    message = window.model.last_assistant()
+    steps = message.branch.steps
+    index = next(i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.REJECTED)
+    window.central.draft_toggle.setChecked(True)
+    window.select_token((("branch", message.branch.id), index))
+    window.inspector.tabs.setCurrentIndex(DRAFT_TAB)
+    for _ in range(5):
+        window._redraw_if_dirty()
+        app.processEvents()
+        time.sleep(0.05)
+    ok = window.grab().save(args.out)
+    print(window.draft.label.text(), "·", window.inspector.draft_view.header.text())
+    window.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
