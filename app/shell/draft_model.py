@@ -125,7 +125,7 @@ class DraftModelController(QObject):
     @Slot(int, str, float)
     def _on_loading(self, tag: int, stage: str, fraction: float) -> None:
         if tag == self._tag and self.dialog is not None:
-            self.dialog.show_loading(stage, fraction)
+            self.dialog.show_loading(stage, fraction, "the draft model")
 
     @Slot(int, object)
     def _on_loaded(self, tag: int, held: Any) -> None:

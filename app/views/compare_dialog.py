@@ -15,30 +15,17 @@ nothing is loaded). The dialog only shows; the shell's
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QComboBox,
-    QDialog,
-    QDialogButtonBox,
-    QFormLayout,
-    QHBoxLayout,
-    QLabel,
-    QProgressBar,
-    QPushButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QComboBox, QDialogButtonBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import CHOICE_TIPS as KV_TIPS
 from app.model.kv_cache import CHOICES as KV_CHOICES
 from app.model.kv_cache import OFF
 from app.model.model_compare import CompareSettings, Comparison, num
-from app.model.precision import CHOICE_LABELS, CHOICE_TIPS
 from app.model.textfmt import escape, visible
-from app.views.file_dialogs import MODELS, Folders
-from engine.api.precision import PRECISIONS
+from app.views.file_dialogs import Folders
+from app.views.model_dialogs import JobDialog, SourcePicker, precision_choice
 
-REFUSED_COLOR = "#b42318"
 SOURCE_TIP = "A model folder, a .gguf file, a Hugging Face repo id, or default (the bundled model)."
 KV_TIP = (
     "The second model's KV cache. The running model's own source in its own precision with a quantized "
@@ -67,9 +54,8 @@ def result_html(c: Comparison) -> str:
     return f"<table>{cells}</table><p>Largest KLD: {worst}</p>"
 
 
-class CompareModelsDialog(QDialog):
+class CompareModelsDialog(JobDialog):
     compare_requested = Signal(object)  # CompareSettings
-    cancel_requested = Signal()
     export_requested = Signal()
 
     def __init__(
@@ -86,11 +72,9 @@ class CompareModelsDialog(QDialog):
         ``running_precision``: what the running model computes in (set when a quantized KV
         cache is chosen for its own source); ``folders``: where its file dialogs open."""
         super().__init__(parent)
-        self.folders = folders or Folders(None)
         self.running_source = sources[0] if sources else ""
         self.running_precision = running_precision
         self.setWindowTitle("Compare models")
-        self.running = False
         layout = QVBoxLayout(self)
         self.intro = QLabel(
             f"The selected reply's tokens under the running model, <b>{escape(running)}</b>, and a second "
@@ -99,25 +83,14 @@ class CompareModelsDialog(QDialog):
         self.intro.setWordWrap(True)
         layout.addWidget(self.intro)
         form = QFormLayout()
-        self.source = QComboBox()
-        self.source.setEditable(True)
-        self.source.addItems(sources)
-        self.source.setToolTip(SOURCE_TIP)
-        self.source.setMinimumContentsLength(36)
-        pick = QHBoxLayout()
-        pick.addWidget(self.source, 1)
-        self.folder_button = QPushButton("Folder…")
-        self.folder_button.clicked.connect(self._pick_folder)
-        self.gguf_button = QPushButton("GGUF…")
-        self.gguf_button.clicked.connect(self._pick_gguf)
-        pick.addWidget(self.folder_button)
-        pick.addWidget(self.gguf_button)
-        form.addRow("Second model", pick)
-        self.precision = QComboBox()
-        for choice in PRECISIONS:
-            self.precision.addItem(CHOICE_LABELS[choice], choice)
-            self.precision.setItemData(self.precision.count() - 1, CHOICE_TIPS[choice], Qt.ItemDataRole.ToolTipRole)
-        self.precision.setCurrentIndex(max(0, self.precision.findData(precision)))
+        self.picker = SourcePicker(sources, SOURCE_TIP, folders or Folders(None), "to compare with")
+        self.source, self.folder_button, self.gguf_button = (
+            self.picker.combo,
+            self.picker.folder_button,
+            self.picker.gguf_button,
+        )
+        form.addRow("Second model", self.picker)
+        self.precision = precision_choice(precision)
         form.addRow("Precision", self.precision)
         self.kv = QComboBox()
         for bits in KV_CHOICES:
@@ -128,11 +101,6 @@ class CompareModelsDialog(QDialog):
         form.addRow("KV cache", self.kv)
         self.form = form  # a further load setting is one more row
         layout.addLayout(form)
-        self.progress = QProgressBar()
-        self.progress.hide()
-        self.message = QLabel("")
-        self.message.setWordWrap(True)
-        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.result = QLabel("")
         self.result.setTextFormat(Qt.TextFormat.RichText)
         self.result.setWordWrap(True)
@@ -163,39 +131,19 @@ class CompareModelsDialog(QDialog):
         if self.kv.currentData() != OFF and own and self.running_precision:
             self.precision.setCurrentIndex(max(0, self.precision.findData(self.running_precision)))
 
-    def _pick_folder(self) -> None:
-        folder = self.folders.open_folder(self, MODELS, "A model folder to compare with")
-        if folder:
-            self.source.setCurrentText(folder)
-
-    def _pick_gguf(self) -> None:
-        path = self.folders.open_file(self, MODELS, "A GGUF file to compare with", "GGUF models (*.gguf)")
-        if path:
-            self.source.setCurrentText(path)
-
     # What the shell reports ----------------------------------------------------------------
 
     def _set_running(self, running: bool) -> None:
-        self.running = running
-        widgets = (self.source, self.precision, self.kv, self.folder_button, self.gguf_button, self.compare_button)
-        for widget in widgets:
+        super()._set_running(running)
+        self.picker.set_running(running)
+        for widget in (self.precision, self.kv, self.compare_button):
             widget.setEnabled(not running)
-        self.close_button.setText("Cancel" if running else "Close")
-        self.progress.setVisible(running)
 
     def show_started(self, settings: CompareSettings) -> None:
         self._set_running(True)
         self.result.setText("")
         self.export_button.hide()
         self._say(f"Loading {escape(settings.words())}…")
-
-    def show_loading(self, stage: str, fraction: float) -> None:
-        if fraction < 0:
-            self.progress.setRange(0, 0)  # a busy bar: a stage of unknown length
-        else:
-            self.progress.setRange(0, 100)
-            self.progress.setValue(int(100 * fraction))
-        self._say(f"Loading the second model: {escape(stage)}…")
 
     def show_loaded(self, label: str) -> None:
         self.progress.setRange(0, 100)
@@ -206,10 +154,6 @@ class CompareModelsDialog(QDialog):
         self.progress.setRange(0, 100)
         self.progress.setValue(int(100 * done / max(total, 1)))
         self.progress.setFormat(f"{done}/{total} tokens")
-
-    def show_refused(self, message: str) -> None:
-        self._set_running(False)
-        self._say(escape(message), REFUSED_COLOR)
 
     def show_cancelled(self) -> None:
         self._set_running(False)
@@ -222,18 +166,3 @@ class CompareModelsDialog(QDialog):
         self.result.setText(result_html(comparison))
         self.export_button.show()
         self.adjustSize()  # the summary is taller than the dialog as first laid out
-
-    def _say(self, html: str, color: str | None = None) -> None:
-        self.message.setText(f"<span style='color:{color}'>{html}</span>" if color else html)
-
-    def _close_clicked(self) -> None:
-        if self.running:
-            self.cancel_requested.emit()  # Cancel: the dialog stays, to choose again
-        else:
-            self.reject()
-
-    def reject(self) -> None:
-        """Esc and the window's close button close the dialog, stopping a comparison that runs."""
-        if self.running:
-            self.cancel_requested.emit()
-        super().reject()
