@@ -168,8 +168,13 @@ def _leading_matches(proposed: Sequence[int], kept: Sequence[int]) -> int:
 
 
 def block_size(drafter: Drafter, request: Request, context_length: int) -> int:
-    """Draft tokens for ``request``'s next block: none past its ``max_tokens`` or the context."""
-    left = min(request.params.max_tokens - request.next_index, context_length - request.history_length)
+    """Draft tokens for ``request``'s next block: none past its ``max_tokens``, the model's
+    context or the draft's (a row the draft cannot follow makes the batch's steps plain ones)."""
+    left = min(
+        request.params.max_tokens - request.next_index,
+        context_length - request.history_length,
+        drafter.draft.context_length - request.history_length,
+    )
     return max(0, min(drafter.tokens, left - 1))
 
 

@@ -310,3 +310,24 @@ def test_draft_records_round_trip_through_every_codec_style(tiny, near):
             )
             assert back.logprob == pytest.approx(step.draft.logprob, abs=1e-4)
             assert [c.token_id for c in back.top] == [c.token_id for c in step.draft.top]
+
+
+def test_a_block_never_runs_past_max_tokens_or_either_models_context(tiny, near):
+    from dataclasses import replace
+
+    from engine.runtime.requests import new_request
+    from engine.runtime.speculative import Drafter, block_size
+
+    request = new_request(0, [1] * 100, SamplingParams(max_tokens=50), tiny.tokenizer.decode)
+    request.generated = [2] * 10
+    drafter = Drafter(tiny, near, 4, None, None)
+    assert block_size(drafter, request, 512) == 4
+    assert block_size(drafter, request, 113) == 2  # three positions left in the model's context
+    assert block_size(drafter, request, 111) == 0  # one: a plain step
+    request.generated = [2] * 47  # three tokens left of max_tokens: two proposals and the model's own
+    assert block_size(drafter, request, 512) == 2
+    request.generated = [2] * 10
+    short = Drafter(tiny, replace(near, context_length=112), 4, None, None)
+    assert block_size(short, request, 512) == 1  # the draft's context
+    past = Drafter(tiny, replace(near, context_length=110), 4, None, None)
+    assert block_size(past, request, 512) == 0  # no block: the step is a plain one
