@@ -263,6 +263,7 @@ class Scheduler:
         """A prefill chunk (or the first token after it) failed: that request and its fork
         group end; rows of it that already joined the batch are dropped again."""
         group, self._prefilling = self._prefilling, []
+        self.prompts.drop()
         ids = {r.id for r in group}
         if group and group[0] in self.queue.waiting:
             self.queue.waiting.remove(group[0])
@@ -279,11 +280,11 @@ class Scheduler:
     def _prefill_chunk(self) -> list[Event]:
         request = self.queue.waiting[0]
         self._prefilling = [request, *request.followers]
-        began = time.perf_counter()
         last = self.prompts.read(self.model, request, busy=bool(self._active))
-        events: list[Event] = [PrefillProgress(request.id, request.prefilled, len(request.prompt))]
+        events: list[Event] = [PrefillProgress(request.id, self.prompts.reported(request), len(request.prompt))]
         if last is None:
             return events
+        began = time.perf_counter()  # the first token's draw, after the prompt's last chunk
         self.queue.waiting.popleft()
         group, request.followers = [request, *request.followers], []
         sampling = SamplingBatch(self.vocab_size, self.breakers)

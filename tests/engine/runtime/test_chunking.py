@@ -98,3 +98,46 @@ def test_a_shape_run_for_the_first_time_does_not_set_the_rate_once_one_is_warm()
     assert sizer.rate == 1000
     sizer.record(32, 0.064)  # warm and slower (the context grew): believed at once
     assert sizer.rate == 500
+
+
+def _run(scheduler: Scheduler, prompt, params, cancel_after: int | None = None):
+    """Every step's prefill progress, whether a chunk was queued after it, and the tokens."""
+    rid = scheduler.insert(prompt, params)
+    progress, queued, tokens = [], [], []
+    while scheduler.has_work():
+        events = scheduler.step()
+        progress += [e.done for e in events if isinstance(e, PrefillProgress)]
+        queued.append(scheduler.prompts._queued is not None)
+        tokens += [e.token_id for e in events if isinstance(e, TokenStep) and e.request_id == rid]
+        if cancel_after is not None and len(progress) == cancel_after:
+            scheduler.cancel(rid)
+            cancel_after = None
+    return progress, queued, tokens
+
+
+def test_the_next_chunk_is_queued_before_a_chunk_is_waited_for_and_nothing_changes(tiny):
+    """Each step of a long prompt builds the next chunk's graph and queues it before it waits
+    for its own: it reports only the chunks waited for, and the reply is the one a single
+    chunk gives."""
+    prompt = tiny.tokenizer.encode("the cat sat on the mat " * 20)
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=4)
+    progress, queued, tokens = _run(Scheduler(tiny, prefill_chunk=32), prompt, params)
+    assert progress == [*range(32, len(prompt), 32), len(prompt)]
+    chunks = len(progress)
+    assert queued[: chunks - 1] == [True] * (chunks - 1) and not any(queued[chunks - 1 :])
+    _, _, whole = _run(Scheduler(tiny, prefill_chunk=512), prompt, params)
+    assert tokens == whole
+
+
+def test_a_cancel_with_a_chunk_queued_stores_what_the_caches_hold(tiny):
+    """Cancelled after two chunks (a third queued behind them): the prefix store holds the
+    three, and the same prompt again reads only the rest and gives the same reply."""
+    prompt = tiny.tokenizer.encode("the cat sat on the mat " * 20)
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    scheduler = Scheduler(tiny, prefill_chunk=32)
+    progress, _, _ = _run(scheduler, prompt, params, cancel_after=2)
+    assert progress == [32, 64] and scheduler.prompts._queued is None
+    again, _, tokens = _run(scheduler, prompt, params)
+    assert again[0] == 128  # 96 from the store, then one chunk
+    _, _, fresh = _run(Scheduler(tiny, prefill_chunk=512), prompt, params)
+    assert tokens == fresh
