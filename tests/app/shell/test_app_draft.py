@@ -173,3 +173,43 @@ def _shade(window, stream, index):
     cursor.setPosition(span[0] + 1)
     brush = cursor.charFormat().background()
     return brush.color() if brush.color().alpha() > 0 else None  # NO_BRUSH: transparent
+
+
+def test_a_cancelled_load_stops_at_its_next_report_and_changes_nothing(qtbot):
+    """The runner's cancel is a flag its progress callback reads (a queued signal would wait
+    for the load): a load cancelled while it reports ends as DraftCancelled, never loaded."""
+    from app.shell.draft_runner import DraftCancelled, DraftRunner
+    from engine.api.draft import DraftModel
+
+    class Session:  # stands in for EngineSession.load_draft's reports only
+        info = object()
+        loaded = None
+
+        def load_draft(self, source, precision, tokens, progress):
+            progress("reading", 0.2)
+            progress("converting", 0.6)
+            self.loaded = DraftModel(source, source, precision, tokens)
+            return self.loaded
+
+    session = Session()
+
+    class Worker:
+        def session_with(self, capability):
+            return session if capability == "draft" else None
+
+    runner = DraftRunner(Worker())
+    seen = []
+
+    def loading(tag, stage, _fraction):
+        seen.append(stage)
+        if tag == 1 and stage == "reading":
+            runner.cancel(tag)  # Cancel pressed while the load reports
+
+    runner.loading.connect(loading)
+    runner.failed.connect(lambda tag, exc: seen.append(exc))
+    runner.loaded.connect(lambda tag, held: seen.append(held))
+    runner.load(1, "m", "auto", 3)
+    assert seen[:2] == ["checking memory", "reading"] and isinstance(seen[2], DraftCancelled) and len(seen) == 3
+    assert session.loaded is None
+    runner.load(2, "m", "auto", 3)  # the next load is not cancelled by the last one's flag
+    assert seen[-1] == DraftModel("m", "m", "auto", 3)
