@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=40)
     p.add_argument("--timeline-height", type=int, default=330)
     p.add_argument("--size", default="1500x900")
+    p.add_argument("--theme", default="light", choices=("light", "dark"))
     p.add_argument("--timeout", type=float, default=900.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     draft = args.draft or default_draft()
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    window = scratch_window(args.model, "logitscope-draft-shot-")
+    window = scratch_window(args.model, "logitscope-draft-shot-", args.theme)
     show_at(window, args.size)
     window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
     wait = waiter(app, args.timeout)

@@ -93,8 +93,10 @@ class PromptReader:
         kv.after_forward(request.caches, self.kv)
         request.prefilled += len(tokens)
         request.fed = request.prefilled
-        marks = [v for c in request.caches for v in _arrays(c.state)]
-        return _Chunk(request, len(tokens), logits, [logits, *marks])
+        # Wait on the caches as this chunk leaves them, never on its logits: a chunk before
+        # the last one needs no logits, and computing them (the head over every position of
+        # the chunk) cost four times the whole prefill.
+        return _Chunk(request, len(tokens), logits, [v for c in request.caches for v in _arrays(c.state)])
 
     def drop(self) -> None:
         """Forget a queued chunk (its request failed or left): its arrays compute and go."""
