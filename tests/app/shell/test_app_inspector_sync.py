@@ -145,7 +145,9 @@ def test_inspector_stays_in_step_while_a_reply_streams_and_after_a_branch(qtbot,
     inspector = window.inspector
     inspector.tabs.setCurrentIndex(BARS_TAB)
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
-    params = SamplingParams(max_tokens=150, top_logprobs=12, temperature=1.0, top_k=8, seed=1, logit_bias=no_eos)
+    # Long enough to stream for a while on a loaded machine too (150 tokens once gave the
+    # GUI, starved by the test workers, only two redraws to capture).
+    params = SamplingParams(max_tokens=400, top_logprobs=12, temperature=1.0, top_k=8, seed=1, logit_bias=no_eos)
     captures: list[int] = []
     failures: list[str] = []
 
