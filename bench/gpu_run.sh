@@ -5,7 +5,8 @@
 # is warm, so the two calls follow each other at once:
 #   run(carry=[".gpu/a"], command="bash bench/gpu_run.sh --stage")
 #   run(carry=[".gpu/b"], command="bash bench/gpu_run.sh $OUT", timeout_s=540)
-# Writes DIR/bench-gpu.json (python -m bench --json: figures 1, 2, 9, 11, 12, 21, 22),
+# Writes DIR/bench-gpu.json (python -m bench --json: figures 1, 2, 9, 11, 12, 21, 22, 23 with the
+# model drafting for itself),
 # DIR/profile-b1.json and DIR/profile-b8.json (python -m bench.profile_step), DIR/run.log,
 # and DIR/nsys.txt where the machine has nsys. "The default model" there is a model of its
 # exact shape with random weights (bench/gpu_model.py): the real file does not fit a call.
@@ -40,7 +41,7 @@ git log -1 --format='commit %H' 2>/dev/null || true
 export LOGITSCOPE_BENCH_DEFAULT
 LOGITSCOPE_BENCH_DEFAULT=$($PY -m bench.gpu_model .gpu/b/default "$HOLD/default-shaped") || exit 1
 start=$(date +%s)
-timeout 330 $PY -m bench --json --only decode batched chain_cost compare prefill step_primitives tiny_decode \
+timeout 330 $PY -m bench --json --only decode batched chain_cost compare prefill step_primitives tiny_decode speculative \
   >"$DIR/bench-gpu.json"
 echo "bench: exit $? after $(($(date +%s) - start)) s"
 for b in 1 8; do

@@ -23,7 +23,7 @@ from pathlib import Path
 from mlx_lm.generate import stream_generate
 from mlx_lm.sample_utils import make_logits_processors
 
-from bench.common import PROMPT, median, no_eos
+from bench.common import PROMPT, default_model, median, no_eos
 from engine.api.events import Finished, TokenStep
 from engine.api.params import SamplingParams
 from engine.models.load import LoadedModel, default_model_path, load
@@ -83,9 +83,15 @@ def speculative(
     repeats: int = 2,
     draft_tokens: int = 3,
 ) -> dict:
-    """``target`` / ``draft``: another pair (a smoke run's small llama as both)."""
-    target = target or load("default")
-    draft = draft or requantized_draft()
+    """``target`` / ``draft``: another pair (a smoke run's small llama as both). Where the
+    default model is a model of its shape (``LOGITSCOPE_BENCH_DEFAULT``, a GPU machine without
+    its file, ``bench/gpu_run.sh``), it drafts for itself: every proposal is accepted, the
+    upper bound of what a block gives, with both engines' own costs."""
+    import os
+
+    target = target or default_model()
+    if draft is None:
+        draft = target if os.environ.get("LOGITSCOPE_BENCH_DEFAULT") else requantized_draft()
     prompt = target.tokenizer.encode(PROMPT)
     runs: dict[str, list[dict]] = {name: [] for name in ("ours", "ours_draft", "mlx_lm", "mlx_lm_draft")}
     for _ in range(repeats):
@@ -96,6 +102,7 @@ def speculative(
     out = {name: {key: round(median([r[key] for r in rs]), 3) for key in rs[0]} for name, rs in runs.items()}
     out["ratio_to_mlx_lm_draft"] = round(out["ours_draft"]["tps"] / out["mlx_lm_draft"]["tps"], 3)
     out["draft_over_plain"] = round(out["ours_draft"]["tps"] / out["ours"]["tps"], 3)
-    out["pair"] = {"target": target.name, "draft": draft.name, "draft_tokens": draft_tokens, "tokens": tokens}
+    name = "itself" if draft is target else draft.name
+    out["pair"] = {"target": target.name, "draft": name, "draft_tokens": draft_tokens, "tokens": tokens}
     out["goal"] = GOALS
     return out
