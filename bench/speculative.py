@@ -30,18 +30,14 @@ from engine.models.load import LoadedModel, default_model_path, load
 from engine.runtime.scheduler import Scheduler
 
 GOALS = {"ratio_at_least": 1.0}
+DRAFT_FOLDER = Path(tempfile.gettempdir()) / "logitscope-bench-draft"
 
 
 def requantized_draft(target: str = "Q4_0") -> LoadedModel:
     """The default GGUF re-quantized to ``target`` (written once into the temporary folder)."""
-    from tools.requantize import requantize
+    from tools.requantize import requantized
 
-    gguf = Path(default_model_path())
-    out = Path(tempfile.gettempdir()) / "logitscope-bench-draft" / f"{gguf.stem}-{target}.gguf"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        requantize(gguf, out, target)
-    return load(str(out))
+    return load(str(requantized(Path(default_model_path()), target, DRAFT_FOLDER)))
 
 
 def _ours(target: LoadedModel, draft: LoadedModel | None, prompt: list[int], tokens: int, k: int) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,14 +19,12 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 
 
 def default_draft() -> str:
+    """The draft of bench figure 23: the default GGUF re-quantized to Q4_0 (written once)."""
+    from bench.speculative import DRAFT_FOLDER
     from engine.models.load import default_model_path
-    from tools.requantize import requantize
+    from tools.requantize import requantized
 
-    out = Path(tempfile.gettempdir()) / "logitscope-bench-draft" / "SmolLM2-135M-Instruct.Q4_1-Q4_0.gguf"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        requantize(default_model_path(), out, "Q4_0")
-    return str(out)
+    return str(requantized(Path(default_model_path()), "Q4_0", DRAFT_FOLDER))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,16 @@ def requantize(src: Path, dst: Path, target: str) -> dict[str, int]:
     return counts
 
 
+def requantized(src: Path, target: str, folder: Path) -> Path:
+    """``src`` re-quantized to ``target`` as ``folder/<stem>-<target>.gguf``, written once (a
+    draft model for the default one: bench figure 23, ``tools.draft_shot``)."""
+    out = folder / f"{src.stem}-{target}.gguf"
+    if not out.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        requantize(src, out, target)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.requantize", description=__doc__.split("\n\n")[0])
     p.add_argument("source", type=Path)

@@ -78,27 +78,16 @@ def draft_rows(step: TokenStep) -> list[DraftRow]:
     record = step.draft
     if record is None:
         return []
-    rows: dict[int, DraftRow] = {}
-    for c in record.top:
-        rows[c.token_id] = DraftRow(c.token_id, c.text, _p(c.logprob), _p(c.target_logprob), False, False)
-    for c in step.top:
-        if c.token_id is None:
-            continue
-        known = rows.get(c.token_id)
-        p = _p(c.logprob)
-        rows[c.token_id] = DraftRow(c.token_id, c.text, known.q if known else None, p, False, False)
-    for token, flag in ((record.token_id, "proposed"), (step.token_id, "drawn")):
-        if token is not None and token in rows:
-            row = rows[token]
-            rows[token] = DraftRow(
-                row.token_id,
-                row.text,
-                row.q,
-                row.p,
-                row.proposed or flag == "proposed",
-                row.drawn or flag == "drawn",
-            )
-    return sorted(rows.values(), key=lambda r: -max(r.q or 0.0, r.p or 0.0))
+    texts: dict[int, str] = {}
+    q: dict[int, float | None] = {}
+    p: dict[int, float | None] = {}
+    for c in record.top:  # q, and p as the engine read it for the draft's candidates
+        texts[c.token_id], q[c.token_id], p[c.token_id] = c.text, _p(c.logprob), _p(c.target_logprob)
+    for c in step.top:  # the model's own candidates: p from its step
+        if c.token_id is not None:
+            texts[c.token_id], p[c.token_id] = c.text, _p(c.logprob)
+    rows = [DraftRow(t, texts[t], q.get(t), p.get(t), t == record.token_id, t == step.token_id) for t in texts]
+    return sorted(rows, key=lambda r: -max(r.q or 0.0, r.p or 0.0))
 
 
 def _p(logprob: float | None) -> float | None:
@@ -117,7 +106,7 @@ def draft_header(step: TokenStep) -> str:
     return (
         f"{verdict.capitalize()} ({where}). Proposed “{_text(record, step)}”: "
         f"q {percent(record.logprob)}, p {percent(record.target_logprob)}, "
-        f"min(1, p/q) {_fraction(record.accept_probability)}."
+        f"min(1, p/q) {fraction(record.accept_probability)}."
     )
 
 
@@ -128,7 +117,8 @@ def _text(record: DraftRecord, step: TokenStep) -> str:
     return step.piece if record.token_id == step.token_id else f"#{record.token_id}"
 
 
-def _fraction(value: float | None) -> str:
+def fraction(value: float | None) -> str:
+    """min(1, p/q) as the tab and its header write it ("—": not known)."""
     return "—" if value is None else f"{value:.2f}"
 
 

@@ -129,12 +129,10 @@ class DraftModelController(QObject):
 
     @Slot(int, object)
     def _on_loaded(self, tag: int, held: Any) -> None:
-        self.held = held
+        self._hold(held)
         if tag == self._tag and self._choice is not None:
             self.choices.set(self._target, self._choice)
         words = in_use_words(held)
-        self.label.setText(f"draft: {held.name} ×{held.tokens}")
-        self.label.setToolTip(words)
         self.context.status.show_message(words, 8000)
         if self.dialog is not None:
             self.dialog.show_in_use(words)
@@ -155,18 +153,20 @@ class DraftModelController(QObject):
 
     @Slot()
     def _on_released(self) -> None:
-        self.held = None
-        self.label.setText("")
-        self.label.setToolTip("")
+        self._hold(None)
         if self.dialog is not None:
             self.dialog.show_in_use("")
         self.context.status.show_message("No draft: the running model decodes alone.", 6000)
 
+    def _hold(self, held: DraftModel | None) -> None:
+        """The draft in use, and the status bar's label naming it."""
+        self.held = held
+        self.label.setText(f"draft: {held.name} ×{held.tokens}" if held is not None else "")
+        self.label.setToolTip(in_use_words(held) if held is not None else "")
+
     def _on_model_loaded(self, info: Any) -> None:
         """Another running model has no draft until one is loaded for it: the one saved for it."""
-        self.held = None
-        self.label.setText("")
-        self.label.setToolTip("")
+        self._hold(None)
         saved = self.choices.get(info.source) if info.capabilities.draft else None
         if saved is not None:
             self.use(saved)

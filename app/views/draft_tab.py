@@ -10,6 +10,8 @@ and the model's draw marked. The tab is shown only for a token that has a draft 
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
@@ -22,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model.draft import DraftRow, draft_header, draft_rows
-from app.model.textfmt import visible
+from app.model.draft import DraftRow, draft_header, draft_rows, fraction
+from app.model.textfmt import percent, visible
 from app.views.theme import LIGHT, Colors
 from engine.api.events import TokenStep
 
@@ -61,7 +63,7 @@ class DraftView(QWidget):
         self.table.setRowCount(len(self.rows))
         for i, row in enumerate(self.rows):
             mark = (PROPOSED if row.proposed else "") + (DRAWN if row.drawn else "")
-            cells = (mark, visible(row.text), _percent(row.q), _percent(row.p), _fraction(row.accept_probability))
+            cells = (mark, visible(row.text), _percent(row.q), _percent(row.p), fraction(row.accept_probability))
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column >= 2:
@@ -76,12 +78,5 @@ class DraftView(QWidget):
 
 
 def _percent(p: float | None) -> str:
-    if p is None:
-        return "—"
-    if p < 0.001:
-        return "0 (removed)" if p == 0 else f"{p:.1e}"
-    return f"{100 * p:.1f}%"
-
-
-def _fraction(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
+    """A probability as the inspector writes one (``percent``); "—" where it is not known."""
+    return "—" if p is None else percent(math.log(p) if p > 0 else -math.inf)

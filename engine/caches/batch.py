@@ -89,8 +89,13 @@ def quantized_layers(caches: LayerCaches) -> bool:
     )
 
 
+def cache_arrays(caches: LayerCaches) -> list[mx.array]:
+    """Every array the caches hold (what evaluating them computes)."""
+    return [v for _, v in tree_flatten([c.state for c in caches]) if isinstance(v, mx.array)]
+
+
 def eval_caches(caches: LayerCaches) -> None:
-    mx.eval([v for _, v in tree_flatten([c.state for c in caches]) if isinstance(v, mx.array)])
+    mx.eval(cache_arrays(caches))
 
 
 # Cutting and copying ------------------------------------------------------------------

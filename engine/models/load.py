@@ -69,6 +69,13 @@ class LoadedModel:
             check_model(self.model, checked)
         return replace(self, kv=checked)
 
+    def vocabulary(self) -> dict[str, int] | None:
+        """Its tokenizer's piece -> id map (None: the tokenizer gives none): what two models
+        must share for one's token ids to mean the other's (Compare models, a draft model)."""
+        inner = getattr(self.tokenizer, "_tokenizer", self.tokenizer)
+        get = getattr(inner, "get_vocab", None)
+        return dict(get()) if get is not None else None
+
 
 def cache_root() -> Path:
     """Where converted GGUFs go (``LOGITSCOPE_CACHE_DIR/models`` or the user cache folder)."""

@@ -4,7 +4,7 @@ The request at the head of the queue starts from the longest prefix the prefix s
 holds (the rest of a branch, the next chat turn), then reads its prompt in chunks sized by
 the measured rate (``engine.runtime.chunking``), so a long prompt never freezes the rows
 already generating and a cancel lands between chunks. The scheduler joins the request to
-the running batch once its last chunk is read (``Scheduler._join``).
+the running batch once its last chunk is read (``Scheduler._prefill_chunk``).
 
 **The next chunk's graph is built while one runs.** Before a step waits for its chunk, it
 builds the following chunk's graph and queues it behind (``mx.async_eval``), so the device
@@ -96,7 +96,7 @@ class PromptReader:
         # Wait on the caches as this chunk leaves them, never on its logits: a chunk before
         # the last one needs no logits, and computing them (the head over every position of
         # the chunk) cost four times the whole prefill.
-        return _Chunk(request, len(tokens), logits, [v for c in request.caches for v in _arrays(c.state)])
+        return _Chunk(request, len(tokens), logits, kv.cache_arrays(request.caches))
 
     def drop(self) -> None:
         """Forget a queued chunk (its request failed or left): its arrays compute and go."""
@@ -111,11 +111,3 @@ class PromptReader:
         if request.fed > 0:
             self.store.add(request.history[: request.fed], request.caches)
         request.caches = None
-
-
-def _arrays(state: Any) -> list[mx.array]:
-    if isinstance(state, mx.array):
-        return [state]
-    if isinstance(state, (list, tuple)):
-        return [a for item in state for a in _arrays(item)]
-    return []

@@ -29,6 +29,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from engine.api.draft import NO_DRAFT_STATS, DraftCandidate, DraftRecord, Outcome
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
+from engine.caches import batch as kv
 from engine.models.load import LoadedModel
 from engine.runtime.requests import Request
 from engine.runtime.text import TokenText
@@ -53,19 +54,14 @@ def check_draft(target: LoadedModel, draft: LoadedModel, cache_kinds: Sequence[s
     kinds = sorted({type(c).__name__ for c in make_prompt_cache(draft.model)})
     if kinds != ["KVCache"]:
         raise EngineError(f"the draft model's caches ({', '.join(kinds)}) cannot be cut back: it cannot draft.")
-    ours, theirs = _vocabulary(target), _vocabulary(draft)
-    if ours != theirs:
+    ours, theirs = target.vocabulary() or {}, draft.vocabulary() or {}
+    if not ours or ours != theirs:
         missing = len(set(ours.items()) - set(theirs.items()))
         raise EngineError(
             f"{draft.name} does not share {target.name}'s vocabulary ({len(theirs):,} tokens against "
             f"{len(ours):,}; {missing:,} of the target's differ or are missing): its token ids would mean "
             "other text."
         )
-
-
-def _vocabulary(loaded: LoadedModel) -> dict[str, int]:
-    tokenizer = loaded.tokenizer
-    return dict(tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else tokenizer.vocab)
 
 
 @dataclass
@@ -128,7 +124,7 @@ class Drafter:
         while state.fed < len(tokens):
             chunk = tokens[state.fed : state.fed + CATCH_UP_CHUNK]
             self.draft.model(mx.array([chunk]), cache=state.caches)
-            mx.eval([c.state for c in state.caches])
+            kv.eval_caches(state.caches)
             state.fed += len(chunk)
 
     def _logits(self, inputs: mx.array, state: DraftCache) -> mx.array:
@@ -205,7 +201,7 @@ def run_block(
             if isinstance(event, TokenStep) and event.request_id in rows:
                 row = rows[event.request_id]
                 kept[row].append(event.token_id)
-                record = _record(proposals[row], j, size, event.token_id, target[row], drafter.text)
+                record = _record(proposals[row], j, size, event.token_id, target[row])
                 ended |= record.outcome is not Outcome.ACCEPTED
                 event = dataclasses.replace(event, draft=record)
             elif isinstance(event, Finished):
@@ -234,9 +230,7 @@ def _target_logprobs(final: mx.array, proposals: Sequence[Proposal], j: int, siz
     return [dict(zip(i, v, strict=False)) for i, v in zip(ids, values, strict=True)]
 
 
-def _record(
-    proposal: Proposal, j: int, size: int, drawn: int | None, target: dict[int, float], text: TokenText
-) -> DraftRecord:
+def _record(proposal: Proposal, j: int, size: int, drawn: int | None, target: dict[int, float]) -> DraftRecord:
     if j >= size:
         return DraftRecord(Outcome.BONUS, j, size, None, None, None)
     step = proposal.steps[j]

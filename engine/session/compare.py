@@ -96,16 +96,10 @@ def _check_same_vocabulary(running: LoadedModel, second: LoadedModel) -> None:
             f"{second.name} has {second.vocab_size} logits and {running.name} {running.vocab_size}: "
             "a token-by-token comparison needs the same vocabulary."
         )
-    mine, theirs = _vocab(running), _vocab(second)
+    mine, theirs = running.vocabulary(), second.vocabulary()
     if mine is not None and theirs is not None and mine != theirs:
         differ = sum(1 for piece, i in mine.items() if theirs.get(piece) != i)
         raise EngineError(
             f"{second.name}'s tokenizer maps {differ} pieces to other ids than {running.name}'s: "
             "a token-by-token comparison needs the same tokenizer."
         )
-
-
-def _vocab(loaded: LoadedModel) -> dict[str, int] | None:
-    inner = getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer)
-    get = getattr(inner, "get_vocab", None)
-    return dict(get()) if get is not None else None
