@@ -194,6 +194,9 @@ class ModelLoader(QObject):
 
         model, panel, settings = self.model, self.panel, self.context.settings
         self.in_use.info = info
+        # In the same slot as the model in use: a separate slot on model_loaded is a separate
+        # queued event, and between the two the menus would follow the previous backend.
+        self.context.actions.apply(info.capabilities)
         panel.set_vocab_size(info.vocab_size)
         panel.set_server(info.server)
         # Reasoning markers (the answer's settings, the budget) and the template's enable_thinking.

@@ -329,9 +329,8 @@ class MainWindow(QMainWindow):
     def _on_prefill(self, tag: int, done: int, total: int) -> None:
         self.status.prefill_progressed(tag, done, total)
 
-    def _on_model_loaded(self, info) -> None:
-        # Items the new backend cannot do are disabled, with its reason (app/shell/actions.py).
-        self.actions.apply(info.capabilities)
+    def _on_model_loaded(self, _info) -> None:
+        # The actions follow the new backend's capabilities already (ModelLoading._on_loaded).
         self.precision.sync()
         self.kv_cache.sync()
 
