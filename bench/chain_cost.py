@@ -25,6 +25,7 @@ from engine.sampling.inspection import pack_step
 from engine.sampling.sampler import columns, run_chain
 from engine.stages.base import Rows, StateContext
 from engine.stages.dry_state import Breakers, DryRow
+from engine.stages.vocabulary import Vocabulary
 
 CLASSIC = {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1}
 EVERY_STAGE = {
@@ -79,7 +80,7 @@ def _stage_alone(stage: str, size: int, vocab: int, repeats: int = 15) -> float:
     def once(chain: tuple[str, ...]) -> float:
         inputs = columns(params, chain)
         # Every stateful stage's own state for an empty history (its inputs' shapes).
-        states = new_states(StateContext(vocab, lambda b: Breakers(frozenset())), params, [[]] * size, [None] * size)
+        states = new_states(StateContext(Vocabulary(vocab)), params, [[]] * size, [None] * size)
         inputs.update(state_inputs(states, chain, params, Rows(list(range(size)), None), [0] * size))
         start = time.perf_counter()
         result = run_chain(logits, chain, inputs)

@@ -15,6 +15,7 @@ from engine.api.events import Finished, TokenStep
 from engine.api.params import SamplingParams
 from engine.models.load import LoadedModel
 from engine.runtime.scheduler import Scheduler
+from engine.stages.vocabulary import Vocabulary
 
 
 def _prompt(loaded: LoadedModel, tokens: int) -> list[int]:
@@ -44,13 +45,12 @@ def _score(loaded: LoadedModel, text: list[int]) -> float:
     from engine.analysis.score import score
     from engine.api.events import ScoreDone
     from engine.runtime.text import TokenText
-    from engine.stages.dry_state import BreakerCache
 
     pieces = TokenText(loaded.tokenizer)
-    breakers = BreakerCache(loaded.vocab_size, pieces.piece, lambda t: list(loaded.tokenizer.encode(t)))
+    vocabulary = Vocabulary.of(loaded, pieces.piece)
     params = SamplingParams(top_logprobs=10)
     start = time.perf_counter()
-    events = list(score(loaded, text[:1], text[1:], params, breakers, pieces, chunk=128))
+    events = list(score(loaded, text[:1], text[1:], params, vocabulary, pieces, chunk=128))
     assert isinstance(events[-1], ScoreDone)
     return (len(text) - 1) / (time.perf_counter() - start)
 

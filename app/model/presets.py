@@ -13,8 +13,10 @@ from typing import Any
 from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
 from engine.specs.registry import FIELDS, SPECS
 
-STAGE_PARAMS = ("samplers", *FIELDS)
-"""The fields every preset sets: the order and every stage's parameters (from the specs)."""
+STAGE_PARAMS = ("samplers", *(name for name, f in FIELDS.items() if not f.custom))
+"""The fields every preset sets: the order and every stage's parameters (from the specs),
+but the structured output (``grammar``): a built-in preset is a way of sampling, and leaves
+the format of the reply as it is (a saved preset that holds one sets it)."""
 _DEFAULTS = SamplingParams().to_dict()
 STAGE_DEFAULTS: dict[str, Any] = {name: _DEFAULTS[name] for name in STAGE_PARAMS}
 

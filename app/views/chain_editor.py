@@ -35,7 +35,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.views.lines_edit import LinesEdit
-from app.views.param_fields import LIST_FIELDS, STAGE_FIELDS, SliderField, make_field, mark_error, narrow_form
+from app.views.param_fields import (
+    CUSTOM_FIELDS,
+    LIST_FIELDS,
+    STAGE_FIELDS,
+    SliderField,
+    make_field,
+    mark_error,
+    narrow_form,
+)
 from engine.api.params import SAMPLER_STAGES, SamplingParams
 from engine.specs.registry import SPECS
 
@@ -103,6 +111,9 @@ class ChainEditor(QWidget):
         self.fields: dict[str, SliderField] = {}
         self.lists: dict[str, LinesEdit] = {}
         """The list fields (one string per line), by field name."""
+        self.custom: dict[str, Any] = {f.name: f.default for fields in CUSTOM_FIELDS.values() for f in fields}
+        """The values of fields edited in a section of their own (``grammar``: Structured
+        output), kept here so that the rows' summaries and :meth:`values` hold them."""
         self.pages = QStackedWidget()
         self._page_of: dict[str, int] = {}
         self._stage_of_field: dict[str, str] = {}
@@ -161,6 +172,19 @@ class ChainEditor(QWidget):
             self.lists[field.name] = edit
             self._stage_of_field[field.name] = stage
             form.addRow(field.label, edit)
+        for field in CUSTOM_FIELDS[stage]:
+            self._stage_of_field[field.name] = stage
+            where = QLabel(f"Set in <b>{field.label}</b>, below the chain.")
+            where.setWordWrap(True)
+            form.addRow(where)
+        if SPECS[stage].constraint:
+            place = QLabel(
+                "A hard constraint: it runs whenever it is set. Switched off here, it runs first; "
+                "switched on, at this row's place (greedy replies still draw only what it allows)."
+            )
+            place.setWordWrap(True)
+            place.setEnabled(False)
+            form.addRow(place)
         return page
 
     # The chain -------------------------------------------------------------------------
@@ -180,23 +204,35 @@ class ChainEditor(QWidget):
         """Every value the editor holds, as SamplingParams fields."""
         values: dict[str, Any] = {name: field.value() for name, field in self.fields.items()}
         values.update({name: edit.lines() for name, edit in self.lists.items()})
+        values.update(self.custom)
         values["samplers"] = self.samplers()
         return values
 
     def set_params(self, params: SamplingParams) -> None:
         """Show ``params``: the stages in ``samplers`` first and on, in their order, then
-        the others off (their place in the chain is not part of the parameters)."""
+        the others off (their place in the chain is not part of the parameters); a constraint
+        ``samplers`` leaves out (the grammar) at the top, off, where it runs."""
         self._loading = True
         try:
             for name, field in self.fields.items():
                 field.set_value(getattr(params, name))
             for name, edit in self.lists.items():
                 edit.set_lines(getattr(params, name))
+            for name in self.custom:
+                self.custom[name] = getattr(params, name)
             rest = [s for s in self.order() if s not in params.samplers]
-            self._arrange([*params.samplers, *rest], set(params.samplers))
+            # A constraint left out of samplers runs first: its row is shown there, switched off.
+            first = [s for s in rest if SPECS[s].constraint]
+            rest = [s for s in rest if s not in first]
+            self._arrange([*first, *params.samplers, *rest], set(params.samplers))
             self.update_summaries()
         finally:
             self._loading = False
+
+    def set_custom(self, name: str, value: Any) -> None:
+        """A field edited in its own section changed (``grammar``)."""
+        self.custom[name] = value
+        self._on_value()
 
     def _arrange(self, order: list[str], on: set[str]) -> None:
         current = self.current_stage()

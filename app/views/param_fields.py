@@ -62,8 +62,14 @@ STAGE_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
     if spec.reorderable
 }
 LIST_FIELDS: dict[str, tuple[Field, ...]] = {
-    name: tuple(f for f in spec.fields if f.kind is tuple) for name, spec in SPECS.items() if spec.reorderable
+    name: tuple(f for f in spec.fields if f.kind is tuple and not f.custom)
+    for name, spec in SPECS.items()
+    if spec.reorderable
 }
+CUSTOM_FIELDS: dict[str, tuple[Field, ...]] = {
+    name: tuple(f for f in spec.fields if f.custom) for name, spec in SPECS.items() if spec.reorderable
+}
+"""Fields edited in a section of their own (the grammar's: Structured output), by stage."""
 REPLY_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("max_tokens", "Max tokens", (1, 2048), MAX_TOKENS_RANGE, None, "Most tokens to generate."),
     FieldSpec(

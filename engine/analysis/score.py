@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import mlx.core as mx
 
 from engine.api.errors import EngineError
 from engine.api.events import PrefillProgress, ScoreDone, TokenStep
+from engine.api.grammar import NO_GRAMMAR_STATS
 from engine.api.params import SamplingParams
 from engine.api.reasoning import detect_markers
 from engine.caches import batch as kv
@@ -32,13 +33,13 @@ from engine.runtime.detokenize import StreamDecoder
 from engine.runtime.reasoning_phase import PhaseTracker
 from engine.runtime.requests import check_prompt
 from engine.runtime.text import TokenText
-from engine.sampling.batch import new_states, state_inputs
+from engine.sampling.batch import grammar_facts, new_states, state_inputs, with_facts
 from engine.sampling.inspection import layout_of, pack_step, to_host, unpack_row
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, run_chain
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, StateContext
-from engine.stages.dry_state import Breakers
+from engine.stages.vocabulary import Vocabulary
 
 ScoreEvent = TokenStep | PrefillProgress | ScoreDone
 
@@ -57,7 +58,7 @@ def score(
     context: Sequence[int],
     targets: Sequence[int],
     params: SamplingParams | Sequence[SamplingParams],
-    breakers: Callable[[tuple[str, ...]], Breakers],
+    vocabulary: Vocabulary,
     text: TokenText,
     chunk: int = 128,
     index_offset: int = 0,
@@ -74,12 +75,13 @@ def score(
     per_token = _per_token(params, len(targets), loaded.vocab_size)
     began = time.perf_counter()
     start = len(context)
-    state = _PositionState(full, start, per_token[0], breakers, loaded.vocab_size)
+    state = _PositionState(full, start, per_token[0], vocabulary)
     decoder = StreamDecoder(text.decode)
     markers = detect_markers(loaded.tokenizer)  # a reasoning reply's phases, as generation gives them
     phases = PhaseTracker.after_prompt(markers, context, text.decode) if markers is not None else None
     caches = kv.new_request_cache(loaded.model, loaded.kv)
     nll: list[float] = []
+    grammar = None  # the text's figures under a grammar (engine.api.grammar.GrammarStats)
     # Position p (start <= p < len(full)) is predicted by the logits at p - 1.
     for a in range(0, len(full) - 1, chunk):
         b = min(a + chunk, len(full) - 1)
@@ -96,6 +98,8 @@ def score(
             steps = _score_rows(logits[run[0] - 1 - a :], run, indices, full, state, text, decoder)
             for p, step in zip(run, steps, strict=True):
                 nll.append(-step.raw_logprob)
+                if step.grammar is not None:
+                    grammar = (grammar or NO_GRAMMAR_STATS).plus(index_offset + p - start, step.grammar)
                 phase = phases.feed(full[p]) if phases is not None else None
                 yield replace(step, request_id=request_id, index=index_offset + p - start, position=p, phase=phase)
     elapsed = time.perf_counter() - began
@@ -106,6 +110,7 @@ def score(
         perplexity=math.exp(mean),
         mean_surprisal_bits=mean / math.log(2),
         tokens_per_second=round(len(nll) / elapsed, 2) if elapsed > 0 else 0.0,
+        grammar=grammar,
     )
 
 
@@ -141,10 +146,10 @@ class _PositionState:
     """Every stage's state at each scored position, built from the text as it goes: the
     stages' own states (as in generation), for one row, accepting the text's tokens."""
 
-    def __init__(self, full: list[int], start: int, params: SamplingParams, breakers, vocab: int) -> None:
+    def __init__(self, full: list[int], start: int, params: SamplingParams, vocabulary: Vocabulary) -> None:
         self.full, self.params = full, params
         self.position = start
-        self.states = new_states(StateContext(vocab, breakers), [params], [full[:start]], [None])
+        self.states = new_states(StateContext(vocabulary), [params], [full[:start]], [None])
 
     def set_params(self, params: SamplingParams) -> None:
         """A change from this position on, as ``SamplingBatch.set_params`` makes it live."""
@@ -157,9 +162,10 @@ class _PositionState:
         """This position's state inputs ([1, ...] each)."""
         return state_inputs(self.states, chain, [self.params], Rows([0], None), [index])
 
-    def advance(self, step: TokenStep | None = None) -> None:
+    def advance(self, step: TokenStep | None = None) -> tuple[bool, bool] | None:
         """Move to the next position: the token at this one joins the history (with the
-        step that scored it, for states that read it)."""
+        step that scored it, for states that read it). Returns the grammar's facts after it
+        (``engine.sampling.batch.grammar_facts``)."""
         token = self.full[self.position]
         self.position += 1
         window = self.params.penalty_window
@@ -167,6 +173,7 @@ class _PositionState:
         accepted = Accepted(token, leaving) if step is None else Accepted(token, leaving, step.chain, step.logprobs)
         for state in self.states.values():
             state.accept([self.params], [accepted])
+        return grammar_facts(self.states, 0)
 
 
 def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[TokenStep]:
@@ -175,11 +182,11 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     logits = logits[:n]
     chain = group_chain([params])
     inputs = columns([params] * n, chain)
-    per_position = []
+    per_position, facts = [], []
     for i in range(n):
         per_position.append(state.inputs(chain, indices[i]))
         if n > 1:  # a run of several positions holds no stage that reads the result
-            state.advance()
+            facts.append(state.advance())
     for key in per_position[0]:
         inputs[key] = mx.concatenate([p[key] for p in per_position], axis=0)
     targets = mx.array([full[p] for p in rows], dtype=mx.int32)
@@ -189,7 +196,7 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     raw = result.outputs[0]
     rank = mx.sum(raw > mx.take_along_axis(raw, targets[:, None], axis=-1), axis=-1) + 1
     top_n = min(params.top_logprobs, logits.shape[-1])
-    packed = pack_step(result, inputs.get("counts"), top_n)
+    packed = pack_step(result, inputs.get("counts"), top_n, inputs)
     host = to_host(mx.concatenate([packed.reshape(-1), rank.astype(mx.float32)]))
     packed_rows = host[:-n].reshape(n, -1)
     steps = []
@@ -214,8 +221,9 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
                 params=params,
                 forced=True,
                 rank=int(host[-n + i]),
+                grammar=inspection.grammar,
             )
         )
     if n == 1:
-        state.advance(steps[0])
-    return steps
+        facts.append(state.advance(steps[0]))
+    return [with_facts(step, f) for step, f in zip(steps, facts, strict=True)]

@@ -28,10 +28,14 @@ def carry_from_steps(steps: Sequence[TokenStep]) -> Carry:
     for spec in SPECS.values():
         if spec.replay is None:
             continue
-        state = None
+        state, before = None, None
         for step in steps:
-            # A stage off for a token starts afresh when it joins again (as ``set_params``).
+            # A stage off for a token starts afresh when it joins again, or where its spec
+            # says a change restarts it (as ``set_params``).
+            if before is not None and spec.restart is not None and spec.restart(before, step.params):
+                state = None
             state = spec.replay(state, step.params, step.logprob_at(spec.name)) if spec.active(step.params) else None
+            before = step.params
         if state is not None:
             carry[spec.name] = state
     return carry

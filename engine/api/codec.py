@@ -30,6 +30,8 @@ Since issue 26 every token record carries ``"phase"`` (``"thinking"`` / ``"answe
 null for a model without reasoning markers); a record without it reads as None, so the
 version stays 4. A token drafted by a draft model (issue 36) carries ``"draft"``
 (:func:`engine.api.draft.encode_draft`); one without has no such key, so again version 4.
+Likewise a token generated or scored under a grammar (issue 37) carries ``"grammar"``
+(:func:`engine.api.grammar.encode_grammar`), and its ``done`` record the reply's figures.
 Importable without MLX: the app uses it.
 """
 
@@ -53,6 +55,7 @@ from engine.api.events import (
     TokenStep,
     same_token,
 )
+from engine.api.grammar import GrammarRecord, decode_grammar, encode_grammar, grammar_fields
 from engine.api.params import SamplingParams
 from engine.api.reasoning import PHASES
 
@@ -158,6 +161,8 @@ def encode_step(step: TokenStep, style: Style, params: dict[str, Any] | None = N
         out["rank"] = step.rank
     if step.draft is not None:  # only with a draft model: records without one keep their bytes
         out["draft"] = encode_draft(step.draft, num)
+    if step.grammar is not None:  # likewise only under a grammar
+        out["grammar"] = encode_grammar(step.grammar, num)
     if step.reported_stage is not None and style.full:
         # The CLI's record keeps its bytes: there one stage in ``chain`` with null raw logits
         # says it already, and decoding infers it (``_reported_stage``).
@@ -290,7 +295,15 @@ def decode_step(data: Mapping[str, Any], params: SamplingParams | None = None, r
         reported_stage=reported,
         phase=_phase(data.get("phase")),
         draft=_draft(data.get("draft")),
+        grammar=_grammar(data.get("grammar")),
     )
+
+
+def _grammar(value: Any) -> GrammarRecord | None:
+    try:
+        return decode_grammar(value)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CodecError(f"a token's grammar record is malformed: {exc}") from None
 
 
 def _draft(value: Any) -> DraftRecord | None:
@@ -325,6 +338,7 @@ def done_record(done: Finished, request: int) -> dict[str, Any]:
         "prompt_tps": _rate(done.prompt_tps),
         "generation_tps": _rate(done.generation_tps),
         **stats_fields(done.draft),
+        **grammar_fields(done.grammar),
     }
 
 
@@ -335,6 +349,7 @@ def score_done_fields(done: ScoreDone) -> dict[str, Any]:
         "perplexity": CLI.number(done.perplexity),
         "mean_surprisal_bits": CLI.number(done.mean_surprisal_bits),
         "tokens_per_second": done.tokens_per_second,
+        **grammar_fields(done.grammar),
     }
 
 

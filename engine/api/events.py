@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from engine.api.draft import DraftRecord, DraftStats
+from engine.api.grammar import GrammarRecord, GrammarStats
 from engine.api.params import SamplingParams
 
 UNKNOWN_COUNT = -1
@@ -146,6 +147,8 @@ class TokenStep(ChainValues):
     without reasoning markers."""
     draft: DraftRecord | None = None
     """What a draft model proposed at this token (speculative decoding); None: no draft."""
+    grammar: GrammarRecord | None = None
+    """What the grammar did at this token (structured output); None: no grammar ran."""
 
     def stage_index(self, stage: str) -> int | None:
         """Where ``stage`` sits in this step's chain, or None if it did not run."""
@@ -201,6 +204,8 @@ class Finished:
     """With ``finish_reason == "error"``: what went wrong (the tokens before it stay valid)."""
     draft: DraftStats | None = None
     """The reply's speculative decoding, summed; None: it had no draft model."""
+    grammar: GrammarStats | None = None
+    """The reply's structured output, summed; None: no grammar ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +235,9 @@ class ScoreDone:
     """exp of the mean negative raw logprob."""
     mean_surprisal_bits: float
     tokens_per_second: float
+    grammar: GrammarStats | None = None
+    """Where the text stands under the grammar it was scored with (``left_at``: the first
+    token it forbids); None: no grammar."""
 
 
 Event = TokenStep | PrefillProgress | Finished | Divergence | ScoreDone

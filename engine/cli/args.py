@@ -44,8 +44,11 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
         help="JSON object of token id -> bias added to that logit before every stage (OpenAI's logit_bias), "
         "e.g. '{\"42\": -100}'",
     )
+    _add_grammar_flags(p)
     for spec_field in FIELDS.values():
         text = spec_field.help.replace("%", "%%")
+        if spec_field.custom:
+            continue  # its own flags (the grammar's, above)
         if spec_field.kind is tuple:
             help_text = f"repeatable; replaces the default list. {text}"
             p.add_argument(spec_field.cli_flag, dest=spec_field.name, action="append", default=None, help=help_text)
@@ -53,6 +56,55 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
             p.add_argument(
                 spec_field.cli_flag, dest=spec_field.name, type=spec_field.kind, default=spec_field.default, help=text
             )
+
+
+def _add_grammar_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--json-schema",
+        metavar="FILE|JSON",
+        default=None,
+        help="structured output: every token keeps the reply valid under this JSON schema (a file, or the "
+        "schema itself); compiled by llguidance",
+    )
+    group.add_argument(
+        "--json-object", action="store_true", help="structured output: any JSON object (OpenAI's json_object)"
+    )
+    group.add_argument("--regex", metavar="R", default=None, help="structured output: the whole reply matches R")
+    group.add_argument(
+        "--grammar",
+        metavar="FILE",
+        default=None,
+        help="structured output: a Lark (.lark) or GBNF (.gbnf, llama.cpp's) grammar file",
+    )
+
+
+def grammar_from(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``grammar`` field the grammar flags give (``()``: none); files are read here."""
+    if getattr(args, "json_object", False):
+        return ("json", "")
+    if getattr(args, "regex", None) is not None:
+        return ("regex", args.regex)
+    schema = getattr(args, "json_schema", None)
+    if schema is not None:
+        text = _read(Path(schema), "--json-schema") if not schema.lstrip().startswith("{") else schema
+        json_object("--json-schema", text)
+        return ("json_schema", text)
+    grammar = getattr(args, "grammar", None)
+    if grammar is not None:
+        path = Path(grammar)
+        kind = {".lark": "lark", ".gbnf": "gbnf"}.get(path.suffix.lower())
+        if kind is None:
+            raise UsageError(f"--grammar takes a .lark or a .gbnf file, got {grammar!r}.")
+        return (kind, _read(path, "--grammar"))
+    return ()
+
+
+def _read(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{flag}: cannot read {str(path)!r} ({exc.strerror or exc}).") from None
 
 
 def json_object(flag: str, text: str) -> dict:
@@ -68,6 +120,8 @@ def json_object(flag: str, text: str) -> dict:
 def params_from(args: argparse.Namespace) -> SamplingParams:
     stage_values = {}
     for name, spec_field in FIELDS.items():
+        if spec_field.custom:
+            continue
         value = getattr(args, name)
         if spec_field.kind is tuple:
             value = spec_field.default if value is None else tuple(unescape(v) for v in value)
@@ -82,6 +136,7 @@ def params_from(args: argparse.Namespace) -> SamplingParams:
         stop=tuple(getattr(args, "stop", ())),
         top_logprobs=args.top_logprobs,
         samplers=DEFAULT_SAMPLERS if args.samplers is None else _split(args.samplers),
+        grammar=grammar_from(args),
         **stage_values,
     )
 

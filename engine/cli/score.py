@@ -21,15 +21,12 @@ def score_command(args: argparse.Namespace) -> int:
     loaded, context, targets = load_scored_text(args)  # checks every flag first
     from engine.analysis.score import score
     from engine.runtime.text import TokenText
-    from engine.stages.dry_state import BreakerCache
+    from engine.stages.vocabulary import Vocabulary
 
-    tokenizer = loaded.tokenizer
-    pieces = TokenText(tokenizer)
-    breakers = BreakerCache(
-        loaded.vocab_size, pieces.piece, lambda t: list(tokenizer.encode(t, add_special_tokens=False))
-    )
+    pieces = TokenText(loaded.tokenizer)
+    vocabulary = Vocabulary.of(loaded, pieces.piece)
     out = sys.stdout
-    for event in score(loaded, context, targets, params, breakers, pieces, chunk=args.prefill_chunk):
+    for event in score(loaded, context, targets, params, vocabulary, pieces, chunk=args.prefill_chunk):
         if isinstance(event, TokenStep):
             out.write(json.dumps(token_record(event, 0)) + "\n")  # with its rank
         elif isinstance(event, ScoreDone):

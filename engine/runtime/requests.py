@@ -12,6 +12,7 @@ from typing import Any
 from engine.api.draft import DraftStats
 from engine.api.errors import EngineError
 from engine.api.events import Finished, FinishReason, TokenStep
+from engine.api.grammar import NO_GRAMMAR_STATS, GrammarStats
 from engine.api.params import SamplingParams
 from engine.runtime.detokenize import StopText, StreamDecoder
 from engine.runtime.reasoning_phase import PhaseTracker
@@ -116,6 +117,8 @@ class Request:
     made at its first draft block."""
     draft_stats: DraftStats | None = None
     """Its speculative decoding so far; None: no block was drafted."""
+    grammar_stats: GrammarStats | None = None
+    """Its structured output so far; None: no token was generated under a grammar."""
 
     @property
     def history(self) -> list[int]:
@@ -256,7 +259,10 @@ def accept_token(
         params=request.params,
         forced=forced,
         phase=phase,
+        grammar=inspection.grammar,
     )
+    if inspection.grammar is not None:
+        request.grammar_stats = (request.grammar_stats or NO_GRAMMAR_STATS).plus(index, inspection.grammar)
     return step, reason, stop
 
 
@@ -277,4 +283,5 @@ def finished_event(
         stop=stop,
         error=error,
         draft=request.draft_stats,
+        grammar=request.grammar_stats,
     )

@@ -47,7 +47,7 @@ from engine.runtime.text import TokenText
 from engine.sampling.batch import Sampled, SamplingBatch
 from engine.sampling.divergence import group_pairs, pair_divergences
 from engine.sampling.inspection import RowInspection, to_host
-from engine.stages.dry_state import BreakerCache
+from engine.stages.vocabulary import Vocabulary
 
 
 class Scheduler:
@@ -97,12 +97,10 @@ class Scheduler:
         self.queue = RequestQueue(history_records)
         self._active: list[Request] = []
         self._batch: list | None = None
-        tokenizer = loaded.tokenizer
-        self.breakers = BreakerCache(
-            self.vocab_size, self.text.piece, lambda text: list(tokenizer.encode(text, add_special_tokens=False))
-        )
-        """DRY sequence breakers resolved against this vocabulary: ``breakers(strings)``."""
-        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
+        self.vocabulary = Vocabulary.of(loaded, self.text.piece)
+        """What the stages' state resolves against the model's tokens: DRY's sequence
+        breakers, the grammars' matchers."""
+        self._sampling = SamplingBatch(self.vocabulary)
         self._pending: list[Event] = []
         self.divergence = ForkDivergence()
         self.continuations = Continuations(self, self.queue)
@@ -165,7 +163,7 @@ class Scheduler:
         if draft is not None:
             check_draft_tokens(tokens)
             check_draft(self.loaded, draft, self.cache_kinds)
-        self.drafter = None if draft is None else Drafter(self.loaded, draft, tokens, self.text, self.breakers)
+        self.drafter = None if draft is None else Drafter(self.loaded, draft, tokens, self.text, self.vocabulary)
         for request in self._live():
             request.draft = None  # another draft's caches (or none) from now on
 
@@ -173,6 +171,7 @@ class Scheduler:
         """``params`` checked as a request takes them, its ``think_variant`` prepared now too
         (what a stage's state would refuse when the thinking ends is refused up front)."""
         checked = check_params(params, self.vocab_size)
+        self._sampling.prepare(checked)
         if checked.think_variant is not None:
             self._sampling.prepare(checked.think_variant)
         return checked
@@ -255,7 +254,7 @@ class Scheduler:
         failed, self._active = self._active, []
         self._batch = None
         self._lookahead.clear()
-        self._sampling = SamplingBatch(self.vocab_size, self.breakers)
+        self._sampling = SamplingBatch(self.vocabulary)
         message = f"{type(exc).__name__}: {exc}"
         return [self._finished(r, FinishReason.ERROR, error=message) for r in failed]
 
@@ -287,12 +286,10 @@ class Scheduler:
         began = time.perf_counter()  # the first token's draw, after the prompt's last chunk
         self.queue.waiting.popleft()
         group, request.followers = [request, *request.followers], []
-        sampling = SamplingBatch(self.vocab_size, self.breakers)
+        sampling = SamplingBatch(self.vocabulary)
         for member in group:
             member.fed = request.fed  # each row's copy of the cache holds the prompt
-            sampling.extend(
-                SamplingBatch.of(self.vocab_size, self.breakers, member.params, member.history, member.carry_in)
-            )
+            sampling.extend(SamplingBatch.of(self.vocabulary, member.params, member.history, member.carry_in))
         step_events = self._sample(group, mx.repeat(last, len(group), axis=0) if len(group) > 1 else last, sampling)
         request.prefill_seconds += time.perf_counter() - began
         events.extend(step_events)
@@ -408,18 +405,19 @@ class Scheduler:
             ahead_by = sampling if not pairs and sampling is self._sampling else None
             self._lookahead.queue(self.model, self._batch, self.kv, requests, sampled.tokens, ahead_by)
         host = to_host(packed_device)  # the one transfer
+        inspections = [
+            sampled.unpack(host, row, r.params.top_logprobs, self.text.piece) for row, r in enumerate(requests)
+        ]
+        # The stages' state takes every row's new token first: the steps then say what it
+        # knows of them (the grammar: whether the output is complete).
+        sampling.accept([i.token_id for i in inspections], [r.leaving_next() for r in requests], inspections)
         events: list[Event] = []
-        inspections = []
         for row, request in enumerate(requests):
-            inspection = sampled.unpack(host, row, request.params.top_logprobs, self.text.piece)
             request.carries.append(carries[row])
-            inspections.append(inspection)
+            inspection = sampling.with_state(row, inspections[row])
             events.extend(self._accept(request, inspection, forced[row] is not None))
         if pairs:
             events.extend(self.divergence.events(requests, pairs, host[host.size - len(pairs) :]))
-        # Every request now ends with its new token; the state is read at the next step.
-        tokens = [r.generated[-1] for r in requests]
-        sampling.accept(tokens, [r.leaving_token() for r in requests], inspections)
         for row, request in enumerate(requests):
             if request.switch_to is not None:  # the thinking ended: its variant, as a live change
                 request.before_switch = (request.next_index, request.params)

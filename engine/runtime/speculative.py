@@ -86,9 +86,9 @@ class Proposal:
 class Drafter:
     """A draft model proposing blocks of ``tokens`` for the rows of one target."""
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel, tokens: int, text: TokenText, breakers) -> None:
+    def __init__(self, target: LoadedModel, draft: LoadedModel, tokens: int, text: TokenText, vocabulary) -> None:
         self.target, self.draft, self.tokens = target, draft, tokens
-        self.text, self.breakers = text, breakers
+        self.text, self.vocabulary = text, vocabulary
         self.vocab = target.vocab_size
 
     # Proposing ----------------------------------------------------------------------
@@ -103,7 +103,7 @@ class Drafter:
         self._catch_up(state, history[:-1])
         params = request.params
         top = max(params.top_logprobs, DRAFT_TOP)
-        sampling = SamplingBatch.of(self.vocab, self.breakers, params.with_changes(top_logprobs=top), history, carry)
+        sampling = SamplingBatch.of(self.vocabulary, params.with_changes(top_logprobs=top), history, carry)
         last, drafted, steps = history[-1], [], []
         for j in range(tokens):
             logits = self._logits(mx.array([[last]]), state)

@@ -12,12 +12,13 @@ transfer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import mlx.core as mx
 import numpy as np
 
+from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 from engine.sampling.inspection import PackLayout, RowInspection, unpack_row
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
@@ -25,6 +26,10 @@ from engine.sampling.step import compiled_step
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, RowsState, StateContext
+from engine.stages.grammar import GrammarRows
+from engine.stages.vocabulary import Vocabulary
+
+_Recorded = TypeVar("_Recorded", RowInspection, TokenStep)
 
 Carry = Mapping[str, Any]
 """What each stage with carried state (mirostat's μ) holds before a token, by stage name."""
@@ -81,6 +86,22 @@ def new_states(
     return out
 
 
+def grammar_facts(states: Mapping[str, RowsState], row: int) -> tuple[bool, bool] | None:
+    """Row ``row``'s grammar after its last token: whether the output is complete under it,
+    and whether a forced token left it (None: the row has no grammar)."""
+    grammar = states.get("grammar")
+    state = grammar.rows[row] if isinstance(grammar, GrammarRows) else None
+    return None if state is None else (state.accepting(), state.left)
+
+
+def with_facts(inspection: _Recorded, facts: tuple[bool, bool] | None) -> _Recorded:
+    """``inspection`` (a row's, or a scored token's step) with its grammar record completed
+    by :func:`grammar_facts`."""
+    if inspection.grammar is None or facts is None:
+        return inspection
+    return replace(inspection, grammar=replace(inspection.grammar, accepting=facts[0], left=facts[1]))
+
+
 def state_inputs(
     states: Mapping[str, RowsState],
     chain: Sequence[str],
@@ -98,11 +119,12 @@ def state_inputs(
 
 
 class SamplingBatch:
-    """Rows in batch order. ``breakers`` resolves DRY sequence breakers for the vocabulary."""
+    """Rows in batch order, over one model's ``vocabulary`` (what the stages' state resolves
+    against it: DRY's breakers, the grammars' matchers)."""
 
-    def __init__(self, vocab: int, breakers: Callable[[tuple[str, ...]], Any]) -> None:
-        self.vocab = vocab
-        self.ctx = StateContext(vocab, breakers)
+    def __init__(self, vocabulary: Vocabulary) -> None:
+        self.vocab = vocabulary.size
+        self.ctx = StateContext(vocabulary)
         self.params: list[SamplingParams] = []
         self.states = new_states(self.ctx, [], [], [])
         self._groups: list[_Group] | None = None
@@ -117,15 +139,10 @@ class SamplingBatch:
 
     @classmethod
     def of(
-        cls,
-        vocab: int,
-        breakers: Callable[[tuple[str, ...]], Any],
-        params: SamplingParams,
-        history: Sequence[int],
-        carry: Carry | None = None,
+        cls, vocabulary: Vocabulary, params: SamplingParams, history: Sequence[int], carry: Carry | None = None
     ) -> SamplingBatch:
         """A batch of one row; ``carry`` restores carried state (a branch)."""
-        batch = cls(vocab, breakers)
+        batch = cls(vocabulary)
         batch.params = [params]
         batch.states = new_states(batch.ctx, [params], [history], [carry])
         return batch
@@ -158,6 +175,11 @@ class SamplingBatch:
         for state in self.states.values():
             state.set_params(row, old, params, history)
         self._groups = None
+
+    def with_state(self, row: int, inspection: RowInspection) -> RowInspection:
+        """``inspection`` of row ``row``'s token, after :meth:`accept` took it, with what the
+        stages' state knows of it (:func:`grammar_facts`)."""
+        return with_facts(inspection, grammar_facts(self.states, row))
 
     def carry(self, row: int) -> dict[str, Any]:
         """The carried state of a row before its next token (for a later branch)."""

@@ -11,7 +11,7 @@ float32 operations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,8 +19,11 @@ import mlx.core as mx
 import numpy as np
 
 from engine.api.events import Candidate, ChainValues
+from engine.api.grammar import GrammarRecord
 from engine.sampling.sampler import ChainResult, compiled_once
+from engine.stages import STAGES
 from engine.stages.base import exp
+from engine.stages.grammar import STATISTICS, grammar_record
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -48,6 +51,8 @@ class PackLayout:
     sources: tuple[int, ...]
     """For each output (``raw``, then each stage), the first output with the same values."""
     top_n: int
+    extras: tuple[str, ...] = ()
+    """The stages that ran whose ``Stage.statistics`` close each row, in chain order."""
 
     @property
     def order(self) -> tuple[int, ...]:
@@ -63,7 +68,26 @@ class PackLayout:
     @property
     def width(self) -> int:
         d, s = len(self.order), self.slots
-        return 1 + len(_STATS) * d + 2 * s + d * s
+        return 1 + len(_STATS) * d + 2 * s + d * s + sum(STAGES[n].statistics_width for n in self.extras)
+
+    def extras_at(self, stage: str) -> int:
+        """Where ``stage``'s figures start in a packed row."""
+        at = self.width
+        for name in reversed(self.extras):
+            at -= STAGES[name].statistics_width
+            if name == stage:
+                return at
+        raise KeyError(stage)
+
+    def log_partition(self, stage: str, stats: np.ndarray) -> float:
+        """log Σ exp of the logits after ``stage``, from a row's packed statistics."""
+        d = self.distribution(stage)
+        return float(stats[0][d]) + float(stats[1][d])
+
+    def entering(self, stage: str) -> str:
+        """The stage whose output ``stage`` took (``raw`` for the first)."""
+        i = self.chain.index(stage)
+        return "raw" if i == 0 else self.chain[i - 1]
 
     def distribution(self, stage: str) -> int:
         """The stack index of the distribution after ``stage`` (``raw`` too)."""
@@ -84,7 +108,12 @@ def slots(top_n: int) -> int:
 
 
 def layout_of(result: ChainResult, top_n: int) -> PackLayout:
-    return PackLayout(result.chain, tuple(result.sources()), top_n)
+    return PackLayout(result.chain, tuple(result.sources()), top_n, extras_of(result.chain, result.aliases))
+
+
+def extras_of(chain: Sequence[str], aliases: frozenset[str]) -> tuple[str, ...]:
+    """The stages of ``chain`` that ran and pack figures of their own (``Stage.statistics``)."""
+    return tuple(n for n in chain if n not in aliases and STAGES[n].statistics is not None)
 
 
 def _blocks(values: mx.array) -> mx.array | None:
@@ -126,7 +155,9 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
     return (block * BLOCK + within % BLOCK).astype(mx.int32)
 
 
-def pack_outputs(layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.array, counts) -> mx.array:
+def pack_outputs(
+    layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.array, counts, inputs: Mapping[str, mx.array]
+) -> mx.array:
     """[B, layout.width] float32: the inspection data of one group (pure; compiled with the
     chain by ``engine.sampling.step.compiled_step``, or alone by :func:`pack_step`).
 
@@ -164,6 +195,10 @@ def pack_outputs(layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.arr
         counted = mx.take_along_axis(counts, index, axis=-1).astype(mx.float32)
     else:
         counted = mx.zeros(index.shape, mx.float32)
+    extras = []
+    for name in layout.extras:
+        i = layout.chain.index(name)  # outputs[i] entered it
+        extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     return mx.concatenate(
         [
             tokens[:, None].astype(mx.float32),
@@ -171,17 +206,20 @@ def pack_outputs(layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.arr
             index.astype(mx.float32),
             counted,
             logits.transpose(1, 0, 2).reshape(batch, -1),
+            *extras,
         ],
         axis=1,
     )
 
 
-def pack_step(result: ChainResult, counts: mx.array | None, top_n: int) -> mx.array:
+def pack_step(
+    result: ChainResult, counts: mx.array | None, top_n: int, inputs: Mapping[str, mx.array] | None = None
+) -> mx.array:
     """[B, width] float32 inspection data of a chain's result (see :class:`PackLayout`),
-    compiled once per layout."""
+    compiled once per layout; ``inputs``: the step's, for stages that pack figures of their own."""
     layout = layout_of(result, top_n)
     fn = compiled_once(("pack", layout, counts is not None), lambda: partial(pack_outputs, layout))
-    return fn(result.outputs, result.tokens, counts if counts is not None else mx.array(0.0))
+    return fn(result.outputs, result.tokens, counts if counts is not None else mx.array(0.0), dict(inputs or {}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +230,9 @@ class RowInspection(ChainValues):
     entropies: tuple[float, ...]
     survivors: tuple[int, ...]
     top: tuple[Candidate, ...]
+    grammar: GrammarRecord | None = None
+    """What the grammar did, where it ran for the row (``accepting`` and ``left`` are the
+    state's: :meth:`engine.sampling.batch.SamplingBatch.grammar_record` adds them)."""
 
 
 def unpack_row(
@@ -210,7 +251,7 @@ def unpack_row(
     at = 1 + len(_STATS) * d
     index = packed[at : at + n_slots].astype(np.int64)
     counts = packed[at + n_slots : at + 2 * n_slots]
-    logits = packed[at + 2 * n_slots :].reshape(d, n_slots)
+    logits = packed[at + 2 * n_slots : at + 2 * n_slots + d * n_slots].reshape(d, n_slots)
     lps = (logits - stats[0][:, None]) - stats[1][:, None]  # float32, as on the device
     rows = [layout.distribution(name) for name in chain]
     stage_values = lps[rows]  # [len(chain), S]
@@ -229,6 +270,13 @@ def unpack_row(
             key=lambda c: (-c.logprob, -c.raw_logprob),
         )
     )
+    grammar = None
+    if "grammar" in chain:
+        at = layout.extras_at("grammar")
+        entering = layout.entering("grammar")
+        grammar = grammar_record(
+            packed[at : at + len(STATISTICS)], layout.log_partition(entering, stats), layout.log_partition("raw", stats)
+        )
     return RowInspection(
         token_id=int(packed[0]),
         chain=chain,
@@ -236,6 +284,7 @@ def unpack_row(
         entropies=tuple(_clean_entropy(float(stats[2][r])) for r in rows),
         survivors=tuple(int(stats[3][r]) for r in rows),
         top=top,
+        grammar=grammar,
     )
 
 

@@ -24,7 +24,8 @@ import mlx.core as mx
 import numpy as np
 
 from engine.api.params import SamplingParams
-from engine.specs import SPECS, row_chain
+from engine.specs import row_chain
+from engine.specs.registry import chain_order
 from engine.stages import STAGES
 from engine.stages.rng import splitmix64
 from engine.stages.xtc import xtc_coin as xtc_coin  # re-exported: one home for the per-request streams
@@ -77,16 +78,22 @@ def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, nois
 
 def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping[str, mx.array], noise: mx.array):
     """The chain's body (traced by ``mx.compile``): ``raw``, then each stage not in
-    ``aliases`` in its form, and the draw. Returns every output [B, V] and the tokens [B]."""
+    ``aliases`` in its form, and the draw. Returns every output [B, V] and the tokens [B].
+    A constraint after ``temperature`` also applies to what greedy rows draw from (the
+    logits entering ``temperature``): the draw never picks a token it forbids."""
     TRACES["count"] += 1
     logits = raw.astype(mx.float32)
+    inputs = {**inputs, "raw": logits}  # a constraint falls back on it (``grammar``)
     outputs = [logits]
     entering = None
     for name, form in zip(chain, forms, strict=True):
-        if STAGES[name].spec.marks_greedy:
+        stage = STAGES[name]
+        if stage.spec.marks_greedy:
             entering = logits
         if name not in aliases:
-            logits = STAGES[name].apply_form(form)(logits, inputs)
+            logits = stage.apply_form(form)(logits, inputs)
+            if stage.spec.constraint and entering is not None:
+                entering = stage.apply(entering, inputs)  # greedy rows draw inside it too
         outputs.append(logits)
     tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
     return outputs, tokens
@@ -131,8 +138,7 @@ def run_chain(
 def group_chain(params: Sequence[SamplingParams]) -> tuple[str, ...]:
     """The stages any of these rows (which share one ``samplers`` order) needs, in order."""
     needed = {name for p in params for name in row_chain(p)}
-    fixed = tuple(name for name, spec in SPECS.items() if not spec.reorderable)
-    return tuple(name for name in (*fixed, *params[0].samplers) if name in needed)
+    return tuple(name for name in chain_order(params[0].samplers) if name in needed)
 
 
 def group_aliases(params: Sequence[SamplingParams], chain: Sequence[str]) -> frozenset[str]:

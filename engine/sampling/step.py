@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.sampling.inspection import PackLayout, pack_outputs
+from engine.sampling.inspection import PackLayout, extras_of, pack_outputs
 from engine.sampling.sampler import apply_chain, compiled_once, output_sources
 
 
@@ -28,14 +28,15 @@ def compiled_step(
     one per chain shape: element-wise work fuses across the stages and the pack, and a
     new value never recompiles. ``forced`` (with ``with_forced``; -1: draw) overrides the
     drawn token."""
-    layout = PackLayout(chain, tuple(output_sources(chain, aliases)), top_n)
+    layout = PackLayout(chain, tuple(output_sources(chain, aliases)), top_n, extras_of(chain, aliases))
 
     def make():
         def step(raw, inputs, noise, counts, forced):
             outputs, tokens = apply_chain(chain, aliases, use_noise, forms, raw, inputs, noise)
             if with_forced:
                 tokens = mx.where(forced >= 0, forced, tokens)
-            return tokens, pack_outputs(layout, outputs, tokens, counts if with_counts else mx.array(0.0)), outputs[-1]
+            packed = pack_outputs(layout, outputs, tokens, counts if with_counts else mx.array(0.0), inputs)
+            return tokens, packed, outputs[-1]
 
         return step
 

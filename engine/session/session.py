@@ -217,7 +217,7 @@ class EngineSession:
         context, targets = scored_text(scheduler.loaded.tokenizer, text, prompt)
         chunk = self._teacher_chunk(chunk)
         return score(
-            scheduler.loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, 0, request_id
+            scheduler.loaded, context, targets, params, scheduler.vocabulary, scheduler.text, chunk, 0, request_id
         )
 
     def check_fidelity(self, messages: Messages, output: Sequence[int | None], chunk: int = 64):
@@ -252,7 +252,7 @@ class EngineSession:
         scheduler = self.scheduler
         chunk = self._teacher_chunk(chunk)
         context = self.prompt_for(messages)
-        return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
+        return score(scheduler.loaded, context, ids, params, scheduler.vocabulary, scheduler.text, chunk, 0, request_id)
 
     def replay_text(
         self,
@@ -273,7 +273,7 @@ class EngineSession:
         if list(targets) != ids:
             raise EngineError("the scored text does not tokenize to the reply's tokens: it cannot be replayed.")
         chunk = self._teacher_chunk(chunk)
-        return score(scheduler.loaded, context, ids, params, scheduler.breakers, scheduler.text, chunk, 0, request_id)
+        return score(scheduler.loaded, context, ids, params, scheduler.vocabulary, scheduler.text, chunk, 0, request_id)
 
     # Compare models (engine/session/compare.py) ----------------------------------------------
 

@@ -21,7 +21,8 @@ def _cell(text: str) -> str:
 
 
 def _flags(name: str) -> str:
-    return ", ".join(f"`{f.cli_flag}`" for f in SPECS[name].fields) or "—"
+    flags = [flag for f in SPECS[name].fields for flag in (f.flags or (f.cli_flag,))]
+    return ", ".join(f"`{flag}`" for flag in flags) or "—"
 
 
 def render() -> str:
@@ -32,9 +33,12 @@ def render() -> str:
         "| `raw` | the model's logits at the last position (the start, not a stage) | | | | |",
     ]
     for name, spec in SPECS.items():
-        default = (
-            "first, always" if not spec.reorderable else ("yes" if spec.default_on else "no: list it in `samplers`")
-        )
+        if not spec.reorderable:
+            default = "first, always"
+        elif spec.constraint:
+            default = "first, unless `samplers` lists it elsewhere"
+        else:
+            default = "yes" if spec.default_on else "no: list it in `samplers`"
         cells = (f"`{name}`", spec.definition, spec.off, spec.reference, _flags(name), default)
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join([BEGIN, *rows, END])

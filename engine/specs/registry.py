@@ -53,9 +53,16 @@ def _check_unique() -> None:
 _check_unique()
 
 
-def row_chain(params: Any) -> tuple[str, ...]:
-    """The stages that run for one row, in order (``raw`` not included): the stages that
-    are not reorderable (``bias``) first when set, then the ``samplers`` order, leaving
-    out stages that are off."""
+def chain_order(samplers: tuple[str, ...]) -> tuple[str, ...]:
+    """Every stage a row with this ``samplers`` order may run, in order: the stages that are
+    not reorderable (``bias``), the constraints ``samplers`` does not list (``grammar``), then
+    ``samplers``."""
     fixed = tuple(n for n, s in SPECS.items() if not s.reorderable)
-    return tuple(name for name in (*fixed, *params.samplers) if SPECS[name].active(params))
+    unlisted = tuple(n for n, s in SPECS.items() if s.constraint and n not in samplers)
+    return (*fixed, *unlisted, *samplers)
+
+
+def row_chain(params: Any) -> tuple[str, ...]:
+    """The stages that run for one row, in order (``raw`` not included): those of
+    :func:`chain_order` that are not off."""
+    return tuple(name for name in chain_order(params.samplers) if SPECS[name].active(params))

@@ -44,6 +44,9 @@ class Field:
     """Its command-line flag; default ``--`` + the name with dashes."""
     check: Callable[[Any], Any] | None = None
     """Validation of a ``tuple`` field; numbers are checked against ``range``."""
+    flags: tuple[str, ...] = ()
+    """The flags of a field the command line parses itself (``grammar``: one per kind), and
+    that the panel edits in a section of its own; empty: one flag and a generic row."""
 
     def validate(self, value: Any) -> Any:
         if self.check is not None:
@@ -51,6 +54,11 @@ class Field:
         if self.kind is int:
             return check_int(self.name, value, int(self.range[0]), int(self.range[1]))
         return check_float(self.name, value, *self.range, lo_open=self.lo_open)
+
+    @property
+    def custom(self) -> bool:
+        """Its flags and its panel are its stage's own (not a generic row)."""
+        return bool(self.flags)
 
     @property
     def cli_flag(self) -> str:
@@ -87,6 +95,11 @@ class StageSpec:
     """In ``DEFAULT_SAMPLERS``; an opt-in stage runs only when ``samplers`` lists it."""
     reorderable: bool = True
     """False for ``bias``: always first, not in ``samplers``."""
+    constraint: bool = False
+    """A hard constraint (``grammar``): it runs whenever it is set, first (after ``bias``)
+    where ``samplers`` does not list it (so it stays out of ``DEFAULT_SAMPLERS``: an order
+    saved before it existed keeps its meaning), and greedy rows draw among the tokens it
+    keeps wherever it stands."""
     marks_greedy: bool = False
     """Greedy rows draw the argmax of the distribution entering this stage (``temperature``)."""
     replay: Callable[[Any, Values, float | None], Any] | None = None
@@ -94,10 +107,16 @@ class StageSpec:
     recorded token, from the state before it (None: the stage starts afresh), the token's
     settings and its logprob after this stage (None: not reported). A continuation of a
     stored reply rebuilds the carried state with it (:mod:`engine.api.carry`)."""
+    restart: Callable[[Values, Values], bool] | None = None
+    """Whether a change of a row's settings from the first values to the second starts its
+    carried state afresh (another grammar is read from its start); None: never (μ is
+    carried through a live change)."""
 
     def active(self, values: Values) -> bool:
-        """Whether the stage runs for a row: in its ``samplers`` (or not reorderable) and not neutral."""
-        return (not self.reorderable or self.name in values.samplers) and not self.neutral(values)
+        """Whether the stage runs for a row: in its ``samplers`` (or not reorderable, or a
+        constraint) and not neutral."""
+        listed = not self.reorderable or self.constraint or self.name in values.samplers
+        return listed and not self.neutral(values)
 
     def summary_text(self, values: Values) -> str:
         if self.describe is not None:

@@ -18,6 +18,7 @@ import mlx.core as mx
 
 from engine.api.params import SamplingParams
 from engine.specs.spec import StageSpec
+from engine.stages.vocabulary import Vocabulary
 
 NEG_INF = float("-inf")
 
@@ -26,11 +27,17 @@ Inputs = Mapping[str, mx.array]
 
 @dataclass(frozen=True)
 class StateContext:
-    """What state factories may need besides the rows: the vocabulary size and DRY's
-    breaker resolver (``breakers(strings) -> engine.stages.dry_state.Breakers``)."""
+    """What state factories may need besides the rows: the model's vocabulary, its size,
+    DRY's breakers and the grammars' matchers resolved against it."""
 
-    vocab: int
-    breakers: Callable[[tuple[str, ...]], Any]
+    vocabulary: Vocabulary
+
+    @property
+    def vocab(self) -> int:
+        return self.vocabulary.size
+
+    def breakers(self, texts: tuple[str, ...]) -> Any:
+        return self.vocabulary.breakers(texts)
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,12 @@ class Stage:
     ] = ()
     """Forms that depend on the stages before this one: ``(name, whether the group's rows,
     the stages before it and their forms allow it, the function)``; tried after ``forms``."""
+
+    statistics: Callable[[mx.array, mx.array, Inputs], mx.array] | None = None
+    """``(entering, raw, inputs) -> [B, statistics_width]`` float32: figures of what the stage
+    did that the inspection pack carries for every row of a group it ran in (``grammar``:
+    the mass it kept, its allowed tokens, the model's choice it overrode)."""
+    statistics_width: int = 0
 
     @property
     def name(self) -> str:

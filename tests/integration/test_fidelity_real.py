@@ -59,7 +59,7 @@ def engine_raw_logprobs(loaded, ids: list[int], first: int = 1) -> list[dict[int
     from ``first`` (the distribution that predicts ids[first])."""
     scheduler = Scheduler(loaded)
     params = SamplingParams(top_logprobs=20)
-    events = score(loaded, ids[:first], ids[first:], params, scheduler.breakers, scheduler.text, chunk=64)
+    events = score(loaded, ids[:first], ids[first:], params, scheduler.vocabulary, scheduler.text, chunk=64)
     steps = [e for e in events if isinstance(e, TokenStep)]
     return [{c.token_id: s.logprob_at("raw", c) for c in s.top} for s in steps]
 

@@ -8,7 +8,7 @@ from engine.api.params import SamplingParams
 from engine.sampling.batch import new_states, state_inputs
 from engine.sampling.sampler import ChainResult, columns, group_chain, run_chain
 from engine.stages.base import Rows, StateContext
-from engine.stages.dry_state import Breakers
+from engine.stages.vocabulary import Vocabulary
 
 
 def fresh_state_inputs(params: list[SamplingParams], chain, vocab: int, index: int = 0) -> dict[str, mx.array]:
@@ -16,7 +16,7 @@ def fresh_state_inputs(params: list[SamplingParams], chain, vocab: int, index: i
     history (no breakers): the inputs of a stage no test supplies by hand."""
     rows = len(params)
     params = [p.with_changes(seed=0) if p.seed is None else p for p in params]  # XTC's coin reads the seed
-    states = new_states(StateContext(vocab, lambda b: Breakers(frozenset())), params, [[]] * rows, [None] * rows)
+    states = new_states(StateContext(Vocabulary(vocab)), params, [[]] * rows, [None] * rows)
     return state_inputs(
         states, [n for n in chain if n in states], params, Rows(list(range(rows)), None), [index] * rows
     )

@@ -194,10 +194,12 @@ def test_raw_vs_final_tab_still_draws_the_bars(inspector):
 def test_reorder_and_switch_produce_the_samplers(qtbot, controls):
     editor = controls.chain
     assert editor.samplers() == DEFAULT_SAMPLERS and controls.current.samplers == DEFAULT_SAMPLERS
-    assert [editor.list.item(r).text() for r in range(9)] == list(DEFAULT_SAMPLERS)
+    # The grammar, a constraint left out of samplers, heads the list switched off: it runs first.
+    assert [editor.list.item(r).text() for r in range(10)] == ["grammar", *DEFAULT_SAMPLERS]
+    assert editor.list.item(0).checkState() == Qt.CheckState.Unchecked
     # A drag is QListWidget's InternalMove, which moves the model row: do the same.
     with qtbot.waitSignal(controls.params_changed) as changed:
-        editor.list.model().moveRow(QModelIndex(), DEFAULT_SAMPLERS.index("xtc"), QModelIndex(), 0)
+        editor.list.model().moveRow(QModelIndex(), editor.order().index("xtc"), QModelIndex(), 0)
     assert changed.args[0].samplers == ("xtc", *DEFAULT_SAMPLERS[:-1])
     # The switch leaves a stage out and keeps its values.
     editor.fields["dry_multiplier"].spin.setValue(0.8)
@@ -209,7 +211,7 @@ def test_reorder_and_switch_produce_the_samplers(qtbot, controls):
     assert controls.current.samplers == ("xtc", "penalties", "temperature", *DEFAULT_SAMPLERS[3:-1])
     # The arrow buttons move the selected stage.
     editor.select_stage("temperature")
-    for _ in range(3):
+    for _ in range(4):  # past dry, penalties, the grammar and xtc
         editor.up.click()
     assert controls.current.samplers[:3] == ("temperature", "xtc", "penalties")
     # Switched back on, a stage runs where its row is.
@@ -223,7 +225,7 @@ def test_llama_cpp_preset_sets_the_order(controls):
     controls.apply_preset("llama.cpp order")
     assert controls.current.samplers == LLAMA_CPP_SAMPLERS == controls.chain.samplers()
     # The stages switched on come first, in their order; any other stage follows, switched off.
-    assert controls.chain.order()[: len(LLAMA_CPP_SAMPLERS)] == LLAMA_CPP_SAMPLERS
+    assert controls.chain.order()[1 : 1 + len(LLAMA_CPP_SAMPLERS)] == LLAMA_CPP_SAMPLERS  # after the grammar
     assert (controls.current.temperature, controls.current.top_k, controls.current.top_p) == (0.8, 40, 0.95)
     assert controls.presets.currentText() == "llama.cpp order"
     # The same values in another order are no longer that preset.

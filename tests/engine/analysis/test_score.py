@@ -54,7 +54,7 @@ def generated(loaded, prompt, params):
 
 
 def scored(loaded, scheduler, context, targets, params, chunk=128, offset=0):
-    events = list(score(loaded, context, targets, params, scheduler.breakers, scheduler.text, chunk, offset))
+    events = list(score(loaded, context, targets, params, scheduler.vocabulary, scheduler.text, chunk, offset))
     return [e for e in events if isinstance(e, TokenStep)], events
 
 
@@ -150,7 +150,7 @@ def test_replay_under_other_settings_marks_what_they_would_remove(tiny, prompt):
 def test_bad_input_is_refused(tiny, context, targets, needle):
     _, scheduler = generated(tiny, [1, 2], SamplingParams(max_tokens=1))
     with pytest.raises(EngineError, match=needle):
-        next(score(tiny, context, targets, SamplingParams(), scheduler.breakers, scheduler.text))
+        next(score(tiny, context, targets, SamplingParams(), scheduler.vocabulary, scheduler.text))
 
 
 def cli(*args):

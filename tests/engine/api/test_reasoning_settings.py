@@ -195,7 +195,7 @@ def test_replaying_a_reply_gives_its_phases(qwen, prompt):
             prompt,
             [s.token_id for s in generated],
             [s.params for s in generated],
-            scheduler.breakers,
+            scheduler.vocabulary,
             scheduler.text,
         )
         if isinstance(e, TokenStep)

@@ -25,6 +25,7 @@ from engine.caches import batch as kv
 from engine.caches.quantized import BatchQuantizedKVCache, QuantizedCache, layer_kinds, quantize_layer
 from engine.models.load import load
 from engine.runtime.scheduler import Scheduler
+from engine.stages.vocabulary import Vocabulary
 from tests.support.tiny_archs import write_tiny_arch
 
 # Heads 64 wide (the tiny models' 16 are narrower than any group size): 2 query heads
@@ -313,14 +314,13 @@ def test_fork_variants_equal_their_solo_runs(plain):
 def test_scoring_sees_what_generation_saw(plain):
     from engine.analysis.score import score
     from engine.runtime.text import TokenText
-    from engine.stages.dry_state import BreakerCache
 
     loaded = plain.with_kv(KVQuantization(4))
     generated, _ = alone(loaded, PROMPT, no_eos(loaded, GREEDY), prefill_chunk=8)
     text = TokenText(loaded.tokenizer)
-    breakers = BreakerCache(loaded.vocab_size, text.piece, lambda t: list(loaded.tokenizer.encode(t)))
+    vocabulary = Vocabulary.of(loaded, text.piece)
     targets = [s.token_id for s in generated]
-    scored = [e for e in score(loaded, PROMPT, targets, GREEDY, breakers, text, chunk=8) if isinstance(e, TokenStep)]
+    scored = [e for e in score(loaded, PROMPT, targets, GREEDY, vocabulary, text, chunk=8) if isinstance(e, TokenStep)]
     np.testing.assert_allclose([s.raw_logprob for s in scored], [s.raw_logprob for s in generated], atol=TOL)
 
 

@@ -163,7 +163,7 @@ def test_logit_bias_is_a_flag_and_reaches_the_bias_stage(tiny_folder):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--prompt", "x", "--samplers", "top_k,nope"], "samplers must name stages from penalties, dry"),
+        (["--prompt", "x", "--samplers", "top_k,nope"], "samplers must name stages from grammar, penalties, dry"),
         (["--prompt", "x", "--samplers", "top_k,top_k"], "samplers must not repeat a stage"),
         (["--prompt", "x", "--typical-p", "0"], "typical_p must be in"),
         (["--prompt", "x", "--dry-penalty-last-n", "-2"], "dry_penalty_last_n must be in"),

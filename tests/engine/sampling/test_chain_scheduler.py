@@ -86,7 +86,7 @@ def test_live_change_of_order_and_dry_applies_from_the_next_token(tiny, prompt):
     assert after[0].params.samplers == changed.samplers
     # At every later token, DRY's effect equals a DRY state built from the whole history.
     history = list(prompt) + [s.token_id for s in before]
-    breakers = scheduler.breakers(changed.dry_sequence_breakers)
+    breakers = scheduler.vocabulary.breakers(changed.dry_sequence_breakers)
     acted = 0
     for step in after:
         tokens, values = DryRow(history, breakers).penalties(changed)

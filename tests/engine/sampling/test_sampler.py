@@ -14,6 +14,7 @@ from engine.stages.penalties import apply_penalties
 from engine.stages.temperature import apply_temperature
 from engine.stages.top_k import apply_top_k
 from engine.stages.top_p import apply_top_p
+from engine.stages.vocabulary import Vocabulary
 from tests.support.chain_util import run
 
 INF = math.inf
@@ -176,7 +177,6 @@ def test_a_stage_left_out_of_the_order_does_not_run():
 
 def test_rows_with_different_orders_are_sampled_in_one_batch():
     from engine.sampling.batch import SamplingBatch
-    from engine.stages.dry_state import Breakers
 
     logits = mx.array(np.random.default_rng(3).normal(0, 2, size=(3, 40)).astype(np.float32))
     rows = [
@@ -188,7 +188,7 @@ def test_rows_with_different_orders_are_sampled_in_one_batch():
     def batch_of(params):
         out = None
         for p in params:
-            one = SamplingBatch.of(40, lambda b: Breakers(frozenset()), p, [1, 2, 3])
+            one = SamplingBatch.of(Vocabulary(40), p, [1, 2, 3])
             out = one if out is None else (out.extend(one) or out)
         return out
 

@@ -21,8 +21,8 @@ from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 from engine.runtime.scheduler import Scheduler
 from engine.sampling.batch import SamplingBatch
-from engine.stages.dry_state import Breakers
 from engine.stages.mirostat_v2 import apply_mirostat_v2
+from engine.stages.vocabulary import Vocabulary
 
 NEG_INF = -np.inf
 V = 500
@@ -107,7 +107,7 @@ def test_mu_evolves_as_llama_cpp_over_many_steps_with_mixed_rows():
     params = [p if p.seed is not None else p.with_changes(seed=9) for p in ROWS]
     batch = None
     for p in params:
-        one = SamplingBatch.of(V, lambda b: Breakers(frozenset()), p, [1, 2, 3])
+        one = SamplingBatch.of(Vocabulary(V), p, [1, 2, 3])
         batch = one if batch is None else (batch.extend(one) or batch)
     mus = [2.0 * p.mirostat_tau for p in params]
     moved = set()
@@ -268,13 +268,13 @@ def test_scoring_and_replay_follow_mu_token_by_token(tiny, prompt):
     assert per_token[4].mirostat_eta == 0.4 and per_token[5].mirostat_eta == 0.05
     for step, mu in zip(steps, replayed_mu(steps, per_token), strict=True):
         assert_kept_by_mu(step, mu)
-    events = score(tiny, prompt, [s.token_id for s in steps], per_token, scheduler.breakers, scheduler.text)
+    events = score(tiny, prompt, [s.token_id for s in steps], per_token, scheduler.vocabulary, scheduler.text)
     ours = [e for e in events if isinstance(e, TokenStep)]
     assert [s.chain for s in ours] == [s.chain for s in steps]
     assert [s.survivors for s in ours] == [s.survivors for s in steps]
     np.testing.assert_allclose([s.logprobs for s in ours], [s.logprobs for s in steps], atol=1e-5)
     # Scored under one setting from a fresh μ, the cut differs from the one generation made.
-    fresh = [e for e in score(tiny, prompt, [s.token_id for s in steps], changed, scheduler.breakers, scheduler.text)]
+    fresh = [e for e in score(tiny, prompt, [s.token_id for s in steps], changed, scheduler.vocabulary, scheduler.text)]
     fresh_steps = [e for e in fresh if isinstance(e, TokenStep)]
     assert [s.survivors for s in fresh_steps] != [s.survivors for s in steps]
     for step, mu in zip(fresh_steps, replayed_mu(fresh_steps, [changed] * len(fresh_steps)), strict=True):

@@ -20,6 +20,7 @@ from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import log_softmax
 from engine.stages.dry_state import Breakers, resolve_breakers
+from engine.stages.vocabulary import Vocabulary
 from tests.support.chain_util import fresh_state_inputs
 
 NEG_INF = float("-inf")
@@ -147,7 +148,7 @@ def breakers(texts: tuple[str, ...]) -> Breakers:
 def batch_of(rows, history) -> SamplingBatch:
     out = None
     for p in rows:
-        one = SamplingBatch.of(len(PIECES), breakers, p, history)
+        one = SamplingBatch.of(Vocabulary(len(PIECES), breakers), p, history)
         out = one if out is None else (out.extend(one) or out)
     return out
 
