@@ -76,6 +76,7 @@ FIGURES = [
     "step_primitives",
     "tiny_decode",
     "speculative",
+    "grammar_cost",
 ]
 
 
@@ -207,6 +208,9 @@ def plan() -> dict[str, Figure]:
         # A smoke run drafts the smoke llama for itself: the default GGUF is not re-quantized.
         "speculative": lambda run: lazy("speculative", "speculative")(
             *((run.model(), run.model()) if run.smoke else ()), **run.small(tokens=6, repeats=1)
+        ),
+        "grammar_cost": lambda run: lazy("grammar_cost", "grammar_cost")(
+            run.model(), **run.small(sizes=(1,), large_vocab=None, steps=2, rounds=1)
         ),
     }
 

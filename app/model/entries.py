@@ -8,11 +8,12 @@ grew from one that must be redrawn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from app.model.seeds import reply_seed
 from app.model.streams import CompareRun, Reply, StreamKey, branch_key
+from app.model.structured import heading_note
 from app.store.store import Message
 from engine.api.events import FinishReason, TokenStep
 
@@ -98,8 +99,11 @@ class ChatEntry:
         return []
 
 
-def _note(finish_reason: str | None) -> str:
-    return "" if finish_reason in (FinishReason.STOP, None) else f"[{finish_reason}]"
+def _note(finish_reason: str | None, steps: Sequence[TokenStep] = ()) -> str:
+    """The reply's heading note: how it ended when not by a stop, and how it stands under its
+    grammar (``app.model.structured.heading_note``)."""
+    reason = "" if finish_reason in (FinishReason.STOP, None) else f"[{finish_reason}]"
+    return " ".join(filter(None, (reason, heading_note(steps))))
 
 
 def _prefix_text(steps: list[TokenStep], count: int) -> str:
@@ -112,7 +116,7 @@ def _live_run_entry(message: Message, run: CompareRun, replies: dict[StreamKey, 
     for i, column in enumerate(run.columns):
         reply = replies.get(column.stream)
         steps = reply.steps if reply is not None else []
-        note = _note(reply.finished.finish_reason) if reply is not None and reply.finished else ""
+        note = _note(reply.finished.finish_reason, steps) if reply is not None and reply.finished else ""
         streaming = reply is not None and reply.finished is None
         seed = reply_seed(reply.params, steps) if reply is not None else None
         columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), streaming, note, seed))
@@ -125,7 +129,7 @@ def _saved_run_entry(message: Message, run: CompareRun) -> ChatEntry:
     for i, column in enumerate(run.columns):
         branch = branches.get(column.stream)
         steps = branch.steps if branch is not None else []
-        note = _note(branch.finish_reason) if branch is not None else "[missing]"
+        note = _note(branch.finish_reason, steps) if branch is not None else "[missing]"
         seed = reply_seed(branch.params, steps) if branch is not None else None
         columns.append(ColumnEntry(column.stream, steps, run.prefix_tokens, run.label(i), False, note, seed))
     return _compare_entry(message, run, columns, live=False)
@@ -204,7 +208,7 @@ def build_entries(
         kept = ""
         if run is not None and run.kept is not None:
             kept = f"kept {run.label(run.kept)} of {len(run.columns)} settings"
-        note = _note(branch.finish_reason)
+        note = _note(branch.finish_reason, branch.steps)
         if message.id in unanswered:  # a new reply (regenerated, continued) that did not come
             note = f"{note} [new reply {unanswered[message.id]}]".strip()
         entries.append(

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.model.draft import DraftAcceptance
+from app.model.structured import GrammarMasks
 from app.model.surprise import SurpriseAnalysis
 from app.views.acceptance_timeline import AcceptanceRow
+from app.views.grammar_timeline import GrammarRow
 from app.views.surprise_timeline import SurpriseRow
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ REFRESH_MS = 100
 STEP_ANALYSES: tuple[tuple[type[StepAnalysis], type[SeriesRow]], ...] = (
     (SurpriseAnalysis, SurpriseRow),  # app/model/surprise.py, app/views/surprise_timeline.py
     (DraftAcceptance, AcceptanceRow),  # app/model/draft.py, app/views/acceptance_timeline.py
+    (GrammarMasks, GrammarRow),  # app/model/structured.py, app/views/grammar_timeline.py
 )
 
 

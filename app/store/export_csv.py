@@ -36,6 +36,13 @@ CSV_COLUMNS = (
     "draft_token_id",
     "draft_logprob",
     "draft_target_logprob",
+    "grammar_allowed",
+    "grammar_removed",
+    "grammar_removed_raw",
+    "grammar_forced",
+    "grammar_wanted",
+    "grammar_left",
+    "grammar_accepting",
 )
 
 
@@ -44,7 +51,8 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     and ``candidate_id`` empty where a server did not report the id; ``interrupted`` 1 for
     the tokens of a reply or scored text the app stopped while writing; ``phase`` thinking
     or answer for a reasoning model's token, else empty; ``draft_*`` what a draft model
-    proposed at the token, empty without one)."""
+    proposed at the token, empty without one; ``grammar_*`` what the grammar did at the
+    token, empty without one)."""
     interrupted = 0
     for r in recs:
         if r.get("type") in ("branch", "score"):  # the records that place the tokens after them
@@ -59,6 +67,10 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             "draft_logprob": draft.get("logprob", ""),
             "draft_target_logprob": draft.get("target_logprob", ""),
         }
+        grammar = r.get("grammar")
+        constrained = {f"grammar_{k}": "" for k in _GRAMMAR_KEYS}
+        if grammar:
+            constrained.update({f"grammar_{k}": _cell(grammar.get(k)) for k in _GRAMMAR_KEYS})
         for k, c in enumerate(r["top"]):
             for si, stage in enumerate(chain):
                 yield {
@@ -83,7 +95,16 @@ def csv_rows(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
                     "interrupted": interrupted,
                     "phase": r.get("phase") or "",  # empty: a model without reasoning markers
                     **drafted,
+                    **constrained,
                 }
+
+
+_GRAMMAR_KEYS = ("allowed", "removed", "removed_raw", "forced", "wanted", "left", "accepting")
+
+
+def _cell(value: Any) -> Any:
+    """A flag as 0 / 1 (a column pandas reads as numbers), anything else as it is."""
+    return int(value) if isinstance(value, bool) else value
 
 
 def write_csv(recs: Iterable[dict[str, Any]], path: str | Path) -> int:

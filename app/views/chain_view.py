@@ -3,8 +3,8 @@
 Rows are the candidates in their ``raw`` rank (the order never changes across
 columns, so a token can be followed left to right); columns are the stages of
 ``step.chain`` under their exact names, each header giving the entropy and the
-number of tokens left after that stage. A cell is the candidate's probability
-after that stage, its colour the same number (square-root scale, or log10 with the
+number of tokens left after that stage (the grammar's, also the probability it removed).
+A cell is the candidate's probability after that stage, its colour the same number (square-root scale, or log10 with the
 inspector's log toggle, so a 1 % token is still visible beside a 90 % one). Where a
 stage removed a token the cell says so ("✕ top_k") and the rest of its row is grey.
 The chosen token's row is framed and its name marked ▶.
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.model.remote_labels import NOT_REPORTED, is_chosen, sort_key, token_id_text
+from app.model.structured import header_line, record_words, wanted_text
 from app.model.textfmt import prob, visible
 from app.views.theme import LIGHT, Colors
 from engine.api.events import Candidate, TokenStep
@@ -176,7 +177,10 @@ class ChainModel(QAbstractTableModel):
             if role == Qt.ItemDataRole.DisplayRole:
                 if remote:  # the server sent this stage's logprobs only
                     return f"{stage} (server)\nH {NOT_REPORTED}\nn {NOT_REPORTED}"
-                return f"{stage}\n{format_entropy(h)}\n{format_survivors(n)}"
+                text = f"{stage}\n{format_entropy(h)}\n{format_survivors(n)}"
+                if stage == "grammar" and self.step.grammar is not None:  # the mass it took
+                    text += f"\n{header_line(self.step.grammar)}"
+                return text
             if role == VALUE_ROLE:
                 return stage
             if role == Qt.ItemDataRole.ToolTipRole and remote:
@@ -187,7 +191,10 @@ class ChainModel(QAbstractTableModel):
             if role == Qt.ItemDataRole.ToolTipRole:
                 entropy = "unknown" if h is None else f"{format_nats(h, 3)} nats"
                 left = "unknown" if n is None else f"{n:,}"
-                return f"after {stage}: entropy {entropy}, tokens left {left}"
+                tip = f"after {stage}: entropy {entropy}, tokens left {left}"
+                if stage == "grammar" and self.step.grammar is not None:
+                    tip += "\n" + record_words(self.step.grammar, wanted_text(self.step))
+                return tip
             return None
         if section >= len(self.candidates):
             return None

@@ -24,6 +24,7 @@ from app.model.draft import OUTCOME_SHORT, shows_drafts
 from app.model.remote_labels import is_chosen, p_label
 from app.model.scored import is_scored, shown_kinds
 from app.model.streams import StreamKey, TokenRef
+from app.model.structured import record_words, wanted_text
 from app.model.textfmt import escape, percent, prob, visible
 from app.model.thinking import forced_by_budget, mark_thinking, phase_title, phase_word
 from app.views.chat_doc import ChatDocument
@@ -296,6 +297,8 @@ def tooltip_for(step: TokenStep) -> str:
         lines.append("<i>picked by hand</i>")
     if step.draft is not None:
         lines.append(f"<i>draft: {escape(OUTCOME_SHORT[step.draft.outcome])}</i>")
+    if step.grammar is not None:
+        lines.append(f"<i>{escape(record_words(step.grammar, wanted_text(step)))}</i>")
     others = [cand for cand in step.top if not is_chosen(step, cand)][:5]
     for cand in others:
         lines.append(f"&nbsp;&nbsp;{escape(visible(cand.text))} &nbsp; {percent(cand.logprob)}")

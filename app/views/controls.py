@@ -1,5 +1,6 @@
 """Sampling controls: presets, the chain editor (every stage, its order, switch and
-parameters), the reply's own settings (length, candidates, seed, logit bias, stop).
+parameters), the structured output (``app/views/structured_output.py``), the reply's own
+settings (length, candidates, seed, logit bias, stop).
 
 Each change builds a new SamplingParams (which validates itself) and checks the
 logit-bias ids against the loaded model's vocabulary (:meth:`SamplingControls.set_vocab_size`)
@@ -36,11 +37,15 @@ from app.model.param_check import check_values, error_message
 from app.model.param_text import format_bias, parse_bias, parse_seed, parse_stop
 from app.model.presets import BUILTIN_PRESETS, CUSTOM, apply_preset, is_reserved, preset_data, preset_matches
 from app.views.chain_editor import ChainEditor
+from app.views.file_dialogs import Folders
 from app.views.fitting import WrapRow
 from app.views.lines_edit import LinesEdit
 from app.views.param_fields import ERROR_STYLE, REPLY_FIELDS, SliderField, make_field, mark_error, narrow_form
+from app.views.structured_output import StructuredOutputBox
 from app.views.wheel_guard import wheel_only_when_focused
 from engine.api.params import SamplingParams, SamplingParamsError
+from engine.remote.servers import KINDS
+from engine.remote.structured import grammar_note
 
 STOP_TIP = (
     "stop: strings that end the reply (not shown), one per line; a line is taken whole, "
@@ -66,6 +71,9 @@ class SamplingControls(QWidget):
         (``app.views.reasoning_controls``) and sent with these settings."""
         self.chain = ChainEditor()
         self.chain.changed.connect(self._changed)
+        # The grammar: a field of the chain's grammar stage, edited in a section of its own.
+        self.structured = StructuredOutputBox(Folders(settings))
+        self.structured.changed.connect(lambda: self.chain.set_custom("grammar", self.structured.value()))
         # Every numeric field by name, the chain's and the reply's, for presets and errors.
         self.fields: dict[str, SliderField] = dict(self.chain.fields)
         reply_form = narrow_form(QFormLayout())
@@ -137,6 +145,7 @@ class SamplingControls(QWidget):
         layout.addWidget(self.preset_note)
         layout.addWidget(self.error)
         layout.addWidget(chain_box)
+        layout.addWidget(self.structured)
         layout.addWidget(reply_box)
         layout.addWidget(self.live_note)
         layout.addStretch(1)
@@ -173,7 +182,7 @@ class SamplingControls(QWidget):
                 errors.append(exc)
         errors += [SamplingParamsError(n, None, f"{n}: {f.refused}") for n, f in self.fields.items() if f.refused]
         params, more = check_values(values, self.vocab_size, self.server)
-        order = [*self.chain.fields, *self.chain.lists, "samplers", *self._reply_names(), *self._text_fields]
+        order = [*self.chain.fields, *self.chain.lists, "samplers", "grammar", *self._reply_names(), *self._text_fields]
         errors += more
         errors.sort(key=lambda e: order.index(e.field) if e.field in order else len(order))
         return (None if errors else params), errors
@@ -190,6 +199,7 @@ class SamplingControls(QWidget):
         self.reasoning = {"thinking_budget": params.thinking_budget, "think_variant": params.think_variant}
         try:
             self.chain.set_params(params)
+            self.structured.set_value(params.grammar)
             for spec in REPLY_FIELDS:
                 self.fields[spec.name].set_value(getattr(params, spec.name))
             self.seed.setText("" if params.seed is None else str(params.seed))
@@ -227,6 +237,8 @@ class SamplingControls(QWidget):
         """The kind of the server in use ("" = the local engine): the fields it cannot apply
         are outlined at once, as any invalid value, and never sent."""
         self.server = server
+        kind = KINDS.get(server)
+        self.structured.set_server_note(grammar_note(kind) if kind is not None else "")
         self._changed()
 
     def send_problem(self) -> str:
@@ -242,6 +254,8 @@ class SamplingControls(QWidget):
     def _widget_for(self, field: str | None) -> QWidget | None:
         if field in self._text_fields:
             return self._text_fields[field]
+        if field == "grammar":
+            return self.structured.widget_for_error()
         if field in self._reply_names():
             return self.fields[field]
         return self.chain.widget_for(field) if field is not None else None
@@ -260,12 +274,24 @@ class SamplingControls(QWidget):
                 reasons[field] = "\n".join(filter(None, (reasons.get(field), str(exc))))
         for field in [*self._text_fields, *self._reply_names()]:
             mark_error(self._widget_for(field), reasons.get(field, ""))
+        for widget in (self.structured.text, self.structured.kind):
+            mark_error(widget, "")
+        if "grammar" in reasons:
+            mark_error(self.structured.widget_for_error(), reasons["grammar"])
+        self.structured.set_error(reasons.get("grammar", ""))
         self.chain.show_errors(reasons)
         self.error.setText(error_message(errors))
 
     def error_widget(self) -> QWidget | None:
         """The widget outlined as being at fault, if any (for tests and accessibility)."""
-        candidates = [*self._text_fields.values(), *self.fields.values(), *self.chain.lists.values(), self.chain.list]
+        candidates = [
+            *self._text_fields.values(),
+            *self.fields.values(),
+            *self.chain.lists.values(),
+            self.chain.list,
+            self.structured.text,
+            self.structured.kind,
+        ]
         return next((w for w in candidates if w.styleSheet() == ERROR_STYLE), None)
 
     @staticmethod

@@ -22,7 +22,9 @@ PLOTS = "plots"
 """The timeline and the inspector as PNG or SVG."""
 TEXTS = "texts"
 """Texts to score (File → Score text… → Open .txt / .md…)."""
-KINDS = (MODELS, EXPORTS, PLOTS, TEXTS)
+GRAMMARS = "grammars"
+"""JSON schemas, regexes and grammars (the Sampling dock's Structured output → Open…)."""
+KINDS = (MODELS, EXPORTS, PLOTS, TEXTS, GRAMMARS)
 
 
 def settings_key(kind: str) -> str:

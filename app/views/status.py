@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from app.model.remote_labels import label_forms
+from app.model.structured import finished_words
 from app.views.fitting import FittedLabel
 from engine.api.events import Finished, FinishReason
 
@@ -149,6 +150,8 @@ class StatusWidgets:
         if finished.generated_tokens > 0 and finished.generation_tps > 0:
             parts.append(f"generation {finished.generation_tps:.1f} tok/s")
         self.speed_label.setText(" · ".join(parts))
+        if finished.grammar is not None:
+            self.show_message(finished_words(finished.grammar), 15_000)
 
     def memory_measured(self, nbytes: int) -> None:
         self.memory_label.setText(f"memory {nbytes / 2**20:.0f} MiB")

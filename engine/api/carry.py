@@ -56,3 +56,16 @@ def check_carry(carry: Mapping[str, Any] | None) -> Carry | None:
             raise EngineError(f"carry: {name} must be a finite number, got {value!r}.")
         out[name] = float(value)
     return out
+
+
+def carry_for(carry: Carry | None, before: Any, after: Any) -> Carry | None:
+    """``carry`` (state carried under the settings ``before``) as a continuation under
+    ``after`` takes it: without the stages whose spec says the change restarts them (a fork's
+    variant with another grammar reads the output from its own start)."""
+    if carry is None:
+        return None
+    return {
+        name: value
+        for name, value in carry.items()
+        if SPECS[name].restart is None or not SPECS[name].restart(before, after)
+    }

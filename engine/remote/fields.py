@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.api.params import DEFAULT_DRY_SEQUENCE_BREAKERS, SamplingParams, SamplingParamsError
+from engine.remote.structured import grammar_fields, grammar_refusals
 from engine.specs import SPECS, row_chain
 
 if TYPE_CHECKING:
@@ -37,14 +38,18 @@ def refusals(kind: ServerKind, params: SamplingParams) -> list[SamplingParamsErr
     """Every field set away from its off value, in a stage that runs, that ``kind`` cannot
     apply: one error each, its ``field`` naming what to outline (the settings per phase
     first: no server can apply them)."""
-    return reasoning_refusals(kind, params) + [
-        SamplingParamsError(
-            field,
-            getattr(params, field, None),
-            f"{kind.title} does not take {what}: set it to its off value or switch {stage} off in the chain.",
-        )
-        for field, what, stage in _refused(kind, params)
-    ]
+    return (
+        reasoning_refusals(kind, params)
+        + grammar_refusals(kind, params)
+        + [
+            SamplingParamsError(
+                field,
+                getattr(params, field, None),
+                f"{kind.title} does not take {what}: set it to its off value or switch {stage} off in the chain.",
+            )
+            for field, what, stage in _refused(kind, params)
+        ]
+    )
 
 
 def reasoning_refusals(kind: ServerKind, params: SamplingParams) -> list[SamplingParamsError]:
@@ -77,7 +82,8 @@ def reasoning_refusals(kind: ServerKind, params: SamplingParams) -> list[Samplin
 
 def unsupported(kind: ServerKind, params: SamplingParams) -> list[str]:
     """What :func:`refusals` refuses, in words for one message (``top_k``, ...)."""
-    return [e.field for e in reasoning_refusals(kind, params)] + [what for _, what, _ in _refused(kind, params)]
+    ahead = reasoning_refusals(kind, params) + grammar_refusals(kind, params)
+    return [e.field for e in ahead] + [what for _, what, _ in _refused(kind, params)]
 
 
 def _refused(kind: ServerKind, params: SamplingParams) -> list[tuple[str, str, str]]:
@@ -99,7 +105,7 @@ def _mirostat_refused(kind: ServerKind, params: SamplingParams, chain: tuple[str
         return []
     if "mirostat_tau" not in kind.extra_fields:
         return [("mirostat_tau", "mirostat_v2 (in samplers)", "mirostat_v2")]
-    others = [s for s in chain if s not in ("bias", "temperature", "mirostat_v2")]
+    others = [s for s in chain if s not in ("bias", "temperature", "mirostat_v2", "grammar")]
     found = [(_field_at_fault(s, params), s + MIROSTAT_CHAIN, s) for s in others]
     if "temperature" in chain and chain.index("temperature") > chain.index("mirostat_v2"):
         found.append(("samplers", "temperature after mirostat_v2" + MIROSTAT_CHAIN, "mirostat_v2"))
@@ -157,6 +163,7 @@ def sampling_fields(kind: ServerKind, params: SamplingParams, top_logprobs: int,
             body["xtc_threshold"] = float(params.xtc_threshold)
     if kind.name == "llama.cpp":
         body.update(_llama_cpp_fields(params, runs, context))
+    body.update(grammar_fields(kind, params))
     return body
 
 
@@ -175,7 +182,12 @@ def _llama_cpp_fields(params: SamplingParams, runs: set[str], context: int) -> d
         "repeat_last_n": llama_cpp_window(params.penalty_window or -1, context),
         # Only the stages that run: a listed stage whose value is not sent would run with
         # the server's default (top_k 40, top_p 0.95, min_p 0.05), not switched off.
-        "samplers": [_LLAMA_CPP_SAMPLER_NAMES.get(s, s) for s in params.samplers if s in runs and s != "mirostat_v2"],
+        # (its grammar is no sampler there: it is sent as ``grammar`` / ``json_schema``)
+        "samplers": [
+            _LLAMA_CPP_SAMPLER_NAMES.get(s, s)
+            for s in params.samplers
+            if s in runs and s not in ("mirostat_v2", "grammar")
+        ],
     }
     if "mirostat_v2" in runs:  # llama.cpp's ``mirostat`` replaces the samplers list
         body.update(mirostat=2, mirostat_tau=params.mirostat_tau, mirostat_eta=params.mirostat_eta)

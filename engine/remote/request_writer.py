@@ -19,6 +19,7 @@ from engine.remote.kind import NO_CONTINUE, ServerKind
 from engine.remote.pieces import whole_reason
 from engine.remote.resume import canonical_prefix
 from engine.remote.servers import build_request, stage_for, unsupported
+from engine.remote.structured import grammar_refusals
 from engine.remote.template import ChatTemplate
 
 
@@ -53,9 +54,9 @@ class RequestWriter:
         """``params`` as sent: refused if the server cannot apply them; a seed of None
         keeps ``seed``."""
         kind = self.require_kind()
-        phases = reasoning_refusals(kind, params)
-        if phases:
-            raise EngineError(str(phases[0]))
+        whole = reasoning_refusals(kind, params) + grammar_refusals(kind, params)  # said in their own words
+        if whole:
+            raise EngineError(str(whole[0]))
         bad = unsupported(kind, params)
         if bad:
             raise EngineError(f"{kind.title} does not take {', '.join(bad)}; set it to its off value.")

@@ -252,3 +252,37 @@ def test_the_connect_dialog_offers_the_served_model(server, qtbot, tmp_path):
     assert dialog.model.currentText() == server.model
     assert "llama.cpp" in dialog.server_label.text()
     assert dialog.spec().model == server.model
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_a_schema_and_a_gbnf_grammar_constrain_the_servers_reply_and_its_logprobs_are_from_before_the_mask(server):
+    """The grammar goes in llama.cpp's own fields (``json_schema``, ``grammar``); its reply
+    follows it; its logprobs are the model's own (``engine.remote.structured.BEFORE_MASK``):
+    at the first token, where the schema allows only an opening brace, the reported
+    candidates still hold other tokens; a regex, which it cannot take, is refused."""
+    import json
+
+    import jsonschema
+
+    from engine.api.errors import EngineError
+
+    backend = _backend(server)
+    try:
+        ask = [{"role": "user", "content": "Describe a person as JSON."}]
+        params = SamplingParams(max_tokens=60, top_logprobs=5, grammar=("json_schema", json.dumps(PERSON)))
+        steps, done = _reply(backend, params, messages=ask)
+        jsonschema.validate(json.loads(done.text), PERSON)
+        assert any(c.text.strip() and not c.text.strip().startswith("{") for c in steps[0].top), steps[0].top
+        _, done = _reply(backend, SamplingParams(max_tokens=8, grammar=("gbnf", 'root ::= "yes" | "no"')))
+        assert done.text in ("yes", "no")
+        with pytest.raises(EngineError, match="does not take a regex: it takes any JSON object, JSON schema"):
+            backend.start(CHAT, SamplingParams(grammar=("regex", "[0-9]+")))
+    finally:
+        backend.close()

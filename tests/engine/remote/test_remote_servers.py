@@ -125,6 +125,38 @@ def test_mirostat_v2_goes_to_llama_cpp_as_its_mirostat_and_is_refused_elsewhere(
     assert "mirostat" not in sampling_fields(KINDS["llama.cpp"], SamplingParams(temperature=0.8), 5)
 
 
+def test_a_grammar_goes_in_each_servers_own_field_and_is_refused_where_it_cannot_go():
+    schema = '{"type": "object", "properties": {"a": {"type": "integer"}}}'
+    as_schema = SamplingParams(grammar=("json_schema", schema))
+    response = {"type": "json_schema", "json_schema": {"name": "logitscope", "schema": json.loads(schema)}}
+    for name in ("vllm", "sglang", "lmstudio", "ollama", "openai"):
+        assert sampling_fields(KINDS[name], as_schema, 5)["response_format"] == response, name
+    llama = sampling_fields(KINDS["llama.cpp"], as_schema, 5)
+    assert llama["json_schema"] == json.loads(schema) and "response_format" not in llama
+    any_json = SamplingParams(grammar=("json", ""))
+    assert sampling_fields(KINDS["vllm"], any_json, 5)["response_format"] == {"type": "json_object"}
+    assert sampling_fields(KINDS["lmstudio"], any_json, 5)["response_format"]["json_schema"]["schema"] == {
+        "type": "object"
+    }
+    regex = SamplingParams(grammar=("regex", "[0-9]+"))
+    assert sampling_fields(KINDS["vllm"], regex, 5)["structured_outputs"] == {"regex": "[0-9]+"}
+    assert sampling_fields(KINDS["sglang"], regex, 5)["regex"] == "[0-9]+"
+    gbnf = SamplingParams(grammar=("gbnf", 'root ::= "a" | "b"'))
+    assert sampling_fields(KINDS["llama.cpp"], gbnf, 5)["grammar"] == 'root ::= "a" | "b"'
+    assert sampling_fields(KINDS["sglang"], gbnf, 5)["ebnf"] == 'root ::= "a" | "b"'
+    assert sampling_fields(KINDS["vllm"], gbnf, 5)["structured_outputs"] == {"grammar": 'root ::= "a" | "b"'}
+    # Listed in samplers or not, the grammar is no llama.cpp sampler: it goes in its own field.
+    placed = gbnf.with_changes(samplers=("temperature", "grammar"), temperature=0.5)
+    assert sampling_fields(KINDS["llama.cpp"], placed, 5)["samplers"] == ["temperature"]
+    # Refused, with what the server takes, where it cannot go; never sent and silently ignored.
+    assert [e.field for e in refusals(KINDS["llama.cpp"], regex)] == ["grammar"]
+    assert "it takes any JSON object, JSON schema, GBNF grammar" in str(refusals(KINDS["llama.cpp"], regex)[0])
+    assert "does not constrain its output" in str(refusals(KINDS["mlx_lm"], any_json)[0])
+    lark = SamplingParams(grammar=("lark", "start: /[a-z]+/"))
+    assert [bool(refusals(k, lark)) for k in (KINDS["vllm"], KINDS["sglang"], KINDS["lmstudio"])] == [False, True, True]
+    assert unsupported(KINDS["openai"], regex) == ["grammar"]
+
+
 def without(*stages: str) -> tuple[str, ...]:
     return tuple(s for s in DEFAULT_SAMPLERS if s not in stages)
 

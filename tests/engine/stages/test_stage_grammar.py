@@ -361,3 +361,42 @@ def test_scoring_a_text_under_a_grammar_says_where_it_leaves_it(tiny, prompt):
     first = steps_of(run(scheduler), rid)[0]
     assert first.grammar.allowed == steps[0].grammar.allowed
     assert first.grammar.removed_raw == pytest.approx(steps[0].grammar.removed_raw, abs=1e-6)
+
+
+def test_a_fork_from_a_reply_keeps_the_grammar_it_shares_and_restarts_another(tiny, prompt):
+    """``fork_from`` inside a JSON reply: a variant with the same schema continues the object
+    (its carried count), a variant with a regex starts that regex at the fork."""
+    params = json_params(max_tokens=30, temperature=1.0, seed=9)
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, params)
+    steps = steps_of(run(scheduler), rid)
+    at = 4
+    same, other = scheduler.fork_from(
+        rid, at, [params.with_changes(seed=10), params.with_changes(grammar=("regex", "[0-9]{2}"))]
+    )
+    events = run(scheduler)
+    first = steps_of(events, same)[0]
+    assert first.grammar.allowed == steps[at].grammar.allowed and not first.grammar.left  # the same state
+    head = tiny.tokenizer.decode([s.token_id for s in steps[:at]])
+    assert head.startswith("{")  # inside the object: the schema's mask there, not at a start
+    eos = tiny.eos_token_ids
+    tail = tiny.tokenizer.decode([s.token_id for s in steps_of(events, other) if s.token_id not in eos])
+    assert re.fullmatch("[0-9]{2}", tail), tail
+
+
+def test_with_a_draft_model_the_reply_under_a_grammar_is_the_same(tiny, prompt):
+    """The draft proposes through the row's chain, grammar included (its matcher rebuilt from
+    the carried count): the model's reply under the grammar is the one it writes alone."""
+    params = json_params(max_tokens=30, temperature=0.9, seed=12)
+    replies = []
+    for draft in (None, tiny):
+        scheduler = Scheduler(tiny)
+        if draft is not None:
+            scheduler.set_draft(draft, 3)
+        rid = scheduler.insert(prompt, params)
+        steps = steps_of(run(scheduler), rid)
+        replies.append([(s.token_id, s.grammar.allowed) for s in steps])
+        if draft is not None:
+            assert any(s.draft is not None for s in steps)
+    assert replies[0] == replies[1]
+

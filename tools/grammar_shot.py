@@ -1,0 +1,75 @@
+"""``python -m tools.grammar_shot --out PATH``: the README's screenshot of structured output.
+
+Runs the app offscreen in a throwaway profile with the default model, sets the Sampling
+dock's Structured output to the Person schema preset, sends ``--prompt``, switches the
+timeline's *masked by grammar* row on, selects the first token where the grammar overrode
+the model's own first choice (the chain view shows ``✕ grammar`` on what it removed and, in
+its header, the mass it took) and saves the window (1500×900).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+PROMPT = "Describe a fictional person in JSON."
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.grammar_shot")
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="default")
+    p.add_argument("--preset", default="Person (JSON schema)")
+    p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("--max-tokens", type=int, default=80)
+    p.add_argument("--timeline-height", type=int, default=300)
+    p.add_argument("--size", default="1500x900")
+    p.add_argument("--theme", default="light", choices=("light", "dark"))
+    p.add_argument("--timeout", type=float, default=900.0)
+    args = p.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from app.views.inspector import CHAIN_TAB
+    from engine.api.params import SamplingParams
+    from tools.shot_window import scratch_window, show_at, waiter
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    window = scratch_window(args.model, "logitscope-grammar-shot-", args.theme)
+    show_at(window, args.size)
+    window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
+    wait = waiter(app, args.timeout)
+    if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
+        print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
+        return 1
+    window.controls.set_params(SamplingParams(temperature=0.7, seed=7, max_tokens=args.max_tokens, top_logprobs=10))
+    window.controls.structured.apply_preset(args.preset)
+    window.controls.scroll.ensureWidgetVisible(window.controls.structured)
+    window.composer.setPlainText(args.prompt)
+    window.send()
+    wait(lambda: window.busy())
+    wait(lambda: not window.busy())
+    window._redraw_if_dirty()
+    message = window.model.last_assistant()
+    steps = message.branch.steps
+    index = next((i for i, s in enumerate(steps) if s.grammar is not None and s.grammar.wanted is not None), 0)
+    row = next(c for c in window.step_analyses if c.row.__class__.__name__ == "GrammarRow")
+    row.action.setChecked(True)
+    window.select_token((("branch", message.branch.id), index))
+    window.inspector.tabs.setCurrentIndex(CHAIN_TAB)
+    for _ in range(5):
+        window._redraw_if_dirty()
+        app.processEvents()
+        time.sleep(0.05)
+    ok = window.grab().save(args.out)
+    step = steps[index]
+    print(repr(message.branch.text), "·", f"token {index}: {step.piece!r}", "·", step.grammar)
+    window.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
