@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     window.controls.set_params(SamplingParams(temperature=0.7, seed=7, max_tokens=args.max_tokens, top_logprobs=10))
     window.controls.structured.apply_preset(args.preset)
-    window.controls.scroll.ensureWidgetVisible(window.controls.structured)
+    window.controls.chain.select_stage("grammar")
     window.composer.setPlainText(args.prompt)
     window.send()
     wait(lambda: window.busy())
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     row.action.setChecked(True)
     window.select_token((("branch", message.branch.id), index))
     window.inspector.tabs.setCurrentIndex(CHAIN_TAB)
+    window.controls.scroll.ensureWidgetVisible(window.controls.structured.text, 0, 0)
     for _ in range(5):
         window._redraw_if_dirty()
         app.processEvents()

@@ -155,10 +155,10 @@ SETTINGS = [
 ]
 
 
-def test_every_complete_reply_is_valid_under_its_schema_regex_and_grammar(tiny, prompt):
+def test_every_complete_reply_is_valid_under_its_schema_regex_and_grammar(tiny, prompt, ll_tokenizer):
     """Many seeds and settings in one batch: each reply that ended is valid (jsonschema,
-    Python's re, llguidance's matcher for Lark and GBNF); each one cut by max_tokens is a
-    prefix the grammar accepts."""
+    Python's re; Lark and GBNF by the languages they describe, written here as regexes); each
+    one cut by max_tokens is a prefix a matcher built here from llguidance accepts."""
     cases = []
     for i, settings in enumerate(SETTINGS):
         for seed in range(3):
@@ -171,11 +171,13 @@ def test_every_complete_reply_is_valid_under_its_schema_regex_and_grammar(tiny, 
         scheduler = Scheduler(tiny, max_batch_size=16)
         ids = [(kind, scheduler.insert(prompt, params)) for kind, params in cases[start : start + 16]]
         events = run(scheduler)
-        for kind, rid in ids:
+        for (kind, rid), (_, params) in zip(ids, cases[start : start + 16], strict=True):
             done = done_of(events, rid)
             assert done.grammar is not None and done.grammar.left_at is None
             if done.finish_reason != "stop":
                 assert not done.grammar.complete or kind == "regex"
+                reference = reference_matcher(ll_tokenizer, *params.grammar)
+                assert reference.consume_tokens([s.token_id for s in steps_of(events, rid)]), done.text
                 continue
             assert done.grammar.complete
             text = done.text
@@ -188,6 +190,7 @@ def test_every_complete_reply_is_valid_under_its_schema_regex_and_grammar(tiny, 
                     r"\(([1-9][0-9]?)(\+[1-9][0-9]?)*\)" if kind == "lark" else r"ok|fail: [a-z]+\.", text
                 )
             complete[kind] += 1
+    print(f"complete and valid: {complete} of {len(cases)} replies")  # the closing note's counts (pytest -s)
     assert complete["json"] >= 12 and complete["regex"] >= 12 and complete["lark"] >= 3 and complete["gbnf"] >= 3
 
 
