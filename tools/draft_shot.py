@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
+
+from tools.shot_window import add_window_flags, loaded_window, save_window
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -30,35 +31,23 @@ def default_draft() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.draft_shot")
     p.add_argument("--out", required=True)
-    p.add_argument("--model", default="default")
     p.add_argument("--draft", default=None)
     p.add_argument("--tokens", type=int, default=3)
     p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--max-tokens", type=int, default=40)
-    p.add_argument("--timeline-height", type=int, default=330)
-    p.add_argument("--size", default="1500x900")
-    p.add_argument("--theme", default="light", choices=("light", "dark"))
-    p.add_argument("--timeout", type=float, default=900.0)
+    add_window_flags(p)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QApplication
-
     from app.model.draft import DraftChoice
     from app.views.inspector import DRAFT_TAB
     from engine.api.draft import Outcome
     from engine.api.params import SamplingParams
-    from tools.shot_window import scratch_window, show_at, waiter
 
     draft = args.draft or default_draft()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    window = scratch_window(args.model, "logitscope-draft-shot-", args.theme)
-    show_at(window, args.size)
-    window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
-    wait = waiter(app, args.timeout)
-    if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
-        print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
+    opened = loaded_window(args, "logitscope-draft-shot-")
+    if opened is None:
         return 1
+    app, window, wait = opened
     window.draft.use(DraftChoice(draft, "auto", args.tokens))
     if not wait(lambda: window.draft.held is not None):
         print("error: the draft did not load", file=sys.stderr)
@@ -78,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     window.central.draft_toggle.setChecked(True)
     window.select_token((("branch", message.branch.id), index))
     window.inspector.tabs.setCurrentIndex(DRAFT_TAB)
-    for _ in range(5):
-        window._redraw_if_dirty()
-        app.processEvents()
-        time.sleep(0.05)
-    ok = window.grab().save(args.out)
+    ok = save_window(app, window, args.out)
     print(window.draft.label.text(), "·", window.inspector.draft_view.header.text())
     window.close()
     return 0 if ok else 1

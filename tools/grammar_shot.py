@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+
+from tools.shot_window import add_window_flags, loaded_window, save_window
 
 PROMPT = "Describe a fictional person in JSON."
 
@@ -20,31 +21,19 @@ PROMPT = "Describe a fictional person in JSON."
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.grammar_shot")
     p.add_argument("--out", required=True)
-    p.add_argument("--model", default="default")
     p.add_argument("--preset", default="Person (JSON schema)")
     p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--max-tokens", type=int, default=80)
-    p.add_argument("--timeline-height", type=int, default=300)
-    p.add_argument("--size", default="1500x900")
-    p.add_argument("--theme", default="light", choices=("light", "dark"))
-    p.add_argument("--timeout", type=float, default=900.0)
+    add_window_flags(p, timeline_height=300)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QApplication
-
     from app.views.inspector import CHAIN_TAB
     from engine.api.params import SamplingParams
-    from tools.shot_window import scratch_window, show_at, waiter
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    window = scratch_window(args.model, "logitscope-grammar-shot-", args.theme)
-    show_at(window, args.size)
-    window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
-    wait = waiter(app, args.timeout)
-    if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
-        print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
+    opened = loaded_window(args, "logitscope-grammar-shot-")
+    if opened is None:
         return 1
+    app, window, wait = opened
     window.controls.set_params(SamplingParams(temperature=0.7, seed=7, max_tokens=args.max_tokens, top_logprobs=10))
     window.controls.structured.apply_preset(args.preset)
     window.controls.chain.select_stage("grammar")
@@ -61,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     window.select_token((("branch", message.branch.id), index))
     window.inspector.tabs.setCurrentIndex(CHAIN_TAB)
     window.controls.scroll.ensureWidgetVisible(window.controls.structured.text, 0, 0)
-    for _ in range(5):
-        window._redraw_if_dirty()
-        app.processEvents()
-        time.sleep(0.05)
-    ok = window.grab().save(args.out)
+    ok = save_window(app, window, args.out)
     step = steps[index]
     print(repr(message.branch.text), "·", f"token {index}: {step.piece!r}", "·", step.grammar)
     window.close()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+
+from tools.shot_window import add_window_flags, loaded_window, save_window
 
 PARAGRAPH = (
     "The Eiffel Tower was built for the 1889 World's Fair in Paris. At first many artists "
@@ -21,29 +22,16 @@ PARAGRAPH = (
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.score_shot")
     p.add_argument("--out", required=True)
-    p.add_argument("--model", default="default")
     p.add_argument("--text", default=PARAGRAPH)
     p.add_argument("--select-token", type=int, default=None, help="default: the least likely token")
     p.add_argument("--select-text", default=None, help="select the first token whose text contains this")
-    p.add_argument("--timeline-height", type=int, default=330, help="height of the timeline dock (px)")
-    p.add_argument("--size", default="1500x900")
-    p.add_argument("--timeout", type=float, default=600.0)
+    add_window_flags(p, timeout=600.0)
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QApplication
-
-    from tools.shot_window import scratch_window, show_at, waiter
-
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    window = scratch_window(args.model, "logitscope-score-shot-")
-    show_at(window, args.size)
-    window.resizeDocks([window.timeline_dock], [args.timeline_height], Qt.Orientation.Vertical)
-    wait = waiter(app, args.timeout)
-
-    if not wait(lambda: window.model_info is not None or window.last_error) or window.last_error:
-        print(f"error: the model did not load ({window.last_error})", file=sys.stderr)
+    opened = loaded_window(args, "logitscope-score-shot-")
+    if opened is None:
         return 1
+    app, window, wait = opened
     scoring = window.score_controller()
     scoring.score_text(args.text)
     wait(lambda: not window.busy())
@@ -56,11 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if index is None:
         index = min(range(len(steps)), key=lambda i: steps[i].logprob_at("raw"))
     window.select_token((("branch", message.branch.id), min(index, len(steps) - 1)))
-    for _ in range(5):
-        window._redraw_if_dirty()
-        app.processEvents()
-        time.sleep(0.05)
-    ok = window.grab().save(args.out)
+    ok = save_window(app, window, args.out)
     print(scoring.perplexity_label.text())
     window.close()
     return 0 if ok else 1

@@ -4,20 +4,16 @@ the grammar did at each token, and how a reply ended under it.
 The engine's ``grammar`` stage (``engine.specs.grammar``) keeps only the tokens a JSON schema,
 a regex or a Lark / GBNF grammar allows, and each token records what it did
 (``engine.api.grammar.GrammarRecord``). This module gives the Sampling dock's *Structured
-output* section its choices, presets and files, the views their words, and the timeline its
-*masked by grammar* row (``GrammarMasks``, a step analysis).
+output* section its choices, presets and files, and the views their words (the timeline's row
+is ``app.model.grammar_masks``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from app.model.reply_analysis import StepAnalysis
-from app.model.streams import StreamKey
 from engine.api.events import TokenStep
 from engine.api.grammar import GrammarRecord, GrammarStats
 from engine.specs.grammar import KIND_WORDS
@@ -178,69 +174,3 @@ def finished_words(stats: GrammarStats) -> str:
         f"Under its grammar the reply is {verdict} · {stats.overrides} override"
         f"{'s' if stats.overrides != 1 else ''} of the model's first choice, {stats.forced} forced."
     )
-
-
-# The timeline's row -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TokenMask:
-    index: int
-    removed: float
-    """Of the distribution entering the grammar; NaN: no grammar at this token."""
-    removed_raw: float
-    overridden: bool
-    forced: bool
-
-
-@dataclass(frozen=True)
-class ReplyMasks:
-    stream: StreamKey
-    output: tuple[int | None, ...]
-    rows: tuple[TokenMask, ...]
-    constrained: int
-    """Tokens written under a grammar."""
-    overrides: int
-    forced: int
-    log_kept: float
-    """Σ log(1 − removed_raw): the log-probability that the model would have stayed inside."""
-
-    def at(self, position: int) -> TokenMask | None:
-        return self.rows[position] if 0 <= position < len(self.rows) else None
-
-    def summary(self) -> str:
-        if not self.constrained:
-            return "no token of this reply was written under a grammar"
-        kept = math.exp(self.log_kept) if self.log_kept > -700 else 0.0
-        return (
-            f"{self.overrides} override{'s' if self.overrides != 1 else ''} of the model's first choice · "
-            f"{self.forced} forced · the model alone stays inside with p {kept:.2g}"
-        )
-
-
-def masks(stream: StreamKey, steps: Sequence[TokenStep]) -> ReplyMasks:
-    rows, overrides, forced, log_kept, constrained = [], 0, 0, 0.0, 0
-    for step in steps:
-        record = step.grammar
-        if record is None or record.left:
-            rows.append(TokenMask(step.index, math.nan, math.nan, False, False))
-            continue
-        constrained += 1
-        overrides += record.overridden
-        forced += record.forced
-        kept = 1.0 - record.removed_raw
-        log_kept += math.log(kept) if kept > 0 else -math.inf
-        rows.append(TokenMask(step.index, record.removed, record.removed_raw, record.overridden, record.forced))
-    return ReplyMasks(stream, tuple(s.token_id for s in steps), tuple(rows), constrained, overrides, forced, log_kept)
-
-
-class GrammarMasks(StepAnalysis[ReplyMasks]):
-    TITLE = "Mass masked by the grammar at every token"
-    TIP = (
-        "A timeline row: for a reply written under a grammar (Structured output), the probability the "
-        "grammar removed at each token, with the tokens where it overrode the model's first choice."
-    )
-    select_hint = "Select a token of a reply written under a grammar: its masks show in the timeline."
-
-    def compute(self, stream: StreamKey, steps: Sequence[TokenStep]) -> ReplyMasks:
-        return masks(stream, steps)

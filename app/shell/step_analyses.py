@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.model.draft import DraftAcceptance
-from app.model.structured import GrammarMasks
+from app.model.grammar_masks import GrammarMasks
 from app.model.surprise import SurpriseAnalysis
 from app.views.acceptance_timeline import AcceptanceRow
 from app.views.grammar_timeline import GrammarRow
@@ -30,7 +30,7 @@ REFRESH_MS = 100
 STEP_ANALYSES: tuple[tuple[type[StepAnalysis], type[SeriesRow]], ...] = (
     (SurpriseAnalysis, SurpriseRow),  # app/model/surprise.py, app/views/surprise_timeline.py
     (DraftAcceptance, AcceptanceRow),  # app/model/draft.py, app/views/acceptance_timeline.py
-    (GrammarMasks, GrammarRow),  # app/model/structured.py, app/views/grammar_timeline.py
+    (GrammarMasks, GrammarRow),  # app/model/grammar_masks.py, app/views/grammar_timeline.py
 )
 
 

@@ -274,24 +274,14 @@ class SamplingControls(QWidget):
                 reasons[field] = "\n".join(filter(None, (reasons.get(field), str(exc))))
         for field in [*self._text_fields, *self._reply_names()]:
             mark_error(self._widget_for(field), reasons.get(field, ""))
-        for widget in (self.structured.text, self.structured.kind):
-            mark_error(widget, "")
-        if "grammar" in reasons:
-            mark_error(self.structured.widget_for_error(), reasons["grammar"])
         self.structured.set_error(reasons.get("grammar", ""))
         self.chain.show_errors(reasons)
         self.error.setText(error_message(errors))
 
     def error_widget(self) -> QWidget | None:
         """The widget outlined as being at fault, if any (for tests and accessibility)."""
-        candidates = [
-            *self._text_fields.values(),
-            *self.fields.values(),
-            *self.chain.lists.values(),
-            self.chain.list,
-            self.structured.text,
-            self.structured.kind,
-        ]
+        lists = [*self.chain.lists.values(), self.chain.list, self.structured.text, self.structured.kind]
+        candidates = [*self._text_fields.values(), *self.fields.values(), *lists]
         return next((w for w in candidates if w.styleSheet() == ERROR_STYLE), None)
 
     @staticmethod

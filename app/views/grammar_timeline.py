@@ -2,14 +2,14 @@
 for a reply written under a grammar (Structured output), the probability the grammar removed at
 each token from the distribution entering it, the tokens where it overrode the model's first
 choice ringed, the forced ones (one token allowed) as squares. A
-:class:`app.views.series_row.SeriesRow` of :class:`app.model.structured.ReplyMasks`."""
+:class:`app.views.series_row.SeriesRow` of :class:`app.model.grammar_masks.ReplyMasks`."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
 
-from app.model.structured import ReplyMasks
+from app.model.grammar_masks import ReplyMasks
 from app.views.series_row import SeriesRow
 
 GRAMMAR_ROW = 7  # below the draft acceptance row (6)

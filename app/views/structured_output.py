@@ -16,7 +16,6 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QComboBox,
     QGroupBox,
-    QHBoxLayout,
     QLabel,
     QMenu,
     QPushButton,
@@ -27,7 +26,9 @@ from PySide6.QtWidgets import (
 
 from app.model.structured import FILE_FILTER, GRAMMAR_PRESETS, KIND_CHOICES, PLACEHOLDERS, read_grammar_file
 from app.views.file_dialogs import GRAMMARS, Folders
+from app.views.fitting import WrapRow
 from app.views.lines_edit import LinesEdit
+from app.views.param_fields import mark_error
 from app.views.wheel_guard import wheel_only_when_focused
 
 TEXT_TIP = (
@@ -71,13 +72,12 @@ class StructuredOutputBox(QGroupBox):
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setEnabled(False)
-        top = QHBoxLayout()
-        top.addWidget(self.kind, 1)
-        top.addWidget(self.presets)
-        top.addWidget(self.open_button)
+        # Side by side where they fit, the buttons under the choice in a narrow dock.
+        self.kind.setMinimumContentsLength(8)
+        self.kind.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(top)
+        layout.addWidget(WrapRow([(self.kind, 1), (self.presets, 0), (self.open_button, 0)]))
         layout.addWidget(self.text)
         layout.addWidget(self.error)
         layout.addWidget(self.note)
@@ -115,7 +115,12 @@ class StructuredOutputBox(QGroupBox):
         return self.kind if self.current_kind() in ("", "json") else self.text
 
     def set_error(self, message: str) -> None:
-        """llguidance's (or the server's) refusal, right under the text ("" clears it)."""
+        """llguidance's (or the server's) refusal, right under the text, its widget outlined
+        ("" clears both)."""
+        for widget in (self.text, self.kind):
+            mark_error(widget, "")
+        if message:
+            mark_error(self.widget_for_error(), message)
         self.error.setText(message)
         self.error.setVisible(bool(message))
 

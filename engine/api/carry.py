@@ -28,14 +28,10 @@ def carry_from_steps(steps: Sequence[TokenStep]) -> Carry:
     for spec in SPECS.values():
         if spec.replay is None:
             continue
-        state, before = None, None
+        state = None
         for step in steps:
-            # A stage off for a token starts afresh when it joins again, or where its spec
-            # says a change restarts it (as ``set_params``).
-            if before is not None and spec.restart is not None and spec.restart(before, step.params):
-                state = None
+            # A stage off for a token starts afresh when it joins again (as ``set_params``).
             state = spec.replay(state, step.params, step.logprob_at(spec.name)) if spec.active(step.params) else None
-            before = step.params
         if state is not None:
             carry[spec.name] = state
     return carry
@@ -52,20 +48,13 @@ def check_carry(carry: Mapping[str, Any] | None) -> Carry | None:
         spec = SPECS.get(name)
         if spec is None or spec.replay is None:
             raise EngineError(f"carry: {name!r} is not a stage with carried state.")
+        if spec.check_carry is not None:
+            try:
+                out[name] = spec.check_carry(value)
+            except ValueError as exc:
+                raise EngineError(f"carry: {exc}.") from None
+            continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise EngineError(f"carry: {name} must be a finite number, got {value!r}.")
         out[name] = float(value)
     return out
-
-
-def carry_for(carry: Carry | None, before: Any, after: Any) -> Carry | None:
-    """``carry`` (state carried under the settings ``before``) as a continuation under
-    ``after`` takes it: without the stages whose spec says the change restarts them (a fork's
-    variant with another grammar reads the output from its own start)."""
-    if carry is None:
-        return None
-    return {
-        name: value
-        for name, value in carry.items()
-        if SPECS[name].restart is None or not SPECS[name].restart(before, after)
-    }

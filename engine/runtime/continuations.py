@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from engine.api.carry import carry_for, check_carry
+from engine.api.carry import check_carry
 from engine.api.errors import EngineError
 from engine.api.params import SamplingParams
 from engine.api.reasoning import ReasoningMarkers
@@ -106,9 +106,8 @@ class Continuations:
         checked = self._check_variants(variants)
         base_prompt, output = record.split(position)
         requests = [self._continuation(base_prompt, output, None, p) for p in checked]
-        before = record.params_at(position)
         for request in requests:
-            request.carry_in = carry_for(record.carry_at(position), before, request.params)
+            request.carry_in = record.carry_at(position)
         return self._queue.enqueue_group(requests)
 
     def fork_output(

@@ -86,10 +86,27 @@ def describe(grammar: Sequence[str]) -> str:
     return f"{KIND_WORDS[kind]} {first[:24]}{'…' if len(first) > 24 else ''}"
 
 
-def replay_consumed(state: float | None, values: Values, _logprob: float | None) -> float:
-    """What a branch restores after one recorded token: how many tokens the grammar in
-    force has read (it reads those last tokens of the history again)."""
-    return 1.0 if state is None else state + 1.0
+def replay_consumed(
+    state: tuple[tuple[str, ...], int] | None, values: Values, _logprob: float | None
+) -> tuple[tuple[str, ...], int]:
+    """What a branch restores after one recorded token: the grammar in force and how many
+    tokens of the output it has read (another grammar starts from its first token)."""
+    if state is None or tuple(state[0]) != values.grammar:
+        return (values.grammar, 1)
+    return (values.grammar, state[1] + 1)
+
+
+def check_consumed(value: Any) -> tuple[tuple[str, ...], int]:
+    """A carried ``(grammar, tokens read)``, checked (a list is taken as a tuple)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ValueError(f"grammar must be (grammar, tokens read), got {value!r}")
+    grammar, read = value
+    if isinstance(read, bool) or not isinstance(read, int) or read < 0:
+        raise ValueError(f"grammar's tokens read must be a count, got {read!r}")
+    try:
+        return (check_grammar(grammar), read)
+    except SamplingParamsError as exc:
+        raise ValueError(str(exc)) from None
 
 
 SPEC = StageSpec(
@@ -121,5 +138,5 @@ SPEC = StageSpec(
     default_on=False,
     constraint=True,
     replay=replay_consumed,
-    restart=lambda old, new: old.grammar != new.grammar,
+    check_carry=check_consumed,
 )

@@ -107,10 +107,9 @@ class StageSpec:
     recorded token, from the state before it (None: the stage starts afresh), the token's
     settings and its logprob after this stage (None: not reported). A continuation of a
     stored reply rebuilds the carried state with it (:mod:`engine.api.carry`)."""
-    restart: Callable[[Values, Values], bool] | None = None
-    """Whether a change of a row's settings from the first values to the second starts its
-    carried state afresh (another grammar is read from its start); None: never (μ is
-    carried through a live change)."""
+    check_carry: Callable[[Any], Any] | None = None
+    """The carried state as a request takes it (``engine.api.carry.check_carry``), raising
+    ``ValueError`` when it is not one; None: a finite number (mirostat's μ)."""
 
     def active(self, values: Values) -> bool:
         """Whether the stage runs for a row: in its ``samplers`` (or not reorderable, or a

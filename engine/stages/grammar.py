@@ -8,8 +8,8 @@ kernel unpacks it with plain MLX ops (llguidance's MLX helper is a Metal kernel 
 sets every token it forbids to ``-inf``. A row without a grammar sends all ones: the
 exact identity.
 
-What a branch restores (``carry``) is how many tokens the grammar in force has read: the
-factory reads those last tokens of the history again. A forced token the
+What a branch restores (``carry``) is the grammar in force and how many tokens it has read:
+the factory reads those last tokens of the history again when the row's grammar is that one. A forced token the
 grammar forbids (a branch's, a scored text's) leaves the grammar: the row keeps every
 token from then on, and its records say where it left.
 """
@@ -164,7 +164,7 @@ class GrammarRows:
 
     def carry(self, row: int) -> Any:
         state = self.rows[row]
-        return None if state is None else state.consumed
+        return None if state is None else (state.grammar, state.consumed)
 
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
         raise NotImplementedError
@@ -179,7 +179,9 @@ def _row(ctx: StateContext, params: SamplingParams, history: Sequence[int], carr
     if not params.grammar:
         return None
     state = GrammarRow(params.grammar, ctx.vocabulary.matcher(params.grammar))
-    read = min(int(carry), len(history)) if carry is not None else 0
+    # The same grammar reads the tokens it had read again; another one starts here (a fork's
+    # variant with its own grammar, a continuation under a new one).
+    read = min(carry[1], len(history)) if carry is not None and tuple(carry[0]) == params.grammar else 0
     for token in history[len(history) - read :] if read > 0 else ():
         state.accept(token)
     return state

@@ -11,13 +11,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.model.structured import (  # noqa: E402
-    GRAMMAR_PRESETS,
-    heading_note,
-    masks,
-    read_grammar_file,
-    record_words,
-)
+from app.model.grammar_masks import masks  # noqa: E402
+from app.model.structured import GRAMMAR_PRESETS, heading_note, read_grammar_file, record_words  # noqa: E402
 from app.views.controls import SamplingControls  # noqa: E402
 from engine.api.grammar import GrammarRecord  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402

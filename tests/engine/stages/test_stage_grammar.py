@@ -311,7 +311,7 @@ def test_a_branch_from_inside_a_json_string_continues_validly(tiny, prompt):
     assert all(not s.grammar.left for s in new)
     # The same from a stored reply: the carry says how many tokens the grammar had read.
     carry = carry_from_steps(steps[:at])
-    assert carry == {"grammar": float(at)}
+    assert carry == {"grammar": (params.grammar, at)}
     again = scheduler.continue_output(prompt, [s.token_id for s in steps[:at]], other, params, carry)
     assert [s.token_id for s in steps_of(run(scheduler), again)] == [s.token_id for s in new]
 
@@ -367,8 +367,9 @@ def test_scoring_a_text_under_a_grammar_says_where_it_leaves_it(tiny, prompt):
 
 
 def test_a_fork_from_a_reply_keeps_the_grammar_it_shares_and_restarts_another(tiny, prompt):
-    """``fork_from`` inside a JSON reply: a variant with the same schema continues the object
-    (its carried count), a variant with a regex starts that regex at the fork."""
+    """``fork_from`` inside a JSON reply, and ``fork_output`` with the carry a stored reply
+    gives: a variant with the same schema continues the object (its carried count), a variant
+    with a regex starts that regex at the fork."""
     params = json_params(max_tokens=30, temperature=1.0, seed=9)
     scheduler = Scheduler(tiny)
     rid = scheduler.insert(prompt, params)
@@ -383,6 +384,13 @@ def test_a_fork_from_a_reply_keeps_the_grammar_it_shares_and_restarts_another(ti
     head = tiny.tokenizer.decode([s.token_id for s in steps[:at]])
     assert head.startswith("{")  # inside the object: the schema's mask there, not at a start
     eos = tiny.eos_token_ids
+    tail = tiny.tokenizer.decode([s.token_id for s in steps_of(events, other) if s.token_id not in eos])
+    assert re.fullmatch("[0-9]{2}", tail), tail
+    carry = carry_from_steps(steps[:at])
+    stored = [params.with_changes(seed=10), params.with_changes(grammar=("regex", "[0-9]{2}"))]
+    same, other = scheduler.fork_output(prompt, [s.token_id for s in steps[:at]], stored, carry)
+    events = run(scheduler)
+    assert steps_of(events, same)[0].grammar.allowed == steps[at].grammar.allowed
     tail = tiny.tokenizer.decode([s.token_id for s in steps_of(events, other) if s.token_id not in eos])
     assert re.fullmatch("[0-9]{2}", tail), tail
 
@@ -403,3 +411,14 @@ def test_with_a_draft_model_the_reply_under_a_grammar_is_the_same(tiny, prompt):
             assert any(s.draft is not None for s in steps)
     assert replies[0] == replies[1]
 
+
+def test_a_carried_grammar_is_checked_as_a_request_takes_it(tiny, prompt):
+    from engine.api.errors import EngineError
+
+    scheduler = Scheduler(tiny)
+    params = SamplingParams(grammar=("regex", "[0-9]+"), max_tokens=2)
+    for bad in ({"grammar": 3.0}, {"grammar": (("regex", "a(b"), 1)}, {"grammar": (params.grammar, -1)}):
+        with pytest.raises(EngineError, match="carry: "):
+            scheduler.continue_output(prompt, [], 20, params, bad)
+    rid = scheduler.continue_output(prompt, [], 20, params, {"grammar": [list(params.grammar), 0]})
+    assert steps_of(run(scheduler), rid)
