@@ -29,21 +29,27 @@ def records(proc: subprocess.CompletedProcess) -> list[dict]:
 
 
 def test_generate_under_a_schema_file_a_regex_and_a_gbnf_grammar(tiny_folder, tmp_path):
+    """One run: the schema from a file for the flags' settings, and a variant for each other
+    kind (the inline schema, a regex, a GBNF grammar) and one without a grammar."""
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(SCHEMA))
-    gbnf = tmp_path / "answer.gbnf"
-    gbnf.write_text('root ::= "yes" | "no" | "maybe " [0-9]')
-    model = ("--model", str(tiny_folder), "--prompt", "answer", "--max-tokens", "60", "--temperature", "0.9")
-    cases = {
-        "schema": ("--json-schema", str(schema)),
-        "inline": ("--json-schema", json.dumps(SCHEMA)),
-        "regex": ("--regex", "[a-z]{2}-[0-9]"),
-        "gbnf": ("--grammar", str(gbnf)),
+    gbnf = 'root ::= "yes" | "no" | "maybe " [0-9]'
+    variants = {
+        "schema": {},
+        "inline": {"grammar": ["json_schema", json.dumps(SCHEMA)], "seed": 4},
+        "regex": {"grammar": ["regex", "[a-z]{2}-[0-9]"]},
+        "gbnf": {"grammar": ["gbnf", gbnf]},
+        "none": {"grammar": [], "max_tokens": 8},
     }
-    for name, flags in cases.items():
-        out = records(engine("generate", *model, *flags, "--seed", "3"))
-        tokens = [r for r in out if r["type"] == "token"]
-        (done,) = [r for r in out if r["type"] == "done"]
+    flags = [f for v in variants.values() for f in ("--variant", json.dumps(v))]
+    model = ("--model", str(tiny_folder), "--prompt", "answer", "--max-tokens", "60", "--temperature", "0.9")
+    out = records(engine("generate", *model, "--json-schema", str(schema), "--seed", "3", *flags))
+    for request, name in enumerate(variants):
+        tokens = [r for r in out if r["type"] == "token" and r["request"] == request]
+        (done,) = [r for r in out if r["type"] == "done" and r["request"] == request]
+        if name == "none":
+            assert all("grammar" not in t for t in tokens) and "grammar" not in done
+            continue
         assert all(set(t["grammar"]) >= {"allowed", "removed", "removed_raw", "forced", "wanted"} for t in tokens)
         assert all("grammar" in t["chain"] and t["chain"][1] == "grammar" for t in tokens)
         assert done["finish_reason"] == "stop" and done["grammar"]["complete"], (name, done)
@@ -55,29 +61,6 @@ def test_generate_under_a_schema_file_a_regex_and_a_gbnf_grammar(tiny_folder, tm
             assert re.fullmatch("[a-z]{2}-[0-9]", text)
         else:
             assert re.fullmatch("yes|no|maybe [0-9]", text)
-
-
-def test_a_variant_carries_its_own_grammar(tiny_folder):
-    variant = json.dumps({"grammar": ["regex", "[0-9]{3}"]})
-    out = records(
-        engine(
-            "generate",
-            "--model",
-            str(tiny_folder),
-            "--prompt",
-            "x",
-            "--max-tokens",
-            "8",
-            "--variant",
-            "{}",
-            "--variant",
-            variant,
-        )
-    )
-    plain = [r for r in out if r["type"] == "token" and r["request"] == 0]
-    constrained = [r for r in out if r["type"] == "token" and r["request"] == 1]
-    assert all("grammar" not in r for r in plain)
-    assert re.fullmatch("[0-9]{3}", "".join(r["text"] for r in constrained))
 
 
 def test_score_says_where_a_text_leaves_its_grammar(tiny_folder):
