@@ -36,6 +36,7 @@ from engine.cli.kld import add_kld_command
 from engine.cli.lens import add_lens_command
 from engine.cli.models import add_models_command
 from engine.cli.remote import add_remote_flags, generate_remote
+from engine.cli.serve import add_serve_command
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_kld_command(commands)
     add_lens_command(commands)
     add_models_command(commands)
+    add_serve_command(commands)
     return parser
 
 
@@ -211,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.cli.models import models_command
 
             return models_command(args)
+        if args.command == "serve":
+            from engine.cli.serve import serve_command
+
+            return serve_command(args)
         return generate(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,149 @@
+"""The engine behind ``python -m engine serve``: one thread owns the model's session and steps
+it; requests come in from the HTTP server's threads, and each request's events go back to its
+own callback (which hands them to the event loop that waits for them).
+
+Every request joins the one running batch (continuous batching): a request that arrives while
+others decode is prefilled a chunk per step beside them, as in the app. A cancel (the client
+went away) takes effect at the next step.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from engine.api.events import Event, Finished, FinishReason, ScoreDone, TokenStep
+from engine.runtime.prompts import encode_text
+from engine.serve.request_fields import ServedRequest
+from engine.session.session import EngineSession
+
+Sink = Callable[[Event], None]
+IDLE_WAIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class _Start:
+    request: ServedRequest
+    sink: Sink
+    started: Future
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    request_id: int
+
+
+class EngineLoop:
+    """``submit`` a request (its id comes back through a future, or the engine's refusal);
+    ``cancel`` one; ``close`` stops the thread. ``load`` makes the session, with its model
+    loaded, on the engine's own thread: MLX's streams belong to the thread that made them (the
+    app's worker loads its models the same way). Its error, if any, is raised here."""
+
+    def __init__(self, load: Callable[[], EngineSession]) -> None:
+        self._commands: queue.Queue = queue.Queue()
+        self._sinks: dict[int, Sink] = {}
+        self._running = True
+        self.served = 0
+        """Requests started so far."""
+        self.peak_batch = 0
+        """The most requests that got a token in one step (continuous batching at work)."""
+        self.cancelled = 0
+        """Requests cancelled before their end (their client went away)."""
+        loaded: Future = Future()
+        self._thread = threading.Thread(target=self._run, args=(load, loaded), name="logitscope-serve", daemon=True)
+        self._thread.start()
+        self.session: EngineSession = loaded.result()
+        self.info = self.session.info
+
+    def submit(self, request: ServedRequest, sink: Sink) -> Future:
+        """Start ``request``; each of its events goes to ``sink`` (on the engine's thread)."""
+        started: Future = Future()
+        self._commands.put(_Start(request, sink, started))
+        return started
+
+    def cancel(self, request_id: int) -> None:
+        self._commands.put(_Cancel(request_id))
+
+    def busy(self) -> bool:
+        """Whether a request is being written (or waits to be)."""
+        return bool(self._sinks)
+
+    def close(self) -> None:
+        self._running = False
+        self._commands.put(None)
+        self._thread.join(timeout=30)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's own bytes (a character split across tokens is in neither whole)."""
+        from engine.remote.wire import vocab_piece_bytes
+
+        tokenizer = self.session.scheduler.loaded.tokenizer
+        inner = getattr(tokenizer, "_tokenizer", tokenizer)
+        piece = inner.convert_ids_to_tokens(int(token_id))
+        return vocab_piece_bytes(piece) if isinstance(piece, str) else b""
+
+    # The engine's thread --------------------------------------------------------------------
+
+    def _run(self, load: Callable[[], EngineSession], loaded: Future) -> None:
+        try:
+            session = load()
+        except BaseException as exc:  # noqa: BLE001 - the caller raises it
+            loaded.set_exception(exc)
+            return
+        loaded.set_result(session)
+        while self._running:
+            busy = session.has_work()
+            try:
+                command = self._commands.get(block=not busy, timeout=None if busy else IDLE_WAIT_S)
+            except queue.Empty:
+                command = None
+            while command is not None:
+                self._do(command)
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    command = None
+            if not self._running:
+                break
+            if session.has_work():
+                events = session.step()
+                rows = {e.request_id for e in events if isinstance(e, TokenStep)}
+                self.peak_batch = max(self.peak_batch, len(rows))
+                for event in events:
+                    self._deliver(event)
+        session.cancel_all()
+
+    def _do(self, command: _Start | _Cancel) -> None:
+        if isinstance(command, _Cancel):
+            if command.request_id in self._sinks:
+                self.session.cancel(command.request_id)
+            return
+        try:
+            request_id = self._start(command.request)
+        except Exception as exc:  # noqa: BLE001 - the engine's refusal goes back to the client
+            command.started.set_exception(exc)
+            return
+        self._sinks[request_id] = command.sink
+        self.served += 1
+        command.started.set_result(request_id)
+
+    def _start(self, request: ServedRequest) -> int:
+        session = self.session
+        if request.chat:
+            return session.start(list(request.messages), request.params).request_id
+        prompt = encode_text(session.scheduler.loaded.tokenizer, request.prompt)
+        return session.scheduler.insert(prompt, request.params)
+
+    def _deliver(self, event: Event) -> None:
+        if isinstance(event, ScoreDone):
+            return
+        sink = self._sinks.get(getattr(event, "request_id", -1))
+        if sink is None:
+            return
+        sink(event)
+        if isinstance(event, Finished):
+            del self._sinks[event.request_id]
+            self.cancelled += event.finish_reason == FinishReason.CANCELLED
