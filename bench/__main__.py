@@ -77,6 +77,7 @@ FIGURES = [
     "tiny_decode",
     "speculative",
     "grammar_cost",
+    "serve_cost",
 ]
 
 
@@ -211,6 +212,10 @@ def plan() -> dict[str, Figure]:
         ),
         "grammar_cost": lambda run: lazy("grammar_cost", "grammar_cost")(
             run.model(), **run.small(sizes=(1,), large_vocab=None, steps=2, rounds=1)
+        ),
+        # A smoke run serves the smoke llama and leaves mlx_lm.server out (its start is slow).
+        "serve_cost": lambda run: lazy("serve_cost", "serve_cost")(
+            **run.small(source=run.source(), tokens=4, repeats=1, peer=False)
         ),
     }
 

@@ -188,4 +188,12 @@ def table(r: dict) -> str:
                 f"{row['grammar_step_ms']} / {row['plain_step_ms']} ms (mask {row['mask_host_ms_per_row']} ms a row) | "
                 f"— | {row['grammar_over_plain']} (<= 1.10)"
             )
+    if "serve_cost" in r:
+        d = r["serve_cost"]
+        peer = d.get("mlx_lm_server_tps", "—")
+        lines.append(
+            f"25 served over the OpenAI API, streamed, batch 1 | {d['served_tps']} tok/s (local {d['local_tps']}) | "
+            f"mlx_lm.server {peer} tok/s | {d['served_over_local']} of local (>= 0.95), "
+            f"{d.get('served_over_mlx_lm_server', '—')} of mlx_lm.server (>= 1.0)"
+        )
     return "\n".join(lines)

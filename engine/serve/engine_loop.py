@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from engine.api.events import Event, Finished, FinishReason, ScoreDone, TokenStep
 from engine.runtime.prompts import encode_text
 from engine.serve.request_fields import ServedRequest
+from engine.serve.seam import Sink
 from engine.session.session import EngineSession
 
-Sink = Callable[[Event], None]
 IDLE_WAIT_S = 0.5
 
 
@@ -37,10 +37,11 @@ class _Cancel:
 
 
 class EngineLoop:
-    """``submit`` a request (its id comes back through a future, or the engine's refusal);
-    ``cancel`` one; ``close`` stops the thread. ``load`` makes the session, with its model
-    loaded, on the engine's own thread: MLX's streams belong to the thread that made them (the
-    app's worker loads its models the same way). Its error, if any, is raised here."""
+    """The ``ServingEngine`` of ``python -m engine serve`` (``engine.serve.seam``): ``submit``
+    a request (its id comes back through a future, or the engine's refusal); ``cancel`` one;
+    ``close`` stops the thread. ``load`` makes the session, with its model loaded, on the
+    engine's own thread: MLX's streams belong to the thread that made them (the app's worker
+    loads its models the same way). Its error, if any, is raised here."""
 
     def __init__(self, load: Callable[[], EngineSession]) -> None:
         self._commands: queue.Queue = queue.Queue()

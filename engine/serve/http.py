@@ -24,9 +24,9 @@ from starlette.routing import Route
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
 from engine.api.params import SamplingParamsError
-from engine.serve.engine_loop import EngineLoop
 from engine.serve.request_fields import FieldError, ServedRequest, read_request
 from engine.serve.responses import Reply, error_body
+from engine.serve.seam import ServingEngine
 
 DISCONNECT_POLL_S = 0.25
 
@@ -39,7 +39,7 @@ def _sse(obj: dict[str, Any] | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
 
 
-def make_app(engine: EngineLoop, api_key: str | None = None) -> Starlette:
+def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
     """The server's application over ``engine``; ``api_key``: the bearer token every request
     must carry (None: none is asked)."""
     info = engine.info
@@ -105,7 +105,7 @@ def make_app(engine: EngineLoop, api_key: str | None = None) -> Starlette:
 
 
 async def _stream(
-    engine: EngineLoop, request_id: int, served: ServedRequest, reply: Reply, events: asyncio.Queue
+    engine: ServingEngine, request_id: int, served: ServedRequest, reply: Reply, events: asyncio.Queue
 ) -> AsyncIterator[str]:
     finished = False
     try:
@@ -131,7 +131,7 @@ async def _stream(
             engine.cancel(request_id)
 
 
-async def _whole(engine: EngineLoop, request: Request, request_id: int, reply: Reply, events: asyncio.Queue) -> Any:
+async def _whole(engine: ServingEngine, request: Request, request_id: int, reply: Reply, events: asyncio.Queue) -> Any:
     while True:
         try:
             event = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
