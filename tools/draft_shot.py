@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from tools.shot_window import add_window_flags, loaded_window, save_window
+from tools.shot_window import add_window_flags, loaded_window, save_window, send_and_wait
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -56,14 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     window.controls.set_params(
         SamplingParams(temperature=0.0, max_tokens=args.max_tokens, top_logprobs=10, logit_bias=no_eos)
     )
-    window.composer.setPlainText(args.prompt)
-    window.send()
-    wait(lambda: window.busy())
-    wait(lambda: not window.busy())
-    window._redraw_if_dirty()
-    message = window.model.last_assistant()
+    message = send_and_wait(window, wait, args.prompt)
     steps = message.branch.steps
-    index = next(i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.REJECTED)
+    # The first rejected proposal; a draft that agrees everywhere (a model drafting for itself): its first block.
+    rejected = (i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.REJECTED)
+    index = next(rejected, min(1, len(steps) - 1))
     window.central.draft_toggle.setChecked(True)
     window.select_token((("branch", message.branch.id), index))
     window.inspector.tabs.setCurrentIndex(DRAFT_TAB)

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from tools.shot_window import add_window_flags, loaded_window, save_window
+from tools.shot_window import add_window_flags, loaded_window, save_window, send_and_wait
 
 PROMPT = "Describe a fictional person in JSON."
 
@@ -37,12 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     window.controls.set_params(SamplingParams(temperature=0.7, seed=7, max_tokens=args.max_tokens, top_logprobs=10))
     window.controls.structured.apply_preset(args.preset)
     window.controls.chain.select_stage("grammar")
-    window.composer.setPlainText(args.prompt)
-    window.send()
-    wait(lambda: window.busy())
-    wait(lambda: not window.busy())
-    window._redraw_if_dirty()
-    message = window.model.last_assistant()
+    message = send_and_wait(window, wait, args.prompt)
     steps = message.branch.steps
     index = next((i for i, s in enumerate(steps) if s.grammar is not None and s.grammar.wanted is not None), 0)
     row = next(c for c in window.step_analyses if c.row.__class__.__name__ == "GrammarRow")

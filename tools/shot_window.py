@@ -87,3 +87,14 @@ def save_window(app, window: MainWindow, out: str) -> bool:
         app.processEvents()
         time.sleep(0.05)
     return window.grab().save(out)
+
+
+def send_and_wait(window: MainWindow, wait: Callable, prompt: str) -> Any:
+    """Send ``prompt`` as the settings stand and wait for the whole reply: its saved message
+    (its branch's steps are the reply's), every view redrawn."""
+    window.composer.setPlainText(prompt)
+    window.send()
+    wait(lambda: window.busy())
+    wait(lambda: not window.busy())
+    window._redraw_if_dirty()
+    return window.model.last_assistant()

@@ -111,28 +111,13 @@ def test_chat_through_the_openai_sdk_is_the_engines_own_reply(served, client, ti
 def test_completions_through_the_sdk_and_the_final_distribution(served, client, tiny_folder):
     params = SamplingParams(max_tokens=10, temperature=0.7, top_k=20, seed=1, top_logprobs=2)
     steps = local(tiny_folder, params, prompt="Once upon a time")
-    answer = client.completions.create(
-        model="tiny",
-        prompt="Once upon a time",
-        max_tokens=10,
-        temperature=0.7,
-        seed=1,
-        logprobs=2,
-        extra_body={"top_k": 20},
-    )
+    kw = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.7, "seed": 1, "logprobs": 2}
+    answer = client.completions.create(**kw, extra_body={"top_k": 20})
     choice = answer.choices[0]
     assert choice.text == "".join(s.text for s in steps)
     assert choice.logprobs.token_logprobs == [s.logprob_at("raw") for s in steps]
     # llama.cpp's post_sampling_probs: the distribution after the chain, the one drawn from.
-    final = client.completions.create(
-        model="tiny",
-        prompt="Once upon a time",
-        max_tokens=10,
-        temperature=0.7,
-        seed=1,
-        logprobs=2,
-        extra_body={"top_k": 20, "post_sampling_probs": True},
-    )
+    final = client.completions.create(**kw, extra_body={"top_k": 20, "post_sampling_probs": True})
     assert final.choices[0].logprobs.token_logprobs == [s.logprob for s in steps]
 
 

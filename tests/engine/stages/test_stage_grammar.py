@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 from engine.api.carry import carry_from_steps
-from engine.api.events import Finished, TokenStep
+from engine.api.events import TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
 from engine.runtime.scheduler import Scheduler
 from engine.stages.grammar import apply_grammar, unpack_mask
+from tests.support.drain import done_of, run, steps_of
 
 SCHEMA = {
     "type": "object",
@@ -43,22 +44,6 @@ GBNF = 'root ::= "ok" | "fail: " [a-z]+ "."'
 
 def json_params(schema=COMPACT, **changes) -> SamplingParams:
     return SamplingParams(grammar=("json_schema", json.dumps(schema)), **{"top_logprobs": 5, **changes})
-
-
-def run(scheduler: Scheduler) -> list:
-    events = []
-    while scheduler.has_work():
-        events += scheduler.step()
-    return events
-
-
-def steps_of(events, rid) -> list[TokenStep]:
-    return [e for e in events if isinstance(e, TokenStep) and e.request_id == rid]
-
-
-def done_of(events, rid) -> Finished:
-    (done,) = [e for e in events if isinstance(e, Finished) and e.request_id == rid]
-    return done
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from engine.runtime.scheduler import Scheduler
 from engine.sampling.batch import SamplingBatch
 from engine.stages.mirostat_v2 import apply_mirostat_v2
 from engine.stages.vocabulary import Vocabulary
+from tests.support.drain import run, steps_of
 
 NEG_INF = -np.inf
 V = 500
@@ -151,17 +152,6 @@ MIROSTAT = SamplingParams(
 @pytest.fixture
 def prompt(tiny):
     return tiny.tokenizer.encode("the cat sat on the mat")
-
-
-def run(scheduler) -> list:
-    events = []
-    while scheduler.has_work():
-        events += scheduler.step()
-    return events
-
-
-def steps_of(events, rid) -> list[TokenStep]:
-    return [e for e in events if isinstance(e, TokenStep) and e.request_id == rid]
 
 
 def replayed_mu(steps: list[TokenStep], params: list[SamplingParams]) -> list[float]:
