@@ -61,6 +61,8 @@ def grammar_fields(kind: ServerKind, params: SamplingParams) -> dict[str, Any]:
     if grammar_kind == "json":
         if name == "lmstudio":  # it takes json_schema only: any object is that schema
             return _response_schema(ANY_JSON_SCHEMA)
+        if name == "llama.cpp":  # its /v1/completions reads json_schema and grammar, not response_format
+            return {"json_schema": json.loads(ANY_JSON_SCHEMA)}
         return {"response_format": {"type": "json_object"}}
     if grammar_kind == "json_schema":
         if name == "llama.cpp":

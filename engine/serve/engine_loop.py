@@ -9,12 +9,14 @@ went away) takes effect at the next step.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, FinishReason, ScoreDone, TokenStep
 from engine.runtime.prompts import encode_text
 from engine.serve.request_fields import ServedRequest
@@ -110,17 +112,33 @@ class EngineLoop:
             if not self._running:
                 break
             if session.has_work():
-                events = session.step()
+                # The scheduler contains a step's own errors; anything else ends every request
+                # (each client is told), not the thread.
+                try:
+                    events = session.step()
+                except Exception as exc:  # noqa: BLE001
+                    events = self._fail_all(exc)
                 rows = {e.request_id for e in events if isinstance(e, TokenStep)}
                 self.peak_batch = max(self.peak_batch, len(rows))
                 for event in events:
                     self._deliver(event)
         session.cancel_all()
 
+    def _fail_all(self, exc: Exception) -> list[Event]:
+        """Every request ended by an error outside the scheduler's own containment."""
+        for request_id in list(self._sinks):
+            with contextlib.suppress(Exception):
+                self.session.cancel(request_id)
+        with contextlib.suppress(Exception):
+            self.session.step()  # the cancels' own Finished events are dropped: these replace them
+        error = f"{type(exc).__name__}: {exc}"
+        return [Finished(rid, FinishReason.ERROR, 0, 0, None, None, 0.0, "", error=error) for rid in list(self._sinks)]
+
     def _do(self, command: _Start | _Cancel) -> None:
         if isinstance(command, _Cancel):
             if command.request_id in self._sinks:
-                self.session.cancel(command.request_id)
+                with contextlib.suppress(EngineError):  # already ended: nothing to cancel
+                    self.session.cancel(command.request_id)
             return
         try:
             request_id = self._start(command.request)
@@ -144,7 +162,8 @@ class EngineLoop:
         sink = self._sinks.get(getattr(event, "request_id", -1))
         if sink is None:
             return
-        sink(event)
+        with contextlib.suppress(RuntimeError):  # its event loop is gone (the server stopped)
+            sink(event)
         if isinstance(event, Finished):
             del self._sinks[event.request_id]
             self.cancelled += event.finish_reason == FinishReason.CANCELLED

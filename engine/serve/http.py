@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -49,7 +50,7 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
         if api_key is None:
             return True
         given = request.headers.get("authorization", "")
-        return secrets.compare_digest(given, f"Bearer {api_key}")
+        return secrets.compare_digest(given.encode("utf-8", "replace"), f"Bearer {api_key}".encode())
 
     async def models(request: Request) -> JSONResponse:
         if not authorized(request):
@@ -64,8 +65,8 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error(400, f"the request body is not valid JSON: {exc}.")
-        try:
-            served = read_request(body, chat, max_tokens_limit=info.context_length or 1_000_000)
+        try:  # off the event loop: a large grammar takes a while to compile
+            served = await run_in_threadpool(read_request, body, chat, info.context_length or 1_000_000)
         except FieldError as exc:
             return _error(400, str(exc), exc.param)
         loop = asyncio.get_running_loop()
@@ -76,6 +77,8 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
             )
         except (EngineError, SamplingParamsError) as exc:
             return _error(400, str(exc), getattr(exc, "field", None))
+        except Exception as exc:  # noqa: BLE001 - a chat template's own error, ...: in OpenAI's shape
+            return _error(500, f"{type(exc).__name__}: {exc}", kind="server_error")
         reply = Reply(
             f"{'chatcmpl' if chat else 'cmpl'}-{request_id}-{secrets.token_hex(4)}",
             served.model or model_id,

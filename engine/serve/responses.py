@@ -108,9 +108,16 @@ class Reply:
         }
 
     def add(self, step: TokenStep) -> dict[str, Any] | None:
-        """The chunk of one step (None for the end-of-sequence token's)."""
+        """The chunk of one step. The end-of-sequence token is not reported, but text held
+        back before it (a possible start of a stop string) comes with it: a chunk of that
+        text alone, or None when there is none."""
         if step.token_id in self.eos:
-            return None
+            if not step.text:
+                return None
+            self.text.append(step.text)
+            self._offset += len(step.text)
+            key, value = ("delta", {"content": step.text}) if self.chat else ("text", step.text)
+            return self._frame({key: value, "logprobs": None, "finish_reason": None}, streamed=True)
         self.text.append(step.text)
         choice: dict[str, Any] = {}
         entry = None

@@ -25,9 +25,10 @@ import mlx.core as mx
 import numpy as np
 
 from engine.api.grammar import GrammarRecord
-from engine.api.params import SamplingParams
+from engine.api.params import SamplingParams, SamplingParamsError
 from engine.specs.grammar import SPEC
 from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext
+from engine.stages.vocabulary import GrammarUnavailable
 
 MASK = "grammar_mask"
 """The step's input: [rows, ceil(V / 32)] int32, bit ``t % 32`` of word ``t // 32`` set
@@ -192,9 +193,13 @@ def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carri
 
 
 def _prepare(ctx: StateContext, params: SamplingParams) -> None:
-    # The tokenizer's part of the grammar (and llguidance's tokenizer, at the first one).
+    # The tokenizer's part of the grammar (and llguidance's tokenizer, at the first one),
+    # refused as the grammar's fault.
     if params.grammar:
-        ctx.vocabulary.matcher(params.grammar)
+        try:
+            ctx.vocabulary.matcher(params.grammar)
+        except (ValueError, GrammarUnavailable) as exc:
+            raise SamplingParamsError("grammar", params.grammar, str(exc)) from None
 
 
 STAGE = Stage(SPEC, _apply, state=_state, prepare=_prepare, statistics=_statistics, statistics_width=len(STATISTICS))

@@ -135,6 +135,8 @@ def test_a_grammar_goes_in_each_servers_own_field_and_is_refused_where_it_cannot
     assert llama["json_schema"] == json.loads(schema) and "response_format" not in llama
     any_json = SamplingParams(grammar=("json", ""))
     assert sampling_fields(KINDS["vllm"], any_json, 5)["response_format"] == {"type": "json_object"}
+    # llama.cpp's /v1/completions (branches, pieces) reads json_schema, not response_format.
+    assert sampling_fields(KINDS["llama.cpp"], any_json, 5)["json_schema"] == {"type": "object"}
     assert sampling_fields(KINDS["lmstudio"], any_json, 5)["response_format"]["json_schema"]["schema"] == {
         "type": "object"
     }

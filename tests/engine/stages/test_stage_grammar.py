@@ -407,3 +407,13 @@ def test_a_carried_grammar_is_checked_as_a_request_takes_it(tiny, prompt):
             scheduler.continue_output(prompt, [], 20, params, bad)
     rid = scheduler.continue_output(prompt, [], 20, params, {"grammar": [list(params.grammar), 0]})
     assert steps_of(run(scheduler), rid)
+
+
+def test_a_tokenizer_llguidance_cannot_read_refuses_the_grammar_before_anything_starts():
+    from engine.sampling.batch import SamplingBatch
+    from engine.stages.vocabulary import Vocabulary
+
+    batch = SamplingBatch(Vocabulary(40))  # no tokenizer: nothing to build the grammar's masks from
+    with pytest.raises(SamplingParamsError, match="no tokenizer") as caught:
+        batch.prepare(SamplingParams(grammar=("regex", "[0-9]+")))
+    assert caught.value.field == "grammar"
