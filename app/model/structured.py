@@ -90,10 +90,6 @@ def read_grammar_file(path: str | Path, kind: str = "") -> tuple[str, str]:
     return found, text
 
 
-def kind_label(kind: str) -> str:
-    return next((label for label, k in KIND_CHOICES if k == kind), kind)
-
-
 # Words ------------------------------------------------------------------------------------------
 
 
@@ -135,20 +131,6 @@ def wanted_text(step: TokenStep) -> str | None:
     if record is None or record.wanted is None:
         return None
     return next((c.text for c in step.top if c.token_id == record.wanted), None)
-
-
-def ending(steps: Sequence[TokenStep], grammar: Sequence[str]) -> str:
-    """How a reply written under ``grammar`` ended, in words ("" without a record)."""
-    last = next((s.grammar for s in reversed(steps) if s.grammar is not None), None)
-    if last is None or not grammar:
-        return ""
-    what = KIND_WORDS.get(grammar[0], "grammar")
-    if any(s.grammar is not None and s.grammar.left for s in steps):
-        at = next(s.index for s in steps if s.grammar is not None and s.grammar.left)
-        return f"left the {what} at token {at + 1}: a forced token it forbids"
-    if last.accepting:
-        return f"complete under the {what}: the grammar ended the reply"
-    return f"not complete under the {what}: the reply was cut before the grammar's end"
 
 
 def heading_note(steps: Sequence[TokenStep]) -> str:

@@ -77,14 +77,6 @@ class GrammarStats:
 NO_GRAMMAR_STATS = GrammarStats(0, 0.0, 0.0, 0, 0, False, None)
 
 
-def stats_of(records: list[tuple[int, GrammarRecord]]) -> GrammarStats | None:
-    """A reply's figures from its tokens' records (index, record); None without any."""
-    stats = None
-    for index, record in records:
-        stats = (stats or NO_GRAMMAR_STATS).plus(index, record)
-    return stats
-
-
 # The token record's "grammar" object (engine.api.codec) ---------------------------------
 
 

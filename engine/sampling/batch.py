@@ -87,11 +87,9 @@ def new_states(
 
 
 def grammar_facts(states: Mapping[str, RowsState], row: int) -> tuple[bool, bool] | None:
-    """Row ``row``'s grammar after its last token: whether the output is complete under it,
-    and whether a forced token left it (None: the row has no grammar)."""
+    """:meth:`engine.stages.grammar.GrammarRows.facts` of row ``row`` (None: no grammar)."""
     grammar = states.get("grammar")
-    state = grammar.rows[row] if isinstance(grammar, GrammarRows) else None
-    return None if state is None else (state.accepting(), state.left)
+    return grammar.facts(row) if isinstance(grammar, GrammarRows) else None
 
 
 def with_facts(inspection: _Recorded, facts: tuple[bool, bool] | None) -> _Recorded:

@@ -79,16 +79,6 @@ class PackLayout:
                 return at
         raise KeyError(stage)
 
-    def log_partition(self, stage: str, stats: np.ndarray) -> float:
-        """log Σ exp of the logits after ``stage``, from a row's packed statistics."""
-        d = self.distribution(stage)
-        return float(stats[0][d]) + float(stats[1][d])
-
-    def entering(self, stage: str) -> str:
-        """The stage whose output ``stage`` took (``raw`` for the first)."""
-        i = self.chain.index(stage)
-        return "raw" if i == 0 else self.chain[i - 1]
-
     def distribution(self, stage: str) -> int:
         """The stack index of the distribution after ``stage`` (``raw`` too)."""
         output = 0 if stage == "raw" else self.chain.index(stage) + 1
@@ -232,7 +222,7 @@ class RowInspection(ChainValues):
     top: tuple[Candidate, ...]
     grammar: GrammarRecord | None = None
     """What the grammar did, where it ran for the row (``accepting`` and ``left`` are the
-    state's: :meth:`engine.sampling.batch.SamplingBatch.grammar_record` adds them)."""
+    state's: :meth:`engine.sampling.batch.SamplingBatch.with_state` adds them)."""
 
 
 def unpack_row(
@@ -273,10 +263,12 @@ def unpack_row(
     grammar = None
     if "grammar" in chain:
         at = layout.extras_at("grammar")
-        entering = layout.entering("grammar")
-        grammar = grammar_record(
-            packed[at : at + len(STATISTICS)], layout.log_partition(entering, stats), layout.log_partition("raw", stats)
-        )
+        entering, _ = layout.effect_pair("grammar")
+
+        def log_partition(d: int) -> float:  # log Σ exp of distribution d's logits: its max + log Z
+            return float(stats[0][d]) + float(stats[1][d])
+
+        grammar = grammar_record(packed[at : at + len(STATISTICS)], log_partition(entering), log_partition(0))
     return RowInspection(
         token_id=int(packed[0]),
         chain=chain,

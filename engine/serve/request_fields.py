@@ -64,6 +64,7 @@ _NUMBERS = (
     "dynatemp_exponent",
     "mirostat_tau",
     "mirostat_eta",
+    "top_n_sigma",
 )
 _INTEGERS = ("top_k", "dry_allowed_length", "dry_penalty_last_n")
 
@@ -214,11 +215,8 @@ def _params(body: Mapping[str, Any], top: int, max_tokens_limit: int) -> Samplin
                 raise FieldError(name, f"{name} must be an integer, got {value!r}.")
             value = int(value)
         values[RENAMED.get(name, name)] = value
-    if "top_n_sigma" in body:  # llama.cpp: -1 is off
-        sigma = body["top_n_sigma"]
-        if isinstance(sigma, bool) or not isinstance(sigma, int | float) or not math.isfinite(sigma):
-            raise FieldError("top_n_sigma", f"top_n_sigma must be a number, got {sigma!r}.")
-        values["top_n_sigma"] = max(0.0, float(sigma))
+    if "top_n_sigma" in values:  # llama.cpp: -1 is off
+        values["top_n_sigma"] = max(0.0, float(values["top_n_sigma"]))
     values.update(_max_tokens(body, max_tokens_limit))
     values.update(_penalty_window(body, values))
     seed = _int(body, "seed", -1, 2**63 - 1)
@@ -366,10 +364,4 @@ def _grammar(body: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def sent_settings(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request's settings as the client sent them (for the app to show): every field but
-    the conversation."""
-    return {k: v for k, v in body.items() if k not in ("messages", "prompt")}
-
-
-__all__ = ["FieldError", "ServedRequest", "read_request", "sent_settings"]
+__all__ = ["FieldError", "ServedRequest", "read_request"]

@@ -170,10 +170,11 @@ class GrammarRows:
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
         raise NotImplementedError
 
-    def accepting(self, row: int) -> bool | None:
-        """Whether row ``row``'s output is complete under its grammar (None: it has none)."""
+    def facts(self, row: int) -> tuple[bool, bool] | None:
+        """Row ``row``'s grammar after its last token: whether the output is complete under
+        it, and whether a forced token left it (None: the row has no grammar)."""
         state = self.rows[row]
-        return None if state is None else state.accepting()
+        return None if state is None else (state.accepting(), state.left)
 
 
 def _row(ctx: StateContext, params: SamplingParams, history: Sequence[int], carry: Any) -> GrammarRow | None:
