@@ -19,6 +19,7 @@ OUTCOME_COLORS = {Outcome.ACCEPTED: "#188038", Outcome.REJECTED: "#d93025", Outc
 
 class AcceptanceRow(SeriesRow):
     ROW, LABEL, SHORTER, COLOR = ACCEPTANCE_ROW, "draft acceptance", ("acceptance", "acc."), RATE_COLOR
+    VALUE = "rate"
     POINT_SIZE = 0
 
     def add_items(self) -> None:
@@ -35,11 +36,6 @@ class AcceptanceRow(SeriesRow):
 
     def wanted(self, result: ReplyAcceptance | None) -> bool:
         return result is not None and result.proposed > 0
-
-    def series(self, result: ReplyAcceptance) -> tuple[np.ndarray, np.ndarray]:
-        rows = result.rows
-        x = np.fromiter((r.index for r in rows), float, len(rows))
-        return x, np.fromiter((r.rate for r in rows), float, len(rows))
 
     def decorate(self, result: ReplyAcceptance, x: np.ndarray, y: np.ndarray) -> None:
         for outcome, item in self.marks.items():

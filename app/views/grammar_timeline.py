@@ -20,6 +20,7 @@ FORCED_COLOR = "#5f6368"
 
 class GrammarRow(SeriesRow):
     ROW, LABEL, SHORTER, COLOR = GRAMMAR_ROW, "masked by grammar", ("masked", "mask"), MASS_COLOR
+    VALUE = "removed"
     POINT_SIZE = 4
 
     def add_items(self) -> None:
@@ -30,11 +31,6 @@ class GrammarRow(SeriesRow):
 
     def wanted(self, result: ReplyMasks | None) -> bool:
         return result is not None and result.constrained > 0
-
-    def series(self, result: ReplyMasks) -> tuple[np.ndarray, np.ndarray]:
-        rows = result.rows
-        x = np.fromiter((r.index for r in rows), float, len(rows))
-        return x, np.fromiter((r.removed for r in rows), float, len(rows))
 
     def decorate(self, result: ReplyMasks, x: np.ndarray, y: np.ndarray) -> None:
         over = [r for r in result.rows if r.overridden]

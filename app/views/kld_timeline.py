@@ -19,17 +19,13 @@ CURVE_COLOR = "#9467bd"
 
 class KldRow(SeriesRow):
     ROW, LABEL, COLOR = KLD_ROW, "KLD (nats)", CURVE_COLOR
+    VALUE = "kld"
 
     def add_items(self) -> None:
         self.worst = pg.ScatterPlotItem(size=13, brush=None, pen=pg.mkPen(WORST_COLOR, width=2))
         self.plot.addItem(self.worst)
         self.labels: list[pg.TextItem] = []
         self.worst_indices: list[int] = []
-
-    def series(self, comparison: Comparison) -> tuple[np.ndarray, np.ndarray]:
-        rows = comparison.rows
-        x = np.fromiter((r.index for r in rows), float, len(rows))
-        return x, np.fromiter((r.kld for r in rows), float, len(rows))
 
     def decorate(self, comparison: Comparison, x: np.ndarray, y: np.ndarray) -> None:
         worst = comparison.worst()

@@ -6,7 +6,8 @@ them, hidden unless the selected reply has a result the row shows. It draws a cu
 points from :meth:`SeriesRow.series` (a NaN is a token without a value: no point, a gap in
 the curve), marks the selected token with a vertical line, and a click on it selects the
 nearest token drawn, as on the other plots. A subclass names its place and label, says what
-to draw, and adds its own marks and title in :meth:`SeriesRow.decorate`; a result is redrawn
+to draw (``VALUE``, the attribute of the result's rows, or :meth:`SeriesRow.series` itself),
+and adds its own marks and title in :meth:`SeriesRow.decorate`; a result is redrawn
 when another is shown or when it has grown (a job still filling it in).
 """
 
@@ -32,6 +33,8 @@ class SeriesRow:
     COLOR = "#9467bd"
     WIDTH = 1.5
     POINT_SIZE = 5
+    VALUE = ""
+    """The attribute of each of ``result.rows`` that :meth:`series` draws at its ``index``."""
 
     def __init__(self, timeline: TimelineWidget, on_select: Callable[[int], None]) -> None:
         self.timeline, self._on_select = timeline, on_select
@@ -63,8 +66,11 @@ class SeriesRow:
         return len(result.rows)
 
     def series(self, result: Any) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens' positions and values (``[N] float``; NaN: no value)."""
-        raise NotImplementedError
+        """The tokens' positions and values (``[N] float``; NaN: no value): by default each
+        of ``result.rows``'s ``index`` and ``VALUE``."""
+        rows = result.rows
+        x = np.fromiter((r.index for r in rows), float, len(rows))
+        return x, np.fromiter((getattr(r, self.VALUE) for r in rows), float, len(rows))
 
     def decorate(self, result: Any, x: np.ndarray, y: np.ndarray) -> None:
         """The row's marks, range and title for ``result`` drawn as ``x``, ``y``."""

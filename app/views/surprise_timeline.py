@@ -18,19 +18,12 @@ UNEXPECTED_COLOR = "#d62728"
 
 class SurpriseRow(SeriesRow):
     ROW, LABEL, SHORTER, COLOR = SURPRISE_ROW, "surprise (bits)", ("surprise", "bits"), CURVE_COLOR
+    VALUE = "bits"
 
     def add_items(self) -> None:
         self.unexpected = pg.ScatterPlotItem(size=11, brush=None, pen=pg.mkPen(UNEXPECTED_COLOR, width=1.5))
         self.plot.addItem(self.unexpected)
         self.labels: list[pg.TextItem] = []
-
-    def size(self, result: ReplySurprise) -> int:
-        return len(result.rows)
-
-    def series(self, result: ReplySurprise) -> tuple[np.ndarray, np.ndarray]:
-        rows = result.rows
-        x = np.fromiter((r.index for r in rows), float, len(rows))
-        return x, np.fromiter((r.bits for r in rows), float, len(rows))
 
     def decorate(self, result: ReplySurprise, x: np.ndarray, y: np.ndarray) -> None:
         off = [r for r in result.rows if r.unexpected and np.isfinite(r.bits)]
