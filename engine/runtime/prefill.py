@@ -98,6 +98,14 @@ class PromptReader:
         # the chunk) cost four times the whole prefill.
         return _Chunk(request, len(tokens), logits, kv.cache_arrays(request.caches))
 
+    def hand_over(self, request: Request, heir: Request) -> None:
+        """``heir`` took over ``request``'s caches (a fork leader cancelled during its
+        prefill): a chunk queued for it is the heir's now. Dropped instead, a queued last
+        chunk would take the prompt's last logits with it, and the heir's next read would
+        find no token left to read."""
+        if self._queued is not None and self._queued.request is request:
+            self._queued.request = heir
+
     def drop(self) -> None:
         """Forget a queued chunk (its request failed or left): its arrays compute and go."""
         self._queued = None

@@ -128,8 +128,12 @@ class Scheduler:
             row = self._active.index(request)
             self._store_row(row, request)
             self._remove_rows([row])
-        elif (alone := self.queue.cancel(request)) is not None:
-            self.prompts.keep(alone)
+        else:
+            heir = request.followers[0] if request.followers else None  # a leader's, taking over
+            if (alone := self.queue.cancel(request)) is not None:
+                self.prompts.keep(alone)
+            elif heir is not None:
+                self.prompts.hand_over(request, heir)
         self._pending.append(self._finished(request, FinishReason.CANCELLED))
 
     def update_params(self, request_id: int, params: SamplingParams) -> None:

@@ -160,6 +160,20 @@ def test_cancelling_during_the_shared_prefill(tiny, prompt):
     assert finished(events, ids[1]).prefilled_tokens == len(prompt) - 4
 
 
+def test_cancelling_the_leader_while_its_last_chunk_is_queued(tiny):
+    """A four-token prompt read two at a time: the first step queues the last chunk behind
+    the first. The heir takes that chunk (and the prompt's last logits) over."""
+    prompt = tiny.tokenizer.encode("the cat sat on the mat")[:4]
+    scheduler = Scheduler(tiny, prefill_chunk=2)
+    ids = scheduler.fork(prompt, VARIANTS[:2])
+    scheduler.step()
+    scheduler.cancel(ids[0])
+    events = run(scheduler)
+    assert finished(events, ids[0]).finish_reason == "cancelled"
+    assert finished(events, ids[1]).finish_reason != "error"
+    assert tokens(events, ids[1]) == solo(tiny, prompt, VARIANTS[1])
+
+
 @pytest.mark.parametrize("arch", ["gemma3_text", "lfm2"])
 def test_fork_on_sliding_window_and_recurrent_caches(arch, tmp_path):
     loaded = load(str(write_tiny_arch(tmp_path / arch, arch)))
