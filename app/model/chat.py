@@ -16,6 +16,7 @@ from app.model.entries import ChatEntry, build_entries, context_before, last_ass
 from app.model.generation import Generation
 from app.model.model_in_use import ModelInUse
 from app.model.reply_origin import ReplyOrigin
+from app.model.served import ServedRequests
 from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
 from engine.api.events import TokenStep
@@ -58,6 +59,8 @@ class ChatModel:
         self.branches: dict[int, tuple[Message, Branch]] = {}
         self.generation = Generation(self)
         """Starting replies and compare runs, and the worker's reports on them."""
+        self.served = ServedRequests(self)
+        """Requests from the app's own server (the Served list)."""
         self.refresh()
 
     # The model in use ----------------------------------------------------------------------
@@ -83,7 +86,13 @@ class ChatModel:
     # Queries -------------------------------------------------------------------------------
 
     def busy(self) -> bool:
-        return bool(self.replies)
+        """A reply of the open conversation is being written (the app's own, or a served one)."""
+        return any(self.shows(r) for r in self.replies.values())
+
+    def shows(self, reply: Reply) -> bool:
+        """Whether ``reply`` belongs to the open conversation: every reply of the app's own,
+        a served one only while its conversation is open."""
+        return reply.served_in is None or (self.conversation is not None and reply.served_in == self.conversation.id)
 
     def steps_of(self, stream: StreamKey | None) -> list[TokenStep] | None:
         """The steps of a stream (a reply being written or a saved branch), or None."""
@@ -253,7 +262,7 @@ class ChatModel:
         prefill, refused): nothing is selected, rather than an earlier reply's last token."""
         self.entries = build_entries(
             self.thread,
-            self.replies.values(),
+            [r for r in self.replies.values() if self.shows(r)],
             self.runs,
             self.system_prompt.strip(),
             self.welcome_state,
@@ -278,7 +287,7 @@ class ChatModel:
         conversation = self.store.reads.conversation(conversation_id)
         if conversation is None:
             return False
-        self.generation.stop()
+        self.generation.stop(served=False)  # a served reply goes on: its client waits for it
         self.background.wait()  # replies still being written to the store
         self.conversation = conversation
         self.system_prompt = conversation.system_prompt
@@ -290,12 +299,14 @@ class ChatModel:
             for column in run.columns:
                 self.runs[column.stream[1]] = run
         self.selection, self.follow_latest, self.followed = None, True, None
+        self.followed = next((r.key for r in self.replies.values() if r.served_in == conversation_id), None)
         self.events.conversation_changed(conversation)
         self.refresh()
+        self.events.busy_changed(self.busy())
         return True
 
     def new_chat(self) -> None:
-        self.generation.stop()
+        self.generation.stop(served=False)
         self.conversation = None
         self.system_prompt = self.new_chat_system
         self.thread, self.runs, self.branches = [], {}, {}
@@ -303,9 +314,18 @@ class ChatModel:
         self.selection, self.follow_latest, self.followed = None, True, None
         self.events.conversation_changed(None)
         self.refresh()
+        self.events.busy_changed(self.busy())
 
     def delete_conversation(self) -> None:
         if self.conversation is not None:
+            # Its replies being written stop and are forgotten now: there is no message left
+            # to save them under (a served one's client gets the end of its reply).
+            for tag, reply in list(self.replies.items()):
+                if self.shows(reply):
+                    self.events.cancel_requested(tag)
+                    del self.replies[tag]
+                    if self.generation.journal is not None:
+                        self.generation.journal.dropped(tag)
             self.store.writes.delete_conversation(self.conversation.id)
             self.new_chat()
 

@@ -10,6 +10,7 @@ from typing import Protocol
 from app.model.background import Background
 from app.model.chat_events import ChatEvents
 from app.model.reply_origin import ReplyOrigin
+from app.model.served import ServedRequests
 from app.model.streams import CompareRun, Reply, StreamKey, TokenRef
 from app.store.store import Branch, Conversation, Message, Store
 from engine.api.events import TokenStep
@@ -34,11 +35,14 @@ class ChatState(Protocol):
     selection: TokenRef | None
     follow_latest: bool
     followed: StreamKey | None
+    served: ServedRequests
+    """Requests from the app's own server (``app.model.served``)."""
 
     @property
     def model_name(self) -> str: ...
 
     def busy(self) -> bool: ...
+    def shows(self, reply: Reply) -> bool: ...
     def steps_of(self, stream: StreamKey | None) -> list[TokenStep] | None: ...
     def message_of(self, stream: StreamKey) -> Message | None: ...
     def message(self, message_id: int) -> Message | None: ...

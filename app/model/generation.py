@@ -18,6 +18,7 @@ from app.model.chat_state import ChatState
 from app.model.entries import CANCELLED_EARLY, REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.seeds import with_seed
+from app.model.served import RAW_PROMPT
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
@@ -72,6 +73,8 @@ class Generation:
         message = self.chat.last_assistant()
         if message is None or self.chat.busy() or (variants is not None and not self._check_variants(variants)):
             return False
+        if self._raw_prompt():
+            return False
         if not self.chat.params_ok(variants if variants is not None else [("", params)]):
             return False
         if variants is None:
@@ -115,9 +118,12 @@ class Generation:
         self._start_run(message, variants, self.chat.steps_of(ref[0])[: ref[1]])
         return True
 
-    def stop(self) -> None:
-        for tag in list(self.chat.replies):
-            self.chat.events.cancel_requested(tag)
+    def stop(self, served: bool = True) -> None:
+        """Stop the open conversation's replies being written; ``served``: a served request's
+        too (its client gets the end of its reply)."""
+        for tag, reply in list(self.chat.replies.items()):
+            if self.chat.shows(reply) and (served or reply.served_in is None):
+                self.chat.events.cancel_requested(tag)
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
         """The panel's Thinking toggle: sent with every reply started from now on."""
@@ -129,7 +135,9 @@ class Generation:
         targets = [
             r
             for r in self.chat.replies.values()
-            if r.finished is None and (r.column == column if r.run is not None else column == 0)
+            if r.finished is None
+            and r.served_in is None  # a served request keeps the settings its client sent
+            and (r.column == column if r.run is not None else column == 0)
         ]
         for reply in targets:  # an answer already written takes the answer's settings
             self.chat.events.params_requested(reply.id, live_params_for(reply.steps, params))
@@ -142,7 +150,7 @@ class Generation:
         reply = self.chat.replies.get(tag)
         if reply is not None:
             reply.request_id = request_id
-            if reply.run is None or reply.column == 0:
+            if self.chat.shows(reply) and (reply.run is None or reply.column == 0):
                 # A server does not say how it tokenized the prompt (0): not reported, not 0. The
                 # local engine's 0 is a scored text's, whose prompt is read with it: no words.
                 if prompt_tokens > 0:
@@ -153,6 +161,9 @@ class Generation:
     def on_job_rejected(self, tag: int, exc: BaseException) -> None:
         reply = self.chat.replies.pop(tag, None)
         if reply is None:
+            return
+        if reply.served_in is not None:  # its client was told, and its conversation goes
+            self.chat.events.status(f"A served request was refused: {exc}")
             return
         if reply.run is not None:  # a fork is refused as a whole
             for column in reply.run.columns:
@@ -173,6 +184,8 @@ class Generation:
         if len(reply.steps) > reply.prefix_len + 1 and step.params != (before := reply.steps[-2].params):
             settings = "The answer's settings" if variant_applied(before, step.params) else "New parameters"
             self.chat.events.status(f"{settings} in force from token {step.index}.")
+        if not self.chat.shows(reply):  # a served reply in a conversation not open
+            return
         self.chat.events.tokens_added(reply.key)
         if self.chat.follow_latest and self.chat.followed == reply.key:
             self.chat.set_selection((reply.key, len(reply.steps) - 1))
@@ -192,8 +205,10 @@ class Generation:
         if reply is None:
             return
         reply.finished = finished
-        self.chat.events.reply_finished(finished)
-        if finished.finish_reason == FinishReason.ERROR:
+        shown = self.chat.shows(reply)  # a served one not open: its client and the Served list say how it ended
+        if shown:
+            self.chat.events.reply_finished(finished)
+        if finished.finish_reason == FinishReason.ERROR and shown:
             kept = f" The {len(reply.steps)} tokens before it are kept." if reply.steps else ""
             self.chat.events.status(f"The reply stopped: {finished.error}")
             self.chat.events.errored(ReplyFailed(f"The reply stopped because of an error: {finished.error}.{kept}"))
@@ -205,8 +220,9 @@ class Generation:
                 self._drop(reply)
         elif all(self.chat.replies[c.stream[1]].finished is not None for c in reply.run.columns):
             self._save_run(reply.run)
-        self._refresh_after_end()
-        self.chat.events.busy_changed(self.chat.busy())
+        if shown:
+            self._refresh_after_end()
+            self.chat.events.busy_changed(self.chat.busy())
 
     def _drop(self, reply: Reply) -> None:
         """A reply cancelled before its first new token: nothing is saved, the chat says so."""
@@ -274,9 +290,18 @@ class Generation:
         self.chat.thread += [user, reply]
         return reply
 
+    def _raw_prompt(self) -> bool:
+        """A served completion's conversation is open (and the status bar says why nothing
+        continues it): its prompt was raw text, which a chat turn does not stand for."""
+        conversation = self.chat.conversation
+        if self.chat.served.raw_prompt(conversation.id if conversation is not None else None):
+            self.chat.events.status(RAW_PROMPT)
+            return True
+        return False
+
     def _message_for_continuation(self, ref: TokenRef | None) -> Message | None:
         message = self.chat.message_of(ref[0]) if ref is not None else None
-        if message is None or message.role != "assistant":
+        if message is None or message.role != "assistant" or self._raw_prompt():
             return None
         if any(r.run is not None and r.message_id == message.id for r in self.chat.replies.values()):
             self.chat.events.status("This message is being compared: wait for the columns to finish.")

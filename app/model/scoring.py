@@ -16,6 +16,7 @@ from app.model.replay import Replay, compare
 from app.model.reply_analysis import Refusal
 from app.model.reply_checks import branch_of, prompt_less_text
 from app.model.scored import ReplayJob, ReplayRun, is_scored, replay_job, score_prompt, start_score
+from app.model.served import RAW_PROMPT
 from app.model.streams import Reply, StreamKey, TokenRef
 from engine.api.events import FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
@@ -122,6 +123,8 @@ class Scoring:
             return Refusal("")
         if any(s.token_id is None for s in model.steps_of(stream)):
             return Refusal(NO_IDS)
+        if model.served.raw_prompt(model.conversation.id if model.conversation else None):
+            return Refusal(RAW_PROMPT)
         message, branch = model.message_of(stream), branch_of(model, stream)
         text = prompt_less_text(model, message, branch) if branch is not None else None
         job = replay_job(model, stream, params, model.generation.new_id(), text)

@@ -185,6 +185,9 @@ class Reply:
     column: int = 0
     request_id: int | None = None
     finished: Finished | None = None
+    served_in: int | None = None
+    """A served request's reply (``app.model.served``): its conversation, which may not be
+    the one open; None for the app's own replies, always the open conversation's."""
 
     @property
     def key(self) -> StreamKey:

@@ -50,10 +50,12 @@ class EngineLink(QObject):
     @Slot(int, object)
     def _on_job_rejected(self, tag: int, exc: BaseException) -> None:
         self.model.generation.on_job_rejected(tag, exc)
+        self.model.served.on_job_rejected(tag, exc)
 
     @Slot(int, object)
     def _on_token(self, tag: int, step: TokenStep) -> None:
         self.model.generation.on_token(tag, step)
+        self.model.served.on_token(tag, step)
 
     @Slot(int, object)
     def _on_divergence(self, group: int, event: Divergence) -> None:
@@ -62,3 +64,4 @@ class EngineLink(QObject):
     @Slot(int, object)
     def _on_finished(self, tag: int, finished: Finished) -> None:
         self.model.generation.on_finished(tag, finished)
+        self.model.served.on_finished(tag, finished)

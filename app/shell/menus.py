@@ -1,4 +1,4 @@
-"""The window's menus: File, Chat, Models, View, Help.
+"""The window's menus: File, Chat, Models, Server, View, Help.
 
 Only the layout: every item is an action its controller made, with its enablement rule
 (``app/shell/actions.py``); nothing here enables or disables anything.
@@ -17,6 +17,7 @@ from app.shell.library import LibraryController
 from app.shell.model_loading import ModelLoader
 from app.shell.precision_menu import PrecisionMenu
 from app.shell.score_actions import ScoreActions
+from app.shell.serving import ServingController
 from app.shell.window_actions import WindowActions
 
 
@@ -33,6 +34,8 @@ class MenuParts:
     analyses: AnalysisActions
     draft: QAction
     """Models → Draft model… (``app/shell/draft_model.py``)."""
+    serving: ServingController
+    """Server → Start serving…, Stop serving, Served requests (``app/shell/serving.py``)."""
 
 
 def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
@@ -76,6 +79,12 @@ def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
     model_menu.addAction(analyses.compare_models)  # Compare models…
     model_menu.addAction(analyses.logit_lens)  # Logit lens of every token
     model_menu.addActions(list(analyses.from_steps))  # app/shell/step_analyses.py: surprise, …
+
+    server_menu = bar.addMenu("&Server")
+    server_menu.setToolTipsVisible(True)
+    server_menu.addActions([parts.serving.start_action, parts.serving.stop_action])
+    server_menu.addSeparator()
+    server_menu.addAction(parts.serving.list_action)
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

@@ -49,6 +49,7 @@ from app.shell.precision_menu import PrecisionMenu
 from app.shell.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.score_actions import ScoreActions
 from app.shell.score_dialog import ScoreController, ScoreParts
+from app.shell.serving import ServingController
 from app.shell.step_analyses import step_analyses
 from app.shell.tab_order import focus_next, tab_order
 from app.shell.window_actions import Toggles, WindowActions
@@ -193,6 +194,7 @@ class MainWindow(QMainWindow):
         self.step_analyses = step_analyses(context, self.timeline, self.clock)  # surprise, …
         acceptance = next(c.action for c in self.step_analyses if isinstance(c.analysis, DraftAcceptance))
         self.draft = DraftModelController(context, lambda: recent_models(self.settings), acceptance)
+        self.serving = ServingController(context, self.controls_dock, self.open_conversation)  # Server ▸
         self.analysis_actions = analysis_actions(
             self.actions, self.precision_check, self.compare_models, self.logit_lens, self.step_analyses
         )
@@ -210,6 +212,7 @@ class MainWindow(QMainWindow):
                 self.kv_cache,
                 self.analysis_actions,
                 self.draft.action,
+                self.serving,
             ),
         )
 
@@ -414,6 +417,7 @@ class MainWindow(QMainWindow):
                 self.window_actions.help_window.close()
             self.compare_models.cancel()  # its generator is closed before the engine's thread ends
             self.logit_lens.cancel()  # likewise
+            self.serving.stop()  # its clients get the end of their replies; then the engine stops
             started = time.perf_counter()
             self.engine.stop()
             self.shutdown_seconds = time.perf_counter() - started

@@ -34,15 +34,13 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.model.jobs import ChatJob, ForkJob
 from app.model.scored import ReplayJob, ScoreJob
+from app.model.served import ServedJob
+from app.shell.score_steps import GenerationFailed, ScoreSteps
 from engine.api.errors import EngineError, ModelLoadError
-from engine.api.events import Divergence, Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
+from engine.api.events import Divergence, Finished, PrefillProgress, ScoreDone, TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
 
 __all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
-
-
-class GenerationFailed(RuntimeError):
-    """A decode step raised; every running reply was cancelled. ``__cause__`` is the error."""
 
 
 def describe(exc: BaseException) -> str:
@@ -75,12 +73,12 @@ class EngineWorker(QObject):
         self._session = None
         self._local = None  # the local engine while a server is in use
         self._tags: dict[int, int] = {}  # request id -> the GUI's tag
+        self._sinks: dict[int, Any] = {}  # a served request's id -> where its client's events go
         # A fork's group id (its first request id) -> its group tag and its members' tags.
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
-        self._scores: dict[int, Any] = {}  # tag -> a ScoreJob's or ReplayJob's event generator
-        self._scored: dict[int, list[str]] = {}  # tag -> the texts of its steps so far
-        self._score_timer: QTimer | None = None
+        self._scores = ScoreSteps(self)
+        """Scored texts and replays, one chunk per event (``app.shell.score_steps``)."""
 
     def session_with(self, capability: str):
         """The session if its ``capabilities`` say it can do ``capability`` (an
@@ -171,7 +169,10 @@ class EngineWorker(QObject):
     def submit(self, job: ChatJob | ForkJob) -> None:
         session = self._ensure_session()
         if isinstance(job, (ScoreJob, ReplayJob)):
-            self._submit_score(session, job)
+            self._scores.submit(session, job)
+            return
+        if isinstance(job, ServedJob):
+            self._serve(session, job)
             return
         tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
         try:
@@ -187,6 +188,46 @@ class EngineWorker(QObject):
             members = {r.request_id: tag for tag, r in zip(tags, started, strict=True)}
             self._groups[started[0].request_id] = (job.group, members)
         self._schedule()
+
+    def _serve(self, session, job: ServedJob) -> None:
+        """A request from the app's server (``app.model.served``): started as a reply is, in
+        the same scheduler (continuous batching with the app's own), its events to its
+        client's sink as well as to the GUI; its client learns its id, or the refusal."""
+        request = job.request
+        if not job.started.set_running_or_notify_cancel():  # its client gave up while it crossed over
+            self.job_rejected.emit(job.tag, EngineError("the client went away before its request started."))
+            return
+        try:
+            if why := session.capabilities.reason("serve"):
+                raise EngineError(f"serve: {why}")
+            if request.chat:
+                session.set_enable_thinking(None)  # the template's default, as a server's
+                started = session.start(list(request.messages), request.params)
+            else:
+                started = session.start_text(request.prompt, request.params)
+        except Exception as exc:
+            job.started.set_exception(exc)
+            self.job_rejected.emit(job.tag, exc)
+            return
+        self._tags[started.request_id] = job.tag
+        self._sinks[started.request_id] = job.sink
+        job.started.set_result(started.request_id)
+        self.job_started.emit(job.tag, started.request_id, len(started.prompt_tokens))
+        self._schedule()
+
+    @Slot(int)
+    def cancel_request(self, request_id: int) -> None:
+        """A served request's client went away: its reply stops at the next step."""
+        if request_id in self._sinks and self._session is not None:
+            with contextlib.suppress(EngineError):  # it may have ended meanwhile
+                self._session.cancel(request_id)
+            self._schedule()
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's bytes for a served reply's logprobs; the server's threads call it (the
+        session reads its tokenizer's vocabulary only)."""
+        session = self._session
+        return session.token_bytes(token_id) if session is not None else b""
 
     @staticmethod
     def _start(session, job: ChatJob | ForkJob) -> list:
@@ -217,8 +258,7 @@ class EngineWorker(QObject):
     @Slot(int)
     def cancel(self, tag: int) -> None:
         session = self._ensure_session()
-        if tag in self._scores:
-            self._end_score(tag, FinishReason.CANCELLED)
+        if self._scores.cancel(tag):
             return
         for request_id, t in list(self._tags.items()):
             if t == tag:
@@ -242,8 +282,7 @@ class EngineWorker(QObject):
         """Stop everything and release MLX's per-thread state; call before the thread quits."""
         if self._timer is not None:
             self._timer.stop()
-        for tag in list(self._scores):
-            self._scores.pop(tag).close()
+        self._scores.close()
         if self._session is not None:
             try:
                 self._session.cancel_all()
@@ -255,6 +294,7 @@ class EngineWorker(QObject):
             self._retire(self._local)
             self._local = None
         self._tags.clear()
+        self._sinks.clear()
         self._groups.clear()
         self.shut_down.emit()
 
@@ -294,6 +334,11 @@ class EngineWorker(QObject):
             if isinstance(event, Divergence):
                 self._emit_divergence(event)
                 continue
+            if (sink := self._sinks.get(event.request_id)) is not None and not isinstance(event, ScoreDone):
+                with contextlib.suppress(RuntimeError):  # its event loop is gone (the server stopped)
+                    sink(event)
+                if isinstance(event, Finished):
+                    del self._sinks[event.request_id]
             tag = self._tags.get(event.request_id)
             if tag is None:
                 continue
@@ -315,72 +360,6 @@ class EngineWorker(QObject):
         group, members = found
         pairs = tuple((members[a], members[b]) for a, b in event.pairs)
         self.divergence_measured.emit(group, dataclasses.replace(event, pairs=pairs))
-
-    # Scoring (ScoreJob, ReplayJob): one chunk of the teacher-forced pass per event --------------
-
-    def _submit_score(self, session, job) -> None:
-        try:
-            need = "score" if isinstance(job, ScoreJob) else "replay"
-            if why := session.capabilities.reason(need):  # "" when the backend can
-                raise EngineError(f"{need}: {why}")
-            if isinstance(job, ScoreJob):
-                events = session.score_text(job.text, job.params, job.prompt, request_id=job.tag)
-            elif job.text is not None:  # a text scored without a prompt: as it was scored
-                events = session.replay_text(job.text, job.output, job.params, request_id=job.tag)
-            else:
-                events = session.replay(job.messages, job.output, job.params, request_id=job.tag)
-            events = iter(events)
-        except Exception as exc:
-            self.job_rejected.emit(job.tag, exc)
-            return
-        self._scores[job.tag] = events
-        self._scored[job.tag] = []
-        self.job_started.emit(job.tag, job.tag, 0)
-        if self._score_timer is None:
-            self._score_timer = QTimer(self)
-            self._score_timer.setSingleShot(True)
-            self._score_timer.setInterval(0)
-            self._score_timer.timeout.connect(self._score_step)
-        self._score_timer.start()
-
-    @Slot()
-    def _score_step(self) -> None:
-        """Run each scoring job up to its next chunk, so a cancel queued meanwhile applies."""
-        for tag in list(self._scores):
-            events = self._scores.get(tag)
-            try:
-                for event in events:
-                    if isinstance(event, TokenStep):
-                        self._scored[tag].append(event.text)
-                        self.token_sampled.emit(tag, event)
-                    elif isinstance(event, PrefillProgress):
-                        self.prefill_progressed.emit(tag, event.done, event.total)
-                        break
-                    elif isinstance(event, ScoreDone):
-                        self.score_finished.emit(tag, event)
-                        self._end_score(tag, FinishReason.SCORED, event)
-                        break
-                else:
-                    self._end_score(tag, FinishReason.SCORED)
-            except Exception as exc:
-                failure = GenerationFailed(f"scoring failed: {type(exc).__name__}: {exc}")
-                failure.__cause__ = exc
-                self.errored.emit(failure)
-                self._end_score(tag, FinishReason.ERROR, error=str(exc))
-        if self._scores and self._score_timer is not None:
-            self._score_timer.start()
-
-    def _end_score(
-        self, tag: int, reason: FinishReason, done: ScoreDone | None = None, error: str | None = None
-    ) -> None:
-        events = self._scores.pop(tag, None)
-        if events is None:
-            return
-        events.close()
-        texts = self._scored.pop(tag, [])
-        rate = done.tokens_per_second if done is not None else 0.0
-        finished = Finished(tag, reason, 0, 0, len(texts), rate, 0.0, "".join(texts), error=error)
-        self.job_finished.emit(tag, finished)
 
 
 class WorkerThread:

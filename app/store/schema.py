@@ -80,7 +80,21 @@ CREATE TABLE IF NOT EXISTS live_steps (
     PRIMARY KEY (reply, idx)
 );
 """
-SCHEMA_VERSION = 7
+SERVED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS served (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    client TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    model TEXT NOT NULL,
+    sent TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    finish_reason TEXT,
+    tokens INTEGER NOT NULL DEFAULT 0
+);
+"""
+SCHEMA_VERSION = 8
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
 2: token steps keyed by stage name (token records of version 2; each record names its
 version, :mod:`engine.api.codec` reads every one, so later record versions need no migration).
@@ -100,7 +114,11 @@ replies saved before, and a server's, which does not say).
 ``local``, or ``remote:<server kind>:<stage>:detected|set`` for an OpenAI-compatible server:
 the stage its numbers are and whether it was detected from the server's kind or set (or
 assumed) in Connect…; issue 24; NULL for replies saved before, which the views tell apart by their
-steps (``app.model.reply_origin``))."""
+steps (``app.model.reply_origin``)).
+8: requests served over the OpenAI API (``served``, issue 38): each one's conversation and
+reply message, its client, endpoint (``chat`` or ``completion``) and model, its settings as
+the client sent them (JSON), when it came, and how it ended (NULL while it is written, or
+after a crash) with its token count (``app.store.served_log``)."""
 INTERRUPTED = FinishReason.INTERRUPTED
 
 
@@ -146,6 +164,10 @@ def _add_backend(db: sqlite3.Connection) -> None:
     _add_column(db, "backend")
 
 
+def _add_served(db: sqlite3.Connection) -> None:
+    db.execute(SERVED_SCHEMA)
+
+
 # MIGRATIONS[v] turns a version-v database into version v + 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _steps_v1_to_v2,
@@ -154,6 +176,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _add_model_source,
     5: _add_precision,
     6: _add_backend,
+    7: _add_served,
 }
 
 

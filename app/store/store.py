@@ -31,10 +31,12 @@ from app.store.schema import (
     MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
+    SERVED_SCHEMA,
     NewerSchemaError,
     backup_path,
     has_tables,
 )
+from app.store.served_log import ServedLog
 from app.store.writes import StoreWrites
 
 __all__ = [
@@ -74,12 +76,14 @@ class Store:
         self.writes = StoreWrites(self.db, self.model_sources, self.model_precisions, self.model_backends)
         """Conversations made and changed, messages, branches and compare runs saved, the
         stream journal's leftovers recovered."""
+        self.served = ServedLog(self.db)
+        """The requests served over the OpenAI API (the Served list)."""
 
     def _open_schema(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             if not has_tables(self.db):
-                self.db.executescript(SCHEMA + COMPARE_SCHEMA + JOURNAL_SCHEMA)
+                self.db.executescript(SCHEMA + COMPARE_SCHEMA + JOURNAL_SCHEMA + SERVED_SCHEMA)
                 self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self.db.commit()
                 return

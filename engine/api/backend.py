@@ -135,6 +135,11 @@ class Backend(Protocol):
         """Start a reply to ``messages``; its events come from :meth:`step`."""
         ...
 
+    def start_text(self, text: str, params: SamplingParams) -> StartedRequest:
+        """Start a continuation of ``text`` as it is, no chat template (a served
+        ``/v1/completions`` request). Needs ``capabilities.serve``."""
+        ...
+
     def continue_reply(
         self,
         messages: Messages,
@@ -307,6 +312,12 @@ class Backend(Protocol):
         ...
 
     def token_text(self, token_id: int) -> str: ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's own bytes (``logprobs``' ``bytes``; a character split across tokens is
+        in neither whole). Reads only the tokenizer's vocabulary, so the server's threads may
+        call it. Needs ``capabilities.serve``."""
+        ...
 
     def memory_bytes(self) -> int: ...
 

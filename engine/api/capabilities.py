@@ -27,6 +27,7 @@ NAMES = (
     "memory",
     "load_files",
     "network",
+    "serve",
 )
 
 
@@ -67,6 +68,9 @@ class Capabilities:
     """``load`` takes a model file, folder or repo id (else: one of a server's model ids)."""
     network: bool = False
     """Requests travel over the network: one can fail mid-reply (``Finished.error``)."""
+    serve: bool = False
+    """``start_text`` / ``token_bytes``: what Logitscope's own OpenAI-compatible server needs
+    beyond ``start`` (a completion's raw text, the bytes of each reported token)."""
     reasons: tuple[tuple[str, str], ...] = field(default=())
     """``(name, why it is off)`` for flags that are off."""
 
@@ -98,6 +102,7 @@ LOCAL_CAPABILITIES = Capabilities(
     token_ids=True,
     memory=True,
     load_files=True,
+    serve=True,
     reasons=(("network", "the model runs in this process."),),
 )
 """The local MLX engine: everything but the network."""

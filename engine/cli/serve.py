@@ -9,14 +9,11 @@ printed on stderr once the server listens, and Ctrl-C stops it.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 
 from engine.cli.args import UsageError, add_kv_flags, add_precision_flag, kv_from
-
-DEFAULT_PORT = 8080
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+from engine.serve.address import DEFAULT_PORT, is_local
 
 
 def add_serve_command(commands) -> None:
@@ -33,15 +30,6 @@ def add_serve_command(commands) -> None:
     p.add_argument("--max-batch-size", type=int, default=8, help="requests decoded together (default 8)")
     add_precision_flag(p)
     add_kv_flags(p)
-
-
-def is_local(host: str) -> bool:
-    if host in LOCAL_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def api_key_of(args: argparse.Namespace) -> str | None:

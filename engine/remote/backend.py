@@ -210,6 +210,7 @@ class RemoteBackend:
     load_second = compare_reply = compare_text = Refused("compare_models")
     load_draft = Refused("draft")
     lens_reply = lens_text = Refused("logit_lens")
+    start_text = token_bytes = Refused("serve")
 
     def second_model(self) -> None:
         return None

@@ -251,6 +251,7 @@ def remote_capabilities(kind: ServerKind, stage: str) -> Capabilities:
             ("token_ids", f"{kind.title} may send a token's text without its id."),
             ("memory", "the server's memory is not reported."),
             ("load_files", "a server serves its own models: choose one of its model ids."),
+            ("serve", f"Logitscope serves a model it runs itself; {kind.title} serves its own."),
         ),
     )
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.errors import EngineError
+from engine.api.vocab_bytes import vocab_piece_bytes
 from engine.remote.servers import finite_logprob
 
 
@@ -77,33 +78,6 @@ class WireChunk:
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
     has_logprobs: bool = False
-
-
-def _bytes_to_unicode() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: printable stand-in character -> byte."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    chars, n = list(keep), 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(keep, chars, strict=True)}
-
-
-_BYTE_OF = _bytes_to_unicode()
-_SPM_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-def vocab_piece_bytes(piece: str) -> bytes:
-    """A raw vocabulary string (``convert_ids_to_tokens``) as bytes: GPT-2 byte-level when
-    every character is in its alphabet, else SentencePiece (``▁`` is a space)."""
-    m = _SPM_BYTE.match(piece)
-    if m:
-        return bytes([int(m.group(1), 16)])
-    if "▁" not in piece and all(c in _BYTE_OF for c in piece):
-        return bytes(_BYTE_OF[c] for c in piece)
-    return piece.replace("▁", " ").encode("utf-8")
 
 
 def _token_id(entry: Mapping[str, Any]) -> int | None:

@@ -1,3 +1,5 @@
-"""Logitscope as an OpenAI-compatible server (``python -m engine serve``): requests read and
-checked (``request_fields``), the answers in OpenAI's shapes (``responses``), the engine's
-thread (``engine_loop``) and the HTTP application (``http``)."""
+"""Logitscope as an OpenAI-compatible server (``python -m engine serve``, and the app's Server
+menu): requests read and checked (``request_fields``), the answers in OpenAI's shapes
+(``responses``), what the server needs of an engine (``seam``), the engine's thread of the
+command line (``engine_loop``), the HTTP application (``http``), where it listens
+(``address``) and the server on a thread of its own (``server_thread``)."""

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, FinishReason, ScoreDone, TokenStep
-from engine.runtime.prompts import encode_text
 from engine.serve.request_fields import ServedRequest
 from engine.serve.seam import Sink
 from engine.session.session import EngineSession
@@ -80,13 +79,7 @@ class EngineLoop:
         self._thread.join(timeout=30)
 
     def token_bytes(self, token_id: int) -> bytes:
-        """A token's own bytes (a character split across tokens is in neither whole)."""
-        from engine.remote.wire import vocab_piece_bytes
-
-        tokenizer = self.session.scheduler.loaded.tokenizer
-        inner = getattr(tokenizer, "_tokenizer", tokenizer)
-        piece = inner.convert_ids_to_tokens(int(token_id))
-        return vocab_piece_bytes(piece) if isinstance(piece, str) else b""
+        return self.session.token_bytes(token_id)
 
     # The engine's thread --------------------------------------------------------------------
 
@@ -150,11 +143,9 @@ class EngineLoop:
         command.started.set_result(request_id)
 
     def _start(self, request: ServedRequest) -> int:
-        session = self.session
         if request.chat:
-            return session.start(list(request.messages), request.params).request_id
-        prompt = encode_text(session.scheduler.loaded.tokenizer, request.prompt)
-        return session.scheduler.insert(prompt, request.params)
+            return self.session.start(list(request.messages), request.params).request_id
+        return self.session.start_text(request.prompt, request.params).request_id
 
     def _deliver(self, event: Event) -> None:
         if isinstance(event, ScoreDone):

@@ -11,6 +11,7 @@ disconnects while it waits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -36,6 +37,12 @@ def _error(status: int, message: str, param: str | None = None, kind: str = "inv
     return JSONResponse(error_body(message, param, kind), status_code=status)
 
 
+def _client(request: Request) -> str:
+    """Who sent a request, in words: its address and the program it says it is."""
+    parts = (request.client.host if request.client else "", request.headers.get("user-agent", ""))
+    return " · ".join(p for p in parts if p)
+
+
 def _sse(obj: dict[str, Any] | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
 
@@ -43,8 +50,6 @@ def _sse(obj: dict[str, Any] | str) -> str:
 def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
     """The server's application over ``engine``; ``api_key``: the bearer token every request
     must carry (None: none is asked)."""
-    info = engine.info
-    model_id = info.name
 
     def authorized(request: Request) -> bool:
         if api_key is None:
@@ -55,7 +60,7 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
     async def models(request: Request) -> JSONResponse:
         if not authorized(request):
             return _error(401, "a valid API key is needed (Authorization: Bearer KEY).", kind="authentication_error")
-        entry = {"id": model_id, "object": "model", "created": 0, "owned_by": "logitscope"}
+        entry = {"id": engine.info.name, "object": "model", "created": 0, "owned_by": "logitscope"}
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def completions(request: Request, chat: bool) -> Any:
@@ -65,10 +70,12 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error(400, f"the request body is not valid JSON: {exc}.")
+        info = engine.info  # read per request: an app's model in use can change while it serves
         try:  # off the event loop: a large grammar takes a while to compile
             served = await run_in_threadpool(read_request, body, chat, info.context_length or 1_000_000)
         except FieldError as exc:
             return _error(400, str(exc), exc.param)
+        served = dataclasses.replace(served, client=_client(request))
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:
@@ -81,7 +88,7 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
             return _error(500, f"{type(exc).__name__}: {exc}", kind="server_error")
         reply = Reply(
             f"{'chatcmpl' if chat else 'cmpl'}-{request_id}-{secrets.token_hex(4)}",
-            served.model or model_id,
+            served.model or info.name,
             chat,
             served.logprobs,
             served.post_sampling,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.params import MAX_STOP_STRINGS, MAX_TOKENS_RANGE, SamplingParams, SamplingParamsError
@@ -98,6 +98,14 @@ class ServedRequest:
     """The client asked with llama.cpp's ``n_probs``: each chunk also carries
     ``completion_probabilities`` as llama.cpp's server writes them."""
     model: str
+    sent: Mapping[str, Any] = field(default_factory=dict)
+    """The request's settings as the client sent them: its body without the conversation or
+    prompt and the fields that shape only the answer's transport (an app shows these)."""
+    client: str = ""
+    """Who sent it (its address and user agent; ``engine.serve.http`` fills it in)."""
+
+
+NOT_SETTINGS = frozenset({"messages", "prompt", "stream", "stream_options", "model"})
 
 
 def read_request(body: Any, chat: bool, max_tokens_limit: int = MAX_TOKENS_RANGE[1]) -> ServedRequest:
@@ -128,6 +136,7 @@ def read_request(body: Any, chat: bool, max_tokens_limit: int = MAX_TOKENS_RANGE
         post_sampling=_flag(body, "post_sampling_probs", False),
         llama_cpp_probs=llama_cpp_probs,
         model=model if isinstance(model, str) else "",
+        sent={k: v for k, v in body.items() if k not in NOT_SETTINGS},
     )
 
 

@@ -26,7 +26,7 @@ from engine.api.reasoning import checked_switch, has_thinking_switch
 from engine.api.results import LensPosition, SecondModel, TokenKLD
 from engine.models.fit import check_fits_beside, loaded_bytes
 from engine.models.load import DEFAULT_MODEL, ProgressFn, default_model_path, load
-from engine.runtime.prompts import encode_messages, scored_text, token_ids
+from engine.runtime.prompts import encode_messages, encode_text, scored_text, token_ids
 from engine.runtime.scheduler import Scheduler
 from engine.session.compare import ModelComparison
 from engine.session.lens import LensReader, LensReuse
@@ -141,6 +141,11 @@ class EngineSession:
 
     def start(self, messages: Messages, params: SamplingParams) -> StartedRequest:
         prompt = self.prompt_for(messages)
+        request_id = self.scheduler.insert(prompt, params)
+        return StartedRequest(request_id, tuple(prompt))
+
+    def start_text(self, text: str, params: SamplingParams) -> StartedRequest:
+        prompt = encode_text(self.scheduler.loaded.tokenizer, text)
         request_id = self.scheduler.insert(prompt, params)
         return StartedRequest(request_id, tuple(prompt))
 
@@ -381,6 +386,13 @@ class EngineSession:
 
     def token_text(self, token_id: int) -> str:
         return self.scheduler.text.piece(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        from engine.api.vocab_bytes import vocab_piece_bytes
+
+        tokenizer = self.scheduler.loaded.tokenizer
+        piece = getattr(tokenizer, "_tokenizer", tokenizer).convert_ids_to_tokens(int(token_id))
+        return vocab_piece_bytes(piece) if isinstance(piece, str) else b""
 
     @staticmethod
     def memory_bytes() -> int:

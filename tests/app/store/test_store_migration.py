@@ -205,7 +205,7 @@ def test_a_schema_6_database_gains_backend_and_old_replies_are_labelled_by_their
     shutil.copy(FIXTURE_V6, path)
     assert user_version(path) == 6
     store = Store(path)
-    assert store.migrated_from == 6 and user_version(path) == SCHEMA_VERSION == 7
+    assert store.migrated_from == 6 and user_version(path) == SCHEMA_VERSION
     assert user_version(backup_path(path, 6)) == 6
     (recovered,) = store.writes.recover_interrupted()
     (conversation,) = store.reads.conversations()
@@ -232,4 +232,41 @@ def test_a_schema_6_database_gains_backend_and_old_replies_are_labelled_by_their
     assert store.db.execute("SELECT backend FROM live_replies").fetchall() == [("local",)]
     journal.close()
     assert store.integrity() == "ok"
+    store.close()
+
+
+def test_a_schema_7_database_gains_the_served_list(tmp_path):
+    """Schema 7 (today's tables but ``served``, issue 38): the table is added, the
+    conversations stay, and a served request is recorded and read back, newest first; a
+    conversation deleted takes its served row with it."""
+    path = tmp_path / "logitscope.sqlite3"
+    store = Store(path)
+    conversation = store.writes.new_conversation("sys", "kept")
+    user = store.writes.add_user_message(conversation.id, "hi", None)
+    store.writes.add_assistant_message(conversation.id, user.id)
+    store.db.execute("DROP TABLE served")
+    store.db.execute("PRAGMA user_version = 7")
+    store.db.commit()
+    store.close()
+    store = Store(path)
+    assert store.migrated_from == 7 and user_version(path) == SCHEMA_VERSION
+    assert [c.title for c in store.reads.conversations()] == ["kept"]
+    assert store.served.recent() == []
+    served = store.writes.new_conversation("", "served")
+    asked = store.writes.add_user_message(served.id, "q", None)
+    reply = store.writes.add_assistant_message(served.id, asked.id)
+    first = store.served.add(served.id, reply.id, "127.0.0.1 · curl/8", "chat", "tiny", {"top_k": 20})
+    second = store.served.add(served.id, reply.id, "127.0.0.1", "completion", "tiny", {})
+    store.served.finish(first.id, "length", 12)
+    rows = store.served.recent()
+    assert [r.id for r in rows] == [second.id, first.id]
+    assert (rows[1].finish_reason, rows[1].tokens, rows[1].sent, rows[1].client) == (
+        "length",
+        12,
+        {"top_k": 20},
+        "127.0.0.1 · curl/8",
+    )
+    assert rows[0].finish_reason is None  # still being written, or interrupted
+    store.writes.delete_conversation(served.id)
+    assert store.served.recent() == []
     store.close()

@@ -15,12 +15,11 @@ import time
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from engine.api.events import Finished, TokenStep
 from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
 from engine.serve.engine_loop import EngineLoop
-from engine.serve.http import make_app
+from engine.serve.server_thread import ServerThread
 from engine.session.session import EngineSession
 
 CHAT = [{"role": "user", "content": "Tell me about the sea."}]
@@ -42,20 +41,11 @@ class Served:
 
         self.engine = EngineLoop(load)
         self.session = self.engine.session
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        config = uvicorn.Config(make_app(self.engine, api_key), host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
+        self.server = ServerThread(self.engine, "127.0.0.1", 0, api_key)  # port 0: any free one
+        self.port, self.url = self.server.port, self.server.url
 
     def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.server.stop(timeout=30)
         self.engine.close()
 
 

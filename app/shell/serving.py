@@ -1,0 +1,198 @@
+"""Server → Start serving…: the app as an OpenAI-compatible server (issue 38).
+
+``ServingController`` owns the actions, the dialog (``app.views.serve_dialog``), the Served
+list's dock (``app.views.served_list``), the status bar's address and request count, and the
+HTTP server (``engine.serve.server_thread.ServerThread``: Starlette under uvicorn, on a
+thread of its own). The server talks to the engine through :class:`AppEngine`, the app's
+``engine.serve.seam.ServingEngine``:
+
+- a request, checked by the server (``engine.serve.request_fields``: a 400 naming the field
+  before anything else happens), crosses to the GUI thread as a queued signal; there the
+  model layer stores it as a conversation and sends the worker a ``ServedJob``
+  (``app.model.served``), so it runs in the worker's one scheduler beside the app's own
+  replies;
+- its events go to the client from the worker's thread, and to the GUI under the reply's tag;
+- a client that goes away cancels its request through a queued signal to the worker.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtWidgets import QDockWidget, QLabel
+
+from app.views.serve_dialog import ServeChoice, ServeDialog
+from app.views.served_list import ServedList
+from engine.api.backend import ModelInfo
+from engine.serve.address import is_local
+from engine.serve.request_fields import ServedRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from app.shell.context import ShellContext
+    from engine.serve.server_thread import ServerThread
+
+NO_MODEL = "Load a model first: the server serves the model in use."
+NOT_SERVING = "The server is not running."
+ALREADY = "The server is running: stop it first."
+START_TIP = "Answer OpenAI API requests (chat, completions, logprobs) with the model in use; each one is inspectable."
+
+
+class AppEngine(QObject):
+    """The app's ``ServingEngine``: called on the server's threads, it reaches the GUI thread
+    and the worker only through queued signals."""
+
+    arrived = Signal(object, object, object)  # ServedRequest, sink, Future
+    cancel_requested = Signal(int)  # engine request id
+
+    def __init__(self, info: Callable[[], ModelInfo | None], token_bytes: Callable[[int], bytes]) -> None:
+        super().__init__()
+        self._info = info
+        self._last: ModelInfo | None = info()
+        self.token_bytes = token_bytes
+
+    @property
+    def info(self) -> ModelInfo:
+        """The model in use (the one last loaded while a new one loads)."""
+        self._last = self._info() or self._last
+        return self._last
+
+    def submit(self, request: ServedRequest, sink: Any) -> Future:
+        started: Future = Future()
+        self.arrived.emit(request, sink, started)
+        return started
+
+    def cancel(self, request_id: int) -> None:
+        self.cancel_requested.emit(request_id)
+
+
+class ServingController(QObject):
+    def __init__(
+        self, context: ShellContext, dock_beside: QDockWidget, open_conversation: Callable[[int], None]
+    ) -> None:
+        super().__init__(context.parent)
+        self.context = context
+        self.served = context.model.served
+        worker = context.link.engine.worker
+        self.engine = AppEngine(lambda: context.in_use.info, worker.token_bytes)
+        self.engine.arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
+        self.engine.cancel_requested.connect(worker.cancel_request, Qt.ConnectionType.QueuedConnection)
+        self.server: ServerThread | None = None
+        self.choice: ServeChoice | None = None
+        self.dialog: ServeDialog | None = None
+        self.label = QLabel("")
+        context.status.bar.addPermanentWidget(self.label)
+        self.label.hide()
+        self.list = ServedList()
+        self.list.set_rows(self.served.rows, set())
+        self.list.opened.connect(open_conversation)
+        window = context.parent
+        self.dock = QDockWidget("Served", window)
+        self.dock.setObjectName("served")
+        self.dock.setWidget(self.list)
+        window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.dock)
+        window.tabifyDockWidget(dock_beside, self.dock)
+        self.dock.hide()
+        dock_beside.raise_()
+        context.model.events.conversation_changed.connect(
+            lambda conversation: self.list.select_conversation(conversation.id if conversation else None)
+        )
+        events = self.served.events
+        events.added.connect(self._on_added)
+        events.changed.connect(self._on_changed)
+        events.removed.connect(self._on_removed)
+        actions = context.actions
+        self.start_action = actions.add(
+            "Start serving…",
+            self.open_dialog,
+            capability="serve",
+            needs=lambda: ALREADY if self.server is not None else ("" if context.in_use.info else NO_MODEL),
+            tooltip=START_TIP,
+            status_tip=START_TIP,
+            prefix="",
+        )
+        self.stop_action = actions.add(
+            "Stop serving", self.stop, needs=lambda: "" if self.server is not None else NOT_SERVING, prefix=""
+        )
+        self.list_action = self.dock.toggleViewAction()
+        self.list_action.setText("Served requests")
+
+    # Starting and stopping -----------------------------------------------------------------
+
+    def open_dialog(self) -> None:
+        info = self.context.in_use.info
+        self.dialog = ServeDialog(info.name if info else "the model", self.choice, self.context.parent)
+        self.dialog.accepted.connect(lambda: self.start(self.dialog.choice()))
+        self.dialog.open()
+
+    def start(self, choice: ServeChoice) -> bool:
+        """Listen on ``choice``'s address; False (and the reason in the dialog and the status
+        bar) when it cannot."""
+        from engine.serve.server_thread import ServerThread
+
+        if self.server is not None:
+            return False
+        try:
+            self.server = ServerThread(self.engine, choice.host, choice.port, choice.api_key)
+        except OSError as exc:
+            message = f"Could not start serving: {exc}"
+            self.context.status.show_message(message, 8000)
+            if self.dialog is not None:
+                self.dialog.show_error(message)
+                self.dialog.open()
+            return False
+        self.choice = choice
+        self.list.set_heading(self.server.url)
+        self.dock.show()
+        self.dock.raise_()
+        warning = "" if is_local(choice.host) else " — other machines can reach it (API key asked)"
+        self.context.status.show_message(f"Serving on {self.server.url}{warning}.", 8000)
+        self._update_label()
+        self.context.actions.refresh()
+        return True
+
+    def stop(self) -> None:
+        """Stop listening; the requests being written end (their clients get the end)."""
+        if self.server is None:
+            return
+        for tag in list(self.served.live):
+            self.context.model.events.cancel_requested(tag)
+        self.server.stop()
+        self.server = None
+        self.list.set_heading("")
+        self._update_label()
+        self.context.status.show_message("Stopped serving.")
+        self.context.actions.refresh()
+
+    # The model layer's reports ----------------------------------------------------------------
+
+    @Slot(object, object, object)
+    def _on_arrived(self, request: ServedRequest, sink: Any, started: Future) -> None:
+        if self.server is None:  # stopped while it crossed over
+            if not started.cancelled():
+                started.set_exception(RuntimeError("the server stopped."))
+            return
+        self.served.arrive(request, sink, started)
+
+    def _on_added(self, row) -> None:
+        self.list.add_row(row, True)
+        self._update_label()
+
+    def _on_changed(self, row) -> None:
+        self.list.update_row(row, row.id in {r.id for r in self.served.live.values()})
+
+    def _on_removed(self, row_id: int) -> None:
+        self.list.remove_row(row_id)
+        self._update_label()
+
+    def _update_label(self) -> None:
+        if self.server is None:
+            self.label.hide()
+            return
+        count = self.served.count
+        self.label.setText(f"Serving {self.server.url} · {count} request{'s' if count != 1 else ''}")
+        self.label.setToolTip("Server → Stop serving ends it; the Served list shows each request.")
+        self.label.show()

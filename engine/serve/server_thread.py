@@ -1,0 +1,61 @@
+"""Logitscope's HTTP server on a thread of its own (uvicorn, its event loop there): what the
+app runs beside its window, and the tests beside an engine (``python -m engine serve`` runs
+uvicorn on its main thread instead)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.serve.address import bind
+from engine.serve.http import make_app
+from engine.serve.seam import ServingEngine
+
+START_TIMEOUT_S = 10.0
+GRACE_S = 2.0
+"""How long a stop waits for open streams (their requests were cancelled) to end."""
+
+
+class ServerThread:
+    """Serves ``engine`` on ``host:port`` from now until :meth:`stop`. The socket is bound
+    here, on the caller's thread: a port in use raises ``OSError`` at once."""
+
+    def __init__(self, engine: ServingEngine, host: str, port: int, api_key: str | None = None) -> None:
+        import uvicorn
+
+        sock = bind(host, port)
+        self.host, self.port = host, sock.getsockname()[1]
+        config = uvicorn.Config(
+            make_app(engine, api_key), log_level="warning", timeout_graceful_shutdown=int(GRACE_S) or 1
+        )
+        self._server = uvicorn.Server(config)
+        self._failure: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._server.run(sockets=[sock])
+            except BaseException as exc:  # noqa: BLE001 - uvicorn exits with SystemExit on failure
+                self._failure = exc
+            finally:
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name="logitscope-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._server.started:
+            self.stop()
+            raise OSError(f"the server did not start on {host}:{self.port}: {self._failure or 'timed out'}.")
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)

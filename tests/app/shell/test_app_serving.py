@@ -1,0 +1,208 @@
+"""Server → Start serving… in the app, with the tiny model and real clients (the openai SDK
+and httpx) on 127.0.0.1: a served request is a conversation in the Served list, streaming
+live; opened, it streams in the chat, its tokens carry what the client was sent; the app's
+own reply runs beside it; a client that goes away cancels its request; a bad body is a 400
+that changes nothing; a served reply branches like any other; the list survives a restart."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+pytest.importorskip("pytestqt")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from engine.api.params import SamplingParams  # noqa: E402
+from tests.app.shell.test_app import (  # noqa: E402, F401
+    TIMEOUT,
+    assistant_entries,
+    close_window,
+    open_window,
+    profile,
+    send,
+)
+
+
+STATE = 3  # the Served list's State column
+
+
+def in_background(target) -> dict:
+    """Run a client call off the GUI thread (the app must go on answering events); the
+    result or the exception lands in the dict returned."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = target()
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    out["thread"] = thread
+    return out
+
+
+def wait_for(qtbot, call: dict):
+    """The result of a call :func:`in_background` started, the GUI's events running meanwhile."""
+    qtbot.waitUntil(lambda: "result" in call or "error" in call, timeout=TIMEOUT)
+    if "error" in call:
+        raise call["error"]
+    return call["result"]
+
+
+def start_serving(window) -> str:
+    from app.views.serve_dialog import ServeChoice
+
+    assert window.serving.start(ServeChoice("127.0.0.1", 0, None))  # port 0: any free one
+    return window.serving.server.url
+
+
+def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):  # noqa: F811
+    window = open_window(qtbot, profile, str(tiny_folder))
+    try:
+        no_eos = {str(t): -100 for t in window.model_info.eos_token_ids}
+        url = start_serving(window)
+        assert window.serving.label.isVisible() and url in window.serving.label.text()
+        assert window.serving.dock.isVisible()
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+        messages = [
+            {"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "the cat"},
+            {"role": "assistant", "content": "sat"},
+            {"role": "user", "content": "on the mat"},
+        ]
+
+        def ask():
+            stream = client.chat.completions.create(
+                model="tiny",
+                messages=messages,
+                max_tokens=300,
+                temperature=0.8,
+                seed=5,
+                logprobs=True,
+                top_logprobs=3,
+                logit_bias=no_eos,
+                stream=True,
+                extra_body={"top_k": 20, "min_p": 0.02},
+            )
+            return [c for c in stream]
+
+        asked = in_background(ask)
+        served = window.model.served
+        qtbot.waitUntil(lambda: bool(served.live) and next(iter(served.live.values())).tokens > 3, timeout=TIMEOUT)
+        (row,) = served.rows
+        assert row.endpoint == "chat" and row.model == window.model_info.name
+        assert row.sent["top_k"] == 20 and row.sent["min_p"] == 0.02 and row.sent["seed"] == 5
+        assert row.sent["logit_bias"] == no_eos and "messages" not in row.sent
+        assert "1 request" in window.serving.label.text()
+        assert window.serving.list.tree.topLevelItem(0).text(STATE) == "writing…"
+        # The app's own chat goes on beside it, in the same batch: a reply of a new chat starts
+        # and ends while the served one is still being written.
+        assert not window.model.busy()  # the served conversation is not the one open
+        send(qtbot, window, "hello", SamplingParams(max_tokens=6, temperature=0.0))
+        assert served.live, "the app's own reply waited for the served one to end"
+        (local,) = assistant_entries(window)
+        assert len(window.entries[local].steps) == 6
+        # Opened while it streams, it streams in the chat like a local reply.
+        window.serving.list.opened.emit(row.conversation_id)
+        assert window.model.conversation.id == row.conversation_id
+        assert window.model.system_prompt == "You answer briefly."
+        users = [e.text for e in window.entries if e.role == "user"]
+        assert users == ["the cat", "on the mat"]
+        reply = next(e for e in window.entries if e.streaming)
+        assert window.model.busy() and reply.key == ("assistant", row.message_id)
+        chunks = wait_for(qtbot, asked)
+        qtbot.waitUntil(lambda: not window.model.busy(), timeout=TIMEOUT)
+        # What the client got is what the app keeps, token for token, logprob for logprob.
+        said, at = assistant_entries(window)  # the client's own turn ("sat", text only), the reply
+        assert window.entries[said].text == "sat" and not window.entries[said].steps
+        steps = window.entries[at].steps
+        sent = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+        assert len(steps) == len(sent) == 300
+        assert [s.token_id for s in steps] == [e.model_extra["id"] for e in sent]
+        for step, entry in zip(steps, sent, strict=True):
+            assert abs(step.logprob_at("raw") - entry.logprob) < 1e-5
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "".join(s.text for s in steps)
+        assert row.finish_reason == "length" and row.tokens == 300
+        assert window.serving.list.tree.topLevelItem(0).text(STATE) == "length"
+        details = window.serving.list.details.text()  # the open conversation's request, in full
+        assert "/v1/chat/completions" in details and '"top_k"' not in details and "top_k=20" in details
+        # A served reply branches like any other: another candidate at token 2.
+        stream = window.entries[at].stream
+        second = next(c for c in steps[2].top if c.token_id != steps[2].token_id)
+        window.select_token((stream, 2))
+        window.pick_token(second.token_id, second.text)
+        qtbot.waitUntil(lambda: not window.model.busy(), timeout=TIMEOUT)
+        (branched,) = [window.entries[i] for i in assistant_entries(window) if window.entries[i].branches == 2]
+        assert [s.token_id for s in branched.steps[:2]] == [s.token_id for s in steps[:2]]
+        assert branched.steps[2].token_id == second.token_id
+        # A bad body is a 400 that names the field, and nothing is stored.
+        bad = wait_for(
+            qtbot,
+            in_background(lambda: httpx.post(f"{url}/chat/completions", json={"messages": messages, "top_k": "x"})),
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_k"
+        assert len(served.rows) == 1
+        # A client that goes away cancels its request; the reply so far is kept. (Every client
+        # call runs off the GUI thread: a request reaches the engine through it.)
+        body = {"messages": messages, "max_tokens": 400, "logit_bias": no_eos, "stream": True}
+
+        def leave() -> list[str]:
+            with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=60) as response:
+                lines = response.iter_lines()
+                return [next(lines) for _ in range(6)]
+
+        left = wait_for(qtbot, in_background(leave))
+        assert any(line.startswith("data: {") for line in left)
+        qtbot.waitUntil(lambda: not served.live, timeout=TIMEOUT)
+        assert served.rows[0].finish_reason == "cancelled" and 0 < served.rows[0].tokens < 400
+        assert "2 requests" in window.serving.label.text()
+        # A completion: its raw prompt is inspectable, not continued as if it were a chat turn.
+        text = wait_for(
+            qtbot,
+            in_background(
+                lambda: client.completions.create(model="tiny", prompt="once upon", max_tokens=5, temperature=0)
+            ),
+        )
+        completion = served.rows[0]
+        assert completion.endpoint == "completion" and completion.tokens == 5
+        window.serving.list.opened.emit(completion.conversation_id)
+        qtbot.waitUntil(lambda: any(bool(e.steps) for e in window.entries if e.role == "assistant"), timeout=TIMEOUT)
+        (done,) = [e for e in window.entries if e.role == "assistant"]
+        assert "".join(s.text for s in done.steps) == text.choices[0].text
+        assert [e.text for e in window.entries if e.role == "user"] == ["Completion of: once upon"]
+        window.select_token((done.stream, 1))
+        assert not window.model.generation.pick_token(done.steps[1].top[-1].token_id, SamplingParams())
+        assert "raw prompt" in window.statusBar().currentMessage()
+        window.serving.stop()
+        assert not window.serving.label.isVisible()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/models", timeout=5)
+    finally:
+        window.serving.stop()
+        close_window(window)
+    # The Served list is kept: a new window on the same profile shows every request.
+    window = open_window(qtbot, profile, str(tiny_folder))
+    try:
+        rows = window.model.served.rows
+        assert [r.endpoint for r in rows] == ["completion", "chat", "chat"]
+        assert [r.finish_reason for r in rows] == ["length", "cancelled", "length"]
+        assert window.serving.list.row_count() == 3
+        assert json.loads(json.dumps(rows[-1].sent))["top_k"] == 20
+        # A port in use is said where it was asked for, and nothing starts.
+        from app.views.serve_dialog import ServeChoice
+
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            assert not window.serving.start(ServeChoice("127.0.0.1", port, None))
+        assert f"cannot listen on 127.0.0.1:{port}" in window.statusBar().currentMessage()
+        assert window.serving.server is None and not window.serving.label.isVisible()
+    finally:
+        close_window(window)
