@@ -26,7 +26,6 @@ from tests.app.shell.test_app import (  # noqa: E402, F401
     send,
 )
 
-
 STATE = 3  # the Served list's State column
 
 
