@@ -11,6 +11,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Slot
 
 from app.model.scored import ReplayJob, ScoreJob
+from app.shell.step_timer import step_timer
 from engine.api.errors import EngineError
 from engine.api.events import Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
 
@@ -48,10 +49,7 @@ class ScoreSteps(QObject):
         self._scored[job.tag] = []
         worker.job_started.emit(job.tag, job.tag, 0)
         if self._timer is None:
-            self._timer = QTimer(self)
-            self._timer.setSingleShot(True)
-            self._timer.setInterval(0)
-            self._timer.timeout.connect(self._step)
+            self._timer = step_timer(self, self._step)
         self._timer.start()
 
     def cancel(self, tag: int) -> bool:

@@ -20,6 +20,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from app.shell.step_timer import step_timer
+
 WAIT_MS = 50  # how often a job waiting for a reply to end looks again
 
 
@@ -43,10 +45,7 @@ class SteppedRunner(QObject):
         self._end()
         self._job, self._rows = job, None
         if self._timer is None:
-            self._timer = QTimer(self)
-            self._timer.setSingleShot(True)
-            self._timer.setInterval(0)
-            self._timer.timeout.connect(self._step)
+            self._timer = step_timer(self, self._step)
         self._timer.start()
 
     @Slot(int)

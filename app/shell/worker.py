@@ -36,6 +36,7 @@ from app.model.jobs import ChatJob, ForkJob
 from app.model.scored import ReplayJob, ScoreJob
 from app.model.served import ServedJob
 from app.shell.score_steps import GenerationFailed, ScoreSteps
+from app.shell.step_timer import step_timer
 from engine.api.errors import EngineError, ModelLoadError
 from engine.api.events import Divergence, Finished, PrefillProgress, ScoreDone, TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
@@ -104,10 +105,7 @@ class EngineWorker(QObject):
                 self._session = EngineSession()
             else:
                 self._session = self._session_factory()
-            self._timer = QTimer(self)
-            self._timer.setSingleShot(True)
-            self._timer.setInterval(0)
-            self._timer.timeout.connect(self._step)
+            self._timer = step_timer(self, self._step)
         return self._session
 
     @Slot(str, str, object)

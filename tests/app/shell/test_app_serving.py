@@ -131,8 +131,18 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):  # noqa:
         assert window.serving.list.tree.topLevelItem(0).text(STATE) == "length"
         details = window.serving.list.details.text()  # the open conversation's request, in full
         assert "/v1/chat/completions" in details and '"top_k"' not in details and "top_k=20" in details
-        # A served reply branches like any other: another candidate at token 2.
         stream = window.entries[at].stream
+        # It replays like any other: under its own settings, nothing it drew is removed, and
+        # the teacher-forced pass reads the model's own numbers again.
+        scoring = window.score_controller()
+        window.controls.set_params(window.model.last_assistant().branch.params)
+        window.select_token((stream, 0))
+        assert scoring.replay_selected()
+        qtbot.waitUntil(lambda: scoring.result is not None, timeout=TIMEOUT)
+        assert scoring.result.removed == [] and len(scoring.result.steps) == len(steps)
+        for old, new in zip(steps, scoring.result.steps, strict=True):
+            assert new.token_id == old.token_id and abs(new.logprob_at("raw") - old.logprob_at("raw")) < 1e-3
+        # A served reply branches like any other: another candidate at token 2.
         second = next(c for c in steps[2].top if c.token_id != steps[2].token_id)
         window.select_token((stream, 2))
         window.pick_token(second.token_id, second.text)
