@@ -42,26 +42,42 @@ class EngineLink(QObject):
         worker.token_sampled.connect(self._on_token)
         worker.divergence_measured.connect(self._on_divergence)
         worker.job_finished.connect(self._on_finished)
+        self.detached = False
+        """The window is closing: what the worker reports from now on is not applied (the
+        store closes; what was streaming is in the stream journal, recovered at the next start)."""
+
+    def detach(self) -> None:
+        self.detached = True
 
     @Slot(int, int, int)
     def _on_job_started(self, tag: int, request_id: int, prompt_tokens: int) -> None:
+        if self.detached:
+            return
         self.model.generation.on_job_started(tag, request_id, prompt_tokens)
 
     @Slot(int, object)
     def _on_job_rejected(self, tag: int, exc: BaseException) -> None:
+        if self.detached:
+            return
         self.model.generation.on_job_rejected(tag, exc)
         self.model.served.on_job_rejected(tag, exc)
 
     @Slot(int, object)
     def _on_token(self, tag: int, step: TokenStep) -> None:
+        if self.detached:
+            return
         self.model.generation.on_token(tag, step)
         self.model.served.on_token(tag, step)
 
     @Slot(int, object)
     def _on_divergence(self, group: int, event: Divergence) -> None:
+        if self.detached:
+            return
         self.model.generation.on_divergence(group, event)
 
     @Slot(int, object)
     def _on_finished(self, tag: int, finished: Finished) -> None:
+        if self.detached:
+            return
         self.model.generation.on_finished(tag, finished)
         self.model.served.on_finished(tag, finished)

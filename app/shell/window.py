@@ -417,6 +417,9 @@ class MainWindow(QMainWindow):
                 self.window_actions.help_window.close()
             self.compare_models.cancel()  # its generator is closed before the engine's thread ends
             self.logit_lens.cancel()  # likewise
+            # From here the worker's reports are not applied: the store closes below, and what
+            # was streaming (a served reply too) is in the stream journal for the next start.
+            self.link.detach()
             self.serving.stop()  # its clients get the end of their replies; then the engine stops
             started = time.perf_counter()
             self.engine.stop()

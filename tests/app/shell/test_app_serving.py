@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -213,5 +214,40 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):  # noqa:
             assert not window.serving.start(ServeChoice("127.0.0.1", port, None))
         assert f"cannot listen on 127.0.0.1:{port}" in window.statusBar().currentMessage()
         assert window.serving.server is None and not window.serving.label.isVisible()
+    finally:
+        close_window(window)
+
+
+def test_closing_the_app_while_it_serves(qtbot, profile, tiny_folder):  # noqa: F811
+    """Quitting in the middle of a served reply: the app closes at once, the client's stream
+    ends, and the next start shows the request as interrupted, its tokens kept as the
+    interrupted branch of its conversation (the stream journal's, as a local reply's)."""
+    window = open_window(qtbot, profile, str(tiny_folder))
+    no_eos = {str(t): -100 for t in window.model_info.eos_token_ids}
+    url = start_serving(window)
+    limit = window.model_info.context_length - 16
+    body = {"prompt": "the cat", "max_tokens": limit, "logit_bias": no_eos, "stream": True}
+    lines: list[str] = []
+
+    def read() -> list[str]:
+        with httpx.stream("POST", f"{url}/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                lines.append(line)
+        return lines
+
+    call = in_background(read)
+    qtbot.waitUntil(lambda: len(lines) > 20, timeout=TIMEOUT)
+    started = time.monotonic()
+    close_window(window)
+    assert time.monotonic() - started < 10
+    call["thread"].join(30)
+    assert not call["thread"].is_alive()  # the client's stream ended (or its connection closed)
+    window = open_window(qtbot, profile, str(tiny_folder))
+    try:
+        (row,) = window.model.served.rows
+        assert row.finish_reason is None and window.serving.list.tree.topLevelItem(0).text(STATE) == "interrupted"
+        window.serving.list.opened.emit(row.conversation_id)
+        branch = window.model.last_assistant().branch
+        assert branch.finish_reason == "interrupted" and 0 < len(branch.steps) < limit
     finally:
         close_window(window)
