@@ -171,7 +171,9 @@ class ChatModel:
         return self.thread[index] if index is not None else None
 
     def context_for(self, message: Message) -> tuple[dict[str, str], ...]:
-        return context_before(self.thread, self.thread.index(message), self.system_prompt.strip())
+        index = self.thread.index(message)
+        served = self.served.context(self.thread, index)  # a served request's own messages, then what followed
+        return served if served is not None else context_before(self.thread, index, self.system_prompt.strip())
 
     def params_ok(self, variants: Sequence[tuple[str, SamplingParams]]) -> bool:
         """Whether the model in use takes every setting (``(label, params)``; "" for a single
@@ -300,6 +302,7 @@ class ChatModel:
                 self.runs[column.stream[1]] = run
         self.selection, self.follow_latest, self.followed = None, True, None
         self.followed = next((r.key for r in self.replies.values() if r.served_in == conversation_id), None)
+        self.served.opened(conversation_id)
         self.events.conversation_changed(conversation)
         self.refresh()
         self.events.busy_changed(self.busy())
@@ -308,6 +311,7 @@ class ChatModel:
     def new_chat(self) -> None:
         self.generation.stop(served=False)
         self.conversation = None
+        self.served.opened(None)
         self.system_prompt = self.new_chat_system
         self.thread, self.runs, self.branches = [], {}, {}
         self.unanswered = {}
@@ -327,6 +331,7 @@ class ChatModel:
                     if self.generation.journal is not None:
                         self.generation.journal.dropped(tag)
             self.store.writes.delete_conversation(self.conversation.id)
+            self.served.forget(self.conversation.id)
             self.new_chat()
 
     def step_branch(self, message_id: int, delta: int) -> None:

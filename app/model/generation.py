@@ -275,7 +275,7 @@ class Generation:
         if self.chat.busy():
             self.chat.events.status("A reply is still being written: stop it first (Esc).")
             return None
-        if not self.chat.params_ok(variants):
+        if not self.chat.params_ok(variants) or self._raw_prompt():
             return None
         self._settle_last_run()
         if self.chat.conversation is None:
@@ -290,11 +290,16 @@ class Generation:
         self.chat.thread += [user, reply]
         return reply
 
+    def _thinking(self) -> bool | None:
+        """The chat template's ``enable_thinking`` for a prompt of the open conversation: a
+        served one's is the template's default, as its reply was written (a client does not
+        send the app's Thinking toggle)."""
+        return None if self.chat.served.open is not None else self.enable_thinking
+
     def _raw_prompt(self) -> bool:
         """A served completion's conversation is open (and the status bar says why nothing
         continues it): its prompt was raw text, which a chat turn does not stand for."""
-        conversation = self.chat.conversation
-        if self.chat.served.raw_prompt(conversation.id if conversation is not None else None):
+        if self.chat.served.raw_prompt():
             self.chat.events.status(RAW_PROMPT)
             return True
         return False
@@ -326,9 +331,7 @@ class Generation:
         self.chat.events.busy_changed(True)
         text = "".join(s.text for s in prefix)
         carry = carry_from_steps(prefix) or None  # mirostat's μ as the reply left it
-        job = ChatJob(
-            reply.id, self.chat.context_for(message), params, output, forced, text, carry, self.enable_thinking
-        )
+        job = ChatJob(reply.id, self.chat.context_for(message), params, output, forced, text, carry, self._thinking())
         self.chat.events.job_submitted(job)
         return reply
 
@@ -350,7 +353,7 @@ class Generation:
         text = "".join(s.text for s in prefix)
         carry = carry_from_steps(prefix) or None
         self.chat.events.job_submitted(
-            ForkJob(run.group, tags, self.chat.context_for(message), params, output, text, carry, self.enable_thinking)
+            ForkJob(run.group, tags, self.chat.context_for(message), params, output, text, carry, self._thinking())
         )
         return run
 

@@ -25,6 +25,11 @@ def selected_reply_problem(chat: Any, model_name: str, verb: str, select_hint: s
     stream = chat.selection[0] if chat.selection else None
     if stream is None:
         return select_hint
+    if chat.served.raw_prompt():
+        return (
+            "The selected reply continues a raw prompt (/v1/completions), not a chat: "
+            f"it cannot be run again to {verb} it."
+        )
     if stream[0] != "branch":
         return f"The reply is still being written: {verb} it once it has ended."
     branch = branch_of(chat, stream)

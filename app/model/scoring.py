@@ -123,7 +123,7 @@ class Scoring:
             return Refusal("")
         if any(s.token_id is None for s in model.steps_of(stream)):
             return Refusal(NO_IDS)
-        if model.served.raw_prompt(model.conversation.id if model.conversation else None):
+        if model.served.raw_prompt():
             return Refusal(RAW_PROMPT)
         message, branch = model.message_of(stream), branch_of(model, stream)
         text = prompt_less_text(model, message, branch) if branch is not None else None

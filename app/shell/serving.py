@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QDockWidget, QLabel
 
+from app.model.served import refuse
 from app.views.serve_dialog import ServeChoice, ServeDialog
 from app.views.served_list import ServedList
 from engine.api.backend import ModelInfo
@@ -46,7 +47,7 @@ class AppEngine(QObject):
     and the worker only through queued signals."""
 
     arrived = Signal(object, object, object)  # ServedRequest, sink, Future
-    cancel_requested = Signal(int)  # engine request id
+    cancel_requested = Signal(int)  # the request's id: its reply's tag (the worker's ``cancel``)
 
     def __init__(self, info: Callable[[], ModelInfo | None], token_bytes: Callable[[int], bytes]) -> None:
         super().__init__()
@@ -79,7 +80,8 @@ class ServingController(QObject):
         worker = context.link.engine.worker
         self.engine = AppEngine(lambda: context.in_use.info, worker.token_bytes)
         self.engine.arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
-        self.engine.cancel_requested.connect(worker.cancel_request, Qt.ConnectionType.QueuedConnection)
+        self.engine.cancel_requested.connect(worker.cancel, Qt.ConnectionType.QueuedConnection)
+        worker.model_loaded.connect(self._on_model_loaded)
         self.server: ServerThread | None = None
         self.choice: ServeChoice | None = None
         self.dialog: ServeDialog | None = None
@@ -172,10 +174,17 @@ class ServingController(QObject):
     @Slot(object, object, object)
     def _on_arrived(self, request: ServedRequest, sink: Any, started: Future) -> None:
         if self.server is None:  # stopped while it crossed over
-            if not started.cancelled():
-                started.set_exception(RuntimeError("the server stopped."))
+            refuse(started, RuntimeError("the server stopped."))
             return
         self.served.arrive(request, sink, started)
+
+    @Slot(object)
+    def _on_model_loaded(self, info: ModelInfo) -> None:
+        """A server connected in the model's place cannot be served from here: serving stops
+        and says why (a model loaded instead is served from its next request on)."""
+        if self.server is not None and (why := info.capabilities.reason("serve")):
+            self.stop()
+            self.context.status.show_message(f"Stopped serving: {why}", 8000)
 
     def _on_added(self, row) -> None:
         self.list.add_row(row, True)

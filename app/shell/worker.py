@@ -75,6 +75,7 @@ class EngineWorker(QObject):
         self._local = None  # the local engine while a server is in use
         self._tags: dict[int, int] = {}  # request id -> the GUI's tag
         self._sinks: dict[int, Any] = {}  # a served request's id -> where its client's events go
+        self._thinking: bool | None = None  # the Thinking switch of the app's own last prompt
         # A fork's group id (its first request id) -> its group tag and its members' tags.
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
@@ -174,6 +175,7 @@ class EngineWorker(QObject):
             return
         tags = job.tags if isinstance(job, ForkJob) else (job.tag,)
         try:
+            self._thinking = job.enable_thinking  # what a served request's start puts back
             started = self._start(session, job)
         except Exception as exc:
             for tag in tags:
@@ -190,7 +192,8 @@ class EngineWorker(QObject):
     def _serve(self, session, job: ServedJob) -> None:
         """A request from the app's server (``app.model.served``): started as a reply is, in
         the same scheduler (continuous batching with the app's own), its events to its
-        client's sink as well as to the GUI; its client learns its id, or the refusal."""
+        client's sink as well as to the GUI; its client learns its id (the reply's tag, which
+        no model load reuses: its cancel goes through :meth:`cancel`), or the refusal."""
         request = job.request
         if not job.started.set_running_or_notify_cancel():  # its client gave up while it crossed over
             self.job_rejected.emit(job.tag, EngineError("the client went away before its request started."))
@@ -200,7 +203,10 @@ class EngineWorker(QObject):
                 raise EngineError(f"serve: {why}")
             if request.chat:
                 session.set_enable_thinking(None)  # the template's default, as a server's
-                started = session.start(list(request.messages), request.params)
+                try:
+                    started = session.start(list(request.messages), request.params)
+                finally:  # the app's own prompts (a replay, a scored text) keep the person's
+                    session.set_enable_thinking(self._thinking)
             else:
                 started = session.start_text(request.prompt, request.params)
         except Exception as exc:
@@ -209,23 +215,16 @@ class EngineWorker(QObject):
             return
         self._tags[started.request_id] = job.tag
         self._sinks[started.request_id] = job.sink
-        job.started.set_result(started.request_id)
+        job.started.set_result(job.tag)
         self.job_started.emit(job.tag, started.request_id, len(started.prompt_tokens))
         self._schedule()
 
-    @Slot(int)
-    def cancel_request(self, request_id: int) -> None:
-        """A served request's client went away: its reply stops at the next step."""
-        if request_id in self._sinks and self._session is not None:
-            with contextlib.suppress(EngineError):  # it may have ended meanwhile
-                self._session.cancel(request_id)
-            self._schedule()
-
     def token_bytes(self, token_id: int) -> bytes:
         """A token's bytes for a served reply's logprobs; the server's threads call it (the
-        session reads its tokenizer's vocabulary only)."""
+        session reads its tokenizer's vocabulary only). None of a backend that cannot serve
+        (a server connected since: its replies' events are no longer the client's)."""
         session = self._session
-        return session.token_bytes(token_id) if session is not None else b""
+        return session.token_bytes(token_id) if session is not None and session.capabilities.serve else b""
 
     @staticmethod
     def _start(session, job: ChatJob | ForkJob) -> list:

@@ -89,6 +89,7 @@ CREATE TABLE IF NOT EXISTS served (
     endpoint TEXT NOT NULL,
     model TEXT NOT NULL,
     sent TEXT NOT NULL,
+    messages TEXT NOT NULL DEFAULT '[]',
     created_at REAL NOT NULL,
     finish_reason TEXT,
     tokens INTEGER NOT NULL DEFAULT 0
@@ -117,8 +118,9 @@ assumed) in Connect…; issue 24; NULL for replies saved before, which the views
 steps (``app.model.reply_origin``)).
 8: requests served over the OpenAI API (``served``, issue 38): each one's conversation and
 reply message, its client, endpoint (``chat`` or ``completion``) and model, its settings as
-the client sent them (JSON), when it came, and how it ended (NULL while it is written, or
-after a crash) with its token count (``app.store.served_log``)."""
+the client sent them (JSON), its messages exactly as sent (JSON: what the model is sent again
+for its reply), when it came, and how it ended (NULL while it is written, or after a crash)
+with its token count (``app.store.served_log``)."""
 INTERRUPTED = FinishReason.INTERRUPTED
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,13 +49,15 @@ class ServedLog:
         endpoint: str,
         model: str,
         sent: Mapping[str, Any],
+        messages: Sequence[Mapping[str, str]] = (),
     ) -> ServedRow:
+        """A request arrived; ``messages``: its conversation exactly as sent (a chat's)."""
         now = time.time()
         text = json.dumps(dict(sent), default=str)  # what JSON carried, so always encodable
         cur = self.db.execute(
-            "INSERT INTO served(conversation_id, message_id, client, endpoint, model, sent, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (conversation_id, message_id, client, endpoint, model, text, now),
+            "INSERT INTO served(conversation_id, message_id, client, endpoint, model, sent, messages, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, message_id, client, endpoint, model, text, json.dumps([dict(m) for m in messages]), now),
         )
         self.db.commit()
         return ServedRow(cur.lastrowid, conversation_id, message_id, client, endpoint, model, now, json.loads(text))
@@ -69,12 +71,30 @@ class ServedLog:
     def recent(self, limit: int = 500) -> list[ServedRow]:
         """The ``limit`` requests served last, the newest first (a deleted conversation's go
         with it)."""
-        rows = self.db.execute(
-            "SELECT id, conversation_id, message_id, client, endpoint, model, created_at, sent, finish_reason, tokens"
-            " FROM served ORDER BY id DESC LIMIT ?",
-            (limit,),
-        )
-        return [ServedRow(*row[:7], _settings(row[7]), row[8], row[9]) for row in rows]
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM served ORDER BY id DESC LIMIT ?", (limit,))
+        return [_row(row) for row in rows]
+
+    def of_conversation(self, conversation_id: int) -> ServedRow | None:
+        """The request a conversation was made for, or None (one of the person's own)."""
+        row = self.db.execute(f"SELECT {_COLUMNS} FROM served WHERE conversation_id = ?", (conversation_id,)).fetchone()
+        return _row(row) if row else None
+
+    def messages_of(self, served_id: int) -> tuple[dict[str, str], ...]:
+        """The messages the request's client sent, exactly ((): a completion's, or unreadable)."""
+        row = self.db.execute("SELECT messages FROM served WHERE id = ?", (served_id,)).fetchone()
+        try:
+            value = json.loads(row[0]) if row else []
+        except (TypeError, ValueError):
+            return ()
+        ok = isinstance(value, list) and all(isinstance(m, dict) for m in value)
+        return tuple({str(k): str(v) for k, v in m.items()} for m in value) if ok else ()
+
+
+_COLUMNS = "id, conversation_id, message_id, client, endpoint, model, created_at, sent, finish_reason, tokens"
+
+
+def _row(row: tuple) -> ServedRow:
+    return ServedRow(*row[:7], _settings(row[7]), row[8], row[9])
 
 
 def _settings(text: str) -> dict[str, Any]:
