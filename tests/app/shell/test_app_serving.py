@@ -179,6 +179,9 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):  # noqa:
                 lambda: client.completions.create(model="tiny", prompt="once upon", max_tokens=5, temperature=0)
             ),
         )
+        # The client may have its answer before the GUI has its events (they go to the client
+        # from the engine's thread): the row ends once the GUI has them.
+        qtbot.waitUntil(lambda: served.rows[0].finish_reason is not None, timeout=TIMEOUT)
         completion = served.rows[0]
         assert completion.endpoint == "completion" and completion.tokens == 5
         window.serving.list.opened.emit(completion.conversation_id)
