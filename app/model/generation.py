@@ -11,18 +11,17 @@ column as a branch of the message, the run with its divergence) when its last co
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from app.model.chat_state import ChatState
-from app.model.entries import CANCELLED_EARLY, REFUSED
+from app.model.entries import REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
+from app.model.reply_saving import drop_reply, save_reply, save_run
 from app.model.seeds import with_seed
 from app.model.served import RAW_PROMPT
 from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
 from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
-from app.store.serialize import steps_to_json
 from app.store.store import Message
 from engine.api.carry import carry_from_steps
 from engine.api.events import Divergence, Finished, FinishReason, TokenStep
@@ -215,20 +214,14 @@ class Generation:
         if reply.run is None:
             del self.chat.replies[tag]
             if reply.new_steps or finished.finish_reason != FinishReason.CANCELLED:
-                self._save_reply(reply, finished)
+                save_reply(self.chat, self.journal, reply, finished)
             else:
-                self._drop(reply)
+                drop_reply(self.chat, self.journal, reply)
         elif all(self.chat.replies[c.stream[1]].finished is not None for c in reply.run.columns):
-            self._save_run(reply.run)
+            save_run(self.chat, self.journal, reply.run)
         if shown:
             self._refresh_after_end()
             self.chat.events.busy_changed(self.chat.busy())
-
-    def _drop(self, reply: Reply) -> None:
-        """A reply cancelled before its first new token: nothing is saved, the chat says so."""
-        self.chat.unanswered[reply.message_id] = CANCELLED_EARLY
-        if self.journal is not None:
-            self.journal.dropped(reply.id)
 
     def _refresh_after_end(self) -> None:
         """Redraw after a reply ended; one followed that left nothing (no token, no branch)
@@ -356,71 +349,3 @@ class Generation:
             ForkJob(run.group, tags, self.chat.context_for(message), params, output, text, carry, self._thinking())
         )
         return run
-
-    def _save_reply(self, reply: Reply, finished: Finished) -> None:
-        # The row now (its id names the stream from here on), the steps once serialized.
-        branch = self.chat.store.writes.add_branch(
-            reply.message_id,
-            reply.steps,
-            finished.text,
-            finished.finish_reason,
-            self.chat.model_name,
-            reply.params,
-            "[]",
-        )
-        if self.journal is not None:
-            self.journal.saved(reply.id, branch.id)
-        self._write_steps(branch.id, reply.steps)
-        self.chat.unanswered.pop(reply.message_id, None)
-        message = self.chat.message(reply.message_id)
-        if message is not None:
-            message.branches.append(branch)
-            message.active = len(message.branches) - 1
-            self.chat.branches[branch.id] = (message, branch)
-            if message is not self.chat.thread[-1]:
-                self.chat.reload_after(message)
-        self.chat.rename_stream(reply.key, branch_key(branch.id))
-
-    def _save_run(self, run: CompareRun) -> None:
-        replies = [self.chat.replies.pop(c.stream[1]) for c in run.columns]
-        self.chat.live_runs.pop(run.group, None)
-        run.group = None
-        if all(not r.new_steps and r.finished.finish_reason == FinishReason.CANCELLED for r in replies):
-            for reply in replies:
-                self._drop(reply)
-            return
-        columns = [
-            (c, r.steps, r.finished.text, r.finished.finish_reason) for c, r in zip(run.columns, replies, strict=True)
-        ]
-        run.id, branches = self.chat.store.writes.add_compare_run(
-            run.message_id, columns, self.chat.model_name, run.prefix_tokens, run.divergence, steps_later=True
-        )
-        self.chat.unanswered.pop(run.message_id, None)
-        message = self.chat.message(run.message_id)
-        for branch, reply in zip(branches, replies, strict=True):
-            if self.journal is not None:
-                self.journal.saved(reply.id, branch.id)
-            self.chat.runs[branch.id] = run
-            self._write_steps(branch.id, reply.steps)
-            if message is not None:
-                message.branches.append(branch)
-                self.chat.branches[branch.id] = (message, branch)
-        if message is not None:
-            message.active = len(message.branches) - len(branches)
-            if message is not self.chat.thread[-1]:
-                self.chat.reload_after(message)
-        for column, reply, branch in zip(run.columns, replies, branches, strict=True):
-            column.stream = branch_key(branch.id)
-            self.chat.rename_stream(reply.key, column.stream)
-
-    def _write_steps(self, branch_id: int, steps: list[TokenStep]) -> None:
-        """Serialize a saved reply's steps off the GUI thread, then write them."""
-        steps = list(steps)
-
-        def then(result: str | BaseException) -> None:
-            if isinstance(result, BaseException):
-                self.chat.events.errored(result)
-            else:
-                self.chat.store.writes.set_branch_steps(branch_id, result)
-
-        self.chat.background(lambda: steps_to_json(steps, pause=lambda: time.sleep(0)), then)
