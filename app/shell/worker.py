@@ -38,8 +38,9 @@ from app.model.served import ServedJob
 from app.shell.score_steps import GenerationFailed, ScoreSteps
 from app.shell.step_timer import step_timer
 from engine.api.errors import EngineError, ModelLoadError
-from engine.api.events import Divergence, Finished, PrefillProgress, ScoreDone, TokenStep
+from engine.api.events import Divergence, Finished, PrefillProgress, TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
+from engine.serve.seam import deliver
 
 __all__ = ["ChatJob", "EngineWorker", "ForkJob", "GenerationFailed", "WorkerThread", "describe"]
 
@@ -331,11 +332,7 @@ class EngineWorker(QObject):
             if isinstance(event, Divergence):
                 self._emit_divergence(event)
                 continue
-            if (sink := self._sinks.get(event.request_id)) is not None and not isinstance(event, ScoreDone):
-                with contextlib.suppress(RuntimeError):  # its event loop is gone (the server stopped)
-                    sink(event)
-                if isinstance(event, Finished):
-                    del self._sinks[event.request_id]
+            deliver(self._sinks, event)  # a served request's client gets it from this thread
             tag = self._tags.get(event.request_id)
             if tag is None:
                 continue

@@ -17,9 +17,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from engine.api.errors import EngineError
-from engine.api.events import Event, Finished, FinishReason, ScoreDone, TokenStep
+from engine.api.events import Event, Finished, FinishReason, TokenStep
 from engine.serve.request_fields import ServedRequest
-from engine.serve.seam import Sink
+from engine.serve.seam import Sink, deliver
 from engine.session.session import EngineSession
 
 IDLE_WAIT_S = 0.5
@@ -48,8 +48,6 @@ class EngineLoop:
         self._commands: queue.Queue = queue.Queue()
         self._sinks: dict[int, Sink] = {}
         self._running = True
-        self.served = 0
-        """Requests started so far."""
         self.peak_batch = 0
         """The most requests that got a token in one step (continuous batching at work)."""
         self.cancelled = 0
@@ -139,7 +137,6 @@ class EngineLoop:
             command.started.set_exception(exc)
             return
         self._sinks[request_id] = command.sink
-        self.served += 1
         command.started.set_result(request_id)
 
     def _start(self, request: ServedRequest) -> int:
@@ -148,13 +145,5 @@ class EngineLoop:
         return self.session.start_text(request.prompt, request.params).request_id
 
     def _deliver(self, event: Event) -> None:
-        if isinstance(event, ScoreDone):
-            return
-        sink = self._sinks.get(getattr(event, "request_id", -1))
-        if sink is None:
-            return
-        with contextlib.suppress(RuntimeError):  # its event loop is gone (the server stopped)
-            sink(event)
-        if isinstance(event, Finished):
-            del self._sinks[event.request_id]
+        if deliver(self._sinks, event) and isinstance(event, Finished):
             self.cancelled += event.finish_reason == FinishReason.CANCELLED

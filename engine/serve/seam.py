@@ -4,16 +4,32 @@ it runs through its own worker."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol
 
 from engine.api.backend import ModelInfo
-from engine.api.events import Event
+from engine.api.events import Event, Finished, ScoreDone
 from engine.serve.request_fields import ServedRequest
 
 Sink = Callable[[Event], None]
 """Where a request's events go, called on the engine's thread."""
+
+
+def deliver(sinks: dict[int, Sink], event: Event) -> bool:
+    """Hand ``event`` to its request's sink in ``sinks`` (request id -> sink), on the engine's
+    thread; its ``Finished`` ends the request's entry. False when no sink takes it (another
+    request's event, a ``ScoreDone``). A sink whose event loop is gone (the server stopped)
+    is passed over: its client is gone with it."""
+    sink = sinks.get(getattr(event, "request_id", None))
+    if sink is None or isinstance(event, ScoreDone):
+        return False
+    with contextlib.suppress(RuntimeError):
+        sink(event)
+    if isinstance(event, Finished):
+        del sinks[event.request_id]
+    return True
 
 
 class ServingEngine(Protocol):

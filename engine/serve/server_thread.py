@@ -12,8 +12,8 @@ from engine.serve.http import make_app
 from engine.serve.seam import ServingEngine
 
 START_TIMEOUT_S = 10.0
-GRACE_S = 2.0
-"""How long a stop waits for open streams (their requests were cancelled) to end."""
+GRACE_S = 2
+"""Seconds a stop waits for open streams (their requests were cancelled) to end."""
 
 
 class ServerThread:
@@ -25,9 +25,7 @@ class ServerThread:
 
         sock = bind(host, port)
         self.host, self.port = host, sock.getsockname()[1]
-        config = uvicorn.Config(
-            make_app(engine, api_key), log_level="warning", timeout_graceful_shutdown=int(GRACE_S) or 1
-        )
+        config = uvicorn.Config(make_app(engine, api_key), log_level="warning", timeout_graceful_shutdown=GRACE_S)
         self._server = uvicorn.Server(config)
         self._failure: BaseException | None = None
 
@@ -52,9 +50,6 @@ class ServerThread:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/v1"
-
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._server.should_exit = True
