@@ -2,8 +2,9 @@
 
 It listens on 127.0.0.1 unless ``--host`` names another address, which needs an API key
 (``--api-key-env NAME``: the environment variable holding it) and is said on stderr: the
-server then answers anyone who can reach that address. The model loads first; the address is
-printed on stderr once the server listens, and Ctrl-C stops it.
+server then answers anyone who can reach that address. The address is bound before the model
+loads (a port in use is a usage error at once, ``engine.serve.address``); the address is
+printed on stderr once the model is loaded, and Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 
 from engine.cli.args import UsageError, add_kv_flags, add_precision_flag, kv_from
-from engine.serve.address import DEFAULT_PORT, is_local
+from engine.serve.address import DEFAULT_PORT, bind, is_local
 
 
 def add_serve_command(commands) -> None:
@@ -50,8 +51,12 @@ def api_key_of(args: argparse.Namespace) -> str | None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    key = api_key_of(args)  # every flag is checked before the slow model load
+    key = api_key_of(args)  # every flag is checked before the slow model load, the address too
     kv = kv_from(args)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        raise UsageError(f"--host {args.host} --port {args.port}: {exc}") from None
     import uvicorn
 
     from engine.serve.engine_loop import EngineLoop
@@ -63,7 +68,11 @@ def serve_command(args: argparse.Namespace) -> int:
         session.load(args.model, precision=args.precision, kv=kv)
         return session
 
-    engine = EngineLoop(load)
+    try:
+        engine = EngineLoop(load)
+    except BaseException:
+        sock.close()
+        raise
     name = engine.info.name
     if not is_local(args.host):
         print(
@@ -73,7 +82,8 @@ def serve_command(args: argparse.Namespace) -> int:
         )
     print(f"serving {name} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(make_app(engine, key), host=args.host, port=args.port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(make_app(engine, key), log_level="warning")).run(sockets=[sock])
     finally:
+        sock.close()
         engine.close()
     return 0

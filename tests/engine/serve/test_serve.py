@@ -274,6 +274,15 @@ def test_the_command_line_server(tiny_folder):
             time.sleep(0.2)
         answer = httpx.post(url + "/chat/completions", json={"messages": CHAT, "max_tokens": 3}, timeout=60)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
+        # A port in use is a usage error, said before the model would load.
+        taken = subprocess.run(
+            [sys.executable, "-m", "engine", "serve", "--model", str(tiny_folder), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert taken.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in taken.stderr
+        assert "Traceback" not in taken.stderr
     finally:
         proc.terminate()
         proc.wait(timeout=30)
