@@ -56,8 +56,8 @@ RAW_PROMPT = (
 @dataclass(frozen=True)
 class ServedJob:
     """For the worker: start ``request`` under ``tag`` (the reply's), send each of its events
-    to ``sink`` as well as to the GUI, and resolve ``started`` with its engine request id, or
-    with the engine's refusal."""
+    to ``sink`` as well as to the GUI, and resolve ``started`` with ``tag`` (the id its client
+    knows it by), or with the engine's refusal."""
 
     tag: int
     request: ServedRequest
@@ -185,9 +185,8 @@ class ServedRequests:
         if row is None:
             return
         self.chat.store.writes.delete_conversation(row.conversation_id)
-        self.rows = [r for r in self.rows if r.id != row.id]
         self.count -= 1
-        self.events.removed(row.id)
+        self.forget(row.conversation_id)
 
     def on_token(self, tag: int, step: TokenStep) -> None:
         row = self.live.get(tag)

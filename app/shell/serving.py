@@ -89,7 +89,7 @@ class ServingController(QObject):
         context.status.bar.addPermanentWidget(self.label)
         self.label.hide()
         self.list = ServedList()
-        self.list.set_rows(self.served.rows, set())
+        self.list.set_rows(self.served.rows)
         self.list.opened.connect(open_conversation)
         window = context.parent
         self.dock = QDockWidget("Served", window)

@@ -82,11 +82,8 @@ class ServedLog:
     def messages_of(self, served_id: int) -> tuple[dict[str, str], ...]:
         """The messages the request's client sent, exactly ((): a completion's, or unreadable)."""
         row = self.db.execute("SELECT messages FROM served WHERE id = ?", (served_id,)).fetchone()
-        try:
-            value = json.loads(row[0]) if row else []
-        except (TypeError, ValueError):
-            return ()
-        ok = isinstance(value, list) and all(isinstance(m, dict) for m in value)
+        value = _loaded(row[0] if row else "[]", [])
+        ok = all(isinstance(m, dict) for m in value)
         return tuple({str(k): str(v) for k, v in m.items()} for m in value) if ok else ()
 
 
@@ -94,12 +91,13 @@ _COLUMNS = "id, conversation_id, message_id, client, endpoint, model, created_at
 
 
 def _row(row: tuple) -> ServedRow:
-    return ServedRow(*row[:7], _settings(row[7]), row[8], row[9])
+    return ServedRow(*row[:7], _loaded(row[7], {}), row[8], row[9])
 
 
-def _settings(text: str) -> dict[str, Any]:
+def _loaded(text: str, empty: Any) -> Any:
+    """``text``'s JSON when it is of ``empty``'s type, else ``empty`` (a file edited by hand)."""
     try:
         value = json.loads(text)
     except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return empty
+    return value if isinstance(value, type(empty)) else empty

@@ -74,12 +74,12 @@ class ServedList(QWidget):
     def set_heading(self, address: str) -> None:
         self.heading.setText(f"Serving on {address}" if address else "Not serving.")
 
-    def set_rows(self, rows: list[ServedRow], live: set[int]) -> None:
-        """Every row, the newest first; ``live``: the ids of those being written."""
+    def set_rows(self, rows: list[ServedRow]) -> None:
+        """Every row saved, the newest first (none is being written: the app has just started)."""
         self.tree.clear()
         self._items, self._rows = {}, {}
         for row in reversed(rows):
-            self.add_row(row, row.id in live)
+            self.add_row(row, live=False)
         self.details.setText(HINT if rows else EMPTY)
 
     def add_row(self, row: ServedRow, live: bool = True) -> None:

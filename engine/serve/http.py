@@ -37,6 +37,10 @@ def _error(status: int, message: str, param: str | None = None, kind: str = "inv
     return JSONResponse(error_body(message, param, kind), status_code=status)
 
 
+def _unauthorized() -> JSONResponse:
+    return _error(401, "a valid API key is needed (Authorization: Bearer KEY).", kind="authentication_error")
+
+
 def _client(request: Request) -> str:
     """Who sent a request, in words: its address and the program it says it is."""
     parts = (request.client.host if request.client else "", request.headers.get("user-agent", ""))
@@ -59,13 +63,13 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
 
     async def models(request: Request) -> JSONResponse:
         if not authorized(request):
-            return _error(401, "a valid API key is needed (Authorization: Bearer KEY).", kind="authentication_error")
+            return _unauthorized()
         entry = {"id": engine.info.name, "object": "model", "created": 0, "owned_by": "logitscope"}
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def completions(request: Request, chat: bool) -> Any:
         if not authorized(request):
-            return _error(401, "a valid API key is needed (Authorization: Bearer KEY).", kind="authentication_error")
+            return _unauthorized()
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
