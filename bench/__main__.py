@@ -78,6 +78,7 @@ FIGURES = [
     "speculative",
     "grammar_cost",
     "serve_cost",
+    "host_step",
 ]
 
 
@@ -206,6 +207,7 @@ def plan() -> dict[str, Figure]:
         ),
         "step_primitives": lambda run: step_graph.step_primitives(**run.small(smoke=True)),
         "tiny_decode": lambda run: step_graph.tiny_decode(**run.small(smoke=True)),
+        "host_step": lambda run: step_graph.host_step(**run.small(smoke=True)),
         # A smoke run drafts the smoke llama for itself: the default GGUF is not re-quantized.
         "speculative": lambda run: lazy("speculative", "speculative")(
             *((run.model(), run.model()) if run.smoke else ()), **run.small(tokens=6, repeats=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import time
@@ -72,7 +73,7 @@ def synthetic_model(
     """
     if not (folder / "config.json").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        converted = tokenizer if tokenizer is not None else resolve("default")[1]
+        converted = tokenizer or os.environ.get("LOGITSCOPE_BENCH_DEFAULT") or resolve("default")[1]
         for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             if (Path(converted) / name).exists():
                 shutil.copy(Path(converted) / name, folder / name)

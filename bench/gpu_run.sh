@@ -5,8 +5,8 @@
 # is warm, so the two calls follow each other at once:
 #   run(carry=[".gpu/a"], command="bash bench/gpu_run.sh --stage")
 #   run(carry=[".gpu/b"], command="bash bench/gpu_run.sh $OUT", timeout_s=540)
-# Writes DIR/bench-gpu.json (python -m bench --json: figures 1, 2, 9, 11, 12, 21, 22, 23 with the
-# model drafting for itself),
+# Writes DIR/bench-gpu.jsonl (a line of python -m bench --json per figure: 1, 22, 26, 21, 12, 9, 2,
+# 11 and 23 with the model drafting for itself, in that order while 330 s last),
 # DIR/profile-b1.json and DIR/profile-b8.json (python -m bench.profile_step), DIR/run.log,
 # and DIR/nsys.txt where the machine has nsys. "The default model" there is a model of its
 # exact shape with random weights (bench/gpu_model.py): the real file does not fit a call.
@@ -41,9 +41,20 @@ git log -1 --format='commit %H' 2>/dev/null || true
 export LOGITSCOPE_BENCH_DEFAULT
 LOGITSCOPE_BENCH_DEFAULT=$($PY -m bench.gpu_model .gpu/b/default "$HOLD/default-shaped") || exit 1
 start=$(date +%s)
-timeout 330 $PY -m bench --json --only decode batched chain_cost compare prefill step_primitives tiny_decode speculative \
-  >"$DIR/bench-gpu.json"
-echo "bench: exit $? after $(($(date +%s) - start)) s"
+# One process per figure, each line of bench-gpu.jsonl one figure's JSON as it ends: the run
+# of 2026-11-27 lost every figure when one process's time ran out before it printed. The
+# first figure pays for compiling MLX's CUDA kernels (139 s of figure 1's 143 there; MLX
+# keeps them for the processes after it), so it gets the longest limit.
+: >"$DIR/bench-gpu.jsonl"
+for figure in decode:200 tiny_decode:60 host_step:40 step_primitives:60 prefill:90 chain_cost:120 batched:200 compare:90 speculative:90; do
+  name=${figure%%:*} limit=${figure##*:} left=$((330 - $(date +%s) + start))
+  [ "$left" -lt 20 ] && { echo "$name: not run, $left s left"; continue; }
+  [ "$limit" -gt "$left" ] && limit=$left
+  t=$(date +%s)
+  timeout "$limit" $PY -m bench --json --only "$name" >>"$DIR/bench-gpu.jsonl"
+  echo "$name: exit $? after $(($(date +%s) - t)) s"
+done
+echo "bench: $(($(date +%s) - start)) s"
 for b in 1 8; do
   timeout 45 $PY -m bench.profile_step --batch $b >"$DIR/profile-b$b.json"
   echo "profile batch $b: exit $?"
