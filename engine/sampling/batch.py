@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import mlx.core as mx
@@ -69,6 +70,14 @@ class Sampled:
         """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`."""
         offset, layout = self.places[row]
         return unpack_row(host[offset : offset + layout.width], layout, row_top_n, self.chains[row], text_of)
+
+
+@lru_cache(maxsize=1)
+def _zero() -> mx.array:
+    # The compiled step's placeholder for an input a chain does not take, made once.
+    zero = mx.array(0)
+    mx.eval(zero)
+    return zero
 
 
 def new_states(
@@ -207,11 +216,11 @@ class SamplingBatch:
         """Run each row's chain on ``logits`` [B, V]; ``indices`` are the rows' output
         token indices (for the seeded draw and XTC coin); ``forced`` overrides the draw."""
         groups = self._plan()
-        top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
+        top_n, chains = self._top_n, self._chains
         tokens_parts, packed_parts, final_parts = [], [], []
         places: dict[int, tuple[int, PackLayout]] = {}
         offset = 0
-        zero = mx.array(0)
+        zero = _zero()
         for group in groups:
             rows = group.rows.rows
             inputs = dict(group.columns)
@@ -252,8 +261,7 @@ class SamplingBatch:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
-        chains = [row_chain(p) for p in self.params]
-        return Sampled(tokens, packed, top_n, chains, final, [places[row] for row in range(len(self.params))])
+        return Sampled(tokens, packed, top_n, list(chains), final, [places[row] for row in range(len(self.params))])
 
     def sample_ahead(
         self, logits: mx.array, tokens: mx.array, leaving: Sequence[int | None], indices: Sequence[int]
@@ -277,6 +285,9 @@ class SamplingBatch:
             for row, p in enumerate(self.params):
                 by_order.setdefault(p.samplers, []).append(row)
             whole = len(by_order) == 1
+            # What every step reads of the rows' parameters, until they change.
+            self._top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
+            self._chains = [row_chain(p) for p in self.params]
             self._groups = []
             for rows in by_order.values():
                 params = [self.params[r] for r in rows]

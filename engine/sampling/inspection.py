@@ -1,19 +1,20 @@
 """Per-step inspection data for every stage of the chain, in one host transfer.
 
 Each distinct distribution the chain made (the stages that ran; a stage that was the
-identity for every row is its input again) gets its max, log Z, entropy and surviving
-tokens, reduced once over all of them stacked; every candidate's logit is gathered once
-from the stack. A group's rows are packed as :class:`PackLayout` says (only the stages
-that ran), groups are laid one after another in one flat float32 array, and a step
-costs exactly one copy to the host, where logprobs are finished with the device's own
-float32 operations.
+identity for every row is its input again) gets its max, its sums Z = Σ exp(x - max) and
+Σ exp(x - max)·(x - max), and its surviving tokens, reduced once over all of them stacked;
+every candidate's logit is gathered once from the stack. A group's rows are packed as
+:class:`PackLayout` says (only the stages that ran), groups are laid one after another in
+one flat float32 array, and a step costs exactly one copy to the host, where log Z, the
+entropies and the logprobs are finished in float32 (a few values a row: two kernels fewer
+on the device, each a launch on a GPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, lru_cache, partial
 
 import mlx.core as mx
 import numpy as np
@@ -29,7 +30,7 @@ BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
 largest maxima (every top-n token lies in one of them), so a step partitions a few
 thousand values instead of the vocabulary: four times cheaper on the CPU."""
-_STATS = ("max", "log_z", "entropy", "survivors")  # per distribution, per row
+_STATS = ("max", "z", "weighted", "survivors")  # per distribution, per row
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,13 @@ class PackLayout:
     The distinct distributions of the chain (a stage that was the identity for every row
     repeats its input: one distribution) are stacked raw first, the last stage's second,
     then the others in chain order. A row is ``[token, stats [4, D], index [S], counts [S],
-    logits [D, S]]``: each distribution's max, log Z, entropy and surviving tokens; the
+    logits [D, S]]``: each distribution's max, Z, Σ p·Z·(x - max) and surviving tokens; the
     candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``, the top of the last
     stage, the drawn token), their penalty counts, and their logit in every distribution.
-    A logprob is ``(logit - max) - log Z`` in float32 on the host, the same operations the
-    device would do, so the numbers are the same to the bit.
+    On the host, in float32: log Z = log(Z), the entropy ``max(log Z - Σ/Z, 0)`` and a
+    logprob ``(logit - max) - log Z``. The token, the ids and the counts
+    are int32 bits in the float32 row (``mx.view``: a cast would be a kernel each; the host
+    reads them back with ``.view(np.int32)``).
     """
 
     chain: tuple[str, ...]
@@ -54,7 +57,7 @@ class PackLayout:
     extras: tuple[str, ...] = ()
     """The stages that ran whose ``Stage.statistics`` close each row, in chain order."""
 
-    @property
+    @cached_property  # read for every row of every step
     def order(self) -> tuple[int, ...]:
         """The distinct outputs in stack order."""
         distinct = sorted(set(self.sources))
@@ -65,7 +68,7 @@ class PackLayout:
     def slots(self) -> int:
         return slots(self.top_n)
 
-    @property
+    @cached_property
     def width(self) -> int:
         d, s = len(self.order), self.slots
         return 1 + len(_STATS) * d + 2 * s + d * s + sum(STAGES[n].statistics_width for n in self.extras)
@@ -137,12 +140,25 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
     """
     n = min(n, values.shape[-1])
     if blocks is None or block_max is None or n >= block_max.shape[-1]:
-        return _largest(values, n).astype(mx.int32)
-    best = _largest(block_max, n)
-    inside = mx.take_along_axis(blocks, best[..., None], axis=-2).reshape(*values.shape[:-1], n * BLOCK)
-    within = _largest(inside, n)
-    block = mx.take_along_axis(best, within // BLOCK, axis=-1)
-    return (block * BLOCK + within % BLOCK).astype(mx.int32)
+        return _int32(_largest(values, n))
+    best = _int32(_largest(block_max, n))
+    shape = (*values.shape[:-1], n * BLOCK)
+    inside = mx.take_along_axis(blocks, best[..., None], axis=-2).reshape(shape)
+    ids = (best[..., None] * BLOCK + _offsets()).reshape(shape)  # the ids of ``inside``
+    return mx.take_along_axis(ids, _largest(inside, n), axis=-1)
+
+
+@lru_cache(maxsize=1)
+def _offsets() -> mx.array:
+    # Evaluated once: a compiled step takes it as a constant, where an arange would be a kernel.
+    offsets = mx.arange(BLOCK, dtype=mx.int32)
+    mx.eval(offsets)
+    return offsets
+
+
+def _int32(values: mx.array) -> mx.array:
+    """``values`` (int32, or uint32 below 2**31: token ids, counts) as int32, a view."""
+    return values if values.dtype == mx.int32 else mx.view(values, mx.int32)
 
 
 def pack_outputs(
@@ -161,13 +177,13 @@ def pack_outputs(
     blocks = _blocks(stack)
     block_max = None if blocks is None else mx.max(blocks, axis=-1)  # [D, B, V / BLOCK]
     top = mx.max(stack if block_max is None else block_max, axis=-1, keepdims=True)
-    shifted = stack - top
-    e = exp(shifted)
+    e = exp(stack - top)
     z = _sum(e)
-    log_z = mx.log(z)
-    h = mx.maximum(log_z - _sum(mx.where(e > 0, e * shifted, 0.0)) / z, 0.0)
+    # stack + (-top) is stack - top to the bit, written apart so that MLX's compile does not
+    # merge the two and keep the shifted stack as a kernel of its own for both to read.
+    weighted = _sum(mx.where(e > 0, e * (stack + -top), 0.0))
     survivors = mx.sum(mx.where(stack > float("-inf"), 1.0, 0.0), axis=-1)  # float32: no cast to pack
-    chosen = tokens[:, None].astype(mx.int32)
+    chosen = _int32(tokens)[:, None]
     if layout.top_n > 0:
         two = min(2, len(layout.order))  # raw, the last
         tops = _top_indices(
@@ -182,19 +198,19 @@ def pack_outputs(
         index = chosen
     logits = mx.take_along_axis(stack, mx.broadcast_to(index[None], (stack.shape[0], *index.shape)), axis=-1)
     if counts.ndim == 2:
-        counted = mx.take_along_axis(counts, index, axis=-1).astype(mx.float32)
+        counted = mx.take_along_axis(_int32(counts), index, axis=-1)
     else:
-        counted = mx.zeros(index.shape, mx.float32)
+        counted = mx.zeros(index.shape, mx.int32)
     extras = []
     for name in layout.extras:
         i = layout.chain.index(name)  # outputs[i] entered it
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     return mx.concatenate(
         [
-            tokens[:, None].astype(mx.float32),
-            *(stat.T for stat in (top[..., 0], log_z, h, survivors)),  # [B, D] each
-            index.astype(mx.float32),
-            counted,
+            mx.view(chosen, mx.float32),
+            *(stat.T for stat in (top[..., 0], z, weighted, survivors)),  # [B, D] each
+            mx.view(index, mx.float32),
+            mx.view(counted, mx.float32),
             logits.transpose(1, 0, 2).reshape(batch, -1),
             *extras,
         ],
@@ -225,6 +241,28 @@ class RowInspection(ChainValues):
     state's: :meth:`engine.sampling.batch.SamplingBatch.with_state` adds them)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _RowPlan:
+    """What :func:`unpack_row` reads where, for one layout and row chain (made once)."""
+
+    chain: tuple[str, ...]
+    rows: tuple[int, ...]
+    effects: tuple[tuple[int, int] | None, ...]  # bias, penalties, dry
+    grammar: tuple[int, int] | None  # where its figures start, the distribution entering it
+
+
+@lru_cache(maxsize=256)
+def _row_plan(layout: PackLayout, chain: tuple[str, ...]) -> _RowPlan:
+    chain = ("raw", *chain)
+    rows = tuple(layout.distribution(name) for name in chain)
+    effects = tuple(layout.effect_pair(stage) for stage in ("bias", "penalties", "dry"))
+    grammar = None
+    if "grammar" in chain:
+        entering, _ = layout.effect_pair("grammar")
+        grammar = (layout.extras_at("grammar"), entering)
+    return _RowPlan(chain, rows, effects, grammar)
+
+
 def unpack_row(
     packed: np.ndarray,
     layout: PackLayout,
@@ -234,48 +272,73 @@ def unpack_row(
 ) -> RowInspection:
     """Host side: one row of :func:`pack_outputs`, for a row whose stages were ``chain``
     (without ``raw``; a subset of the group's); candidates deduplicated and sorted by their
-    last-stage logprob."""
-    chain = ("raw", *chain)
+    last-stage logprob.
+
+    Every step of every row comes through here, on the host while the device runs the
+    next step: the candidates' values are taken out of NumPy in one ``tolist`` each (a
+    launch-bound GPU step waits on this work)."""
+    plan = _row_plan(layout, tuple(chain))
+    chain, rows = plan.chain, list(plan.rows)
     d, n_slots, top_n = len(layout.order), layout.slots, layout.top_n
     stats = packed[1 : 1 + len(_STATS) * d].reshape(len(_STATS), d)
     at = 1 + len(_STATS) * d
-    index = packed[at : at + n_slots].astype(np.int64)
-    counts = packed[at + n_slots : at + 2 * n_slots]
+    index = packed[at : at + n_slots].view(np.int32)
+    counts = packed[at + n_slots : at + 2 * n_slots].view(np.int32)
     logits = packed[at + 2 * n_slots : at + 2 * n_slots + d * n_slots].reshape(d, n_slots)
-    lps = (logits - stats[0][:, None]) - stats[1][:, None]  # float32, as on the device
-    rows = [layout.distribution(name) for name in chain]
-    stage_values = lps[rows]  # [len(chain), S]
-    effects = []
-    for stage in ("bias", "penalties", "dry"):
-        pair = layout.effect_pair(stage)
-        with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
-            effects.append(logits[pair[1]] - logits[pair[0]] if pair else np.zeros(n_slots, np.float32))
-    extra = np.stack([logits[0], *effects[:2], counts, effects[2]])
+    top_logit, z, weighted = stats[0][rows], stats[1][rows], stats[2][rows]
+    log_z = np.log(z)  # float32 throughout, as the device would compute it
+    stage_values = (logits[rows] - top_logit[:, None]) - log_z[:, None]  # [len(chain), S]
+    ids = index.tolist()
     by_id: dict[int, int] = {}
     for slot in _wanted_slots(logits[0], stage_values[-1], top_n, row_top_n, n_slots):
-        by_id.setdefault(int(index[slot]), slot)
-    top = tuple(
-        sorted(
-            (_candidate(int(index[s]), extra[:, s], stage_values[:, s], chain, text_of) for s in by_id.values()),
-            key=lambda c: (-c.logprob, -c.raw_logprob),
+        by_id.setdefault(ids[slot], slot)
+    chosen = list(by_id.values())
+    values = stage_values[:, chosen]
+    removed = np.isneginf(values)
+    first_removed = np.where(removed.any(axis=0), removed.argmax(axis=0), -1).tolist()
+    with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
+        effects = [
+            (logits[pair[1], chosen] - logits[pair[0], chosen]).tolist() if pair else [0.0] * len(chosen)
+            for pair in plan.effects
+        ]
+    bias, penalty, dry = effects
+    has_dry = "dry" in chain
+    raw, counted = logits[0, chosen].tolist(), counts[chosen].tolist()
+    top = []
+    for j, lps in enumerate(values.T.tolist()):
+        token = ids[chosen[j]]
+        removed_at = first_removed[j]
+        top.append(
+            Candidate(
+                token_id=token,
+                text=text_of(token),
+                raw_logit=raw[j],
+                logprobs=tuple(lps),
+                removed_by=chain[removed_at] if removed_at >= 0 else None,
+                bias=bias[j],
+                penalty=penalty[j],
+                count=counted[j],
+                dry=dry[j] if has_dry else None,
+            )
         )
-    )
+    top.sort(key=lambda c: (-c.logprobs[-1], -c.logprobs[0]))
     grammar = None
-    if "grammar" in chain:
-        at = layout.extras_at("grammar")
-        entering, _ = layout.effect_pair("grammar")
+    if plan.grammar is not None:
+        at, entering = plan.grammar
 
         def log_partition(d: int) -> float:  # log Σ exp of distribution d's logits: its max + log Z
-            return float(stats[0][d]) + float(stats[1][d])
+            return float(stats[0][d]) + float(np.log(stats[1][d]))
 
         grammar = grammar_record(packed[at : at + len(STATISTICS)], log_partition(entering), log_partition(0))
+    entropy = np.maximum(log_z - weighted / z, np.float32(0.0)).tolist()
+    survivors = stats[3][rows].tolist()
     return RowInspection(
-        token_id=int(packed[0]),
+        token_id=int(packed[:1].view(np.int32)[0]),
         chain=chain,
-        logprobs=tuple(float(v) for v in stage_values[:, n_slots - 1]),
-        entropies=tuple(_clean_entropy(float(stats[2][r])) for r in rows),
-        survivors=tuple(int(stats[3][r]) for r in rows),
-        top=top,
+        logprobs=tuple(stage_values[:, n_slots - 1].tolist()),
+        entropies=tuple(_clean_entropy(v) for v in entropy),
+        survivors=tuple(int(v) for v in survivors),
+        top=tuple(top),
         grammar=grammar,
     )
 
@@ -289,28 +352,11 @@ def _wanted_slots(raw_logits: np.ndarray, last: np.ndarray, top_n: int, row_top_
     """This row's top ``row_top_n`` of raw and of the last stage (finite only), then the chosen slot."""
     if top_n == 0 or row_top_n == 0:
         return [n_slots - 1]
-    raw_slots = np.argsort(-raw_logits[:top_n], kind="stable")[:row_top_n]
+    raw_slots = np.argsort(-raw_logits[:top_n], kind="stable")[:row_top_n].tolist()
     last_values = last[top_n : 2 * top_n]
     last_order = np.argsort(-last_values, kind="stable")[:row_top_n]
-    last_slots = [top_n + int(s) for s in last_order if np.isfinite(last_values[s])]
-    return [int(s) for s in raw_slots] + last_slots + [n_slots - 1]
-
-
-def _candidate(
-    token_id: int, extra: np.ndarray, logprobs: np.ndarray, chain: tuple[str, ...], text_of: Callable[[int], str]
-) -> Candidate:
-    removed = np.flatnonzero(np.isneginf(logprobs))
-    return Candidate(
-        token_id=token_id,
-        text=text_of(token_id),
-        raw_logit=float(extra[0]),
-        logprobs=tuple(float(v) for v in logprobs),
-        removed_by=chain[int(removed[0])] if removed.size else None,
-        bias=float(extra[1]),
-        penalty=float(extra[2]),
-        count=int(extra[3]),
-        dry=float(extra[4]) if "dry" in chain else None,
-    )
+    finite = np.isfinite(last_values[last_order])
+    return raw_slots + (last_order[finite] + top_n).tolist() + [n_slots - 1]
 
 
 def to_host(packed: mx.array) -> np.ndarray:

@@ -69,11 +69,12 @@ def output_sources(chain: Sequence[str], aliases: frozenset[str]) -> list[int]:
 
 def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, noise: mx.array | None) -> mx.array:
     """Greedy rows take the argmax of the logits entering ``temperature``; the others a
-    Gumbel-max draw from ``final``. greedy: [B] bool; noise: [B, V] or None. Returns [B] int32."""
+    Gumbel-max draw from ``final``. greedy: [B] bool; noise: [B, V] or None. Returns [B] int32:
+    the argmax's uint32 read as int32 (a view, no kernel; every id is below 2**31)."""
     best = mx.argmax(entering_temperature, axis=-1)
-    if noise is None:
-        return best.astype(mx.int32)
-    return mx.where(greedy, best, mx.argmax(final + noise, axis=-1)).astype(mx.int32)
+    if noise is not None:
+        best = mx.where(greedy, best, mx.argmax(final + noise, axis=-1))
+    return mx.view(best, mx.int32)
 
 
 def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping[str, mx.array], noise: mx.array):
