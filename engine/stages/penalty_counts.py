@@ -10,6 +10,7 @@ array that follows the batch (filter / extend) and feeds
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
@@ -37,6 +38,14 @@ def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), co
     return head[index] if index < len(head) else tail[index - len(head)]
 
 
+@lru_cache(maxsize=64)
+def _rows_and_ones(batch: int) -> tuple[mx.array, mx.array]:
+    """[0 .. batch - 1] and ``batch`` ones (int32), made once per batch size."""
+    rows, ones = mx.arange(batch, dtype=mx.int32), mx.ones((batch,), mx.int32)
+    mx.eval(rows, ones)
+    return rows, ones
+
+
 class PenaltyCounts:
     """Token counts for the rows of a batch, in batch order."""
 
@@ -54,6 +63,12 @@ class PenaltyCounts:
 
         O(B) scatter, independent of history length.
         """
+        if isinstance(tokens, mx.array) and all(t is None for t in leaving):
+            # Every step until a window fills: one scatter of constants, no host arrays.
+            new = tokens if tokens.dtype == mx.int32 else tokens.astype(mx.int32)
+            rows_, ones = _rows_and_ones(len(leaving))
+            self.counts = self.counts.at[rows_, new.reshape(-1)].add(ones)
+            return
         rows = list(range(len(leaving)))
         index_rows = mx.array(rows + rows)
         gone = [t if t is not None else 0 for t in leaving]
