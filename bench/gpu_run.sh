@@ -4,10 +4,11 @@
 # parts because a call carries at most 64 MiB; the machine keeps /tmp between calls while it
 # is warm, so the two calls follow each other at once:
 #   run(carry=[".gpu/a"], command="bash bench/gpu_run.sh --stage")
-#   run(carry=[".gpu/b"], command="bash bench/gpu_run.sh $OUT", timeout_s=540)
+#   run(carry=[".gpu/b"], command="bash bench/gpu_run.sh $OUT", timeout_s=590)
 # Writes DIR/bench-gpu.jsonl (a line of python -m bench --json per figure: 1, 22, 26, 12, 9, 2,
-# 11 and 23 with the model drafting for itself, in that order while 400 s last),
-# DIR/profile-b1.json and DIR/profile-b8.json (python -m bench.profile_step), DIR/run.log,
+# 11 and 23 with the model drafting for itself, in that order while 350 s last),
+# DIR/profile-b1.json and DIR/profile-b8.json (python -m bench.profile_step), DIR/step-ops.json
+# (python -m bench.step_ops: each piece of the step alone, the host's share), DIR/run.log,
 # and DIR/nsys.txt where the machine has nsys. "The default model" there is a model of its
 # exact shape with random weights (bench/gpu_model.py): the real file does not fit a call.
 set -uo pipefail
@@ -49,7 +50,7 @@ start=$(date +%s)
 # Figure 21 counts graph nodes, the same on any backend: this CPU's count is the figure, and
 # it is left out here (its chains compiled 35 s on the H100 without finishing).
 for figure in decode:200 tiny_decode:50 host_step:40 prefill:80 chain_cost:120 batched:150 compare:90 speculative:90; do
-  name=${figure%%:*} limit=${figure##*:} left=$((400 - $(date +%s) + start))
+  name=${figure%%:*} limit=${figure##*:} left=$((350 - $(date +%s) + start))
   [ "$left" -lt 20 ] && { echo "$name: not run, $left s left"; continue; }
   [ "$limit" -gt "$left" ] && limit=$left
   t=$(date +%s)
@@ -61,6 +62,8 @@ for b in 1 8; do
   timeout 45 $PY -m bench.profile_step --batch $b >"$DIR/profile-b$b.json"
   echo "profile batch $b: exit $?"
 done
+timeout 60 $PY -m bench.step_ops >"$DIR/step-ops.json"
+echo "step ops: exit $?"
 if command -v nsys >/dev/null; then
   timeout 60 nsys profile -o "$HOLD/steps" --force-overwrite true $PY -m bench.profile_step --batch 1 >/dev/null &&
     nsys stats --report cuda_gpu_kern_sum "$HOLD/steps.nsys-rep" >"$DIR/nsys.txt"
