@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
-from engine.sampling.inspection import PackLayout, RowInspection, unpack_row
+from engine.sampling.inspection import PackLayout, RowInspection, unpack_row, unpack_rows
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.sampling.step import compiled_step
 from engine.specs import row_chain
@@ -70,6 +70,23 @@ class Sampled:
         """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`."""
         offset, layout = self.places[row]
         return unpack_row(host[offset : offset + layout.width], layout, row_top_n, self.chains[row], text_of)
+
+    def unpack_all(
+        self, host: np.ndarray, row_top_ns: Sequence[int], text_of: Callable[[int], str]
+    ) -> list[RowInspection]:
+        """Every row of ``host`` in batch order (:meth:`unpack` of each), the rows of a layout
+        finished together (``engine.sampling.inspection.unpack_rows``)."""
+        by_layout: dict[PackLayout, list[int]] = {}
+        for row, (_, layout) in enumerate(self.places):
+            by_layout.setdefault(layout, []).append(row)
+        out: list[RowInspection] = [None] * len(self.places)  # type: ignore[list-item]
+        for layout, rows in by_layout.items():
+            offsets = np.array([self.places[r][0] for r in rows])
+            block = host[offsets[:, None] + np.arange(layout.width)]
+            chains, top_ns = [self.chains[r] for r in rows], [row_top_ns[r] for r in rows]
+            for row, inspection in zip(rows, unpack_rows(block, layout, top_ns, chains, text_of), strict=True):
+                out[row] = inspection
+        return out
 
 
 @lru_cache(maxsize=1)

@@ -272,73 +272,147 @@ def unpack_row(
 ) -> RowInspection:
     """Host side: one row of :func:`pack_outputs`, for a row whose stages were ``chain``
     (without ``raw``; a subset of the group's); candidates deduplicated and sorted by their
-    last-stage logprob.
+    last-stage logprob. :func:`unpack_rows` of one row."""
+    return unpack_rows(packed[None, :], layout, [row_top_n], [tuple(chain)], text_of)[0]
 
-    Every step of every row comes through here, on the host while the device runs the
-    next step: the candidates' values are taken out of NumPy in one ``tolist`` each (a
-    launch-bound GPU step waits on this work)."""
-    plan = _row_plan(layout, tuple(chain))
-    chain, rows = plan.chain, list(plan.rows)
+
+def unpack_rows(
+    block: np.ndarray,
+    layout: PackLayout,
+    row_top_ns: Sequence[int],
+    chains: Sequence[tuple[str, ...]],
+    text_of: Callable[[int], str],
+) -> list[RowInspection]:
+    """Host side: the rows ``block`` [R, layout.width] of one group, row ``r`` with its own
+    ``row_top_ns[r]`` and ``chains[r]`` (see :func:`unpack_row`).
+
+    Every step of every row comes through here, on the host while the device runs the next
+    step (a launch-bound GPU step waits on this work): the group's rows are finished
+    together, a NumPy call for all of them and one ``tolist`` to take the values out, so
+    that what is left per row is Python building its candidates. Logprobs, log Z and the
+    entropies in float32, as the device would compute them."""
+    n_rows = block.shape[0]
     d, n_slots, top_n = len(layout.order), layout.slots, layout.top_n
-    stats = packed[1 : 1 + len(_STATS) * d].reshape(len(_STATS), d)
+    stats = block[:, 1 : 1 + len(_STATS) * d].reshape(n_rows, len(_STATS), d)
     at = 1 + len(_STATS) * d
-    index = packed[at : at + n_slots].view(np.int32)
-    counts = packed[at + n_slots : at + 2 * n_slots].view(np.int32)
-    logits = packed[at + 2 * n_slots : at + 2 * n_slots + d * n_slots].reshape(d, n_slots)
-    top_logit, z, weighted = stats[0][rows], stats[1][rows], stats[2][rows]
-    log_z = np.log(z)  # float32 throughout, as the device would compute it
-    stage_values = (logits[rows] - top_logit[:, None]) - log_z[:, None]  # [len(chain), S]
-    ids = index.tolist()
-    by_id: dict[int, int] = {}
-    for slot in _wanted_slots(logits[0], stage_values[-1], top_n, row_top_n, n_slots):
-        by_id.setdefault(ids[slot], slot)
-    chosen = list(by_id.values())
-    values = stage_values[:, chosen]
-    removed = np.isneginf(values)
-    first_removed = np.where(removed.any(axis=0), removed.argmax(axis=0), -1).tolist()
+    logits = block[:, at + 2 * n_slots : at + 2 * n_slots + d * n_slots].reshape(n_rows, d, n_slots)
+    log_z = np.log(stats[:, 1])  # [R, D]
+    lps = (logits - stats[:, 0, :, None]) - log_z[:, :, None]  # [R, D, S]
+    entropy = np.maximum(log_z - stats[:, 2] / stats[:, 1], np.float32(0.0)).tolist()
+    survivors = stats[:, 3].tolist()
+    tokens = np.ascontiguousarray(block[:, 0]).view(np.int32).tolist()
+    ids = np.ascontiguousarray(block[:, at : at + n_slots]).view(np.int32).tolist()
+    counts = np.ascontiguousarray(block[:, at + n_slots : at + 2 * n_slots]).view(np.int32).tolist()
+    raw = logits[:, 0].tolist()
+    raw_order = np.argsort(-logits[:, 0, :top_n], axis=-1, kind="stable").tolist()
     with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
-        effects = [
-            (logits[pair[1], chosen] - logits[pair[0], chosen]).tolist() if pair else [0.0] * len(chosen)
-            for pair in plan.effects
-        ]
-    bias, penalty, dry = effects
-    has_dry = "dry" in chain
-    raw, counted = logits[0, chosen].tolist(), counts[chosen].tolist()
-    top = []
-    for j, lps in enumerate(values.T.tolist()):
-        token = ids[chosen[j]]
-        removed_at = first_removed[j]
-        top.append(
-            Candidate(
-                token_id=token,
-                text=text_of(token),
-                raw_logit=raw[j],
-                logprobs=tuple(lps),
-                removed_by=chain[removed_at] if removed_at >= 0 else None,
-                bias=bias[j],
-                penalty=penalty[j],
-                count=counted[j],
-                dry=dry[j] if has_dry else None,
+        pairs = [layout.effect_pair(stage) for stage in ("bias", "penalties", "dry")]
+        effects = [None if pair is None else (logits[:, pair[1]] - logits[:, pair[0]]).tolist() for pair in pairs]
+    # Each row's own chain, as distributions of the stack: padded with its last to the
+    # longest, so that one gather serves rows of any chains (a pad repeats the last
+    # distribution, so the first stage that removed a token is the same).
+    plans = [_row_plan(layout, tuple(chain)) for chain in chains]
+    widest = max(len(plan.rows) for plan in plans)
+    index = np.array([plan.rows + (plan.rows[-1],) * (widest - len(plan.rows)) for plan in plans])
+    values = np.take_along_axis(lps, index[:, :, None], axis=1)  # [R, C, S]
+    removed = np.isneginf(values)
+    first_removed = np.where(removed.any(axis=1), removed.argmax(axis=1), -1).tolist()  # [R, S]
+    last = values[np.arange(n_rows), np.array([len(plan.rows) - 1 for plan in plans]), top_n : 2 * top_n]
+    last_order = np.argsort(-last, axis=-1, kind="stable")
+    last_finite = np.isfinite(np.take_along_axis(last, last_order, axis=-1)).tolist()
+    last_order = last_order.tolist()
+    by_slot = values.transpose(0, 2, 1).tolist()  # [R, S, C]
+    out = []
+    for r, plan in enumerate(plans):
+        n = len(plan.rows)
+        slots = by_slot[r] if n == widest else [lps_of_slot[:n] for lps_of_slot in by_slot[r]]
+        wanted = _wanted(raw_order[r], last_order[r], last_finite[r], top_n, row_top_ns[r], n_slots)
+        out.append(
+            _row(
+                plan,
+                tokens[r],
+                [entropy[r][i] for i in plan.rows],
+                [survivors[r][i] for i in plan.rows],
+                _candidates(plan, wanted, ids[r], slots, first_removed[r], raw[r], counts[r], effects, r, text_of),
+                slots[n_slots - 1],
+                _grammar(plan, block[r], stats[r]),
             )
         )
+    return out
+
+
+def _wanted(
+    raw_order: list[int], last_order: list[int], finite: list[bool], top_n: int, row_top_n: int, n_slots: int
+) -> list[int]:
+    """A row's top ``row_top_n`` of raw and of the last stage (finite only), then the chosen slot."""
+    if top_n == 0 or row_top_n == 0:
+        return [n_slots - 1]
+    last = [top_n + s for s, ok in zip(last_order[:row_top_n], finite[:row_top_n], strict=True) if ok]
+    return raw_order[:row_top_n] + last + [n_slots - 1]
+
+
+def _candidates(
+    plan: _RowPlan,
+    wanted: list[int],
+    ids: list[int],
+    by_slot: list[list[float]],
+    first_removed: list[int],
+    raw: list[float],
+    counts: list[int],
+    effects: list[list[list[float]] | None],
+    r: int,
+    text_of: Callable[[int], str],
+) -> tuple[Candidate, ...]:
+    by_id: dict[int, int] = {}
+    for slot in wanted:
+        by_id.setdefault(ids[slot], slot)
+    bias, penalty, dry = (e[r] if e is not None else None for e in effects)
+    has_dry = "dry" in plan.chain
+    top = [
+        Candidate(
+            token_id=ids[s],
+            text=text_of(ids[s]),
+            raw_logit=raw[s],
+            logprobs=tuple(by_slot[s]),
+            removed_by=plan.chain[first_removed[s]] if first_removed[s] >= 0 else None,
+            bias=bias[s] if bias is not None else 0.0,
+            penalty=penalty[s] if penalty is not None else 0.0,
+            count=counts[s],
+            dry=(dry[s] if dry is not None else 0.0) if has_dry else None,
+        )
+        for s in by_id.values()
+    ]
     top.sort(key=lambda c: (-c.logprobs[-1], -c.logprobs[0]))
-    grammar = None
-    if plan.grammar is not None:
-        at, entering = plan.grammar
+    return tuple(top)
 
-        def log_partition(d: int) -> float:  # log Σ exp of distribution d's logits: its max + log Z
-            return float(stats[0][d]) + float(np.log(stats[1][d]))
 
-        grammar = grammar_record(packed[at : at + len(STATISTICS)], log_partition(entering), log_partition(0))
-    entropy = np.maximum(log_z - weighted / z, np.float32(0.0)).tolist()
-    survivors = stats[3][rows].tolist()
+def _grammar(plan: _RowPlan, row: np.ndarray, stats: np.ndarray) -> GrammarRecord | None:
+    if plan.grammar is None:
+        return None
+    at, entering = plan.grammar
+
+    def log_partition(d: int) -> float:  # log Σ exp of distribution d's logits: its max + log Z
+        return float(stats[0][d]) + float(np.log(stats[1][d]))
+
+    return grammar_record(row[at : at + len(STATISTICS)], log_partition(entering), log_partition(0))
+
+
+def _row(
+    plan: _RowPlan,
+    token: int,
+    entropies: list[float],
+    survivors: list[float],
+    top: tuple[Candidate, ...],
+    chosen_logprobs: list[float],
+    grammar: GrammarRecord | None,
+) -> RowInspection:
     return RowInspection(
-        token_id=int(packed[:1].view(np.int32)[0]),
-        chain=chain,
-        logprobs=tuple(stage_values[:, n_slots - 1].tolist()),
-        entropies=tuple(_clean_entropy(v) for v in entropy),
+        token_id=token,
+        chain=plan.chain,
+        logprobs=tuple(chosen_logprobs),
+        entropies=tuple(_clean_entropy(v) for v in entropies),
         survivors=tuple(int(v) for v in survivors),
-        top=tuple(top),
+        top=top,
         grammar=grammar,
     )
 
@@ -346,17 +420,6 @@ def unpack_row(
 def _clean_entropy(value: float) -> float:
     # A point mass gives -0.0 or a rounding error below zero; entropy is never negative.
     return value if value > 0.0 else 0.0
-
-
-def _wanted_slots(raw_logits: np.ndarray, last: np.ndarray, top_n: int, row_top_n: int, n_slots: int) -> list[int]:
-    """This row's top ``row_top_n`` of raw and of the last stage (finite only), then the chosen slot."""
-    if top_n == 0 or row_top_n == 0:
-        return [n_slots - 1]
-    raw_slots = np.argsort(-raw_logits[:top_n], kind="stable")[:row_top_n].tolist()
-    last_values = last[top_n : 2 * top_n]
-    last_order = np.argsort(-last_values, kind="stable")[:row_top_n]
-    finite = np.isfinite(last_values[last_order])
-    return raw_slots + (last_order[finite] + top_n).tolist() + [n_slots - 1]
 
 
 def to_host(packed: mx.array) -> np.ndarray:
