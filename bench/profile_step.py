@@ -54,8 +54,8 @@ def profile(loaded, batch: int, repeats: int = 7, prompt_ids: list[int] | None =
         t2 = time.perf_counter()
         packed = to_host(sampled.packed)
         t3 = time.perf_counter()
-        for row, request in enumerate(requests):
-            sampled.unpack(packed, row, request.params.top_logprobs, scheduler.text.piece)
+        sampled.unpack_all(packed, [r.params.top_logprobs for r in requests], scheduler.text.piece)
+        for request in requests:
             request.decoder.decode(request.generated[-4:])
         t4 = time.perf_counter()
         for cache in scheduler._batch:
