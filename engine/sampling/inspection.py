@@ -39,14 +39,14 @@ class PackLayout:
 
     The distinct distributions of the chain (a stage that was the identity for every row
     repeats its input: one distribution) are stacked raw first, the last stage's second,
-    then the others in chain order. A row is ``[token, stats [4, D], index [S], counts [S],
-    logits [D, S]]``: each distribution's max, Z, Σ p·Z·(x - max) and surviving tokens; the
-    candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``, the top of the last
-    stage, the drawn token), their penalty counts, and their logit in every distribution.
-    On the host, in float32: log Z = log(Z), the entropy ``max(log Z - Σ/Z, 0)`` and a
-    logprob ``(logit - max) - log Z``. The token, the ids and the counts
-    are int32 bits in the float32 row (``mx.view``: a cast would be a kernel each; the host
-    reads them back with ``.view(np.int32)``).
+    then the others in chain order. A row is ``[stats [4, D], index [S], counts [S], logits
+    [D, S]]``: each distribution's max, Z = Σ e with e = exp(x - max), Σ e·(x - max) and
+    surviving tokens; the candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``,
+    the top of the last stage, the drawn token, which is how the host knows the token),
+    their penalty counts, and their logit in every distribution. On the host, in float32:
+    log Z = log(Z), the entropy ``max(log Z - Σ/Z, 0)`` and a logprob ``(logit - max) -
+    log Z``. The ids and the counts are int32 bits in the float32 row (``mx.view``: a cast
+    would be a kernel each; the host reads them back with ``.view(np.int32)``).
     """
 
     chain: tuple[str, ...]
@@ -71,7 +71,7 @@ class PackLayout:
     @cached_property
     def width(self) -> int:
         d, s = len(self.order), self.slots
-        return 1 + len(_STATS) * d + 2 * s + d * s + sum(STAGES[n].statistics_width for n in self.extras)
+        return len(_STATS) * d + 2 * s + d * s + sum(STAGES[n].statistics_width for n in self.extras)
 
     def extras_at(self, stage: str) -> int:
         """Where ``stage``'s figures start in a packed row."""
@@ -207,7 +207,6 @@ def pack_outputs(
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     return mx.concatenate(
         [
-            mx.view(chosen, mx.float32),
             *(stat.T for stat in (top[..., 0], z, weighted, survivors)),  # [B, D] each
             mx.view(index, mx.float32),
             mx.view(counted, mx.float32),
@@ -293,14 +292,13 @@ def unpack_rows(
     entropies in float32, as the device would compute them."""
     n_rows = block.shape[0]
     d, n_slots, top_n = len(layout.order), layout.slots, layout.top_n
-    stats = block[:, 1 : 1 + len(_STATS) * d].reshape(n_rows, len(_STATS), d)
-    at = 1 + len(_STATS) * d
+    stats = block[:, : len(_STATS) * d].reshape(n_rows, len(_STATS), d)
+    at = len(_STATS) * d
     logits = block[:, at + 2 * n_slots : at + 2 * n_slots + d * n_slots].reshape(n_rows, d, n_slots)
     log_z = np.log(stats[:, 1])  # [R, D]
     lps = (logits - stats[:, 0, :, None]) - log_z[:, :, None]  # [R, D, S]
     entropy = np.maximum(log_z - stats[:, 2] / stats[:, 1], np.float32(0.0)).tolist()
     survivors = stats[:, 3].tolist()
-    tokens = np.ascontiguousarray(block[:, 0]).view(np.int32).tolist()
     ids = np.ascontiguousarray(block[:, at : at + n_slots]).view(np.int32).tolist()
     counts = np.ascontiguousarray(block[:, at + n_slots : at + 2 * n_slots]).view(np.int32).tolist()
     raw = logits[:, 0].tolist()
@@ -330,7 +328,7 @@ def unpack_rows(
         out.append(
             _row(
                 plan,
-                tokens[r],
+                ids[r][n_slots - 1],  # the drawn token: the last slot
                 [entropy[r][i] for i in plan.rows],
                 [survivors[r][i] for i in plan.rows],
                 _candidates(plan, wanted, ids[r], slots, first_removed[r], raw[r], counts[r], effects, r, text_of),
