@@ -20,7 +20,7 @@ import mlx.core as mx
 from bench.common import PROMPT, default_model, median, row_params, synthetic_model
 from engine.api.params import SamplingParams
 from engine.runtime.scheduler import Scheduler
-from engine.sampling.inspection import to_host
+from engine.sampling.unpack import to_host
 
 
 def greedy(loaded) -> SamplingParams:

@@ -34,8 +34,9 @@ from engine.runtime.reasoning_phase import PhaseTracker
 from engine.runtime.requests import check_prompt
 from engine.runtime.text import TokenText
 from engine.sampling.batch import grammar_facts, new_states, state_inputs, with_facts
-from engine.sampling.inspection import layout_of, pack_step, to_host, unpack_row
+from engine.sampling.inspection import layout_of, pack_step
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, run_chain
+from engine.sampling.unpack import to_host, unpack_row
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, StateContext

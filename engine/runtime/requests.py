@@ -16,7 +16,7 @@ from engine.api.grammar import NO_GRAMMAR_STATS, GrammarStats
 from engine.api.params import SamplingParams
 from engine.runtime.detokenize import StopText, StreamDecoder
 from engine.runtime.reasoning_phase import PhaseTracker
-from engine.sampling.inspection import RowInspection
+from engine.sampling.unpack import RowInspection
 from engine.stages.penalty_counts import leaving_token
 
 

@@ -46,7 +46,7 @@ from engine.runtime.speculative import Drafter, block_size, check_draft, run_blo
 from engine.runtime.text import TokenText
 from engine.sampling.batch import Sampled, SamplingBatch
 from engine.sampling.divergence import group_pairs, pair_divergences
-from engine.sampling.inspection import RowInspection, to_host
+from engine.sampling.unpack import RowInspection, to_host
 from engine.stages.vocabulary import Vocabulary
 
 

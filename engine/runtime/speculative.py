@@ -34,7 +34,7 @@ from engine.models.load import LoadedModel
 from engine.runtime.requests import Request
 from engine.runtime.text import TokenText
 from engine.sampling.batch import SamplingBatch
-from engine.sampling.inspection import RowInspection, to_host
+from engine.sampling.unpack import RowInspection, to_host
 from engine.stages.penalty_counts import leaving_token
 
 DRAFT_TOP = 10

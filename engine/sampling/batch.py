@@ -21,9 +21,10 @@ import numpy as np
 
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
-from engine.sampling.inspection import PackLayout, RowInspection, unpack_row, unpack_rows
+from engine.sampling.inspection import PackLayout
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.sampling.step import compiled_step
+from engine.sampling.unpack import RowInspection, unpack_row, unpack_rows
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, RowsState, StateContext
@@ -75,7 +76,7 @@ class Sampled:
         self, host: np.ndarray, row_top_ns: Sequence[int], text_of: Callable[[int], str]
     ) -> list[RowInspection]:
         """Every row of ``host`` in batch order (:meth:`unpack` of each), the rows of a layout
-        finished together (``engine.sampling.inspection.unpack_rows``)."""
+        finished together (``engine.sampling.unpack.unpack_rows``)."""
         by_layout: dict[PackLayout, list[int]] = {}
         for row, (_, layout) in enumerate(self.places):
             by_layout.setdefault(layout, []).append(row)

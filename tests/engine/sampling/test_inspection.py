@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from engine.api.params import SamplingParams
-from engine.sampling.inspection import layout_of, pack_step, to_host, unpack_row
+from engine.sampling.inspection import layout_of, pack_step
+from engine.sampling.unpack import to_host, unpack_row
 from engine.specs import row_chain
 from tests.support.chain_util import run
 
