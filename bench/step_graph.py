@@ -29,7 +29,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from bench.chain_cost import CLASSIC, EVERY_STAGE
-from bench.common import PROMPT, median, no_eos, peer_sampling, synthetic_model
+from bench.common import PROMPT, no_eos, peer_sampling, synthetic_model
 from engine.api.params import SamplingParams
 from engine.models.load import LoadedModel
 from engine.runtime.scheduler import Scheduler
@@ -159,26 +159,13 @@ def host_model() -> LoadedModel:
 
 
 def host_step(smoke: bool = False) -> dict:
-    """Figure 26: figure 1's measurement on :func:`host_model`, greedy with ten candidates and
-    EOS banned on both sides, prompt ids 5 to 39 (all inside its vocabulary)."""
-    from bench.throughput import _ours_arrivals, _peer_arrivals, _steady_rate
+    """Figure 26: figure 1's measurement (``bench.throughput.decode_batch1``) on
+    :func:`host_model`, prompt ids 5 to 39 (all inside its vocabulary)."""
+    from bench.throughput import decode_batch1
 
-    loaded = host_model()
     tokens, repeats = (8, 1) if smoke else (300, 5)
-    prompt = list(range(5, 40))
-    params = SamplingParams(max_tokens=tokens, top_logprobs=10, logit_bias=no_eos(loaded))
-    ours_rates, peer_rates = [], []
-    for _ in range(repeats):
-        ours_rates.append(_steady_rate(_ours_arrivals(loaded, prompt, params)))
-        peer_rates.append(_steady_rate(_peer_arrivals(loaded, prompt, tokens)))
-    ours_tps, peer_tps = median(ours_rates), median(peer_rates)
-    return {
-        "ours_tps": round(ours_tps, 1),
-        "mlx_lm_tps": round(peer_tps, 1),
-        "ours_ms_per_step": round(1000 / ours_tps, 3),
-        "mlx_lm_ms_per_step": round(1000 / peer_tps, 3),
-        "ratio": round(ours_tps / peer_tps, 3),
-        "tokens": tokens,
-        "repeats": repeats,
-        "goal": {"ratio_at_least": GOALS["host_ratio_at_least"]},
-    }
+    result = decode_batch1(host_model(), tokens=tokens, repeats=repeats, prompt=list(range(5, 40)))
+    result["ours_ms_per_step"] = round(1000 / result["ours_tps"], 3)
+    result["mlx_lm_ms_per_step"] = round(1000 / result["mlx_lm_tps"], 3)
+    result["goal"] = {"ratio_at_least": GOALS["host_ratio_at_least"]}
+    return result

@@ -47,8 +47,10 @@ def _peer_arrivals(loaded: LoadedModel, prompt: list[int], tokens: int) -> list[
     return times
 
 
-def decode_batch1(loaded: LoadedModel, tokens: int = 32, repeats: int = 3) -> dict:
-    prompt = loaded.tokenizer.encode(PROMPT)
+def decode_batch1(loaded: LoadedModel, tokens: int = 32, repeats: int = 3, prompt: list[int] | None = None) -> dict:
+    """Figure 1: ``tokens`` greedy tokens with ten candidates, EOS banned, on ``prompt``
+    (default: the bench's prompt), ours and mlx-lm's in turn, medians of ``repeats``."""
+    prompt = prompt if prompt is not None else loaded.tokenizer.encode(PROMPT)
     ours, peer = [], []
     params = SamplingParams(max_tokens=tokens, top_logprobs=10, logit_bias=no_eos(loaded))
     for _ in range(repeats):

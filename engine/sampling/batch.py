@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import mlx.core as mx
@@ -27,7 +26,7 @@ from engine.sampling.step import compiled_step
 from engine.sampling.unpack import RowInspection, unpack_row, unpack_rows
 from engine.specs import row_chain
 from engine.stages import STAGES
-from engine.stages.base import Accepted, Rows, RowsState, StateContext
+from engine.stages.base import Accepted, Rows, RowsState, StateContext, device_constant
 from engine.stages.grammar import GrammarRows
 from engine.stages.vocabulary import Vocabulary
 
@@ -90,12 +89,8 @@ class Sampled:
         return out
 
 
-@lru_cache(maxsize=1)
-def _zero() -> mx.array:
-    # The compiled step's placeholder for an input a chain does not take, made once.
-    zero = mx.array(0)
-    mx.eval(zero)
-    return zero
+_zero = device_constant(lambda: mx.array(0))
+"""The compiled step's placeholder for an input a chain does not take."""
 
 
 def new_states(

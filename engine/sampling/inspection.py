@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache, partial
+from functools import cached_property, partial
 
 import mlx.core as mx
 
 from engine.sampling.sampler import ChainResult, compiled_once
 from engine.stages import STAGES
-from engine.stages.base import exp
+from engine.stages.base import device_constant, exp
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -145,12 +145,7 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
     return mx.take_along_axis(ids, _largest(inside, n), axis=-1)
 
 
-@lru_cache(maxsize=1)
-def _offsets() -> mx.array:
-    # Evaluated once: a compiled step takes it as a constant, where an arange would be a kernel.
-    offsets = mx.arange(BLOCK, dtype=mx.int32)
-    mx.eval(offsets)
-    return offsets
+_offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
 
 
 def _int32(values: mx.array) -> mx.array:

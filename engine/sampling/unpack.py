@@ -41,7 +41,6 @@ class _RowPlan:
 
     chain: tuple[str, ...]
     rows: tuple[int, ...]
-    effects: tuple[tuple[int, int] | None, ...]  # bias, penalties, dry
     grammar: tuple[int, int] | None  # where its figures start, the distribution entering it
 
 
@@ -49,12 +48,17 @@ class _RowPlan:
 def _row_plan(layout: PackLayout, chain: tuple[str, ...]) -> _RowPlan:
     chain = ("raw", *chain)
     rows = tuple(layout.distribution(name) for name in chain)
-    effects = tuple(layout.effect_pair(stage) for stage in ("bias", "penalties", "dry"))
     grammar = None
     if "grammar" in chain:
         entering, _ = layout.effect_pair("grammar")
         grammar = (layout.extras_at("grammar"), entering)
-    return _RowPlan(chain, rows, effects, grammar)
+    return _RowPlan(chain, rows, grammar)
+
+
+@lru_cache(maxsize=256)
+def _effect_pairs(layout: PackLayout) -> tuple[tuple[int, int] | None, ...]:
+    """The distributions before and after ``bias``, ``penalties`` and ``dry`` (None: it did not run)."""
+    return tuple(layout.effect_pair(stage) for stage in ("bias", "penalties", "dry"))
 
 
 def unpack_row(
@@ -78,12 +82,7 @@ def unpack_rows(
     text_of: Callable[[int], str],
 ) -> list[RowInspection]:
     """Host side: the rows ``block`` [R, layout.width] of one group, row ``r`` with its own
-    ``row_top_ns[r]`` and ``chains[r]`` (see :func:`unpack_row`).
-
-    Every step of every row comes through here, on the host while the device runs the next
-    step (a launch-bound GPU step waits on this work): the group's rows are finished
-    together, a NumPy call for all of them and one ``tolist`` to take the values out, so
-    that what is left per row is Python building its candidates. Logprobs, log Z and the
+    ``row_top_ns[r]`` and ``chains[r]`` (see :func:`unpack_row`). Logprobs, log Z and the
     entropies in float32, as the device would compute them."""
     n_rows = block.shape[0]
     d, n_slots, top_n = len(layout.order), layout.slots, layout.top_n
@@ -99,8 +98,10 @@ def unpack_rows(
     raw = logits[:, 0].tolist()
     raw_order = np.argsort(-logits[:, 0, :top_n], axis=-1, kind="stable").tolist()
     with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
-        pairs = [layout.effect_pair(stage) for stage in ("bias", "penalties", "dry")]
-        effects = [None if pair is None else (logits[:, pair[1]] - logits[:, pair[0]]).tolist() for pair in pairs]
+        effects = [
+            None if pair is None else (logits[:, pair[1]] - logits[:, pair[0]]).tolist()
+            for pair in _effect_pairs(layout)
+        ]
     # Each row's own chain, as distributions of the stack: padded with its last to the
     # longest, so that one gather serves rows of any chains (a pad repeats the last
     # distribution, so the first stage that removed a token is the same).

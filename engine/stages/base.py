@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 import mlx.core as mx
@@ -172,6 +173,20 @@ class Stage:
 
     def is_identity(self, params: SamplingParams) -> bool:
         return self.identity(params) if self.identity is not None else self.spec.neutral(params)
+
+
+def device_constant(make: Callable[..., Any]) -> Callable[..., Any]:
+    """``make(*args)``'s arrays made and evaluated once per ``args``, then kept: a step that
+    takes them builds no host array each time, and a compiled step reads them as constants
+    (an ``arange`` traced into it would be a kernel every step)."""
+
+    @lru_cache(maxsize=64)
+    def made(*args: Any) -> Any:
+        arrays = make(*args)
+        mx.eval(arrays)
+        return arrays
+
+    return made
 
 
 LOG2_E = 1.4426950408889634

@@ -10,10 +10,11 @@ array that follows the batch (filter / extend) and feeds
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
+
+from engine.stages.base import device_constant
 
 
 def window_of(history: Sequence[int], window: int) -> Sequence[int]:
@@ -38,12 +39,8 @@ def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), co
     return head[index] if index < len(head) else tail[index - len(head)]
 
 
-@lru_cache(maxsize=64)
-def _rows_and_ones(batch: int) -> tuple[mx.array, mx.array]:
-    """[0 .. batch - 1] and ``batch`` ones (int32), made once per batch size."""
-    rows, ones = mx.arange(batch, dtype=mx.int32), mx.ones((batch,), mx.int32)
-    mx.eval(rows, ones)
-    return rows, ones
+_rows_and_ones = device_constant(lambda batch: (mx.arange(batch, dtype=mx.int32), mx.ones((batch,), mx.int32)))
+"""[0 .. batch - 1] and ``batch`` ones (int32), per batch size."""
 
 
 class PenaltyCounts:
@@ -61,23 +58,18 @@ class PenaltyCounts:
         """Count each row's new token and drop the token that left its window; ``tokens``
         may still be on the device ([B] int32: the step is not read back yet).
 
-        O(B) scatter, independent of history length.
+        O(B) scatters, independent of history length: the new tokens with constant rows and
+        ones (no host array while the tokens are on the device), then the tokens that left,
+        only where some did.
         """
-        if isinstance(tokens, mx.array) and all(t is None for t in leaving):
-            # Every step until a window fills: one scatter of constants, no host arrays.
-            new = tokens if tokens.dtype == mx.int32 else tokens.astype(mx.int32)
-            rows_, ones = _rows_and_ones(len(leaving))
-            self.counts = self.counts.at[rows_, new.reshape(-1)].add(ones)
-            return
-        rows = list(range(len(leaving)))
-        index_rows = mx.array(rows + rows)
-        gone = [t if t is not None else 0 for t in leaving]
-        if isinstance(tokens, mx.array):
-            index_cols = mx.concatenate([tokens.astype(mx.int32).reshape(-1), mx.array(gone, dtype=mx.int32)])
-        else:
-            index_cols = mx.array(list(tokens) + gone)
-        deltas = [1] * len(leaving) + [-1 if t is not None else 0 for t in leaving]
-        self.counts = self.counts.at[index_rows, index_cols].add(mx.array(deltas, dtype=mx.int32))
+        rows, ones = _rows_and_ones(len(leaving))
+        new = tokens.reshape(-1) if isinstance(tokens, mx.array) else mx.array(list(tokens))
+        counts = self.counts.at[rows, new.astype(mx.int32)].add(ones)
+        gone = [(row, token) for row, token in enumerate(leaving) if token is not None]
+        if gone:
+            gone_rows, gone_tokens = (mx.array(list(column), dtype=mx.int32) for column in zip(*gone, strict=True))
+            counts = counts.at[gone_rows, gone_tokens].add(mx.array(-1, dtype=mx.int32))
+        self.counts = counts
 
     def filter(self, keep: Sequence[int]) -> None:
         self.counts = self.counts[mx.array(list(keep), dtype=mx.int32)]
