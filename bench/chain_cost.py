@@ -84,7 +84,7 @@ def _stage_alone(stage: str, size: int, vocab: int, repeats: int = 15) -> float:
         inputs.update(state_inputs(states, chain, params, Rows(list(range(size)), None), [0] * size))
         start = time.perf_counter()
         result = run_chain(logits, chain, inputs)
-        mx.eval(pack_step(result, None, 10, inputs))
+        mx.eval(pack_step(result, 10, inputs))
         return time.perf_counter() - start
 
     chain = (stage,) if stage else ()

@@ -43,6 +43,7 @@ def profile(loaded, batch: int, repeats: int = 7, prompt_ids: list[int] | None =
     parts: dict[str, list[float]] = {k: [] for k in ("forward", "sample_and_pack", "transfer", "host", "full_step")}
     requests = scheduler._active
     sampling = scheduler._sampling
+    counters = sampling.counters()
     for _ in range(repeats):
         inputs = mx.array([[r.generated[-1]] for r in requests])
         t0 = time.perf_counter()
@@ -54,7 +55,7 @@ def profile(loaded, batch: int, repeats: int = 7, prompt_ids: list[int] | None =
         t2 = time.perf_counter()
         packed = to_host(sampled.packed)
         t3 = time.perf_counter()
-        sampled.unpack_all(packed, [r.params.top_logprobs for r in requests], scheduler.text.piece)
+        sampled.unpack_all(packed, [r.params.top_logprobs for r in requests], scheduler.text.piece, counters)
         for request in requests:
             request.decoder.decode(request.generated[-4:])
         t4 = time.perf_counter()

@@ -36,7 +36,7 @@ from engine.runtime.text import TokenText
 from engine.sampling.batch import grammar_facts, new_states, state_inputs, with_facts
 from engine.sampling.inspection import layout_of, pack_step
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, run_chain
-from engine.sampling.unpack import to_host, unpack_row
+from engine.sampling.unpack import CountOf, to_host, unpack_row
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, StateContext
@@ -163,6 +163,11 @@ class _PositionState:
         """This position's state inputs ([1, ...] each)."""
         return state_inputs(self.states, chain, [self.params], Rows([0], None), [index])
 
+    def counter(self, position: int) -> CountOf:
+        """The token counts over the penalty window before ``position`` (at most the
+        position reached: a run of positions is unpacked after it advanced through them)."""
+        return self.states["penalties"].counter(0, end=position)
+
     def advance(self, step: TokenStep | None = None) -> tuple[bool, bool] | None:
         """Move to the next position: the token at this one joins the history (with the
         step that scored it, for states that read it). Returns the grammar's facts after it
@@ -197,14 +202,15 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     raw = result.outputs[0]
     rank = mx.sum(raw > mx.take_along_axis(raw, targets[:, None], axis=-1), axis=-1) + 1
     top_n = min(params.top_logprobs, logits.shape[-1])
-    packed = pack_step(result, inputs.get("counts"), top_n, inputs)
+    packed = pack_step(result, top_n, inputs)
     host = to_host(mx.concatenate([packed.reshape(-1), rank.astype(mx.float32)]))
     packed_rows = host[:-n].reshape(n, -1)
     steps = []
     own_chain = row_chain(params)
     layout = layout_of(result, top_n)
     for i, p in enumerate(rows):
-        inspection = unpack_row(packed_rows[i], layout, params.top_logprobs, own_chain, text.piece)
+        count_of = state.counter(p)
+        inspection = unpack_row(packed_rows[i], layout, params.top_logprobs, own_chain, text.piece, count_of)
         token = full[p]
         steps.append(
             TokenStep(

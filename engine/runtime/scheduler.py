@@ -409,7 +409,8 @@ class Scheduler:
             ahead_by = sampling if not pairs and sampling is self._sampling else None
             self._lookahead.queue(self.model, self._batch, self.kv, requests, sampled.tokens, ahead_by)
         host = to_host(packed_device)  # the one transfer
-        inspections = sampled.unpack_all(host, [r.params.top_logprobs for r in requests], self.text.piece)
+        top_ns = [r.params.top_logprobs for r in requests]
+        inspections = sampled.unpack_all(host, top_ns, self.text.piece, sampling.counters())
         # The stages' state takes every row's new token first: the steps then say what it
         # knows of them (the grammar: whether the output is complete).
         sampling.accept([i.token_id for i in inspections], [r.leaving_next() for r in requests], inspections)

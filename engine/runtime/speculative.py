@@ -108,7 +108,7 @@ class Drafter:
         for j in range(tokens):
             logits = self._logits(mx.array([[last]]), state)
             sampled = sampling.sample(logits, [request.next_index + j])
-            step = sampled.unpack(to_host(sampled.packed), 0, top, self.text.piece)
+            step = sampled.unpack(to_host(sampled.packed), 0, top, self.text.piece, sampling.counter(0))
             drafted.append(step.token_id)
             steps.append(step)
             last = step.token_id

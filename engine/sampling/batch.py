@@ -23,7 +23,7 @@ from engine.api.params import SamplingParams
 from engine.sampling.inspection import PackLayout
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.sampling.step import compiled_step
-from engine.sampling.unpack import RowInspection, unpack_row, unpack_rows
+from engine.sampling.unpack import CountOf, RowInspection, unpack_row, unpack_rows
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, RowsState, StateContext, device_constant
@@ -66,13 +66,17 @@ class Sampled:
         chains, places = [self.chains[i] for i in keep], [self.places[i] for i in keep]
         return Sampled(self.tokens[index], self.packed, self.top_n, chains, self.final[index], places)
 
-    def unpack(self, host: np.ndarray, row: int, row_top_n: int, text_of: Callable[[int], str]) -> RowInspection:
-        """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`."""
+    def unpack(
+        self, host: np.ndarray, row: int, row_top_n: int, text_of: Callable[[int], str], count_of: CountOf
+    ) -> RowInspection:
+        """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`;
+        ``count_of``: the row's counts before the step (:meth:`SamplingBatch.counter`)."""
         offset, layout = self.places[row]
-        return unpack_row(host[offset : offset + layout.width], layout, row_top_n, self.chains[row], text_of)
+        block = host[offset : offset + layout.width]
+        return unpack_row(block, layout, row_top_n, self.chains[row], text_of, count_of)
 
     def unpack_all(
-        self, host: np.ndarray, row_top_ns: Sequence[int], text_of: Callable[[int], str]
+        self, host: np.ndarray, row_top_ns: Sequence[int], text_of: Callable[[int], str], counts: Sequence[CountOf]
     ) -> list[RowInspection]:
         """Every row of ``host`` in batch order (:meth:`unpack` of each), the rows of a layout
         finished together (``engine.sampling.unpack.unpack_rows``)."""
@@ -84,7 +88,8 @@ class Sampled:
             offsets = np.array([self.places[r][0] for r in rows])
             block = host[offsets[:, None] + np.arange(layout.width)]
             chains, top_ns = [self.chains[r] for r in rows], [row_top_ns[r] for r in rows]
-            for row, inspection in zip(rows, unpack_rows(block, layout, top_ns, chains, text_of), strict=True):
+            unpacked = unpack_rows(block, layout, top_ns, chains, text_of, [counts[r] for r in rows])
+            for row, inspection in zip(rows, unpacked, strict=True):
                 out[row] = inspection
         return out
 
@@ -129,12 +134,11 @@ def state_inputs(
     rows: Rows,
     indices: Sequence[int],
 ) -> dict[str, mx.array]:
-    """The state inputs of the stages in ``chain``, and those the inspection always reads."""
+    """The state inputs of the stages in ``chain``."""
     out: dict[str, mx.array] = {}
     for name, state in states.items():
-        if name in chain or STAGES[name].reported:
-            values = state.inputs(params, rows, indices)
-            out.update(values if name in chain else {k: values[k] for k in STAGES[name].reported})
+        if name in chain:
+            out.update(state.inputs(params, rows, indices))
     return out
 
 
@@ -201,6 +205,14 @@ class SamplingBatch:
         stages' state knows of it (:func:`grammar_facts`)."""
         return with_facts(inspection, grammar_facts(self.states, row))
 
+    def counter(self, row: int) -> CountOf:
+        """Row ``row``'s token counts over its penalty window, as they stand (every
+        candidate's ``count`` in the inspection: read before :meth:`accept` takes the step)."""
+        return self.states["penalties"].counter(row)
+
+    def counters(self) -> list[CountOf]:
+        return [self.counter(row) for row in range(len(self.params))]
+
     def carry(self, row: int) -> dict[str, Any]:
         """The carried state of a row before its next token (for a later branch)."""
         out = {}
@@ -245,21 +257,13 @@ class SamplingBatch:
             override = None
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
-            counts = inputs.get("counts")
             fn, layout = compiled_step(
-                group.chain,
-                group.aliases,
-                noise is not None,
-                group.forms,
-                top_n,
-                counts is not None,
-                override is not None,
+                group.chain, group.aliases, noise is not None, group.forms, top_n, override is not None
             )
             tokens, packed, final = fn(
                 group.rows.take(logits),
                 inputs,
                 noise if noise is not None else zero,
-                counts if counts is not None else zero,
                 override if override is not None else zero,
             )
             for k, row in enumerate(rows):
@@ -285,7 +289,7 @@ class SamplingBatch:
         next step's) are sampled at ``indices``. None when a state the chains read needs the
         token on the host (DRY, mirostat): nothing is changed then."""
         used = {name for group in self._plan() for name in group.chain}
-        states = [s for name, s in self.states.items() if name in used or STAGES[name].reported]
+        states = [s for name, s in self.states.items() if name in used]
         if not all(s.advances for s in states):
             return None
         for state in states:

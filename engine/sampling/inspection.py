@@ -36,14 +36,15 @@ class PackLayout:
 
     The distinct distributions of the chain (a stage that was the identity for every row
     repeats its input: one distribution) are stacked raw first, the last stage's second,
-    then the others in chain order. A row is ``[stats [4, D], index [S], counts [S], logits
-    [D, S]]``: each distribution's max, Z = Σ e with e = exp(x - max), Σ e·(x - max) and
-    surviving tokens; the candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``,
-    the top of the last stage, the drawn token, which is how the host knows the token),
-    their penalty counts, and their logit in every distribution. On the host, in float32:
-    log Z = log(Z), the entropy ``max(log Z - Σ/Z, 0)`` and a logprob ``(logit - max) -
-    log Z``. The ids and the counts are int32 bits in the float32 row (``mx.view``: a cast
-    would be a kernel each; the host reads them back with ``.view(np.int32)``).
+    then the others in chain order. A row is ``[stats [4, D], index [S], logits [D, S]]``:
+    each distribution's max, Z = Σ e with e = exp(x - max), Σ e·(x - max) and surviving
+    tokens; the candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``, the top
+    of the last stage, the drawn token, which is how the host knows the token), and their
+    logit in every distribution. On the host, in float32: log Z = log(Z), the entropy
+    ``max(log Z - Σ/Z, 0)`` and a logprob ``(logit - max) - log Z``. The ids are int32 bits
+    in the float32 row (``mx.view``: a cast would be a kernel; the host reads them back with
+    ``.view(np.int32)``). The candidates' penalty counts are the host's
+    (``engine.stages.penalty_counts.TokenPositions``): a gather and a scatter fewer a step.
     """
 
     chain: tuple[str, ...]
@@ -68,7 +69,7 @@ class PackLayout:
     @cached_property
     def width(self) -> int:
         d, s = len(self.order), self.slots
-        return len(STATS) * d + 2 * s + d * s + sum(STAGES[n].statistics_width for n in self.extras)
+        return len(STATS) * d + s + d * s + sum(STAGES[n].statistics_width for n in self.extras)
 
     def extras_at(self, stage: str) -> int:
         """Where ``stage``'s figures start in a packed row."""
@@ -146,15 +147,17 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
 
 
 _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
+_lanes = device_constant(lambda: mx.arange(3, dtype=mx.int32)[:, None])
+"""[3, 1]: which of Z, Σ e·(x - max) and the survivors a lane of the statistics sums."""
 
 
 def _int32(values: mx.array) -> mx.array:
-    """``values`` (int32, or uint32 below 2**31: token ids, counts) as int32, a view."""
+    """``values`` (int32, or uint32 below 2**31: token ids) as int32, a view."""
     return values if values.dtype == mx.int32 else mx.view(values, mx.int32)
 
 
 def pack_outputs(
-    layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.array, counts, inputs: Mapping[str, mx.array]
+    layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.array, inputs: Mapping[str, mx.array]
 ) -> mx.array:
     """[B, layout.width] float32: the inspection data of one group (pure; compiled with the
     chain by ``engine.sampling.step.compiled_step``, or alone by :func:`pack_step`).
@@ -170,11 +173,16 @@ def pack_outputs(
     block_max = None if blocks is None else mx.max(blocks, axis=-1)  # [D, B, V / BLOCK]
     top = mx.max(stack if block_max is None else block_max, axis=-1, keepdims=True)
     e = exp(stack - top)
-    z = _sum(e)
+    # Z, Σ e·(x - max) and the survivors (float32: no cast to pack) as three lanes of one
+    # array, summed by one reduction: one element-wise kernel and one sum (two by blocks on
+    # the CPU) where three kernels and three sums (five) were. ``e`` stays a kernel of its
+    # own (MLX does not fuse across the lanes' broadcast), so each exp is computed once.
     # stack + (-top) is stack - top to the bit, written apart so that MLX's compile does not
     # merge the two and keep the shifted stack as a kernel of its own for both to read.
-    weighted = _sum(mx.where(e > 0, e * (stack + -top), 0.0))
-    survivors = mx.sum(mx.where(stack > float("-inf"), 1.0, 0.0), axis=-1)  # float32: no cast to pack
+    lane, e_, x = _lanes(), e[..., None, :], stack[..., None, :]
+    weighted = mx.where(e_ > 0, e_ * (x + -top[..., None, :]), 0.0)
+    survived = mx.where(x > float("-inf"), 1.0, 0.0)
+    sums = _sum(mx.where(lane == 0, e_, mx.where(lane == 1, weighted, survived)))  # [D, B, 3]
     chosen = _int32(tokens)[:, None]
     if layout.top_n > 0:
         two = min(2, len(layout.order))  # raw, the last
@@ -189,19 +197,15 @@ def pack_outputs(
     else:
         index = chosen
     logits = mx.take_along_axis(stack, mx.broadcast_to(index[None], (stack.shape[0], *index.shape)), axis=-1)
-    if counts.ndim == 2:
-        counted = mx.take_along_axis(_int32(counts), index, axis=-1)
-    else:
-        counted = mx.zeros(index.shape, mx.int32)
     extras = []
     for name in layout.extras:
         i = layout.chain.index(name)  # outputs[i] entered it
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     return mx.concatenate(
         [
-            *(stat.T for stat in (top[..., 0], z, weighted, survivors)),  # [B, D] each
+            top[..., 0].T,  # [B, D]
+            sums.transpose(1, 2, 0).reshape(batch, -1),  # [B, 3 * D]: Z, Σ e·(x - max), survivors
             mx.view(index, mx.float32),
-            mx.view(counted, mx.float32),
             logits.transpose(1, 0, 2).reshape(batch, -1),
             *extras,
         ],
@@ -209,11 +213,9 @@ def pack_outputs(
     )
 
 
-def pack_step(
-    result: ChainResult, counts: mx.array | None, top_n: int, inputs: Mapping[str, mx.array] | None = None
-) -> mx.array:
+def pack_step(result: ChainResult, top_n: int, inputs: Mapping[str, mx.array] | None = None) -> mx.array:
     """[B, width] float32 inspection data of a chain's result (see :class:`PackLayout`),
     compiled once per layout; ``inputs``: the step's, for stages that pack figures of their own."""
     layout = layout_of(result, top_n)
-    fn = compiled_once(("pack", layout, counts is not None), lambda: partial(pack_outputs, layout))
-    return fn(result.outputs, result.tokens, counts if counts is not None else mx.array(0.0), dict(inputs or {}))
+    fn = compiled_once(("pack", layout), lambda: partial(pack_outputs, layout))
+    return fn(result.outputs, result.tokens, dict(inputs or {}))

@@ -20,24 +20,23 @@ def compiled_step(
     use_noise: bool,
     forms: tuple[str | None, ...],
     top_n: int,
-    with_counts: bool,
     with_forced: bool = False,
 ):
     """The chain, the draw and the inspection pack as one compiled function
-    ``(raw [B, V], inputs, noise, counts, forced [B]) -> (tokens [B], packed [B, W], final [B, V])``,
+    ``(raw [B, V], inputs, noise, forced [B]) -> (tokens [B], packed [B, W], final [B, V])``,
     one per chain shape: element-wise work fuses across the stages and the pack, and a
     new value never recompiles. ``forced`` (with ``with_forced``; -1: draw) overrides the
     drawn token."""
     layout = PackLayout(chain, tuple(output_sources(chain, aliases)), top_n, extras_of(chain, aliases))
 
     def make():
-        def step(raw, inputs, noise, counts, forced):
+        def step(raw, inputs, noise, forced):
             outputs, tokens = apply_chain(chain, aliases, use_noise, forms, raw, inputs, noise)
             if with_forced:
                 tokens = mx.where(forced >= 0, forced, tokens)
-            packed = pack_outputs(layout, outputs, tokens, counts if with_counts else mx.array(0.0), inputs)
+            packed = pack_outputs(layout, outputs, tokens, inputs)
             return tokens, packed, outputs[-1]
 
         return step
 
-    return compiled_once(("step", chain, aliases, use_noise, forms, top_n, with_counts, with_forced), make), layout
+    return compiled_once(("step", chain, aliases, use_noise, forms, top_n, with_forced), make), layout

@@ -61,17 +61,23 @@ def _effect_pairs(layout: PackLayout) -> tuple[tuple[int, int] | None, ...]:
     return tuple(layout.effect_pair(stage) for stage in ("bias", "penalties", "dry"))
 
 
+CountOf = Callable[[int], int]
+"""A token's count in its row's penalty window before the step
+(``engine.stages.penalties.CountRows.counter``)."""
+
+
 def unpack_row(
     packed: np.ndarray,
     layout: PackLayout,
     row_top_n: int,
     chain: Sequence[str],
     text_of: Callable[[int], str],
+    count_of: CountOf,
 ) -> RowInspection:
     """Host side: one row of :func:`pack_outputs`, for a row whose stages were ``chain``
     (without ``raw``; a subset of the group's); candidates deduplicated and sorted by their
     last-stage logprob. :func:`unpack_rows` of one row."""
-    return unpack_rows(packed[None, :], layout, [row_top_n], [tuple(chain)], text_of)[0]
+    return unpack_rows(packed[None, :], layout, [row_top_n], [tuple(chain)], text_of, [count_of])[0]
 
 
 def unpack_rows(
@@ -80,21 +86,21 @@ def unpack_rows(
     row_top_ns: Sequence[int],
     chains: Sequence[tuple[str, ...]],
     text_of: Callable[[int], str],
+    counts: Sequence[CountOf],
 ) -> list[RowInspection]:
     """Host side: the rows ``block`` [R, layout.width] of one group, row ``r`` with its own
-    ``row_top_ns[r]`` and ``chains[r]`` (see :func:`unpack_row`). Logprobs, log Z and the
-    entropies in float32, as the device would compute them."""
+    ``row_top_ns[r]``, ``chains[r]`` and ``counts[r]`` (see :func:`unpack_row`). Logprobs,
+    log Z and the entropies in float32, as the device would compute them."""
     n_rows = block.shape[0]
     d, n_slots, top_n = len(layout.order), layout.slots, layout.top_n
     stats = block[:, : len(STATS) * d].reshape(n_rows, len(STATS), d)
     at = len(STATS) * d
-    logits = block[:, at + 2 * n_slots : at + 2 * n_slots + d * n_slots].reshape(n_rows, d, n_slots)
+    logits = block[:, at + n_slots : at + n_slots + d * n_slots].reshape(n_rows, d, n_slots)
     log_z = np.log(stats[:, 1])  # [R, D]
     lps = (logits - stats[:, 0, :, None]) - log_z[:, :, None]  # [R, D, S]
     entropy = np.maximum(log_z - stats[:, 2] / stats[:, 1], np.float32(0.0)).tolist()
     survivors = stats[:, 3].tolist()
     ids = np.ascontiguousarray(block[:, at : at + n_slots]).view(np.int32).tolist()
-    counts = np.ascontiguousarray(block[:, at + n_slots : at + 2 * n_slots]).view(np.int32).tolist()
     raw = logits[:, 0].tolist()
     raw_order = np.argsort(-logits[:, 0, :top_n], axis=-1, kind="stable").tolist()
     with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
@@ -152,7 +158,7 @@ def _candidates(
     by_slot: list[list[float]],
     first_removed: list[int],
     raw: list[float],
-    counts: list[int],
+    count_of: CountOf,
     effects: list[list[list[float]] | None],
     r: int,
     text_of: Callable[[int], str],
@@ -171,7 +177,7 @@ def _candidates(
             removed_by=plan.chain[first_removed[s]] if first_removed[s] >= 0 else None,
             bias=bias[s] if bias is not None else 0.0,
             penalty=penalty[s] if penalty is not None else 0.0,
-            count=counts[s],
+            count=count_of(ids[s]),
             dry=(dry[s] if dry is not None else 0.0) if has_dry else None,
         )
         for s in by_id.values()

@@ -11,7 +11,7 @@ per stage in step with the rows, and ``accept`` it each token.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -123,8 +123,6 @@ class Stage:
     scoring runs one position at a time through a chain holding it."""
     prepare: Callable[[StateContext, SamplingParams], None] | None = None
     """Work a live change needs that may fail, done before any row's state changes."""
-    reported: tuple[str, ...] = field(default=())
-    """State inputs the inspection reads for every row, in the chain or not (``counts``)."""
     identity: Callable[[SamplingParams], bool] | None = None
     """Whether the stage leaves a row's logits exactly as they are (default: its values are
     neutral). A stage that is the identity for every row of a group is not computed at all."""

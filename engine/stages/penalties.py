@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from engine.api.params import SamplingParams
 from engine.specs.penalties import SPEC
 from engine.stages.base import Accepted, Inputs, Rows, Stage, StateContext
-from engine.stages.penalty_counts import PenaltyCounts, count_tokens
+from engine.stages.penalty_counts import PenaltyCounts, TokenPositions
 
 
 def apply_penalties(
@@ -57,48 +58,80 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
 
 
 class CountRows:
-    """The rows' token counts over their penalty windows ([B, V] int32 on the device)."""
+    """The rows' token counts over their penalty windows: each row's :class:`TokenPositions`
+    on the host (the inspection's candidate counts, whatever the chain), and the [B, V]
+    int32 counts on the device only while a step's chain reads them. Made from the host
+    when a chain first needs them, they are dropped at the first token no chain read them
+    for, so a step without penalties neither gathers nor scatters counts."""
 
-    def __init__(self, vocab: int, counts: PenaltyCounts) -> None:
+    def __init__(self, vocab: int, windows: Sequence[int], positions: list[TokenPositions]) -> None:
         self.vocab = vocab
-        self.counts = counts
+        self.windows = list(windows)
+        self.positions = positions
+        self.device: PenaltyCounts | None = None
+        self._read = False  # a chain read the device counts since they last took a token
         self._advanced = False
 
     def extend(self, other: CountRows) -> None:
-        self.counts.extend(other.counts)
+        if self.device is not None and other.device is not None:
+            self.device.extend(other.device)
+        else:
+            self.device = None
+        self.windows += other.windows
+        self.positions += other.positions
 
     def filter(self, keep: Sequence[int]) -> None:
-        self.counts.filter(keep)
+        if self.device is not None:
+            self.device.filter(keep)
+        self.windows = [self.windows[i] for i in keep]
+        self.positions = [self.positions[i] for i in keep]
 
     def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
-        # A new window is recounted; otherwise the counts carry on.
+        # A new window is recounted (made afresh when next read); otherwise the counts carry on.
+        self.windows[row] = new.penalty_window
         if new.penalty_window != old.penalty_window:
-            self.counts.counts[row] = mx.array(count_tokens(history, new.penalty_window, self.vocab))
+            self.device = None
 
     def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:
         """O(1) per row (llama.cpp's ring buffer): +1 for the new token, -1 for the one leaving."""
+        for positions, a in zip(self.positions, accepted, strict=True):
+            positions.append(a.token)
         if self._advanced:  # counted on the device already (``advance``)
             self._advanced = False
-            return
-        self.counts.accept([a.token for a in accepted], [a.leaving for a in accepted])
+        elif self.device is not None and not self._read:
+            self.device = None  # no chain read them for this token: made afresh when one does
+        elif self.device is not None:
+            self.device.accept([a.token for a in accepted], [a.leaving for a in accepted])
+        self._read = False
 
     advances = True
 
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
-        self.counts.accept(tokens, leaving)
+        # Called only when a chain reads the counts (``SamplingBatch.sample_ahead``).
+        self._on_device().accept(tokens, leaving)
         self._advanced = True
 
     def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
-        return {"counts": rows.take(self.counts.counts)}
+        self._read = True
+        return {"counts": rows.take(self._on_device().counts)}
+
+    def _on_device(self) -> PenaltyCounts:
+        if self.device is None:
+            made = [p.counts(w, self.vocab) for p, w in zip(self.positions, self.windows, strict=True)]
+            self.device = PenaltyCounts(mx.array(np.stack(made)) if made else mx.zeros((0, self.vocab), mx.int32))
+        return self.device
+
+    def counter(self, row: int, end: int | None = None) -> Callable[[int], int]:
+        """A token's count in row ``row``'s window (over its history's first ``end``)."""
+        positions, window = self.positions[row], self.windows[row]
+        return lambda token: positions.count(token, window, end)
 
     def carry(self, row: int) -> Any:
         return None
 
 
 def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carries) -> CountRows:
-    windows = [p.penalty_window for p in params]
-    return CountRows(ctx.vocab, PenaltyCounts.from_histories(histories, windows, ctx.vocab))
+    return CountRows(ctx.vocab, [p.penalty_window for p in params], [TokenPositions(h) for h in histories])
 
 
-# ``counts`` also feeds every candidate's ``count`` in the inspection, in the chain or not.
-STAGE = Stage(SPEC, _apply, _columns, state=_state, reported=("counts",))
+STAGE = Stage(SPEC, _apply, _columns, state=_state)

@@ -1,14 +1,17 @@
-"""Incremental per-row token counts over the penalty window.
+"""Per-row token counts over the penalty window, on the host and on the device.
 
-Like llama.cpp's penalties sampler (a ring buffer plus a count map updated in
-``accept``), each step adds the one new token and removes the one that left
-the window, instead of recounting the history. The counts are a [B, V] int32
-array that follows the batch (filter / extend) and feeds
-:func:`engine.sampling.sampler.apply_penalties`.
+:class:`TokenPositions` is where each token stands in a row's history: its count in any
+window is two bisections, so the host tells every candidate's count (the inspection's
+``count``, in the chain or not) without the device. :class:`PenaltyCounts` is the [B, V]
+int32 array the penalties stage reads: like llama.cpp's penalties sampler (a ring buffer
+plus a count map updated in ``accept``), each step adds the one new token and removes the
+one that left the window, instead of recounting the history; it follows the batch (filter
+/ extend) and feeds :func:`engine.stages.penalties.apply_penalties`.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -37,6 +40,42 @@ def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), co
         return None
     index = length - window - 1
     return head[index] if index < len(head) else tail[index - len(head)]
+
+
+class TokenPositions:
+    """Where each token stands in one row's history (prompt and output), appended to as the
+    row generates."""
+
+    def __init__(self, history: Sequence[int] = ()) -> None:
+        self.length = 0
+        self._at: dict[int, list[int]] = {}
+        for token in history:
+            self.append(token)
+
+    def append(self, token: int) -> None:
+        at = self._at.get(token)
+        if at is None:
+            self._at[token] = [self.length]
+        else:
+            at.append(self.length)
+        self.length += 1
+
+    def count(self, token: int, window: int, end: int | None = None) -> int:
+        """How often ``token`` occurs among the last ``window`` tokens (0: all) of the
+        history's first ``end`` (None: all of it so far)."""
+        at = self._at.get(token)
+        if not at:
+            return 0
+        end = self.length if end is None else end
+        return bisect_left(at, end) - (bisect_left(at, end - window) if window > 0 else 0)
+
+    def counts(self, window: int, vocab: int) -> np.ndarray:
+        """Every token's :meth:`count`: [V] int32 (the device's counts, made afresh)."""
+        out = np.zeros(vocab, np.int32)
+        for token in self._at:
+            if token < vocab:
+                out[token] = self.count(token, window)
+        return out
 
 
 _rows_and_ones = device_constant(lambda batch: (mx.arange(batch, dtype=mx.int32), mx.ones((batch,), mx.int32)))

@@ -837,7 +837,8 @@ class EngineMachine(RuleBasedStateMachine):
             assert scheduler._batch is None and scheduler._lookahead.logits is None
             assert scheduler._lookahead.sampled is None
             assert len(scheduler._sampling) == 0 and scheduler._sampling.states["dry"].rows == []
-            assert scheduler._sampling.states["penalties"].counts.counts.shape[0] == 0
+            counts = scheduler._sampling.states["penalties"]
+            assert counts.positions == [] and (counts.device is None or len(counts.device) == 0)
             if FIRST_DIFFERENCE_PRUNED:
                 assert scheduler.divergence.first_difference == {}, "divergence state of ended fork groups is kept"
             scheduler.prefix_store.clear()

@@ -10,6 +10,7 @@ from engine.api.params import SamplingParams
 from engine.sampling.inspection import layout_of, pack_step
 from engine.sampling.unpack import to_host, unpack_row
 from engine.specs import row_chain
+from engine.stages.penalty_counts import TokenPositions
 from tests.support.chain_util import run
 
 V = 3000
@@ -17,10 +18,14 @@ V = 3000
 
 def inspect(logits, params, top_n, bias=None):
     result = run(logits, params, bias=bias)
-    packed = to_host(pack_step(result, None, top_n))
+    packed = to_host(pack_step(result, top_n))
     assert packed.dtype == np.float32
     layout = layout_of(result, top_n)
-    return [unpack_row(packed[i], layout, p.top_logprobs, row_chain(p), str) for i, p in enumerate(params)]
+    no_history = TokenPositions()
+    return [
+        unpack_row(packed[i], layout, p.top_logprobs, row_chain(p), str, lambda t: no_history.count(t, 0))
+        for i, p in enumerate(params)
+    ]
 
 
 @pytest.mark.parametrize(("dtype", "tolerance"), [(mx.float16, 0.03), (mx.bfloat16, 0.1)])

@@ -192,15 +192,17 @@ def test_rows_with_different_orders_are_sampled_in_one_batch():
             out = one if out is None else (out.extend(one) or out)
         return out
 
-    def report(sampled, row, p):
-        return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str)
+    def report(batch, sampled, row, p):
+        return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str, batch.counter(row))
 
-    together = batch_of(rows).sample(logits, [0, 0, 0])
+    all_rows = batch_of(rows)
+    together = all_rows.sample(logits, [0, 0, 0])
     assert together.chains[1] == ("top_k", "top_p", "temperature")
     for i, p in enumerate(rows):
-        alone = batch_of([p]).sample(logits[i : i + 1], [0])
+        one = batch_of([p])
+        alone = one.sample(logits[i : i + 1], [0])
         assert int(together.tokens[i]) == int(alone.tokens[0])
-        assert report(together, i, p) == report(alone, 0, p)
+        assert report(all_rows, together, i, p) == report(one, alone, 0, p)
 
 
 def test_xtc_threshold_zero_ignores_removed_tokens():

@@ -117,14 +117,38 @@ def test_scheduler_counts_equal_a_recount_mid_generation(tiny):
     recount = PenaltyCounts.from_histories(
         [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
     )
-    np.testing.assert_array_equal(
-        np.array(scheduler._sampling.states["penalties"].counts.counts), np.array(recount.counts)
-    )
-    # A changed window is recounted from the history.
+    counts = scheduler._sampling.states["penalties"]
+    np.testing.assert_array_equal(np.array(counts.device.counts), np.array(recount.counts))
+    # A changed window is recounted from the history when the chain next reads the counts.
     scheduler.update_params(ids[0], params.with_changes(penalty_window=2))
+    assert counts.device is None
+    scheduler.step()
+    active = scheduler._active
     recount = PenaltyCounts.from_histories(
         [r.history for r in active], [r.params.penalty_window for r in active], tiny.vocab_size
     )
-    np.testing.assert_array_equal(
-        np.array(scheduler._sampling.states["penalties"].counts.counts), np.array(recount.counts)
-    )
+    np.testing.assert_array_equal(np.array(counts.device.counts), np.array(recount.counts))
+
+
+def test_candidate_counts_are_the_window_counts_with_penalties_on_or_off(tiny):
+    """Every candidate's ``count`` is its count in the row's window before the step (the
+    host's), whether the penalties run or not, across live changes that switch them on and
+    off (the device's counts dropped and made again) and change the window."""
+    prompt = tiny.tokenizer.encode("abcabcabc abc")
+    plain = SamplingParams(temperature=1.0, seed=3, penalty_window=5, max_tokens=40, top_logprobs=12)
+    penalised = plain.with_changes(frequency_penalty=0.4, penalty_window=0)
+    changes = {6: penalised, 14: plain.with_changes(penalty_window=2), 22: penalised.with_changes(penalty_window=3)}
+    scheduler = Scheduler(tiny)
+    rid = scheduler.insert(prompt, plain)
+    history, window, checked = list(prompt), plain.penalty_window, 0
+    while scheduler.has_work():
+        for step in (e for e in scheduler.step() if isinstance(e, TokenStep)):
+            seen = history[-window:] if window else history
+            for candidate in step.top:
+                assert candidate.count == seen.count(candidate.token_id), (step.index, candidate.token_id)
+                checked += candidate.count > 0
+            history.append(step.token_id)
+            if step.index in changes and scheduler.is_live(rid):
+                scheduler.update_params(rid, changes[step.index])
+                window = changes[step.index].penalty_window
+    assert len(history) == len(prompt) + 40 and checked > 20

@@ -116,7 +116,7 @@ def test_mu_evolves_as_llama_cpp_over_many_steps_with_mixed_rows():
         x = random_logits(100 + step, len(params))
         sampled = batch.sample(mx.array(x), [step] * len(params))
         packed = np.array(sampled.packed)
-        steps = [sampled.unpack(packed, r, p.top_logprobs, str) for r, p in enumerate(params)]
+        steps = [sampled.unpack(packed, r, p.top_logprobs, str, batch.counter(r)) for r, p in enumerate(params)]
         tokens = [int(t) for t in np.array(sampled.tokens)]
         for r, p in enumerate(params):
             if "mirostat_v2" not in p.samplers:

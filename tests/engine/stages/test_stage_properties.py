@@ -153,8 +153,8 @@ def batch_of(rows, history) -> SamplingBatch:
     return out
 
 
-def inspect(sampled, row: int, p: SamplingParams):
-    return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str)
+def inspect(batch: SamplingBatch, sampled, row: int, p: SamplingParams):
+    return sampled.unpack(np.array(sampled.packed), row, p.top_logprobs, str, batch.counter(row))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,17 +169,20 @@ def test_a_rows_draw_depends_on_neither_the_other_rows_nor_its_switched_off_stag
     history = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=30))
     indices = data.draw(st.lists(st.integers(0, 500), min_size=len(rows), max_size=len(rows)))
 
-    alone = batch_of([p], history).sample(mx.array(x[at : at + 1]), [indices[at]])
-    together = batch_of(rows, history).sample(mx.array(x), indices)
+    one, all_rows = batch_of([p], history), batch_of(rows, history)
+    alone = one.sample(mx.array(x[at : at + 1]), [indices[at]])
+    together = all_rows.sample(mx.array(x), indices)
     assert int(together.tokens[at]) == int(alone.tokens[0])
-    a, t = inspect(alone, 0, p), inspect(together, at, p)
+    a, t = inspect(one, alone, 0, p), inspect(all_rows, together, at, p)
     assert a.chain == t.chain
     np.testing.assert_allclose(a.logprobs, t.logprobs, rtol=1e-6, atol=1e-6)
 
     only_active = p.with_changes(samplers=tuple(s for s in p.samplers if s in row_chain(p)))
-    trimmed = batch_of([only_active], history).sample(mx.array(x[at : at + 1]), [indices[at]])
+    trimmed_batch = batch_of([only_active], history)
+    trimmed = trimmed_batch.sample(mx.array(x[at : at + 1]), [indices[at]])
     assert int(trimmed.tokens[0]) == int(alone.tokens[0])
-    np.testing.assert_allclose(inspect(trimmed, 0, only_active).logprobs, a.logprobs, rtol=1e-6, atol=1e-6)
+    trimmed_logprobs = inspect(trimmed_batch, trimmed, 0, only_active).logprobs
+    np.testing.assert_allclose(trimmed_logprobs, a.logprobs, rtol=1e-6, atol=1e-6)
 
 
 @settings(max_examples=30, deadline=None)
@@ -200,8 +203,9 @@ def test_xtc_coin_depends_only_on_seed_and_index_and_drives_xtc(seed, index, oth
     x = np.full((len(seeds), vocab), 3.0, np.float32)
     x[:, 0], x[:, 1] = 5.0, 4.9
     rows = [SamplingParams(temperature=1.0, xtc_probability=0.5, xtc_threshold=0.1, seed=s) for s in seeds]
-    sampled = batch_of(rows, [2]).sample(mx.array(x), indices)
-    report = inspect(sampled, at, rows[at])
+    batch = batch_of(rows, [2])
+    sampled = batch.sample(mx.array(x), indices)
+    report = inspect(batch, sampled, at, rows[at])
     assert report.chain[-1] == "xtc"
     assert report.survivors[-1] == (vocab - 1 if coin <= 0.5 else vocab)
     final = np.where(np.arange(vocab) == 0, NEG_INF, x[at]) if coin <= 0.5 else x[at]
