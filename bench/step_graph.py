@@ -7,7 +7,9 @@
     update; mlx-lm's logits processors, log-softmax and sampler. Compiled functions are
     counted after MLX's fusion (one ``Compiled…`` node per fused element-wise kernel).
     ``kernels`` leaves out the primitives that are views (reshape, slice, ...), which
-    launch nothing. On a GPU a step costs its kernel count, not its arithmetic.
+    launch nothing. On a GPU a step costs its kernel count, not its arithmetic:
+    ``ours_gpu_forms`` is our step traced as a GPU traces it (``engine.stages.base.gpu_forms``:
+    plain exp and sums, the Gumbel draw compiled), counted here.
 26. ``host_step``: the step with almost no arithmetic in it (1 layer, hidden 16, V = 2,048),
     decoded by us and by mlx-lm: what is left is each side's host work and the dispatch of
     its kernels, the part of a step a GPU cannot hide. The H100 of 2026-11-27 read figure
@@ -33,6 +35,7 @@ from bench.common import PROMPT, no_eos, peer_sampling, synthetic_model
 from engine.api.params import SamplingParams
 from engine.models.load import LoadedModel
 from engine.runtime.scheduler import Scheduler
+from engine.stages.base import gpu_forms
 
 VIEWS = frozenset(
     {
@@ -135,8 +138,11 @@ def step_primitives(smoke: bool = False) -> dict:
     out: dict = {}
     for chain, settings in CHAINS.items():
         for batch in (1,) if smoke else (1, 8):
+            with gpu_forms():
+                on_gpu = ours(loaded, batch, settings)
             out[f"{chain}, batch {batch}"] = {
                 "ours": ours(loaded, batch, settings),
+                "ours_gpu_forms": on_gpu,
                 "mlx_lm": peer(loaded, batch, settings),
             }
     out["goal"] = {"ours_kernels_at_most": GOALS["ours_at_most"]}

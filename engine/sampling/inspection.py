@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from engine.sampling.sampler import ChainResult, compiled_once
 from engine.stages import STAGES
-from engine.stages.base import device_constant, exp
+from engine.stages.base import cpu_forms, device_constant, exp
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -119,7 +119,7 @@ def _sum(values: mx.array) -> mx.array:
     (1.2e-4 nats of log Z on a peaked 49,152-token step): there, by blocks of ``BLOCK``
     first, then the blocks. A GPU's reduction is a tree already, and a second one would
     cost a launch."""
-    blocks = _blocks(values) if mx.default_device() == mx.cpu else None
+    blocks = _blocks(values) if cpu_forms() else None
     return mx.sum(values, axis=-1) if blocks is None else mx.sum(mx.sum(blocks, axis=-1), axis=-1)
 
 

@@ -10,7 +10,8 @@ per stage in step with the rows, and ``accept`` it each token.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -187,6 +188,28 @@ def device_constant(make: Callable[..., Any]) -> Callable[..., Any]:
     return made
 
 
+_GPU_FORMS: bool | None = None  # None: the default device's forms
+
+
+def cpu_forms() -> bool:
+    """Whether a step traced now takes the forms MLX's CPU backend runs fastest: ``exp`` as a
+    power of two, sums by blocks, the Gumbel draw uncompiled. Decided when a step is traced
+    (the compiled steps are kept per answer); a GPU's forms are the plain ones."""
+    return mx.default_device() == mx.cpu if _GPU_FORMS is None else not _GPU_FORMS
+
+
+@contextmanager
+def gpu_forms() -> Iterator[None]:
+    """Trace steps in a GPU's forms whatever the device: to count a GPU step's kernels on a
+    CPU (bench figure 21) and to check those forms' values where no GPU is."""
+    global _GPU_FORMS
+    saved, _GPU_FORMS = _GPU_FORMS, True
+    try:
+        yield
+    finally:
+        _GPU_FORMS = saved
+
+
 LOG2_E = 1.4426950408889634
 
 
@@ -196,7 +219,7 @@ def exp(values: mx.array) -> mx.array:
     the inspection pack's exps were a third of a greedy step), with the same float32
     accuracy (relative error under 2e-6 against float64, checked by the tests). A GPU's
     ``exp`` is one instruction: it keeps it. Decided when a compiled step is traced."""
-    if mx.default_device() == mx.cpu:
+    if cpu_forms():
         return mx.power(2.0, values * LOG2_E)
     return mx.exp(values)
 
@@ -207,7 +230,9 @@ def log_softmax(logits: mx.array) -> mx.array:
 
 
 def sort_descending(logits: mx.array) -> mx.array:
-    return -mx.sort(-logits, axis=-1)
+    """The values of each row, largest first: the ascending sort read backwards (a view; a
+    negation on each side of the sort would be a kernel of its own, the sort not fusing)."""
+    return mx.sort(logits, axis=-1)[..., ::-1]
 
 
 def finite_mask(logits: mx.array) -> mx.array:

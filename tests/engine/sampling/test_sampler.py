@@ -215,3 +215,54 @@ def test_xtc_threshold_zero_ignores_removed_tokens():
     logits[0, [0, 2, 5]] = [-1.0, -3.0, -3.0]
     out = np.array(apply_xtc(mx.array(logits), col([1.0]), col([0.0]), col([0.0])))
     assert np.isfinite(out).tolist()[0] == [False, False, True, False, False, True, False, False]
+
+
+def test_the_gumbel_draw_compiled_for_a_gpu_gives_the_same_bits():
+    """A GPU draws the noise compiled (one kernel after the random bits), the CPU as MLX
+    writes it; compiled here too, the noise of every row is the same to the bit, and each
+    row is its own key's draw (mlx's ``random.gumbel``) whatever rows are beside it."""
+    keys = sampler.step_keys([3, 2**63 + 5, 0], [0, 17, 4_000])
+    plain, fused = (sampler._gumbel_rows(4_099, fused)(keys) for fused in (False, True))
+    np.testing.assert_array_equal(np.array(plain), np.array(fused))
+    alone = mx.random.gumbel(shape=(4_099,), key=sampler.step_key(2**63 + 5, 17))
+    np.testing.assert_array_equal(np.array(fused)[1], np.array(alone))
+
+
+def test_a_step_traced_in_a_gpus_forms_draws_the_same_and_reports_within_float32():
+    """Where no GPU is, the forms a GPU traces (plain exp and one-pass sums in the pack, the
+    Gumbel draw compiled: ``engine.stages.base.gpu_forms``) still run: over mixed chains at
+    a real vocabulary size they draw the same tokens and report the same candidates, their
+    logprobs and entropies within float32 rounding of the CPU's forms."""
+    from engine.sampling.batch import SamplingBatch
+    from engine.stages.base import gpu_forms
+
+    vocab = 49_152
+    rows = [
+        SamplingParams(top_logprobs=10, logit_bias={7: -5.0}, seed=0),
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1, seed=1),
+        SamplingParams(temperature=1.2, typical_p=0.9, top_n_sigma=2.0, xtc_probability=0.5, seed=2, top_logprobs=5),
+    ]
+    logits = mx.random.normal((len(rows), vocab), key=mx.random.key(11)) * 3
+
+    def step():
+        batch = None
+        for p in rows:
+            one = SamplingBatch.of(Vocabulary(vocab), p, [1, 2, 3, 2])
+            batch = one if batch is None else (batch.extend(one) or batch)
+        sampled = batch.sample(logits, [5, 5, 5])
+        packed = np.array(sampled.packed)
+        top_ns = [p.top_logprobs for p in rows]
+        return sampled.tokens.tolist(), sampled.unpack_all(packed, top_ns, str, batch.counters())
+
+    cpu_tokens, cpu = step()
+    with gpu_forms():
+        gpu_tokens, gpu = step()
+    assert gpu_tokens == cpu_tokens
+    # Run on this CPU, the GPU forms' one-pass sums lose up to ~1e-4 nats of log Z (why the
+    # CPU's forms sum by blocks; a GPU's reduction is a tree): far inside the 0.03 allowed.
+    for a, b in zip(cpu, gpu, strict=True):
+        assert (a.chain, a.survivors, [c.token_id for c in a.top]) == (b.chain, b.survivors, [c.token_id for c in b.top])
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-4)
+        np.testing.assert_allclose(a.entropies, b.entropies, atol=2e-4)
+        for x, y in zip(a.top, b.top, strict=True):
+            np.testing.assert_allclose(x.logprobs, y.logprobs, atol=2e-4)
