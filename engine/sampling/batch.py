@@ -85,8 +85,12 @@ class Sampled:
             by_layout.setdefault(layout, []).append(row)
         out: list[RowInspection] = [None] * len(self.places)  # type: ignore[list-item]
         for layout, rows in by_layout.items():
-            offsets = np.array([self.places[r][0] for r in rows])
-            block = host[offsets[:, None] + np.arange(layout.width)]
+            offsets = [self.places[r][0] for r in rows]
+            start, end = offsets[0], offsets[0] + len(rows) * layout.width
+            if offsets == list(range(start, end, layout.width)):  # one group's rows, in order: a view
+                block = host[start:end].reshape(len(rows), layout.width)
+            else:
+                block = host[np.array(offsets)[:, None] + np.arange(layout.width)]
             chains, top_ns = [self.chains[r] for r in rows], [row_top_ns[r] for r in rows]
             unpacked = unpack_rows(block, layout, top_ns, chains, text_of, [counts[r] for r in rows])
             for row, inspection in zip(rows, unpacked, strict=True):

@@ -103,24 +103,24 @@ def unpack_rows(
     ids = np.ascontiguousarray(block[:, at : at + n_slots]).view(np.int32).tolist()
     raw = logits[:, 0].tolist()
     raw_order = np.argsort(-logits[:, 0, :top_n], axis=-1, kind="stable").tolist()
-    with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
-        effects = [
-            None if pair is None else (logits[:, pair[1]] - logits[:, pair[0]]).tolist()
-            for pair in _effect_pairs(layout)
-        ]
+    effects: list[list[list[float]] | None] = [None, None, None]
+    for k, pair in enumerate(_effect_pairs(layout)):
+        if pair is not None:
+            with np.errstate(invalid="ignore"):  # a token removed before the stage: -inf - -inf is NaN, as on a device
+                effects[k] = (logits[:, pair[1]] - logits[:, pair[0]]).tolist()
     # Each row's own chain, as distributions of the stack: padded with its last to the
     # longest, so that one gather serves rows of any chains (a pad repeats the last
     # distribution, so the first stage that removed a token is the same).
     plans = [_row_plan(layout, tuple(chain)) for chain in chains]
     widest = max(len(plan.rows) for plan in plans)
-    index = np.array([plan.rows + (plan.rows[-1],) * (widest - len(plan.rows)) for plan in plans])
-    values = np.take_along_axis(lps, index[:, :, None], axis=1)  # [R, C, S]
+    index = [plan.rows + (plan.rows[-1],) * (widest - len(plan.rows)) for plan in plans]
+    rows = np.arange(n_rows)
+    values = lps[rows[:, None], np.array(index)]  # [R, C, S]
     removed = np.isneginf(values)
     first_removed = np.where(removed.any(axis=1), removed.argmax(axis=1), -1).tolist()  # [R, S]
-    last = values[np.arange(n_rows), np.array([len(plan.rows) - 1 for plan in plans]), top_n : 2 * top_n]
-    last_order = np.argsort(-last, axis=-1, kind="stable")
-    last_finite = np.isfinite(np.take_along_axis(last, last_order, axis=-1)).tolist()
-    last_order = last_order.tolist()
+    last = values[rows, [len(plan.rows) - 1 for plan in plans], top_n : 2 * top_n]
+    last_order = np.argsort(-last, axis=-1, kind="stable").tolist()
+    last_finite = np.isfinite(last).tolist()
     by_slot = values.transpose(0, 2, 1).tolist()  # [R, S, C]
     out = []
     for r, plan in enumerate(plans):
@@ -144,10 +144,11 @@ def unpack_rows(
 def _wanted(
     raw_order: list[int], last_order: list[int], finite: list[bool], top_n: int, row_top_n: int, n_slots: int
 ) -> list[int]:
-    """A row's top ``row_top_n`` of raw and of the last stage (finite only), then the chosen slot."""
+    """A row's top ``row_top_n`` of raw and of the last stage (``finite``: of each last-stage
+    slot, in slot order; finite ones only), then the chosen slot."""
     if top_n == 0 or row_top_n == 0:
         return [n_slots - 1]
-    last = [top_n + s for s, ok in zip(last_order[:row_top_n], finite[:row_top_n], strict=True) if ok]
+    last = [top_n + s for s in last_order[:row_top_n] if finite[s]]
     return raw_order[:row_top_n] + last + [n_slots - 1]
 
 
@@ -167,21 +168,26 @@ def _candidates(
     for slot in wanted:
         by_id.setdefault(ids[slot], slot)
     bias, penalty, dry = (e[r] if e is not None else None for e in effects)
-    has_dry = "dry" in plan.chain
-    top = [
-        Candidate(
-            token_id=ids[s],
-            text=text_of(ids[s]),
-            raw_logit=raw[s],
-            logprobs=tuple(by_slot[s]),
-            removed_by=plan.chain[first_removed[s]] if first_removed[s] >= 0 else None,
-            bias=bias[s] if bias is not None else 0.0,
-            penalty=penalty[s] if penalty is not None else 0.0,
-            count=count_of(ids[s]),
-            dry=(dry[s] if dry is not None else 0.0) if has_dry else None,
+    chain = plan.chain
+    no_dry = 0.0 if "dry" in chain else None  # DRY in the row's chain, as the identity
+    if no_dry is None:
+        dry = None
+    top = []
+    for token, s in by_id.items():  # positional: ~20 a row, every step
+        first = first_removed[s]
+        top.append(
+            Candidate(
+                token,
+                text_of(token),
+                raw[s],
+                tuple(by_slot[s]),
+                chain[first] if first >= 0 else None,
+                bias[s] if bias is not None else 0.0,
+                penalty[s] if penalty is not None else 0.0,
+                count_of(token),
+                dry[s] if dry is not None else no_dry,
+            )
         )
-        for s in by_id.values()
-    ]
     top.sort(key=lambda c: (-c.logprobs[-1], -c.logprobs[0]))
     return tuple(top)
 
