@@ -39,9 +39,10 @@ def _timed(make: Callable[[], object], repeats: int) -> float:
     return round(1e6 * median(times), 1)
 
 
-def _ours(vocab: int) -> SamplingBatch:
-    """Figure 1's row: greedy, ten candidates, one token banned by a logit bias."""
-    params = SamplingParams(max_tokens=10_000, top_logprobs=10, logit_bias={0: -100.0})
+def _ours(vocab: int, banned: bool = True) -> SamplingBatch:
+    """Figure 1's row: greedy, ten candidates, one token banned by a logit bias (``banned``;
+    without it the step inspects one distribution, not two)."""
+    params = SamplingParams(max_tokens=10_000, top_logprobs=10, logit_bias={0: -100.0} if banned else {})
     return SamplingBatch.of(Vocabulary(vocab), params, [1, 2, 3])
 
 
@@ -63,13 +64,16 @@ def step_ops(vocab: int = 49_152, repeats: int = 200) -> dict:
     pieces = [mx.random.normal((1, n)) for n in (1, 8, 8, 8, 8, 21, 21, 42)]
     mx.eval(blocks, *pieces)
 
-    def ours():
-        sampled = sampling.sample(logits, [0])
+    unbanned = _ours(vocab, banned=False)
+
+    def ours(batch: SamplingBatch = sampling):
+        sampled = batch.sample(logits, [0])
         return sampled.tokens, sampled.packed
 
     cases: dict[str, Callable[[], object]] = {
         "sync": lambda: logits + 1,
         "ours_step": ours,
+        "ours_step_no_bias": lambda: ours(unbanned),
         "mlx_lm_step": lambda: _peer_step(logits, bias_index, bias_value),
         "max_over_v": lambda: mx.max(two, axis=-1),
         "max_by_blocks": lambda: mx.max(blocks, axis=-1),

@@ -147,8 +147,9 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
 
 
 _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
-_lanes = device_constant(lambda: mx.arange(3, dtype=mx.int32)[:, None])
-"""[3, 1]: which of Z, Σ e·(x - max) and the survivors a lane of the statistics sums."""
+_lanes = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None])
+"""[n, 1]: which statistic a lane of the sums holds ((max,) Z, Σ e·(x - max), survivors)."""
+_positions = device_constant(lambda vocab: mx.arange(vocab, dtype=mx.int32))
 
 
 def _int32(values: mx.array) -> mx.array:
@@ -179,10 +180,18 @@ def pack_outputs(
     # own (MLX does not fuse across the lanes' broadcast), so each exp is computed once.
     # stack + (-top) is stack - top to the bit, written apart so that MLX's compile does not
     # merge the two and keep the shifted stack as a kernel of its own for both to read.
-    lane, e_, x = _lanes(), e[..., None, :], stack[..., None, :]
-    weighted = mx.where(e_ > 0, e_ * (x + -top[..., None, :]), 0.0)
-    survived = mx.where(x > float("-inf"), 1.0, 0.0)
-    sums = _sum(mx.where(lane == 0, e_, mx.where(lane == 1, weighted, survived)))  # [D, B, 3]
+    e_, x, top_ = e[..., None, :], stack[..., None, :], top[..., None, :]
+    lanes = [e_, mx.where(e_ > 0, e_ * (x + -top_), 0.0), mx.where(x > float("-inf"), 1.0, 0.0)]
+    separate_max = cpu_forms()
+    if not separate_max:
+        # A GPU's concatenation copies each piece: the max rides in the sums as a lane
+        # that holds it at the first position and zeros elsewhere (its sum is it exactly).
+        lanes.insert(0, mx.where(_positions(stack.shape[-1]) == 0, top_, 0.0))
+    lane = _lanes(len(lanes))
+    selected = lanes[-1]
+    for i in range(len(lanes) - 2, -1, -1):
+        selected = mx.where(lane == i, lanes[i], selected)
+    sums = _sum(selected)  # [D, B, lanes]: (max,) Z, Σ e·(x - max), survivors
     chosen = _int32(tokens)[:, None]
     if layout.top_n > 0:
         two = min(2, len(layout.order))  # raw, the last
@@ -203,8 +212,8 @@ def pack_outputs(
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     return mx.concatenate(
         [
-            top[..., 0].T,  # [B, D]
-            sums.transpose(1, 2, 0).reshape(batch, -1),  # [B, 3 * D]: Z, Σ e·(x - max), survivors
+            *([top[..., 0].T] if separate_max else []),  # [B, D]
+            sums.transpose(1, 2, 0).reshape(batch, -1),  # [B, 3 * D] or, with the max, [B, 4 * D]
             mx.view(index, mx.float32),
             logits.transpose(1, 0, 2).reshape(batch, -1),
             *extras,
