@@ -19,8 +19,15 @@ def apply_top_p(logits: mx.array, top_p: mx.array) -> mx.array:
     ordered = sort_descending(logits)
     probs = mx.softmax(ordered, axis=-1)
     before = mx.cumsum(probs, axis=-1) - probs
-    kept = mx.sum(before < top_p, axis=-1, keepdims=True)
-    threshold = mx.take_along_axis(ordered, mx.maximum(kept - 1, 0), axis=-1)
+    return _cut(logits, ordered, before, top_p)
+
+
+def _cut(logits: mx.array, ordered: mx.array, before: mx.array, top_p: mx.array) -> mx.array:
+    """Keep ``logits`` down to the last of ``ordered`` (descending) whose mass ``before`` it
+    is below p. ``before`` never decreases, so the tokens it keeps are a prefix of
+    ``ordered`` and the threshold is the least of them: one masked minimum (the largest
+    when none is, as p = 0 keeps the top token), where a count and a gather were."""
+    threshold = mx.min(mx.where(before < top_p, ordered, ordered[:, :1]), axis=-1, keepdims=True)
     threshold = mx.where(top_p >= 1.0, NEG_INF, threshold)
     return mx.where(logits < threshold, NEG_INF, logits)
 
@@ -37,10 +44,7 @@ def apply_top_p_bounded(logits: mx.array, top_p: mx.array) -> mx.array:
     mass = mx.sum(mx.exp(ordered - top), axis=-1, keepdims=True) + tail * mx.exp(last - top)
     probs = mx.exp(ordered - top) / mass
     before = mx.cumsum(probs, axis=-1) - probs
-    kept = mx.sum(before < top_p, axis=-1, keepdims=True)
-    threshold = mx.take_along_axis(ordered, mx.maximum(kept - 1, 0), axis=-1)
-    threshold = mx.where(top_p >= 1.0, NEG_INF, threshold)
-    return mx.where(logits < threshold, NEG_INF, logits)
+    return _cut(logits, ordered, before, top_p)
 
 
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
