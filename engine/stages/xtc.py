@@ -22,10 +22,12 @@ def apply_xtc(logits: mx.array, probability: mx.array, threshold: mx.array, coin
     # Only tokens still in the distribution: with threshold 0, removed ones (p = 0) would
     # count as "above" and make every real token look more likely than the least one.
     above = (probs >= threshold) & finite_mask(logits)
-    count = mx.sum(above, axis=-1, keepdims=True)
     least = mx.min(mx.where(above, probs, float("inf")), axis=-1, keepdims=True)
-    acts = (probability > 0.0) & (coin <= probability) & (threshold <= 0.5) & (count >= 2)
-    return mx.where(acts & above & (probs > least), NEG_INF, logits)
+    acts = (probability > 0.0) & (coin <= probability) & (threshold <= 0.5)
+    # A token more likely than the least above the threshold is above it too, and there are
+    # then two or more above it: no count needed (a reduction, a kernel on a GPU), nor the
+    # mask again (a token already removed stays removed).
+    return mx.where(acts & (probs > least), NEG_INF, logits)
 
 
 def _columns(p: SamplingParams) -> dict[str, float]:
