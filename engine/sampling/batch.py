@@ -12,7 +12,7 @@ transfer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import mlx.core as mx
@@ -26,7 +26,7 @@ from engine.sampling.step import compiled_step
 from engine.sampling.unpack import CountOf, RowInspection, unpack_row, unpack_rows
 from engine.specs import row_chain
 from engine.stages import STAGES
-from engine.stages.base import Accepted, Rows, RowsState, StateContext, device_constant
+from engine.stages.base import Accepted, Rows, RowsState, StateContext, cpu_forms, device_constant
 from engine.stages.grammar import GrammarRows
 from engine.stages.vocabulary import Vocabulary
 
@@ -43,6 +43,16 @@ class _Group:
     aliases: frozenset[str]
     columns: dict[str, mx.array]
     forms: tuple[str | None, ...]
+    greedy: bool
+    """Every row draws greedily (no noise to draw)."""
+    steps: dict[tuple[bool, bool, bool], tuple[Any, PackLayout]] = field(default_factory=dict)
+    """Its compiled step and layout by (noise, forced token, CPU forms): read every step."""
+
+    def step(self, top_n: int, noise: bool, forced: bool) -> tuple[Any, PackLayout]:
+        key = (noise, forced, cpu_forms())
+        if key not in self.steps:
+            self.steps[key] = compiled_step(self.chain, self.aliases, noise, self.forms, top_n, forced)
+        return self.steps[key]
 
 
 @dataclass
@@ -156,6 +166,7 @@ class SamplingBatch:
         self.params: list[SamplingParams] = []
         self.states = new_states(self.ctx, [], [], [])
         self._groups: list[_Group] | None = None
+        self._places: list[tuple[int, PackLayout]] | None = None  # per plan (``sample``)
         self.version = 0
         """Bumped by every change of a row's parameters or of the rows but a ``filter``: a step
         sampled ahead (``sample_ahead``) holds only while it is the same."""
@@ -255,24 +266,23 @@ class SamplingBatch:
             inputs = dict(group.columns)
             inputs.update(state_inputs(self.states, group.chain, self.params, group.rows, indices))
             noise = None
-            if not all(self.params[r].greedy for r in rows):
+            if not group.greedy:
                 keys = step_keys([self.params[r].seed for r in rows], [indices[r] for r in rows])
                 noise = gumbel_noise(keys, self.vocab)
             override = None
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
-            fn, layout = compiled_step(
-                group.chain, group.aliases, noise is not None, group.forms, top_n, override is not None
-            )
+            fn, layout = group.step(top_n, noise is not None, override is not None)
             tokens, packed, final = fn(
                 group.rows.take(logits),
                 inputs,
                 noise if noise is not None else zero,
                 override if override is not None else zero,
             )
-            for k, row in enumerate(rows):
-                places[row] = (offset + k * layout.width, layout)
-            offset += len(rows) * layout.width
+            if self._places is None:
+                for k, row in enumerate(rows):
+                    places[row] = (offset + k * layout.width, layout)
+                offset += len(rows) * layout.width
             tokens_parts.append(tokens)
             packed_parts.append(packed.reshape(-1))
             final_parts.append(final)
@@ -282,7 +292,9 @@ class SamplingBatch:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
-        return Sampled(tokens, packed, top_n, list(chains), final, [places[row] for row in range(len(self.params))])
+        if self._places is None:  # where each row sits in the pack: the same until the plan changes
+            self._places = [places[row] for row in range(len(self.params))]
+        return Sampled(tokens, packed, top_n, list(chains), final, self._places)
 
     def sample_ahead(
         self, logits: mx.array, tokens: mx.array, leaving: Sequence[int | None], indices: Sequence[int]
@@ -302,6 +314,7 @@ class SamplingBatch:
 
     def _plan(self) -> list[_Group]:
         if self._groups is None:
+            self._places = None
             by_order: dict[tuple[str, ...], list[int]] = {}
             for row, p in enumerate(self.params):
                 by_order.setdefault(p.samplers, []).append(row)
@@ -316,5 +329,6 @@ class SamplingBatch:
                 index = None if whole else mx.array(rows, dtype=mx.int32)
                 aliases = group_aliases(params, chain)
                 forms = group_forms(params, chain)
-                self._groups.append(_Group(Rows(rows, index), chain, aliases, columns(params, chain), forms))
+                greedy = all(p.greedy for p in params)
+                self._groups.append(_Group(Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy))
         return self._groups
