@@ -148,7 +148,7 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
 
 _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
 _lanes = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None])
-"""[n, 1]: which statistic a lane of the sums holds ((max,) Z, Σ e·(x - max), survivors)."""
+"""[n, 1]: which statistic a lane of a GPU's sums holds (max, Z, Σ e·(x - max), survivors)."""
 _positions = device_constant(lambda vocab: mx.arange(vocab, dtype=mx.int32))
 
 
@@ -174,24 +174,33 @@ def pack_outputs(
     block_max = None if blocks is None else mx.max(blocks, axis=-1)  # [D, B, V / BLOCK]
     top = mx.max(stack if block_max is None else block_max, axis=-1, keepdims=True)
     e = exp(stack - top)
-    # Z, Σ e·(x - max) and the survivors (float32: no cast to pack) as three lanes of one
-    # array, summed by one reduction: one element-wise kernel and one sum (two by blocks on
-    # the CPU) where three kernels and three sums (five) were. ``e`` stays a kernel of its
-    # own (MLX does not fuse across the lanes' broadcast), so each exp is computed once.
-    # stack + (-top) is stack - top to the bit, written apart so that MLX's compile does not
-    # merge the two and keep the shifted stack as a kernel of its own for both to read.
-    e_, x, top_ = e[..., None, :], stack[..., None, :], top[..., None, :]
-    lanes = [e_, mx.where(e_ > 0, e_ * (x + -top_), 0.0), mx.where(x > float("-inf"), 1.0, 0.0)]
-    separate_max = cpu_forms()
-    if not separate_max:
-        # A GPU's concatenation copies each piece: the max rides in the sums as a lane
-        # that holds it at the first position and zeros elsewhere (its sum is it exactly).
-        lanes.insert(0, mx.where(_positions(stack.shape[-1]) == 0, top_, 0.0))
-    lane = _lanes(len(lanes))
-    selected = lanes[-1]
-    for i in range(len(lanes) - 2, -1, -1):
-        selected = mx.where(lane == i, lanes[i], selected)
-    sums = _sum(selected)  # [D, B, lanes]: (max,) Z, Σ e·(x - max), survivors
+    if cpu_forms():
+        # Three sums: on a CPU a kernel costs its arithmetic, and the lanes below would
+        # compute every branch for every lane (1,066 against 796 µs for two distributions
+        # of 49,152; the same values). (stack + (-top) is stack - top to the bit, written
+        # apart so that MLX's compile does not keep the shifted stack as a kernel of its
+        # own for the exp and this to read.)
+        weighted = mx.where(e > 0, e * (stack + -top), 0.0)
+        survived = mx.where(stack > float("-inf"), 1.0, 0.0)  # float32: no cast to pack
+        stats = [s.T for s in (top[..., 0], _sum(e), _sum(weighted), mx.sum(survived, axis=-1))]  # [B, D] each
+    else:
+        # On a GPU a kernel costs its launch: Z, Σ e·(x - max), the survivors and the max
+        # as four lanes of one array summed by one reduction (one element-wise kernel and
+        # one sum, where three kernels and three sums were), the max a lane that holds it
+        # at the first position and zeros elsewhere (its sum is it exactly), so that it is
+        # no piece of its own for the concatenation to copy. ``e`` stays a kernel of its
+        # own (MLX does not fuse across the lanes' broadcast): each exp is computed once.
+        e_, x, top_ = e[..., None, :], stack[..., None, :], top[..., None, :]
+        lanes = [
+            mx.where(_positions(stack.shape[-1]) == 0, top_, 0.0),
+            e_,
+            mx.where(e_ > 0, e_ * (x + -top_), 0.0),
+            mx.where(x > float("-inf"), 1.0, 0.0),
+        ]
+        lane, selected = _lanes(len(lanes)), lanes[-1]
+        for i in range(len(lanes) - 2, -1, -1):
+            selected = mx.where(lane == i, lanes[i], selected)
+        stats = [_sum(selected).transpose(1, 2, 0).reshape(batch, -1)]  # [B, 4 * D]
     chosen = _int32(tokens)[:, None]
     if layout.top_n > 0:
         two = min(2, len(layout.order))  # raw, the last
@@ -212,8 +221,7 @@ def pack_outputs(
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     return mx.concatenate(
         [
-            *([top[..., 0].T] if separate_max else []),  # [B, D]
-            sums.transpose(1, 2, 0).reshape(batch, -1),  # [B, 3 * D] or, with the max, [B, 4 * D]
+            *stats,  # max, Z, Σ e·(x - max), survivors: [B, 4 * D]
             mx.view(index, mx.float32),
             logits.transpose(1, 0, 2).reshape(batch, -1),
             *extras,

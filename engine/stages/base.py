@@ -193,7 +193,8 @@ _GPU_FORMS: bool | None = None  # None: the default device's forms
 
 def cpu_forms() -> bool:
     """Whether a step traced now takes the forms MLX's CPU backend runs fastest: ``exp`` as a
-    power of two, sums by blocks, the Gumbel draw uncompiled, the pack's max a piece apart.
+    power of two, sums by blocks, the Gumbel draw uncompiled, the pack's statistics summed
+    apart (a GPU's forms fuse them as lanes: fewer launches, more arithmetic).
     Decided when a step is traced (the compiled steps are kept per answer); a GPU's forms
     are the plain ones."""
     return mx.default_device() == mx.cpu if _GPU_FORMS is None else not _GPU_FORMS
