@@ -57,14 +57,21 @@ def _prefilled(loaded: LoadedModel, size: int, settings: dict) -> Scheduler:
     return scheduler
 
 
-def _interleaved_steps(loaded: LoadedModel, size: int, chains: dict[str, dict], steps: int, rounds: int = 3) -> dict:
+def _interleaved_steps(
+    loaded: LoadedModel, size: int, chains: dict[str, dict], steps: int, rounds: int | None = None
+) -> dict:
     """Median step seconds of each chain, its schedulers stepped in turn (``rounds`` times
-    ``steps`` each), so load that comes and goes falls on every chain alike."""
+    ``steps`` each; by default a round per chain), so load that comes and goes falls on
+    every chain alike. Each round starts one chain later, so every chain follows every
+    other: in one fixed order the sampled chain, stepped right after greedy, read 1.159 of
+    it where the other orders read 1.068 and 1.093 (default model, batch 1)."""
     schedulers = {name: _prefilled(loaded, size, settings) for name, settings in chains.items()}
     times: dict[str, list[float]] = {name: [] for name in chains}
-    for _ in range(rounds):
-        for name, scheduler in schedulers.items():
-            times[name].append(_steady_step(scheduler, steps))
+    names = list(schedulers)
+    for first in range(rounds if rounds is not None else len(names)):
+        at = first % len(names)
+        for name in names[at:] + names[:at]:
+            times[name].append(_steady_step(schedulers[name], steps))
     for scheduler in schedulers.values():
         for request_id in scheduler.request_ids():
             scheduler.cancel(request_id)
