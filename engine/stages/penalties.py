@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 
 from engine.api.params import SamplingParams
 from engine.specs.penalties import SPEC
@@ -118,7 +117,7 @@ class CountRows:
     def _on_device(self) -> PenaltyCounts:
         if self.device is None:
             made = [p.counts(w, self.vocab) for p, w in zip(self.positions, self.windows, strict=True)]
-            self.device = PenaltyCounts(mx.array(np.stack(made)) if made else mx.zeros((0, self.vocab), mx.int32))
+            self.device = PenaltyCounts.of_rows(made, self.vocab)
         return self.device
 
     def counter(self, row: int, end: int | None = None) -> Callable[[int], int]:

@@ -20,17 +20,6 @@ import numpy as np
 from engine.stages.base import device_constant
 
 
-def window_of(history: Sequence[int], window: int) -> Sequence[int]:
-    """The tokens the penalties count: the last ``window`` (0 = all)."""
-    return history[-window:] if window > 0 else history
-
-
-def count_tokens(history: Sequence[int], window: int, vocab: int) -> np.ndarray:
-    """From-scratch counts for one row: [V] int32."""
-    tokens = np.asarray(window_of(history, window), dtype=np.int64)
-    return np.bincount(tokens, minlength=vocab).astype(np.int32)[:vocab]
-
-
 def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), coming: int = 0) -> int | None:
     """The token that left the window when the newest token arrived; the history is
     ``head + tail`` (prompt and output), read in place rather than concatenated.
@@ -89,8 +78,8 @@ class PenaltyCounts:
         self.counts = counts  # [B, V] int32
 
     @classmethod
-    def from_histories(cls, histories: Sequence[Sequence[int]], windows: Sequence[int], vocab: int) -> PenaltyCounts:
-        rows = [count_tokens(h, w, vocab) for h, w in zip(histories, windows, strict=True)]
+    def of_rows(cls, rows: Sequence[np.ndarray], vocab: int) -> PenaltyCounts:
+        """From each row's [V] int32 counts (``TokenPositions.counts``)."""
         return cls(mx.array(np.stack(rows)) if rows else mx.zeros((0, vocab), mx.int32))
 
     def accept(self, tokens: Sequence[int] | mx.array, leaving: Sequence[int | None]) -> None:
