@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from engine.sampling.sampler import ChainResult, compiled_once
 from engine.stages import STAGES
-from engine.stages.base import cpu_forms, device_constant, exp
+from engine.stages.base import cpu_forms, device_constant, exp, lane_index
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -147,8 +147,6 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
 
 
 _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
-_lanes = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None])
-"""[n, 1]: which statistic a lane of a GPU's sums holds (max, Z, Σ e·(x - max), survivors)."""
 _positions = device_constant(lambda vocab: mx.arange(vocab, dtype=mx.int32))
 
 
@@ -197,7 +195,7 @@ def pack_outputs(
             mx.where(e_ > 0, e_ * (x + -top_), 0.0),
             mx.where(x > float("-inf"), 1.0, 0.0),
         ]
-        lane, selected = _lanes(len(lanes)), lanes[-1]
+        lane, selected = lane_index(len(lanes)), lanes[-1]
         for i in range(len(lanes) - 2, -1, -1):
             selected = mx.where(lane == i, lanes[i], selected)
         stats = [_sum(selected).transpose(1, 2, 0).reshape(batch, -1)]  # [B, 4 * D]

@@ -237,6 +237,22 @@ def sort_descending(logits: mx.array) -> mx.array:
     return mx.sort(logits, axis=-1)[..., ::-1]
 
 
+lane_index = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None])
+"""[n, 1]: the lane index of sums taken as lanes of one reduction (a kernel and one sum
+where a kernel and a sum each were: on a GPU a step costs its launches)."""
+
+
+def count_and_total(logits: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+    """How many of each row's ``logits`` [B, V] are still in the distribution, and the total
+    of ``values`` [B, 1, V] over them: [B, 1] each, two lanes of one reduction (a count of
+    ones is exact in float32 up to 2**24 tokens). ``values`` is written on the lanes' shape
+    (from ``logits[:, None]`` or the like), so that it is computed in the lanes' kernel."""
+    x = logits[:, None]
+    present = x > NEG_INF
+    sums = mx.sum(mx.where(lane_index(2) == 0, mx.where(present, 1.0, 0.0), mx.where(present, values, 0.0)), axis=-1)
+    return sums[:, :1], sums[:, 1:]
+
+
 def finite_mask(logits: mx.array) -> mx.array:
     """Tokens still in the distribution (removed ones are -inf)."""
     return logits > NEG_INF

@@ -11,7 +11,7 @@ import mlx.core as mx
 
 from engine.api.params import SamplingParams
 from engine.specs.temperature import SPEC
-from engine.stages.base import NEG_INF, Inputs, Stage, device_constant, log_softmax
+from engine.stages.base import Inputs, Stage, count_and_total, log_softmax
 
 # The dynamic temperature reaches 0 when the entropy is 0 and T <= range; llama.cpp then
 # keeps only the argmax. Dividing by a floor instead gives the same point mass (tied
@@ -34,12 +34,9 @@ def apply_temperature(
     """
     plain = mx.where(temperature > 0, temperature, 1.0)
     logprobs = log_softmax(logits)
-    # The count of tokens left and the entropy's sum as two lanes of one reduction (a count
-    # of ones is exact in float32 up to 2**24 tokens), each lane reading the logits itself.
-    x, lp = logits[:, None], logprobs[:, None]
-    in_x = x > NEG_INF
-    sums = mx.sum(mx.where(_lanes() == 0, mx.where(in_x, 1.0, 0.0), mx.where(in_x, mx.exp(lp) * lp, 0.0)), axis=-1)
-    count, entropy = sums[:, :1], -sums[:, 1:]
+    lp = logprobs[:, None]
+    count, total = count_and_total(logits, mx.exp(lp) * lp)
+    entropy = -total
     normalized = entropy / mx.log(mx.maximum(count, 2.0))
     lo = mx.maximum(temperature - dynatemp_range, 0.0)
     hi = temperature + dynatemp_range
@@ -48,8 +45,6 @@ def apply_temperature(
     use_dynamic = (dynatemp_range > 0) & (temperature > 0) & (count > 1)
     return logits / mx.where(use_dynamic, dynamic, plain)
 
-
-_lanes = device_constant(lambda: mx.arange(2, dtype=mx.int32)[:, None])
 
 # A positive temperature below float32's range would divide by a denormal or by 0 (which
 # the stage reads as greedy): held at this floor, it is the limit T -> 0, the argmax.
