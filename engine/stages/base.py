@@ -249,8 +249,13 @@ def count_and_total(logits: mx.array, values: mx.array) -> tuple[mx.array, mx.ar
     (from ``logits[:, None]`` or the like), so that it is computed in the lanes' kernel."""
     x = logits[:, None]
     present = x > NEG_INF
-    sums = mx.sum(mx.where(lane_index(2) == 0, mx.where(present, 1.0, 0.0), mx.where(present, values, 0.0)), axis=-1)
+    sums = mx.sum(mx.where(_counting_lane(), mx.where(present, 1.0, 0.0), mx.where(present, values, 0.0)), axis=-1)
     return sums[:, :1], sums[:, 1:]
+
+
+# A constant mask, not ``lane_index(2) == 0``: two stages of one step comparing the same
+# constant would share that comparison, and MLX's compile would keep it as a kernel.
+_counting_lane = device_constant(lambda: lane_index(2) == 0)
 
 
 def finite_mask(logits: mx.array) -> mx.array:
