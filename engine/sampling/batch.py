@@ -12,7 +12,7 @@ transfer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import mlx.core as mx
@@ -20,13 +20,13 @@ import numpy as np
 
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
-from engine.sampling.inspection import PackLayout
+from engine.sampling.inspection import PackLayout, chain_layout
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.sampling.step import compiled_step
 from engine.sampling.unpack import CountOf, RowInspection, unpack_row, unpack_rows
 from engine.specs import row_chain
 from engine.stages import STAGES
-from engine.stages.base import Accepted, Rows, RowsState, StateContext, cpu_forms, device_constant
+from engine.stages.base import Accepted, Rows, RowsState, StateContext, device_constant
 from engine.stages.grammar import GrammarRows
 from engine.stages.vocabulary import Vocabulary
 
@@ -45,14 +45,7 @@ class _Group:
     forms: tuple[str | None, ...]
     greedy: bool
     """Every row draws greedily (no noise to draw)."""
-    steps: dict[tuple[bool, bool, bool], tuple[Any, PackLayout]] = field(default_factory=dict)
-    """Its compiled step and layout by (noise, forced token, CPU forms): read every step."""
-
-    def step(self, top_n: int, noise: bool, forced: bool) -> tuple[Any, PackLayout]:
-        key = (noise, forced, cpu_forms())
-        if key not in self.steps:
-            self.steps[key] = compiled_step(self.chain, self.aliases, noise, self.forms, top_n, forced)
-        return self.steps[key]
+    layout: PackLayout
 
 
 @dataclass
@@ -166,7 +159,7 @@ class SamplingBatch:
         self.params: list[SamplingParams] = []
         self.states = new_states(self.ctx, [], [], [])
         self._groups: list[_Group] | None = None
-        self._places: list[tuple[int, PackLayout]] | None = None  # per plan (``sample``)
+        self._places: list[tuple[int, PackLayout]] = []  # each row's in the pack, per plan
         self.version = 0
         """Bumped by every change of a row's parameters or of the rows but a ``filter``: a step
         sampled ahead (``sample_ahead``) holds only while it is the same."""
@@ -258,8 +251,6 @@ class SamplingBatch:
         groups = self._plan()
         top_n, chains = self._top_n, self._chains
         tokens_parts, packed_parts, final_parts = [], [], []
-        places: dict[int, tuple[int, PackLayout]] = {}
-        offset = 0
         zero = _zero()
         for group in groups:
             rows = group.rows.rows
@@ -272,17 +263,15 @@ class SamplingBatch:
             override = None
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
-            fn, layout = group.step(top_n, noise is not None, override is not None)
+            fn = compiled_step(
+                group.chain, group.aliases, noise is not None, group.forms, group.layout, override is not None
+            )
             tokens, packed, final = fn(
                 group.rows.take(logits),
                 inputs,
                 noise if noise is not None else zero,
                 override if override is not None else zero,
             )
-            if self._places is None:
-                for k, row in enumerate(rows):
-                    places[row] = (offset + k * layout.width, layout)
-                offset += len(rows) * layout.width
             tokens_parts.append(tokens)
             packed_parts.append(packed.reshape(-1))
             final_parts.append(final)
@@ -292,8 +281,6 @@ class SamplingBatch:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
-        if self._places is None:  # where each row sits in the pack: the same until the plan changes
-            self._places = [places[row] for row in range(len(self.params))]
         return Sampled(tokens, packed, top_n, list(chains), final, self._places)
 
     def sample_ahead(
@@ -314,7 +301,6 @@ class SamplingBatch:
 
     def _plan(self) -> list[_Group]:
         if self._groups is None:
-            self._places = None
             by_order: dict[tuple[str, ...], list[int]] = {}
             for row, p in enumerate(self.params):
                 by_order.setdefault(p.samplers, []).append(row)
@@ -330,5 +316,15 @@ class SamplingBatch:
                 aliases = group_aliases(params, chain)
                 forms = group_forms(params, chain)
                 greedy = all(p.greedy for p in params)
-                self._groups.append(_Group(Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy))
+                layout = chain_layout(chain, aliases, self._top_n)
+                group = _Group(Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy, layout)
+                self._groups.append(group)
+            # Where each row sits in the step's pack: its group's rows one after another.
+            places: dict[int, tuple[int, PackLayout]] = {}
+            offset = 0
+            for group in self._groups:
+                for row in group.rows.rows:
+                    places[row] = (offset, group.layout)
+                    offset += group.layout.width
+            self._places = [places[row] for row in range(len(self.params))]
         return self._groups

@@ -18,7 +18,7 @@ from functools import cached_property, partial
 
 import mlx.core as mx
 
-from engine.sampling.sampler import ChainResult, compiled_once
+from engine.sampling.sampler import ChainResult, compiled_once, output_sources
 from engine.stages import STAGES
 from engine.stages.base import cpu_forms, device_constant, exp, lane_index
 
@@ -99,7 +99,12 @@ def slots(top_n: int) -> int:
 
 
 def layout_of(result: ChainResult, top_n: int) -> PackLayout:
-    return PackLayout(result.chain, tuple(result.sources()), top_n, extras_of(result.chain, result.aliases))
+    return chain_layout(result.chain, result.aliases, top_n)
+
+
+def chain_layout(chain: tuple[str, ...], aliases: frozenset[str], top_n: int) -> PackLayout:
+    """The layout of a group whose chain is ``chain`` with the stages ``aliases`` the identity."""
+    return PackLayout(chain, tuple(output_sources(chain, aliases)), top_n, extras_of(chain, aliases))
 
 
 def extras_of(chain: Sequence[str], aliases: frozenset[str]) -> tuple[str, ...]:

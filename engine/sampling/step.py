@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine.sampling.inspection import PackLayout, extras_of, pack_outputs
-from engine.sampling.sampler import apply_chain, compiled_once, output_sources
+from engine.sampling.inspection import PackLayout, pack_outputs
+from engine.sampling.sampler import apply_chain, compiled_once
 
 
 def compiled_step(
@@ -19,15 +19,14 @@ def compiled_step(
     aliases: frozenset[str],
     use_noise: bool,
     forms: tuple[str | None, ...],
-    top_n: int,
+    layout: PackLayout,
     with_forced: bool = False,
 ):
     """The chain, the draw and the inspection pack as one compiled function
     ``(raw [B, V], inputs, noise, forced [B]) -> (tokens [B], packed [B, W], final [B, V])``,
     one per chain shape: element-wise work fuses across the stages and the pack, and a
-    new value never recompiles. ``forced`` (with ``with_forced``; -1: draw) overrides the
-    drawn token."""
-    layout = PackLayout(chain, tuple(output_sources(chain, aliases)), top_n, extras_of(chain, aliases))
+    new value never recompiles. ``layout``: the group's (``engine.sampling.inspection.chain_layout``);
+    ``forced`` (with ``with_forced``; -1: draw) overrides the drawn token."""
 
     def make():
         def step(raw, inputs, noise, forced):
@@ -39,4 +38,4 @@ def compiled_step(
 
         return step
 
-    return compiled_once(("step", chain, aliases, use_noise, forms, top_n, with_forced), make), layout
+    return compiled_once(("step", chain, aliases, use_noise, forms, layout, with_forced), make)
