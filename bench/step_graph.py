@@ -9,7 +9,7 @@
     ``kernels`` leaves out the primitives that are views (reshape, slice, ...), which
     launch nothing. On a GPU a step costs its kernel count, not its arithmetic:
     ``ours_gpu_forms`` is our step traced as a GPU traces it (``engine.stages.base.gpu_forms``:
-    plain exp and sums, the Gumbel draw compiled), counted here.
+    plain exp, the statistics summed as lanes, the Gumbel draw compiled), counted here.
 26. ``host_step``: the step with almost no arithmetic in it (1 layer, hidden 16, V = 2,048),
     decoded by us and by mlx-lm: what is left is each side's host work and the dispatch of
     its kernels, the part of a step a GPU cannot hide. The H100 of 2026-11-27 read figure
