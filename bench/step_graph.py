@@ -105,10 +105,12 @@ def ours(loaded: LoadedModel, batch: int, settings: dict) -> dict:
     mx.eval(logits)
     mx.eval(*_state_arrays(sampling))
     sampled = sampling.sample(logits, [r.next_index for r in requests])
-    step = count_nodes(sampled.tokens, sampled.packed)
-    # The state's update for the token just drawn (its graph runs at the next step).
-    tokens = [int(t) for t in sampled.tokens.tolist()]
-    sampling.accept(tokens, [r.leaving_token() for r in requests])
+    # The step with the state it updated itself (``Stage.update``), then the update made
+    # after it for the token just drawn (a scatter; its graph runs at the next step).
+    outputs = [sampled.tokens, sampled.packed, *_state_arrays(sampling)]
+    step = count_nodes(*outputs)
+    mx.eval(*outputs)
+    sampling.accept([int(t) for t in sampled.tokens.tolist()], [r.leaving_token() for r in requests])
     update = count_nodes(*_state_arrays(sampling))
     return {key: step[key] + update[key] for key in step}
 

@@ -46,6 +46,9 @@ class _Group:
     greedy: bool
     """Every row draws greedily (no noise to draw)."""
     layout: PackLayout
+    updates: tuple[str, ...]
+    """The stages whose state the step updates itself (``Stage.update``): the group is the
+    whole batch."""
 
 
 @dataclass
@@ -263,15 +266,25 @@ class SamplingBatch:
             override = None
             if forced is not None and any(forced[r] is not None for r in rows):
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
+            for name in group.updates:
+                inputs.update(self.states[name].update_inputs())
             fn = compiled_step(
-                group.chain, group.aliases, noise is not None, group.forms, group.layout, override is not None
+                group.chain,
+                group.aliases,
+                noise is not None,
+                group.forms,
+                group.layout,
+                override is not None,
+                group.updates,
             )
-            tokens, packed, final = fn(
+            tokens, packed, final, updated = fn(
                 group.rows.take(logits),
                 inputs,
                 noise if noise is not None else zero,
                 override if override is not None else zero,
             )
+            for name in group.updates:
+                self.states[name].updated(updated[name])
             tokens_parts.append(tokens)
             packed_parts.append(packed.reshape(-1))
             final_parts.append(final)
@@ -317,7 +330,10 @@ class SamplingBatch:
                 forms = group_forms(params, chain)
                 greedy = all(p.greedy for p in params)
                 layout = chain_layout(chain, aliases, self._top_n)
-                group = _Group(Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy, layout)
+                updates = tuple(n for n in chain if STAGES[n].update is not None) if whole else ()
+                group = _Group(
+                    Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy, layout, updates
+                )
                 self._groups.append(group)
             # Where each row sits in the step's pack: its group's rows one after another.
             places: dict[int, tuple[int, PackLayout]] = {}

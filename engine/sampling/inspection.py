@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from engine.sampling.sampler import ChainResult, compiled_once, output_sources
 from engine.stages import STAGES
-from engine.stages.base import cpu_forms, device_constant, exp, lane_index
+from engine.stages.base import cpu_forms, device_constant, exp, lane_index, vocabulary_ids
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -152,7 +152,6 @@ def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: m
 
 
 _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
-_positions = device_constant(lambda vocab: mx.arange(vocab, dtype=mx.int32))
 
 
 def _int32(values: mx.array) -> mx.array:
@@ -195,7 +194,7 @@ def pack_outputs(
         # own (MLX does not fuse across the lanes' broadcast): each exp is computed once.
         e_, x, top_ = e[..., None, :], stack[..., None, :], top[..., None, :]
         lanes = [
-            mx.where(_positions(stack.shape[-1]) == 0, top_, 0.0),
+            mx.where(vocabulary_ids(stack.shape[-1]) == 0, top_, 0.0),
             e_,
             mx.where(e_ > 0, e_ * (x + -top_), 0.0),
             mx.where(x > float("-inf"), 1.0, 0.0),

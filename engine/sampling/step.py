@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from engine.sampling.inspection import PackLayout, pack_outputs
 from engine.sampling.sampler import apply_chain, compiled_once
+from engine.stages import STAGES
 
 
 def compiled_step(
@@ -21,12 +22,15 @@ def compiled_step(
     forms: tuple[str | None, ...],
     layout: PackLayout,
     with_forced: bool = False,
+    updates: tuple[str, ...] = (),
 ):
-    """The chain, the draw and the inspection pack as one compiled function
-    ``(raw [B, V], inputs, noise, forced [B]) -> (tokens [B], packed [B, W], final [B, V])``,
-    one per chain shape: element-wise work fuses across the stages and the pack, and a
-    new value never recompiles. ``layout``: the group's (``engine.sampling.inspection.chain_layout``);
-    ``forced`` (with ``with_forced``; -1: draw) overrides the drawn token."""
+    """The chain, the draw, the inspection pack and the state's update as one compiled
+    function ``(raw [B, V], inputs, noise, forced [B]) -> (tokens [B], packed [B, W],
+    final [B, V], updated)``, one per chain shape: element-wise work fuses across the stages
+    and the pack, and a new value never recompiles. ``layout``: the group's
+    (``engine.sampling.inspection.chain_layout``); ``forced`` (with ``with_forced``; -1:
+    draw) overrides the drawn token; ``updated``: each stage of ``updates``' state after the
+    tokens (``Stage.update``: state in, new state out)."""
 
     def make():
         def step(raw, inputs, noise, forced):
@@ -34,8 +38,9 @@ def compiled_step(
             if with_forced:
                 tokens = mx.where(forced >= 0, forced, tokens)
             packed = pack_outputs(layout, outputs, tokens, inputs)
-            return tokens, packed, outputs[-1]
+            updated = {name: STAGES[name].update(inputs, tokens) for name in updates}
+            return tokens, packed, outputs[-1], updated
 
         return step
 
-    return compiled_once(("step", chain, aliases, use_noise, forms, layout, with_forced), make)
+    return compiled_once(("step", chain, aliases, use_noise, forms, layout, with_forced, updates), make)

@@ -100,6 +100,20 @@ class RowsState(Protocol):
         ...
 
 
+class UpdatedOnDevice(RowsState, Protocol):
+    """A state whose next value the compiled step computes from its token (state in, new
+    state out: ``Stage.update``), where the step covers the whole batch."""
+
+    def update_inputs(self) -> dict[str, mx.array]:
+        """What ``Stage.update`` reads besides the stage's ``inputs``, for every row."""
+        ...
+
+    def updated(self, new: Mapping[str, mx.array]) -> None:
+        """The state after the step's tokens (``Stage.update``'s result, still on the device):
+        the ``advance`` or ``accept`` of those tokens takes it instead of computing it."""
+        ...
+
+
 StateFactory = Callable[[StateContext, Sequence[SamplingParams], Sequence[Sequence[int]], Sequence[Any]], RowsState]
 """(context, each row's params, history and carried value) -> the rows' state."""
 
@@ -147,6 +161,10 @@ class Stage:
     did that the inspection pack carries for every row of a group it ran in (``grammar``:
     the mass it kept, its allowed tokens, the model's choice it overrode)."""
     statistics_width: int = 0
+    update: Callable[[Inputs, mx.array], dict[str, mx.array]] | None = None
+    """``(inputs, tokens [B] int32) -> the state's next arrays``: traced into the compiled
+    step when its group is the whole batch, so the state's update costs no kernels of its
+    own (the state is an :class:`UpdatedOnDevice`; its ``update_inputs`` are in ``inputs``)."""
 
     @property
     def name(self) -> str:
@@ -187,6 +205,9 @@ def device_constant(make: Callable[..., Any]) -> Callable[..., Any]:
 
     return made
 
+
+vocabulary_ids = device_constant(lambda vocab: mx.arange(vocab, dtype=mx.int32))
+"""[0 .. vocab - 1] int32, per vocabulary size (a constant of the compiled steps)."""
 
 _GPU_FORMS: bool | None = None  # None: the default device's forms
 

@@ -6,7 +6,9 @@ window is two bisections, so the host tells every candidate's count (the inspect
 int32 array the penalties stage reads: like llama.cpp's penalties sampler (a ring buffer
 plus a count map updated in ``accept``), each step adds the one new token and removes the
 one that left the window, instead of recounting the history; it follows the batch (filter
-/ extend) and feeds :func:`engine.stages.penalties.apply_penalties`.
+/ extend) and feeds :func:`engine.stages.penalties.apply_penalties`. Where the compiled
+step covers the whole batch, :func:`next_counts` is that update inside it (state in, new
+state out); the scatters of :meth:`PenaltyCounts.accept` serve the other steps.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
-from engine.stages.base import device_constant
+from engine.stages.base import device_constant, vocabulary_ids
 
 
 def leaving_token(window: int, head: Sequence[int], tail: Sequence[int] = (), coming: int = 0) -> int | None:
@@ -37,6 +39,7 @@ class TokenPositions:
 
     def __init__(self, history: Sequence[int] = ()) -> None:
         self.length = 0
+        self.tokens: list[int] = []
         self._at: dict[int, list[int]] = {}
         for token in history:
             self.append(token)
@@ -47,7 +50,18 @@ class TokenPositions:
             self._at[token] = [self.length]
         else:
             at.append(self.length)
+        self.tokens.append(token)
         self.length += 1
+
+    def leaving(self, window: int, ahead: int = 0) -> int:
+        """The token that leaves a window of ``window`` (0: all) when the next token arrives,
+        after ``ahead`` tokens not appended yet (taken on the device): :data:`NO_TOKEN` when
+        none leaves, :data:`WHOLE_WINDOW` when the window is the new token alone (the one
+        leaving may be among those ``ahead``)."""
+        if window == 1:
+            return WHOLE_WINDOW
+        index = self.length + ahead - window
+        return self.tokens[index] if window > 0 and index >= 0 else NO_TOKEN
 
     def count(self, token: int, window: int, end: int | None = None) -> int:
         """How often ``token`` occurs among the last ``window`` tokens (0: all) of the
@@ -65,6 +79,24 @@ class TokenPositions:
             if token < vocab:
                 out[token] = self.count(token, window)
         return out
+
+
+NO_TOKEN = -1
+WHOLE_WINDOW = -2
+
+
+def next_counts(counts: mx.array, tokens: mx.array, leaving: mx.array) -> mx.array:
+    """[B, V] int32 ``counts`` after each row's new token (``tokens`` [B] int32) arrived and
+    its ``leaving`` ([B, 1] int32, :meth:`TokenPositions.leaving`) left the window.
+
+    Element-wise (pure; traced into the compiled step): one fused kernel over the rows,
+    where the scatters of :meth:`PenaltyCounts.accept` are two kernels and a host array of
+    the leaving tokens a step. The same counts to the bit.
+    """
+    ids = vocabulary_ids(counts.shape[-1])
+    arrived = (ids == tokens[:, None]).astype(mx.int32)
+    left = (ids == leaving).astype(mx.int32)
+    return mx.where(leaving == WHOLE_WINDOW, arrived, counts + arrived - left)
 
 
 _rows_and_ones = device_constant(lambda batch: (mx.arange(batch, dtype=mx.int32), mx.ones((batch,), mx.int32)))

@@ -157,3 +157,56 @@ def test_candidate_counts_are_the_window_counts_with_penalties_on_or_off(tiny):
                 scheduler.update_params(rid, changes[step.index])
                 window = changes[step.index].penalty_window
     assert len(history) == len(prompt) + 40 and checked > 20
+
+
+WINDOWS = (1, 2, 3, 0)
+
+
+def _penalised_run(tiny, speculate: bool, two_groups: bool) -> list[list[int]]:
+    """Rows with windows of 1, 2, 3 and all, finishing apart, one joining late and one
+    changing its window live; after every step the device's counts must equal a NumPy
+    recount of the running rows' histories. Returns each row's tokens (the extra row's apart)."""
+    prompt = tiny.tokenizer.encode("abcabcabc abc")
+    scheduler = Scheduler(tiny, speculate=speculate)
+
+    def params(i: int, window: int) -> SamplingParams:
+        return SamplingParams(
+            temperature=1.0,
+            seed=i,
+            frequency_penalty=2.0,
+            presence_penalty=1.0,
+            penalty_window=window,
+            max_tokens=10 + 3 * i,
+            top_logprobs=3,
+        )
+
+    ids = [scheduler.insert(prompt[i:], params(i, w)) for i, w in enumerate(WINDOWS)]
+    if two_groups:  # another stage order: two groups, whose counts are scattered in
+        scheduler.insert(prompt, params(7, 2).with_changes(samplers=("penalties", "temperature"), max_tokens=40))
+    tokens: dict[int, list[int]] = {}
+    counts, steps = scheduler._sampling.states["penalties"], 0
+    while scheduler.has_work():
+        for event in scheduler.step():
+            if isinstance(event, TokenStep):
+                tokens.setdefault(event.request_id, []).append(event.token_id)
+        steps += 1
+        if steps == 4:
+            ids.append(scheduler.insert(prompt[2:], params(5, 2)))
+        if steps == 6 and scheduler.is_live(ids[0]):
+            scheduler.update_params(ids[0], params(0, 2))
+        active = scheduler._active
+        if counts.device is not None and active:
+            windows = [r.params.penalty_window for r in active]
+            expected = recount([r.history for r in active], windows, tiny.vocab_size)
+            np.testing.assert_array_equal(np.array(counts.device.counts), np.array(expected.counts), err_msg=str(steps))
+    return [tokens[rid] for rid in ids]
+
+
+def test_counts_the_step_updates_equal_a_recount_and_the_scattered_counts(tiny):
+    """The compiled step's own update of the counts (``next_counts``, a whole-batch group),
+    sampled ahead or not, equals a recount after every step, and draws the same tokens as
+    counts scattered in (two groups)."""
+    whole = _penalised_run(tiny, speculate=True, two_groups=False)
+    assert whole == _penalised_run(tiny, speculate=False, two_groups=False)
+    assert whole == _penalised_run(tiny, speculate=True, two_groups=True)
+    assert sum(map(len, whole)) > 60
