@@ -100,9 +100,10 @@ class RowsState(Protocol):
         ...
 
 
-class UpdatedOnDevice(RowsState, Protocol):
-    """A state whose next value the compiled step computes from its token (state in, new
-    state out: ``Stage.update``), where the step covers the whole batch."""
+class UpdatedOnDevice(Protocol):
+    """What a :class:`RowsState` whose next value the compiled step computes from its token
+    (state in, new state out: ``Stage.update``, where the step covers the whole batch) has
+    besides."""
 
     def update_inputs(self) -> dict[str, mx.array]:
         """What ``Stage.update`` reads besides the stage's ``inputs``, for every row."""
