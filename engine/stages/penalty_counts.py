@@ -60,8 +60,8 @@ class TokenPositions:
         leaving may be among those ``ahead``)."""
         if window == 1:
             return WHOLE_WINDOW
-        index = self.length + ahead - window
-        return self.tokens[index] if window > 0 and index >= 0 else NO_TOKEN
+        token = leaving_token(window, self.tokens, coming=ahead + 1)
+        return NO_TOKEN if token is None else token
 
     def count(self, token: int, window: int, end: int | None = None) -> int:
         """How often ``token`` occurs among the last ``window`` tokens (0: all) of the
