@@ -164,8 +164,9 @@ class SamplingBatch:
         self._groups: list[_Group] | None = None
         self._places: list[tuple[int, PackLayout]] = []  # each row's in the pack, per plan
         self.version = 0
-        """Bumped by every change of a row's parameters or of the rows but a ``filter``: a step
-        sampled ahead (``sample_ahead``) holds only while it is the same."""
+        """Bumped by every change of a row's parameters or of the rows but a ``filter``, and when
+        ``accept`` finds a state other than the one a step sampled ahead read: that step
+        (``sample_ahead``) holds only while it is the same."""
 
     def __len__(self) -> int:
         return len(self.params)
@@ -243,8 +244,10 @@ class SamplingBatch:
             accepted = [
                 Accepted(t, leave, s.chain, s.logprobs) for t, leave, s in zip(tokens, leaving, steps, strict=True)
             ]
-        for state in self.states.values():
+        for name, state in self.states.items():
             state.accept(self.params, accepted)
+            if STAGES[name].update is not None and not state.ahead_held():  # type: ignore[attr-defined]
+                self.version += 1  # the step sampled ahead read a state the host does not hold
 
     # Sampling ---------------------------------------------------------------------
 
@@ -303,7 +306,9 @@ class SamplingBatch:
         queues step n+1 whole before it reads step n): every state the chains read takes
         ``tokens`` (this step's, still on the device) with ``advance``, then ``logits`` (the
         next step's) are sampled at ``indices``. None when a state the chains read needs the
-        token on the host (DRY, mirostat): nothing is changed then."""
+        token on the host (DRY, the grammar; mirostat's μ but where the step computed it): nothing is
+        changed then. A state that ``accept`` finds other than what was read here bumps
+        ``version``, and the step is sampled again."""
         used = {name for group in self._plan() for name in group.chain}
         states = [s for name, s in self.states.items() if name in used]
         if not all(s.advances for s in states):

@@ -232,6 +232,18 @@ def pack_outputs(
     )
 
 
+def drawn_logprob(layout: PackLayout, packed: mx.array, stage: str) -> mx.array:
+    """[B, 1]: the drawn token's logprob after ``stage``, read from a group's ``packed`` rows
+    [B, width] with the host's arithmetic (``engine.sampling.unpack``: ``(logit - max) -
+    log Z`` in float32), so that state the device computes from it is the host's to the bit
+    but where the two ``log``s round Z apart (about 3 % of values on MLX's CPU backend)."""
+    d, s = len(layout.order), layout.slots
+    k = layout.distribution(stage)
+    at = len(STATS) * d + s + k * s + s - 1  # the drawn token's slot is the last
+    top, z, logit = packed[:, k : k + 1], packed[:, d + k : d + k + 1], packed[:, at : at + 1]
+    return (logit - top) - mx.log(z)
+
+
 def pack_step(result: ChainResult, top_n: int, inputs: Mapping[str, mx.array] | None = None) -> mx.array:
     """[B, width] float32 inspection data of a chain's result (see :class:`PackLayout`),
     compiled once per layout; ``inputs``: the step's, for stages that pack figures of their own."""

@@ -8,9 +8,11 @@ is an array input, so a new value never recompiles.
 
 from __future__ import annotations
 
+from functools import partial
+
 import mlx.core as mx
 
-from engine.sampling.inspection import PackLayout, pack_outputs
+from engine.sampling.inspection import PackLayout, drawn_logprob, pack_outputs
 from engine.sampling.sampler import apply_chain, compiled_once
 from engine.stages import STAGES
 
@@ -38,7 +40,8 @@ def compiled_step(
             if with_forced:
                 tokens = mx.where(forced >= 0, forced, tokens)
             packed = pack_outputs(layout, outputs, tokens, inputs)
-            updated = {name: STAGES[name].update(inputs, tokens) for name in updates}
+            logprob_at = partial(drawn_logprob, layout, packed)
+            updated = {name: STAGES[name].update(inputs, tokens, logprob_at) for name in updates}
             return tokens, packed, outputs[-1], updated
 
         return step

@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engine.specs.spec import Field, StageSpec, Values
 
 LN2 = math.log(2.0)
+LOG2_E = np.float32(1.0 / LN2)
 
 
 def next_mu(mu: float, tau: float, eta: float, logprob: float) -> float:
     """llama.cpp: ``mu -= eta * (observed_surprise - tau)``, the surprise in bits of the token
-    drawn, from the renormalized set (``logprob``: its logprob after this stage, nats)."""
-    return mu - eta * (-logprob / LN2 - tau)
+    drawn, from the renormalized set (``logprob``: its logprob after this stage, nats).
+
+    In float32, as llama.cpp's floats, and in the operations the compiled step computes
+    it with (``engine.stages.mirostat_v2.next_mu_on_device``): the μ a step sampled ahead
+    read is then the host's to the bit, and the host can check it."""
+    f = np.float32
+    return float(f(mu) - f(eta) * ((-f(logprob)) * LOG2_E - f(tau)))
 
 
 def replay_mu(mu: float | None, values: Values, logprob: float | None) -> float:

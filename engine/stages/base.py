@@ -114,6 +114,12 @@ class UpdatedOnDevice(Protocol):
         the ``advance`` or ``accept`` of those tokens takes it instead of computing it."""
         ...
 
+    def ahead_held(self) -> bool:
+        """After ``accept``: whether the state a step sampled ahead read (the last
+        ``updated``, taken by ``advance``) is the one ``accept`` computed on the host. A
+        state updated in floats may differ by a rounding (False: that step is sampled again)."""
+        ...
+
 
 StateFactory = Callable[[StateContext, Sequence[SamplingParams], Sequence[Sequence[int]], Sequence[Any]], RowsState]
 """(context, each row's params, history and carried value) -> the rows' state."""
@@ -162,10 +168,12 @@ class Stage:
     did that the inspection pack carries for every row of a group it ran in (``grammar``:
     the mass it kept, its allowed tokens, the model's choice it overrode)."""
     statistics_width: int = 0
-    update: Callable[[Inputs, mx.array], dict[str, mx.array]] | None = None
-    """``(inputs, tokens [B] int32) -> the state's next arrays``: traced into the compiled
-    step when its group is the whole batch, so the state's update costs no kernels of its
-    own (the state is an :class:`UpdatedOnDevice`; its ``update_inputs`` are in ``inputs``)."""
+    update: Callable[[Inputs, mx.array, Callable[[str], mx.array]], dict[str, mx.array]] | None = None
+    """``(inputs, tokens [B] int32, logprob_at) -> the state's next arrays``: traced into the
+    compiled step when its group is the whole batch, so the state's update costs no kernels
+    of its own (the state is an :class:`UpdatedOnDevice`; its ``update_inputs`` are in
+    ``inputs``). ``logprob_at(stage)``: the drawn token's logprob after ``stage`` [B, 1],
+    as the host reads it from the pack (``Accepted.logprob_at`` on the device)."""
 
     @property
     def name(self) -> str:

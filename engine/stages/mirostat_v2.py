@@ -12,14 +12,14 @@ scored token in order (``needs_result``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from engine.api.params import SamplingParams
-from engine.specs.mirostat_v2 import LN2, SPEC, next_mu
+from engine.specs.mirostat_v2 import LN2, LOG2_E, SPEC, next_mu
 from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext, log_softmax
 
 
@@ -41,21 +41,32 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
 
 
 class MuRows:
-    """Each row's μ (host floats)."""
+    """Each row's μ: host floats (float32 values), the canonical ones; and, where the step
+    covers the whole batch, the μ it computed after its tokens on the device (``updated``),
+    which a step sampled ahead reads before the host has the token (``advance``). The host's
+    ``accept`` then checks that μ against its own (``ahead_held``)."""
 
     def __init__(self, mus: list[float]) -> None:
         self.mus = mus
+        self.stepped: mx.array | None = None  # [B, 1]: μ after the last step's tokens, on the device
+        self.ahead: mx.array | None = None  # [B, 1]: the μ the step sampled ahead read
+        self._held = True
 
     def extend(self, other: MuRows) -> None:
         self.mus += other.mus
+        self.stepped = self.ahead = None
 
     def filter(self, keep: Sequence[int]) -> None:
         self.mus = [self.mus[i] for i in keep]
+        index = mx.array(list(keep), dtype=mx.int32)
+        self.stepped = None if self.stepped is None else self.stepped[index]
+        self.ahead = None if self.ahead is None else self.ahead[index]
 
     def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
         # μ is carried through a live change; a stage joining the chain starts afresh at 2τ.
         if not SPEC.active(old) and SPEC.active(new):
             self.mus[row] = 2.0 * new.mirostat_tau
+        self.stepped = None
 
     def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:
         for row, (p, a) in enumerate(zip(params, accepted, strict=True)):
@@ -64,22 +75,58 @@ class MuRows:
             # mirostat moves μ only from its own draws).
             if logprob is not None and math.isfinite(logprob):
                 self.mus[row] = next_mu(self.mus[row], p.mirostat_tau, p.mirostat_eta, logprob)
+        self._held = self.ahead is None or bool(np.array_equal(np.asarray(self.ahead)[:, 0], _host(self.mus)))
+        self.ahead = None
+
+    def ahead_held(self) -> bool:
+        return self._held
 
     def inputs(self, params: Sequence[SamplingParams], rows: Rows, indices: Sequence[int]) -> dict[str, mx.array]:
-        mus = np.asarray([self.mus[r] for r in rows.rows], np.float32).reshape(-1, 1)
-        return {"mirostat_mu": mx.array(mus)}
+        if self.ahead is not None:
+            return {"mirostat_mu": rows.take(self.ahead)}
+        self.stepped = None  # a step on the host's μ: what the last one computed is void
+        return {"mirostat_mu": mx.array(_host([self.mus[r] for r in rows.rows]).reshape(-1, 1))}
+
+    def update_inputs(self) -> dict[str, mx.array]:
+        return {}  # τ and η are the stage's columns
+
+    def updated(self, new: Mapping[str, mx.array]) -> None:
+        self.stepped = new["mirostat_mu"]
 
     def carry(self, row: int) -> Any:
         return self.mus[row]
 
-    advances = False  # μ moves by the drawn token's logprob, read on the host
+    @property
+    def advances(self) -> bool:
+        """Only after a step that computed μ after its tokens (the whole batch's)."""
+        return self.stepped is not None
 
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
-        raise NotImplementedError
+        self.ahead, self.stepped = self.stepped, None
+
+
+def _host(mus: Sequence[float]) -> np.ndarray:
+    return np.asarray(mus, np.float32)
+
+
+def next_mu_on_device(mu: mx.array, tau: mx.array, eta: mx.array, logprob: mx.array) -> mx.array:
+    """:func:`engine.specs.mirostat_v2.next_mu` of every row ([B, 1] float32 each), in the same
+    float32 operations; μ stays where the token was removed (a forced one)."""
+    moved = mu - eta * ((-logprob) * float(LOG2_E) - tau)
+    return mx.where(logprob > NEG_INF, moved, mu)
+
+
+def _columns(p: SamplingParams) -> dict[str, float]:
+    return {"mirostat_tau": p.mirostat_tau, "mirostat_eta": p.mirostat_eta}
+
+
+def _update(inputs: Inputs, tokens: mx.array, logprob_at: Callable[[str], mx.array]) -> dict[str, mx.array]:
+    mu, tau, eta = inputs["mirostat_mu"], inputs["mirostat_tau"], inputs["mirostat_eta"]
+    return {"mirostat_mu": next_mu_on_device(mu, tau, eta, logprob_at(SPEC.name))}
 
 
 def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carries: Sequence[Any]) -> MuRows:
     return MuRows([c if c is not None else 2.0 * p.mirostat_tau for p, c in zip(params, carries, strict=True)])
 
 
-STAGE = Stage(SPEC, _apply, state=_state, needs_result=True)
+STAGE = Stage(SPEC, _apply, _columns, state=_state, needs_result=True, update=_update)

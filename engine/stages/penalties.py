@@ -145,6 +145,9 @@ class CountRows:
     def updated(self, new: Mapping[str, mx.array]) -> None:
         self.stepped = new["counts"]
 
+    def ahead_held(self) -> bool:
+        return True  # integer counts: the host's and the device's are the same
+
     def _on_device(self) -> PenaltyCounts:
         if self.device is None:
             made = [p.counts(w, self.vocab) for p, w in zip(self.positions, self.windows, strict=True)]
@@ -163,7 +166,7 @@ class CountRows:
 _none_leaving = device_constant(lambda batch: mx.full((batch, 1), NO_TOKEN, dtype=mx.int32))
 
 
-def _update(inputs: Inputs, tokens: mx.array) -> dict[str, mx.array]:
+def _update(inputs: Inputs, tokens: mx.array, logprob_at: Callable[[str], mx.array]) -> dict[str, mx.array]:
     return {"counts": next_counts(inputs["counts"], tokens, inputs["leaving"])}
 
 

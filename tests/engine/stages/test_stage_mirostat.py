@@ -21,7 +21,8 @@ from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 from engine.runtime.scheduler import Scheduler
 from engine.sampling.batch import SamplingBatch
-from engine.stages.mirostat_v2 import apply_mirostat_v2
+from engine.specs.mirostat_v2 import next_mu, replay_mu
+from engine.stages.mirostat_v2 import MuRows, apply_mirostat_v2, next_mu_on_device
 from engine.stages.vocabulary import Vocabulary
 from tests.support.drain import run, steps_of
 
@@ -315,3 +316,98 @@ def test_cli_generate_and_score_run_mirostat(tiny_folder):
         json.loads(line).get("chain", ["raw", "mirostat_v2"]) == ["raw", "mirostat_v2"]
         for line in scored.stdout.splitlines()
     )
+
+
+# --- μ on the device: the step sampled ahead -------------------------------------------------
+
+
+def _mirostat_run(tiny, speculate: bool, shift: float = 0.0) -> tuple[list[list[TokenStep]], dict[str, int]]:
+    """Rows with their own τ, η and lengths, one joining late and one changing τ and η live;
+    after every step each row's μ must be the host fold (``next_mu``) of its reported
+    logprobs. ``shift`` is added to every μ the step computes on the device (what a step
+    sampled ahead reads), to see the host's check discard such a step. Returns each row's
+    steps and how many steps were sampled ahead and how many of those were used."""
+    prompt = tiny.tokenizer.encode("the cat sat on the mat, the cat sat")
+    scheduler = Scheduler(tiny, speculate=speculate)
+    mus = scheduler._sampling.states["mirostat_v2"]
+    seen = {"ahead": 0, "held": 0}
+    sample_ahead, updated, accept = SamplingBatch.sample_ahead, MuRows.updated, MuRows.accept
+
+    def counted_ahead(self, *args):
+        out = sample_ahead(self, *args)
+        seen["ahead"] += out is not None
+        return out
+
+    def shifted(self, new):
+        updated(self, {"mirostat_mu": new["mirostat_mu"] + shift})
+
+    def checked(self, params, accepted):
+        read = self.ahead is not None
+        accept(self, params, accepted)
+        seen["held"] += read and self.ahead_held()
+
+    def params(i: int) -> SamplingParams:
+        return MIROSTAT.with_changes(
+            seed=i, mirostat_tau=1.5 + i, mirostat_eta=0.1 * (i + 1), max_tokens=12 + 4 * i, top_logprobs=3
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SamplingBatch, "sample_ahead", counted_ahead)
+        patch.setattr(MuRows, "updated", shifted)
+        patch.setattr(MuRows, "accept", checked)
+        ids = [scheduler.insert(prompt[i:], params(i)) for i in range(3)]
+        steps: dict[int, list[TokenStep]] = {}
+        count = 0
+        while scheduler.has_work():
+            for event in scheduler.step():
+                if isinstance(event, TokenStep):
+                    steps.setdefault(event.request_id, []).append(event)
+            count += 1
+            if count == 3:
+                ids.append(scheduler.insert(prompt[2:], params(3)))
+            if count == 6 and scheduler.is_live(ids[0]):
+                scheduler.update_params(ids[0], params(0).with_changes(mirostat_tau=4.0, mirostat_eta=0.05))
+            for row, request in enumerate(scheduler._active):
+                mine = steps.get(request.id, [])
+                mu = 2.0 * mine[0].params.mirostat_tau if mine else mus.mus[row]
+                for step in mine:
+                    mu = replay_mu(mu, step.params, step.logprob_at("mirostat_v2"))
+                assert mus.mus[row] == mu, (count, row)
+    return [steps[rid] for rid in ids], seen
+
+
+def _figures(steps: list[list[TokenStep]]) -> list:
+    return [[(s.token_id, s.logprobs, s.survivors) for s in row] for row in steps]
+
+
+def test_mu_computed_on_the_device_samples_the_next_step_ahead_and_is_the_hosts(tiny):
+    """The compiled step computes μ after its token (a whole-batch group) in the host's
+    float32 operations, so a mirostat chain is sampled ahead; the host checks the μ it read
+    and samples the step again where a rounding of log Z differs. Either way every token,
+    logprob and cut is the one of a run that never samples ahead."""
+    plain, none = _mirostat_run(tiny, speculate=False)
+    ahead, seen = _mirostat_run(tiny, speculate=True)
+    assert _figures(ahead) == _figures(plain)
+    assert none["ahead"] == 0 and sum(map(len, plain)) > 60
+    assert seen["ahead"] > 15 and seen["held"] >= 0.8 * seen["ahead"], seen
+    # A μ the host does not hold is never used: every step sampled ahead is sampled again.
+    shifted, missed = _mirostat_run(tiny, speculate=True, shift=3.0)
+    assert _figures(shifted) == _figures(plain)
+    assert missed["ahead"] > 0 and missed["held"] == 0, missed
+
+
+def test_the_devices_mu_update_is_next_mu_to_the_bit():
+    rng = np.random.default_rng(5)
+    mu = rng.uniform(0.0, 20.0, 4096).astype(np.float32)
+    tau = rng.uniform(0.0, 10.0, 4096).astype(np.float32)
+    eta = rng.uniform(0.0, 1.0, 4096).astype(np.float32)
+    logprob = -rng.exponential(3.0, 4096).astype(np.float32)
+    logprob[::7] = -np.inf  # a forced token the stage removed: μ stays
+    column = lambda a: mx.array(a.reshape(-1, 1))  # noqa: E731
+    fn = mx.compile(next_mu_on_device)
+    got = np.asarray(fn(column(mu), column(tau), column(eta), column(logprob)))[:, 0]
+    expected = [
+        next_mu(float(m), float(t), float(e), float(lp)) if np.isfinite(lp) else float(m)
+        for m, t, e, lp in zip(mu, tau, eta, logprob, strict=True)
+    ]
+    np.testing.assert_array_equal(got, np.asarray(expected, np.float32))
