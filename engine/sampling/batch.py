@@ -306,7 +306,7 @@ class SamplingBatch:
         queues step n+1 whole before it reads step n): every state the chains read takes
         ``tokens`` (this step's, still on the device) with ``advance``, then ``logits`` (the
         next step's) are sampled at ``indices``. None when a state the chains read needs the
-        token on the host (DRY, the grammar; mirostat's μ but where the step computed it): nothing is
+        token on the host (the grammar; mirostat's μ but where the step computed it): nothing is
         changed then. A state that ``accept`` finds other than what was read here bumps
         ``version``, and the step is sampled again."""
         used = {name for group in self._plan() for name in group.chain}

@@ -138,32 +138,92 @@ class DryRow:
 
     def penalties(self, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, penalties) for the next token; empty when DRY does not act."""
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
         n = self._length
+        window = self._window(params, n)
+        if window is None:
+            return _EMPTY
+        start, limit = window
+        positions = np.arange(start, n - 1)
+        lengths = np.minimum(np.minimum(self._match[start : n - 1], positions - start + 1), limit)
+        hits = lengths >= params.dry_allowed_length
+        following = self._tokens[positions[hits] + 1]
+        _, tokens, longest = _longest(np.zeros_like(following), following, lengths[hits])
+        keep = self._not_single(tokens)
+        return tokens[keep], _penalty(params, longest[keep])
+
+    def pending(self, params: SamplingParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """The penalties of the token after next, before the next one (``x``) is known:
+        ``(keys, tokens, penalties, completers)``. Once ``x`` is, each token of ``tokens``
+        loses its penalty where its key is ``x`` (a repeat ``x`` extends), unless ``x`` is
+        a breaker, or completes one in ``completers`` (the repeat then reaches back to
+        nothing). What :meth:`penalties` gives after ``accept(x)``, for every ``x``
+        (``tests/engine/stages/test_stage_dry.py``): the compiled step finishes it on the
+        device, where a step sampled ahead has ``x`` (``engine.stages.dry``)."""
+        n = self._length  # x will stand at n
+        window = self._window(params, n + 1)
+        if window is None:
+            return (*_EMPTY_KEYED, [])
+        start, limit = window
+        # After x, match[p] = match[p - 1] + 1 where tokens[p] == x: the length if x is tokens[p].
+        positions = np.arange(start, n)
+        before = np.where(positions > 0, self._match[np.maximum(positions - 1, 0)], 0)
+        lengths = np.minimum(np.minimum(before + 1, positions - start + 1), limit)
+        hits = lengths >= params.dry_allowed_length
+        positions, lengths = positions[hits], lengths[hits]
+        keys = self._tokens[positions]
+        # The token following position p: tokens[p + 1], or x itself at n - 1, where x is the key.
+        following = self._tokens[np.minimum(positions + 1, n - 1)]
+        keys, following, longest = _longest(keys, following, lengths)
+        keep = self._not_single(following)
+        return keys[keep], following[keep], _penalty(params, longest[keep]), self._completers(n)
+
+    def _window(self, params: SamplingParams, n: int) -> tuple[int, int] | None:
+        """(start, limit) of the repeats over a history of ``n`` tokens whose last breaker is
+        this row's; None where DRY does not act."""
         allowed = params.dry_allowed_length
         last_n = n if params.dry_penalty_last_n < 0 else min(n, params.dry_penalty_last_n)
         if not params.has_dry or last_n <= allowed:
-            return empty
+            return None
         start = n - last_n
         limit = last_n if self._head < start else (n - 1 - self._head) - self._head_tail
-        if limit < allowed:
-            return empty
-        positions = np.arange(start, n - 1)
-        lengths = np.minimum(np.minimum(self._match[start : n - 1], positions - start + 1), limit)
-        hits = lengths >= allowed
-        if not hits.any():
-            return empty
-        following = self._tokens[positions[hits] + 1]
-        lengths = lengths[hits]
-        order = np.lexsort((-lengths, following))  # by token, longest first
-        following, lengths = following[order], lengths[order]
-        first = np.concatenate([[True], following[1:] != following[:-1]])
-        tokens, longest = following[first], lengths[first]
-        keep = np.array([int(t) not in self.breakers.single for t in tokens], dtype=bool)
-        tokens, longest = tokens[keep], longest[keep]
-        exponent = (longest - allowed).astype(np.float64)
-        if params.dry_base > 1.000001:
-            exponent = np.minimum(exponent, int(FLOAT_MAX_LOG / np.log(params.dry_base)))
-        values = params.dry_multiplier * np.power(params.dry_base, exponent)
-        with np.errstate(over="ignore"):  # inf past float32, as llama.cpp's penalty (see stages/dry.py)
-            return tokens, values.astype(np.float32)
+        return None if limit < allowed else (start, limit)
+
+    def _completers(self, end: int) -> list[int]:
+        """The tokens that, standing at ``end``, would complete a breaker (as ``_note_breaker``
+        would find it): its head earlier, the rest of its tail already in place."""
+        out = set()
+        for length in self.breakers.tail_lengths:
+            head = end - length
+            if head < 0 or head < self._head:
+                continue
+            placed = tuple(int(t) for t in self._tokens[head + 1 : end])
+            for tail in self.breakers.heads.get(int(self._tokens[head]), ()):
+                if len(tail) == length and tail[:-1] == placed and (head > self._head or length > self._head_tail):
+                    out.add(tail[-1])
+        return sorted(out)
+
+    def _not_single(self, tokens: np.ndarray) -> np.ndarray:
+        """Which of ``tokens`` are not breakers (a token holding a breaker is never penalized)."""
+        return np.array([int(t) not in self.breakers.single for t in tokens], dtype=bool)
+
+
+_EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+_EMPTY_KEYED = (np.zeros(0, np.int64), *_EMPTY)
+
+
+def _longest(keys: np.ndarray, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The longest length of each distinct (key, token), sorted by key then token."""
+    order = np.lexsort((-lengths, tokens, keys))  # by key, then token, longest first
+    keys, tokens, lengths = keys[order], tokens[order], lengths[order]
+    first = np.concatenate([[True], (keys[1:] != keys[:-1]) | (tokens[1:] != tokens[:-1])])[: len(keys)]
+    return keys[first], tokens[first], lengths[first]
+
+
+def _penalty(params: SamplingParams, lengths: np.ndarray) -> np.ndarray:
+    """``multiplier * base ** (length - allowed)``, the exponent capped as llama.cpp's; float32."""
+    exponent = (lengths - params.dry_allowed_length).astype(np.float64)
+    if params.dry_base > 1.000001:
+        exponent = np.minimum(exponent, int(FLOAT_MAX_LOG / np.log(params.dry_base)))
+    values = params.dry_multiplier * np.power(params.dry_base, exponent)
+    with np.errstate(over="ignore"):  # inf past float32, as llama.cpp's penalty (see stages/dry.py)
+        return values.astype(np.float32)

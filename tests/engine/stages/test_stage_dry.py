@@ -5,13 +5,17 @@ repetitive history."""
 
 from __future__ import annotations
 
+import copy
+
 import mlx.core as mx
 import numpy as np
 import pytest
 
 from engine.api.params import SamplingParams
-from engine.stages.dry import apply_dry
+from engine.stages.base import Rows, StateContext
+from engine.stages.dry import DryRows, apply_dry, dry_penalty
 from engine.stages.dry_state import Breakers, DryRow, resolve_breakers
+from engine.stages.vocabulary import Vocabulary
 from tests.support import sampling_reference as ref
 
 # A small fake vocabulary. "<|end|>" is a multi-token breaker: "<|", "<", "foo<|" and "x\n<" end
@@ -221,3 +225,63 @@ def test_apply_dry_subtracts_per_row():
     logits = mx.array(np.array([[1.0, 2.0, -np.inf], [0.0, 0.0, 0.0]], np.float32))
     penalty = mx.array(np.array([[0.5, 0.0, 3.0], [0.0, 0.0, 0.0]], np.float32))
     np.testing.assert_array_equal(np.asarray(apply_dry(logits, penalty)), [[0.5, 2.0, -np.inf], [0.0, 0.0, 0.0]])
+
+
+# --- the step sampled ahead: the repeats keyed by the token not yet known --------------------
+
+
+def _device_rows(rows: list[DryRow], breakers: Breakers, params: list[SamplingParams], last: list[int] | None):
+    """The dense penalties the compiled step makes from ``DryRows``' inputs: taken after
+    ``advance(last)`` (a step sampled ahead, the last token on the device) or as they stand."""
+    state = DryRows(StateContext(Vocabulary(V, lambda texts: breakers)), list(rows))
+    if last is not None:
+        state.advance(mx.array(last, dtype=mx.int32), [None] * len(rows))
+    inputs = state.inputs(params, Rows(list(range(len(rows))), None), [0] * len(rows))
+    return np.asarray(dry_penalty(inputs, len(rows), V))
+
+
+@pytest.mark.parametrize(("seed", "processed"), [(3, PROCESSED), (4, TOKEN_PROCESSED)])
+def test_the_repeats_keyed_before_the_token_are_the_penalties_after_it_for_every_token(seed, processed):
+    """``DryRow.pending`` finished on the device with each possible next token equals the
+    penalties after ``accept`` of that token, at every step of a repetitive history with
+    whole, split and broken breakers; the inputs without ``advance`` are ``penalties``."""
+    breakers = as_breakers(processed)
+    history = repetitive_history(seed, 160)
+    acted = completed = 0
+    for n in range(1, len(history)):
+        row = DryRow(history[:n], breakers)
+        afters = [copy.deepcopy(row) for _ in range(V)]
+        for x, after in enumerate(afters):
+            after.accept(x)
+        for p in LONG_PARAMS:
+            ahead = _device_rows([row] * V, breakers, [p] * V, list(range(V)))
+            for x, after in enumerate(afters):
+                np.testing.assert_array_equal(ahead[x], engine_dense(after, p), err_msg=f"step {n}, token {x}, {p}")
+            acted += int(ahead.any())
+            keys, _, _, completers = row.pending(p)
+            completed += bool(len(keys) and completers)
+        now = _device_rows([row] * 2, breakers, LONG_PARAMS[:2], None)
+        for r in range(2):
+            np.testing.assert_array_equal(now[r], engine_dense(row, LONG_PARAMS[r]))
+    assert acted > 100 and completed > 5, (acted, completed)  # repeats to extend, and breakers the next token completes
+
+
+def test_rows_without_dry_and_with_other_breakers_share_the_step_sampled_ahead():
+    history = repetitive_history(5, 120)
+    mine, token_level = as_breakers(PROCESSED), as_breakers(TOKEN_PROCESSED)
+    by_texts = {BREAKERS: mine, (":",): token_level}
+    rows = [DryRow(history, mine), None, DryRow(history, token_level)]
+    params = [dry_params(dry_sequence_breakers=BREAKERS), SamplingParams(), dry_params(dry_sequence_breakers=(":",))]
+    state = DryRows(StateContext(Vocabulary(V, lambda texts: by_texts[texts])), rows)
+    acted = set()
+    for x in range(V):
+        state.advance(mx.array([x] * 3, dtype=mx.int32), [None] * 3)
+        got = np.asarray(dry_penalty(state.inputs(params, Rows([0, 1, 2], None), [0] * 3), 3, V))
+        expected = [
+            engine_dense(DryRow([*history, x], mine), params[0]),
+            np.zeros(V, np.float32),
+            engine_dense(DryRow([*history, x], token_level), params[2]),
+        ]
+        np.testing.assert_array_equal(got, np.stack(expected), err_msg=str(x))
+        acted |= {r for r in (0, 2) if got[r].any()}
+    assert acted == {0, 2}

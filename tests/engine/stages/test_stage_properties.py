@@ -21,7 +21,7 @@ from engine.stages import STAGES
 from engine.stages.base import log_softmax
 from engine.stages.dry_state import Breakers, resolve_breakers
 from engine.stages.vocabulary import Vocabulary
-from tests.support.chain_util import fresh_state_inputs
+from tests.support.chain_util import dry_inputs, fresh_state_inputs
 
 NEG_INF = float("-inf")
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -81,7 +81,7 @@ def chain_inputs(params, chain, vocab: int, rng: np.random.Generator) -> dict[st
         for token, value in p.logit_bias.items():
             bias[r, token] = value
     coins = rng.uniform(0, 1, (b, 1))
-    inputs.update(counts=mx.array(counts), dry=mx.array(dry.astype(np.float32)), bias=mx.array(bias))
+    inputs.update(counts=mx.array(counts), bias=mx.array(bias), **dry_inputs(dry))
     inputs.update(xtc_coin=mx.array(coins.astype(np.float32)))
     for key, value in fresh_state_inputs(params, chain, vocab).items():  # any other stage's own state
         inputs.setdefault(key, value)

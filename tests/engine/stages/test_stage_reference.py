@@ -34,6 +34,7 @@ from engine.stages.top_p import apply_top_p
 from engine.stages.typical_p import apply_typical_p
 from engine.stages.xtc import apply_xtc
 from tests.support import sampling_reference as ref
+from tests.support.chain_util import dry_inputs
 
 V = 1000
 NEG_INF = float("-inf")
@@ -344,7 +345,7 @@ def test_run_chain_matches_the_references_composed_in_order(order):
     inputs.update(
         bias=mx.array(np.stack([reference_stage("bias", np.zeros(V, np.float32), p, 0, 0, 0) for p in params])),
         counts=mx.array(counts.astype(np.int32)),
-        dry=mx.array(dry),
+        **dry_inputs(dry),
         xtc_coin=col(coins),
     )
     noise = gumbel_noise([step_key(p.seed, i) for p, i in zip(params, indices, strict=True)], V)
