@@ -193,8 +193,12 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
         per_position.append(state.inputs(chain, indices[i]))
         if n > 1:  # a run of several positions holds no stage that reads the result
             facts.append(state.advance())
+    joined = {}
+    for name in chain:
+        if STAGES[name].join is not None:
+            joined.update(STAGES[name].join(per_position))
     for key in per_position[0]:
-        inputs[key] = mx.concatenate([p[key] for p in per_position], axis=0)
+        inputs[key] = joined[key] if key in joined else mx.concatenate([p[key] for p in per_position], axis=0)
     targets = mx.array([full[p] for p in rows], dtype=mx.int32)
     aliases, forms = group_aliases([params], chain), group_forms([params], chain)
     result = run_chain(logits, chain, inputs, aliases=aliases, forms=forms)

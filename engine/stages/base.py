@@ -175,6 +175,11 @@ class Stage:
     ``inputs``). ``logprob_at(stage)``: the drawn token's logprob after ``stage`` [B, 1],
     as the host reads it from the pack (``Accepted.logprob_at`` on the device)."""
 
+    join: Callable[[Sequence[Inputs]], dict[str, mx.array]] | None = None
+    """How the state inputs of several one-row steps (scoring's positions, each ``Rows``
+    of one) join into one step's, for inputs whose rows are not all alike in shape
+    (None: each input's rows concatenated)."""
+
     @property
     def name(self) -> str:
         return self.spec.name

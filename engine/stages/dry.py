@@ -43,8 +43,10 @@ def dry_penalty(inputs: Inputs, batch: int, vocab: int) -> mx.array:
     completes = mx.any(inputs["dry_completers"] == last, axis=-1, keepdims=True)
     counted = (inputs["dry_keys"] == last) & ~(breaker | completes)
     values = mx.where(counted, inputs["dry_values"], 0.0)
-    # Into zeros made once: zeros made in the step would be a kernel of their own.
-    return _zeros_of(batch, vocab).at[lane_index(batch), inputs["dry_tokens"]].maximum(values)
+    # Into a row of zeros made once (zeros made in the step would be a kernel of their own),
+    # broadcast: a view, which the scatter copies.
+    zeros = mx.broadcast_to(_zero_row(vocab), (batch, vocab))
+    return zeros.at[lane_index(batch), inputs["dry_tokens"]].maximum(values)
 
 
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
@@ -134,13 +136,34 @@ class DryRows:
 
 _NONE = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), [])
 _zeros = device_constant(lambda batch: mx.zeros((batch, 1), dtype=mx.int32))
-_zeros_of = device_constant(lambda batch, vocab: mx.zeros((batch, vocab), dtype=mx.float32))
+_zero_row = device_constant(lambda vocab: mx.zeros((1, vocab), dtype=mx.float32))
+_PAD = {"dry_keys": PAD_KEY, "dry_tokens": 0, "dry_values": 0.0, "dry_completers": PAD_KEY}
+"""What pads each input of the entries to a wider row (a padded entry never counts)."""
 
 
 def _bucket(n: int, least: int) -> int:
     """``n`` rounded up to a power of two, at least ``least``: a new count of entries
     compiles the step again only when it passes one."""
     return max(least, 1 << max(n - 1, 0).bit_length())
+
+
+def join_inputs(parts: Sequence[Inputs]) -> dict[str, mx.array]:
+    """DRY's inputs of several one-row steps (scoring's positions) as one step's: each row's
+    entries padded to the widest, and the breaker masks once (the rows of one run share
+    their settings)."""
+    out = {"dry_breakers": parts[0]["dry_breakers"]}
+    for key in ("dry_set", "dry_last"):
+        out[key] = mx.concatenate([part[key] for part in parts], axis=0)
+    for key, pad in _PAD.items():
+        width = max(part[key].shape[1] for part in parts)
+        rows = [_widened(part[key], width, pad) for part in parts]
+        out[key] = mx.concatenate(rows, axis=0)
+    return out
+
+
+def _widened(values: mx.array, width: int, pad: float) -> mx.array:
+    extra = width - values.shape[1]
+    return values if extra == 0 else mx.pad(values, [(0, 0), (0, extra)], constant_values=pad)
 
 
 def _entries(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]) -> dict[str, mx.array]:
@@ -174,4 +197,4 @@ def _prepare(ctx: StateContext, params: SamplingParams) -> None:
         ctx.breakers(params.dry_sequence_breakers)  # resolved (and cached) before any state changes
 
 
-STAGE = Stage(SPEC, _apply, state=_state, prepare=_prepare)
+STAGE = Stage(SPEC, _apply, state=_state, prepare=_prepare, join=join_inputs)

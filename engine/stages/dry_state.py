@@ -175,7 +175,7 @@ class DryRow:
         following = self._tokens[np.minimum(positions + 1, n - 1)]
         keys, following, longest = _longest(keys, following, lengths)
         keep = self._not_single(following)
-        return keys[keep], following[keep], _penalty(params, longest[keep]), self._completers(n)
+        return keys[keep], following[keep], _penalty(params, longest[keep]), self._completers(n, start)
 
     def _window(self, params: SamplingParams, n: int) -> tuple[int, int] | None:
         """(start, limit) of the repeats over a history of ``n`` tokens whose last breaker is
@@ -188,13 +188,14 @@ class DryRow:
         limit = last_n if self._head < start else (n - 1 - self._head) - self._head_tail
         return None if limit < allowed else (start, limit)
 
-    def _completers(self, end: int) -> list[int]:
+    def _completers(self, end: int, start: int) -> list[int]:
         """The tokens that, standing at ``end``, would complete a breaker (as ``_note_breaker``
-        would find it): its head earlier, the rest of its tail already in place."""
+        would find it) whose head is in the window (from ``start``; a head before it ends
+        no repeat: ``_window``): its head earlier, the rest of its tail already in place."""
         out = set()
         for length in self.breakers.tail_lengths:
             head = end - length
-            if head < 0 or head < self._head:
+            if head < max(start, 0) or head < self._head:
                 continue
             placed = tuple(int(t) for t in self._tokens[head + 1 : end])
             for tail in self.breakers.heads.get(int(self._tokens[head]), ()):

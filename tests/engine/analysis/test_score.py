@@ -15,6 +15,7 @@ from engine.api.errors import EngineError
 from engine.api.events import PrefillProgress, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 from engine.runtime.scheduler import Scheduler
+from engine.stages.dry_state import Breakers, DryRow
 
 EVERY_STAGE = SamplingParams(
     max_tokens=40,
@@ -113,7 +114,10 @@ def test_replay_of_a_reply_whose_settings_changed_midway_uses_each_tokens_own(ti
 
 
 def test_chunk_size_changes_nothing_and_ranks_match_numpy(tiny, prompt):
-    text = tiny.tokenizer.encode(" the theme of the thin thing is the theatre")
+    # Repeated: DRY's entries (allowed length 1) outgrow their first width within a run.
+    text = tiny.tokenizer.encode(" the theme of the thin thing is the theatre, quick brown fox jumps" * 2)
+    widths = [len(DryRow(prompt + text[:i], Breakers(frozenset())).penalties(EVERY_STAGE)[0]) for i in range(len(text))]
+    assert min(widths) <= 8 < max(widths)
     _, scheduler = generated(tiny, prompt, SamplingParams(max_tokens=1))
     whole, events = scored(tiny, scheduler, prompt, text, EVERY_STAGE, chunk=512)
     for chunk in (1, 3):

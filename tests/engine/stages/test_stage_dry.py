@@ -285,3 +285,53 @@ def test_rows_without_dry_and_with_other_breakers_share_the_step_sampled_ahead()
         np.testing.assert_array_equal(got, np.stack(expected), err_msg=str(x))
         acted |= {r for r in (0, 2) if got[r].any()}
     assert acted == {0, 2}
+
+
+def test_the_repeats_keyed_before_the_token_hold_for_random_breakers_and_short_windows():
+    """Random single breakers and heads with tails of 1 to 4 tokens, windows down to one
+    token (a breaker's head may fall before the window, where it ends no repeat), allowed
+    lengths 1 to 3: for every next token the device's penalties from ``pending`` are those
+    after ``accept`` of it."""
+    rng = np.random.default_rng(11)
+    vocab, checked = 6, 0
+    for _ in range(40):
+        single = frozenset(int(t) for t in rng.choice(vocab, int(rng.choice([0, 0, 1])), replace=False))
+        heads: dict[int, set[tuple[int, ...]]] = {}
+        for _ in range(int(rng.integers(0, 3))):
+            tail = tuple(int(t) for t in rng.integers(0, vocab, int(rng.integers(1, 5))))
+            heads.setdefault(int(rng.integers(vocab)), set()).add(tail)
+        breakers = Breakers(single, {h: tuple(sorted(t)) for h, t in heads.items()})
+        history = [int(rng.integers(3)) if rng.random() < 0.8 else int(rng.integers(vocab)) for _ in range(20)]
+        state = DryRows(StateContext(Vocabulary(vocab, lambda texts, b=breakers: b)), [])
+        for n in range(0, len(history) + 1, 2):
+            row = DryRow(history[:n], breakers)
+            afters = [copy.deepcopy(row) for _ in range(vocab)]
+            for x, after in enumerate(afters):
+                after.accept(x)
+            for last_n in (-1, 1, 2, 3):
+                for allowed in (1, 2):
+                    p = dry_params(dry_allowed_length=allowed, dry_penalty_last_n=last_n)
+                    state.rows = [row] * vocab
+                    state.advance(mx.array(list(range(vocab)), dtype=mx.int32), [None] * vocab)
+                    inputs = state.inputs([p] * vocab, Rows(list(range(vocab)), None), [0] * vocab)
+                    got = np.asarray(dry_penalty(inputs, vocab, vocab))
+                    expected = np.stack([engine_dense(after, p, vocab) for after in afters])
+                    np.testing.assert_array_equal(got, expected, err_msg=f"{history[:n]}, {p}")
+                    checked += int(expected.any(axis=1).sum())
+    assert checked > 300, checked
+
+
+def test_a_breaker_completed_with_its_head_before_the_window_ends_no_repeat_ahead():
+    """A breaker whose head lies before the window (of two tokens) ends no repeat after the
+    token that completes it: the host and llama.cpp's reference penalize the repeat, and so
+    must the step sampled ahead (a completer is one only with its head in the window)."""
+    head, a, b, vocab = 5, 1, 2, 8
+    breakers = Breakers(frozenset(), {head: ((a, a),)})
+    p = dry_params(dry_allowed_length=1, dry_penalty_last_n=2)
+    history = [b, a, b, head, a]
+    state = DryRows(StateContext(Vocabulary(vocab, lambda texts: breakers)), [DryRow(history, breakers)])
+    state.advance(mx.array([a], dtype=mx.int32), [None])
+    got = np.asarray(dry_penalty(state.inputs([p], Rows([0], None), [0]), 1, vocab))[0]
+    expected = ref.dry_penalties([*history, a], {head: [(a, a)]}, vocab, 1.0, 2.0, 1, 2)
+    np.testing.assert_array_equal(got, expected)
+    assert got[a] == 1.0
