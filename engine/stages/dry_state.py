@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -37,6 +38,11 @@ class Breakers:
     """Tokens whose text contains a breaker: they end matching and are never penalized."""
     heads: dict[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     """Tokens whose text ends with the start of a breaker, and the token tails completing it."""
+
+    @cached_property
+    def single_ids(self) -> np.ndarray:
+        """``single`` as a sorted array (``np.isin`` over a row's tokens)."""
+        return np.array(sorted(self.single), dtype=np.int64)
 
     @property
     def tail_lengths(self) -> tuple[int, ...]:
@@ -147,7 +153,7 @@ class DryRow:
         lengths = np.minimum(np.minimum(self._match[start : n - 1], positions - start + 1), limit)
         hits = lengths >= params.dry_allowed_length
         following = self._tokens[positions[hits] + 1]
-        _, tokens, longest = _longest(np.zeros_like(following), following, lengths[hits])
+        tokens, longest = _longest(following, lengths[hits])
         keep = self._not_single(tokens)
         return tokens[keep], _penalty(params, longest[keep])
 
@@ -173,9 +179,10 @@ class DryRow:
         keys = self._tokens[positions]
         # The token following position p: tokens[p + 1], or x itself at n - 1, where x is the key.
         following = self._tokens[np.minimum(positions + 1, n - 1)]
-        keys, following, longest = _longest(keys, following, lengths)
+        # Not deduplicated: the step keeps the largest penalty of a token (a scatter's
+        # maximum), the longest repeat's (the penalty grows with the length: base >= 1).
         keep = self._not_single(following)
-        return keys[keep], following[keep], _penalty(params, longest[keep]), self._completers(n, start)
+        return keys[keep], following[keep], _penalty(params, lengths[keep]), self._completers(n, start)
 
     def _window(self, params: SamplingParams, n: int) -> tuple[int, int] | None:
         """(start, limit) of the repeats over a history of ``n`` tokens whose last breaker is
@@ -205,6 +212,8 @@ class DryRow:
 
     def _not_single(self, tokens: np.ndarray) -> np.ndarray:
         """Which of ``tokens`` are not breakers (a token holding a breaker is never penalized)."""
+        if len(tokens) > 32:  # NumPy's set test costs tens of µs whatever the size: for many only
+            return ~np.isin(tokens, self.breakers.single_ids)
         return np.array([int(t) not in self.breakers.single for t in tokens], dtype=bool)
 
 
@@ -212,12 +221,12 @@ _EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
 _EMPTY_KEYED = (np.zeros(0, np.int64), *_EMPTY)
 
 
-def _longest(keys: np.ndarray, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The longest length of each distinct (key, token), sorted by key then token."""
-    order = np.lexsort((-lengths, tokens, keys))  # by key, then token, longest first
-    keys, tokens, lengths = keys[order], tokens[order], lengths[order]
-    first = np.concatenate([[True], (keys[1:] != keys[:-1]) | (tokens[1:] != tokens[:-1])])[: len(keys)]
-    return keys[first], tokens[first], lengths[first]
+def _longest(tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The longest length of each distinct token, sorted by token."""
+    order = np.lexsort((-lengths, tokens))  # by token, longest first
+    tokens, lengths = tokens[order], lengths[order]
+    first = np.concatenate([[True], tokens[1:] != tokens[:-1]])[: len(tokens)]
+    return tokens[first], lengths[first]
 
 
 def _penalty(params: SamplingParams, lengths: np.ndarray) -> np.ndarray:
