@@ -258,6 +258,7 @@ class SamplingBatch:
         top_n, chains = self._top_n, self._chains
         tokens_parts, packed_parts, final_parts = [], [], []
         zero = _zero()
+        joined: dict[str, dict[int, Mapping[str, mx.array]]] = {}  # row-wise updates of a step of groups
         for group in groups:
             rows = group.rows.rows
             inputs = dict(group.columns)
@@ -287,7 +288,10 @@ class SamplingBatch:
                 override if override is not None else zero,
             )
             for name in group.updates:
-                self.states[name].updated(updated[name])
+                if group.rows.index is None:
+                    self.states[name].updated(updated[name])
+                else:
+                    joined.setdefault(name, {})[id(group)] = updated[name]
             tokens_parts.append(tokens)
             packed_parts.append(packed.reshape(-1))
             final_parts.append(final)
@@ -297,7 +301,18 @@ class SamplingBatch:
             order = [r for g in groups for r in g.rows.rows]
             back = mx.array(np.argsort(order).astype(np.int32))
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
+            for name, parts in joined.items():
+                self._join_updated(name, groups, parts, indices, back)
         return Sampled(tokens, packed, top_n, list(chains), final, self._places)
+
+    def _join_updated(
+        self, name: str, groups: list[_Group], parts: dict[int, Mapping[str, mx.array]], indices, back: mx.array
+    ) -> None:
+        """A row-wise state's update (``Stage.update_rows``) from each group of a step, in
+        batch order: a group without the stage gives its rows' state as it stands."""
+        state = self.states[name]
+        pieces = [parts[id(g)] if id(g) in parts else state.inputs(self.params, g.rows, indices) for g in groups]
+        state.updated({key: mx.concatenate([p[key] for p in pieces])[back] for key in pieces[0]})
 
     def sample_ahead(
         self, logits: mx.array, tokens: mx.array, leaving: Sequence[int | None], indices: Sequence[int]
@@ -335,7 +350,7 @@ class SamplingBatch:
                 forms = group_forms(params, chain)
                 greedy = all(p.greedy for p in params)
                 layout = chain_layout(chain, aliases, self._top_n)
-                updates = tuple(n for n in chain if STAGES[n].update is not None) if whole else ()
+                updates = tuple(n for n in chain if STAGES[n].update is not None and (whole or STAGES[n].update_rows))
                 group = _Group(
                     Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy, layout, updates
                 )

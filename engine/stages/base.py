@@ -175,6 +175,11 @@ class Stage:
     ``inputs``). ``logprob_at(stage)``: the drawn token's logprob after ``stage`` [B, 1],
     as the host reads it from the pack (``Accepted.logprob_at`` on the device)."""
 
+    update_rows: bool = False
+    """Its ``update`` reads and writes only the group's rows (a [B, ...] state of one value
+    a row, mirostat's μ): a step of several groups computes it in each, and the batch joins
+    the groups' results in batch order (the rows of a group without the stage keep theirs:
+    ``RowsState.inputs`` of every row). Otherwise only a step over the whole batch does."""
     join: Callable[[Sequence[Inputs]], dict[str, mx.array]] | None = None
     """How the state inputs of several one-row steps (scoring's positions, each ``Rows``
     of one) join into one step's, for inputs whose rows are not all alike in shape

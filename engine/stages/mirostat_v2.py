@@ -41,8 +41,8 @@ def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
 
 
 class MuRows:
-    """Each row's μ: host floats (float32 values), the canonical ones; and, where the step
-    covers the whole batch, the μ it computed after its tokens on the device (``updated``),
+    """Each row's μ: host floats (float32 values), the canonical ones; and the μ the step
+    computed after its tokens on the device (``updated``, its groups' joined),
     which a step sampled ahead reads before the host has the token (``advance``). The host's
     ``accept`` then checks that μ against its own (``ahead_held``)."""
 
@@ -98,7 +98,7 @@ class MuRows:
 
     @property
     def advances(self) -> bool:
-        """Only after a step that computed μ after its tokens (the whole batch's)."""
+        """Only after a step that computed μ after its tokens."""
         return self.stepped is not None
 
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
@@ -129,4 +129,4 @@ def _state(ctx: StateContext, params: Sequence[SamplingParams], histories, carri
     return MuRows([c if c is not None else 2.0 * p.mirostat_tau for p, c in zip(params, carries, strict=True)])
 
 
-STAGE = Stage(SPEC, _apply, _columns, state=_state, needs_result=True, update=_update)
+STAGE = Stage(SPEC, _apply, _columns, state=_state, needs_result=True, update=_update, update_rows=True)

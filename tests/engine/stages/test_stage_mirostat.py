@@ -321,7 +321,9 @@ def test_cli_generate_and_score_run_mirostat(tiny_folder):
 # --- μ on the device: the step sampled ahead -------------------------------------------------
 
 
-def _mirostat_run(tiny, speculate: bool, shift: float = 0.0) -> tuple[list[list[TokenStep]], dict[str, int]]:
+def _mirostat_run(
+    tiny, speculate: bool, shift: float = 0.0, two_groups: bool = False
+) -> tuple[list[list[TokenStep]], dict[str, int]]:
     """Rows with their own τ, η and lengths, one joining late and one changing τ and η live;
     after every step each row's μ must be the host fold (``next_mu``) of its reported
     logprobs. ``shift`` is added to every μ the step computes on the device (what a step
@@ -356,6 +358,9 @@ def _mirostat_run(tiny, speculate: bool, shift: float = 0.0) -> tuple[list[list[
         patch.setattr(MuRows, "updated", shifted)
         patch.setattr(MuRows, "accept", checked)
         ids = [scheduler.insert(prompt[i:], params(i)) for i in range(3)]
+        if two_groups:  # another stage order, without mirostat: the step runs in two groups
+            other = SamplingParams(temperature=0.8, top_k=5, samplers=("top_k", "temperature"), seed=9, max_tokens=20)
+            ids.append(scheduler.insert(prompt, other))
         steps: dict[int, list[TokenStep]] = {}
         count = 0
         while scheduler.has_work():
@@ -369,6 +374,8 @@ def _mirostat_run(tiny, speculate: bool, shift: float = 0.0) -> tuple[list[list[
                 scheduler.update_params(ids[0], params(0).with_changes(mirostat_tau=4.0, mirostat_eta=0.05))
             for row, request in enumerate(scheduler._active):
                 mine = steps.get(request.id, [])
+                if "mirostat_v2" not in request.params.samplers:
+                    continue
                 mu = 2.0 * mine[0].params.mirostat_tau if mine else mus.mus[row]
                 for step in mine:
                     mu = replay_mu(mu, step.params, step.logprob_at("mirostat_v2"))
@@ -394,6 +401,20 @@ def test_mu_computed_on_the_device_samples_the_next_step_ahead_and_is_the_hosts(
     shifted, missed = _mirostat_run(tiny, speculate=True, shift=3.0)
     assert _figures(shifted) == _figures(plain)
     assert missed["ahead"] > 0 and missed["held"] == 0, missed
+
+
+def test_mu_of_a_step_in_several_groups_is_joined_in_batch_order(tiny):
+    """A row of another stage order (without mirostat) splits the step into two groups: μ
+    is computed in the mirostat group and joined with the other rows' in batch order
+    (``Stage.update_rows``), so the batch is still sampled ahead, and reports what a run
+    that never samples ahead reports."""
+    plain, _ = _mirostat_run(tiny, speculate=False, two_groups=True)
+    ahead, seen = _mirostat_run(tiny, speculate=True, two_groups=True)
+    assert _figures(ahead) == _figures(plain)
+    assert seen["ahead"] > 15 and seen["held"] >= 0.8 * seen["ahead"], seen
+    shifted, missed = _mirostat_run(tiny, speculate=True, shift=3.0, two_groups=True)
+    assert _figures(shifted) == _figures(plain)
+    assert missed["held"] == 0, missed
 
 
 def test_the_devices_mu_update_is_next_mu_to_the_bit():
