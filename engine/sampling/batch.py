@@ -306,7 +306,12 @@ class SamplingBatch:
         return Sampled(tokens, packed, top_n, list(chains), final, self._places)
 
     def _join_updated(
-        self, name: str, groups: list[_Group], parts: dict[int, Mapping[str, mx.array]], indices, back: mx.array
+        self,
+        name: str,
+        groups: list[_Group],
+        parts: dict[int, Mapping[str, mx.array]],
+        indices: Sequence[int],
+        back: mx.array,
     ) -> None:
         """A row-wise state's update (``Stage.update_rows``) from each group of a step, in
         batch order: a group without the stage gives its rows' state as it stands."""
