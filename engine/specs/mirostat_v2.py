@@ -14,7 +14,8 @@ import numpy as np
 from engine.specs.spec import Field, StageSpec, Values
 
 LN2 = math.log(2.0)
-LOG2_E = np.float32(1.0 / LN2)
+LOG2_E_FLOAT32 = np.float32(1.0 / LN2)
+"""log2 e rounded to float32, as the compiled step multiplies by it (``next_mu``)."""
 
 
 def next_mu(mu: float, tau: float, eta: float, logprob: float) -> float:
@@ -25,7 +26,7 @@ def next_mu(mu: float, tau: float, eta: float, logprob: float) -> float:
     it with (``engine.stages.mirostat_v2.next_mu_on_device``): the μ a step sampled ahead
     read is then the host's to the bit, and the host can check it."""
     f = np.float32
-    return float(f(mu) - f(eta) * ((-f(logprob)) * LOG2_E - f(tau)))
+    return float(f(mu) - f(eta) * ((-f(logprob)) * LOG2_E_FLOAT32 - f(tau)))
 
 
 def replay_mu(mu: float | None, values: Values, logprob: float | None) -> float:

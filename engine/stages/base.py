@@ -102,8 +102,8 @@ class RowsState(Protocol):
 
 class UpdatedOnDevice(Protocol):
     """What a :class:`RowsState` whose next value the compiled step computes from its token
-    (state in, new state out: ``Stage.update``, where the step covers the whole batch) has
-    besides."""
+    (state in, new state out: ``Stage.update``, where the step covers the whole batch, or
+    in each group with ``Stage.update_rows``) has besides."""
 
     def update_inputs(self) -> dict[str, mx.array]:
         """What ``Stage.update`` reads besides the stage's ``inputs``, for every row."""
@@ -170,7 +170,8 @@ class Stage:
     statistics_width: int = 0
     update: Callable[[Inputs, mx.array, Callable[[str], mx.array]], dict[str, mx.array]] | None = None
     """``(inputs, tokens [B] int32, logprob_at) -> the state's next arrays``: traced into the
-    compiled step when its group is the whole batch, so the state's update costs no kernels
+    compiled step when its group is the whole batch (or is any group, with ``update_rows``),
+    so the state's update costs no kernels
     of its own (the state is an :class:`UpdatedOnDevice`; its ``update_inputs`` are in
     ``inputs``). ``logprob_at(stage)``: the drawn token's logprob after ``stage`` [B, 1],
     as the host reads it from the pack (``Accepted.logprob_at`` on the device)."""

@@ -121,7 +121,7 @@ class DryRows:
         if self._breakers is None or self._breakers[0] != sets:
             masks = np.zeros((len(sets) + 1, self.ctx.vocab), dtype=bool)
             for i, texts in enumerate(sets, start=1):
-                masks[i, list(self.ctx.breakers(texts).single)] = True
+                masks[i, self.ctx.breakers(texts).single_ids] = True
             self._breakers = (sets, mx.array(masks))
         return self._breakers
 
@@ -170,10 +170,10 @@ def _entries(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]
     """The rows' keyed entries and completers, padded to shared widths."""
     width = _bucket(max(len(r[1]) for r in rows), 8)
     completers = _bucket(max(len(r[3]) for r in rows), 1)
-    keys = np.full((len(rows), width), PAD_KEY, np.int32)
-    tokens = np.zeros((len(rows), width), np.int32)
-    values = np.zeros((len(rows), width), np.float32)
-    ends = np.full((len(rows), completers), PAD_KEY, np.int32)
+    keys = np.full((len(rows), width), _PAD["dry_keys"], np.int32)
+    tokens = np.full((len(rows), width), _PAD["dry_tokens"], np.int32)
+    values = np.full((len(rows), width), _PAD["dry_values"], np.float32)
+    ends = np.full((len(rows), completers), _PAD["dry_completers"], np.int32)
     for i, (k, t, v, c) in enumerate(rows):
         keys[i, : len(k)], tokens[i, : len(t)], values[i, : len(v)], ends[i, : len(c)] = k, t, v, c
     return {

@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.api.params import SamplingParams
-from engine.specs.mirostat_v2 import LN2, LOG2_E, SPEC, next_mu
+from engine.specs.mirostat_v2 import LN2, LOG2_E_FLOAT32, SPEC, next_mu
 from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext, log_softmax
 
 
@@ -112,7 +112,7 @@ def _host(mus: Sequence[float]) -> np.ndarray:
 def next_mu_on_device(mu: mx.array, tau: mx.array, eta: mx.array, logprob: mx.array) -> mx.array:
     """:func:`engine.specs.mirostat_v2.next_mu` of every row ([B, 1] float32 each), in the same
     float32 operations; μ stays where the token was removed (a forced one)."""
-    moved = mu - eta * ((-logprob) * float(LOG2_E) - tau)
+    moved = mu - eta * ((-logprob) * float(LOG2_E_FLOAT32) - tau)
     return mx.where(logprob > NEG_INF, moved, mu)
 
 
