@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from engine.sampling.sampler import ChainResult, compiled_once, output_sources
 from engine.stages import STAGES
-from engine.stages.base import cpu_forms, device_constant, exp, lane_index, vocabulary_ids
+from engine.stages.base import cpu_forms, device_constant, exp
 
 BLOCK = 128
 """Top candidates are found among the ``top_n`` blocks of this many tokens with the
@@ -112,51 +112,51 @@ def extras_of(chain: Sequence[str], aliases: frozenset[str]) -> tuple[str, ...]:
     return tuple(n for n in chain if n not in aliases and STAGES[n].statistics is not None)
 
 
-def _blocks(values: mx.array) -> mx.array | None:
-    """[..., V] -> [..., V / BLOCK, BLOCK], or None when V is not a multiple of ``BLOCK``."""
+def _blocks(values: mx.array) -> mx.array:
+    """[R, V] -> [R, V / BLOCK, BLOCK]; [R, 1, V] when V is not a multiple of ``BLOCK``."""
     vocab = values.shape[-1]
-    return None if vocab % BLOCK else values.reshape(*values.shape[:-1], vocab // BLOCK, BLOCK)
+    return values.reshape(values.shape[0], -1, BLOCK if vocab % BLOCK == 0 else vocab)
 
 
 def _sum(values: mx.array) -> mx.array:
-    """[..., V] -> [...]. MLX's CPU backend sums a row in one pass, adding a tail of tiny
-    probabilities to the top token's 1.0 one by one, and those under half its ulp are lost
-    (1.2e-4 nats of log Z on a peaked 49,152-token step): there, by blocks of ``BLOCK``
-    first, then the blocks. A GPU's reduction is a tree already, and a second one would
-    cost a launch."""
-    blocks = _blocks(values) if cpu_forms() else None
-    return mx.sum(values, axis=-1) if blocks is None else mx.sum(mx.sum(blocks, axis=-1), axis=-1)
+    """[R, n, b] -> [R, 1, 1]. MLX's CPU backend sums a row in one pass, adding a tail of
+    tiny probabilities to the top token's 1.0 one by one, and those under half its ulp are
+    lost (1.2e-4 nats of log Z on a peaked 49,152-token step): there, by blocks of
+    ``BLOCK`` first, then the blocks. A GPU's reduction is a tree already, and a second one
+    would cost a launch."""
+    if cpu_forms():
+        return mx.sum(mx.sum(values, axis=-1, keepdims=True), axis=-2, keepdims=True)
+    return mx.sum(values, axis=(-2, -1), keepdims=True)
 
 
-def _largest(values: mx.array, n: int) -> mx.array:
-    """The indices of the ``n`` largest of ``values`` along its last axis, in no order."""
-    size = values.shape[-1]
-    return mx.argpartition(values, kth=size - n, axis=-1)[..., size - n :]
+def _largest(values: mx.array, n: int, axis: int = -1) -> mx.array:
+    """The indices (uint32) of the ``n`` largest of ``values`` along ``axis``, in no order."""
+    size = values.shape[axis]
+    part = mx.argpartition(values, kth=size - n, axis=axis)
+    return part[..., size - n :] if axis == -1 else part[..., size - n :, :]
 
 
-def _top_indices(values: mx.array, n: int, blocks: mx.array | None, block_max: mx.array | None) -> mx.array:
-    """[..., V] -> [..., n] int32: the ids of the ``n`` largest values, in no order.
+def _top_indices(blocks: mx.array, block_max: mx.array, n: int) -> mx.array:
+    """[R, nb, b] values by blocks and their maxima [R, nb, 1] -> [R, n] uint32: the ids of
+    the ``n`` largest, in no order.
 
     The top ``n`` values of a row lie in the ``n`` blocks with the largest maxima (a value
     outside them is beaten or tied by those ``n`` maxima), so a partition over the block
     maxima, then over the values of those blocks, finds them.
     """
-    n = min(n, values.shape[-1])
-    if blocks is None or block_max is None or n >= block_max.shape[-1]:
-        return _int32(_largest(values, n))
-    best = _int32(_largest(block_max, n))
-    shape = (*values.shape[:-1], n * BLOCK)
-    inside = mx.take_along_axis(blocks, best[..., None], axis=-2).reshape(shape)
-    ids = (best[..., None] * BLOCK + _offsets()).reshape(shape)  # the ids of ``inside``
+    rows, count, size = blocks.shape
+    n = min(n, count * size)
+    if n >= count:
+        return _largest(blocks.reshape(rows, count * size), n)
+    best = _largest(block_max, n, axis=-2)  # [R, n, 1]
+    inside = mx.take_along_axis(blocks, best, axis=-2).reshape(rows, n * size)
+    ids = (best * size + _offsets()).reshape(rows, n * size)  # the ids of ``inside``
     return mx.take_along_axis(ids, _largest(inside, n), axis=-1)
 
 
-_offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.int32))
-
-
-def _int32(values: mx.array) -> mx.array:
-    """``values`` (int32, or uint32 below 2**31: token ids) as int32, a view."""
-    return values if values.dtype == mx.int32 else mx.view(values, mx.int32)
+_offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.uint32))
+_lanes = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None, None])
+_first = device_constant(lambda count, size: mx.arange(count * size).reshape(count, size) == 0)
 
 
 def pack_outputs(
@@ -166,25 +166,32 @@ def pack_outputs(
     chain by ``engine.sampling.step.compiled_step``, or alone by :func:`pack_step`).
 
     The statistics of every distribution are reduced once over the stacked distributions
-    ([D, B, V]: one max by blocks, one exp, three sums), and every candidate's logit is
-    gathered once from the stack: a handful of kernels however long the chain, which is
-    what a step costs on a GPU.
+    (one max by blocks, one exp, three sums), and every candidate's logit is gathered once
+    from the stack: a handful of kernels however long the chain, which is what a step
+    costs on a GPU. A row's distributions are stacked one after another ([B·D, V]) and
+    reduced with their dimensions kept, so the values fall in the pack's order by
+    reshapes: a transpose or a squeeze is a node of the graph too, evaluated at every
+    step (about 10 µs each on this CPU's pipelined step, where a step is 50 of them).
     """
-    stack = mx.stack([outputs[i] for i in layout.order])  # [D, B, V]
-    batch = tokens.shape[0]
-    blocks = _blocks(stack)
-    block_max = None if blocks is None else mx.max(blocks, axis=-1)  # [D, B, V / BLOCK]
-    top = mx.max(stack if block_max is None else block_max, axis=-1, keepdims=True)
-    e = exp(stack - top)
+    batch, d, vocab = tokens.shape[0], len(layout.order), outputs[0].shape[-1]
+    if d == 1:
+        stack = outputs[layout.order[0]]
+    else:
+        stack = mx.stack([outputs[i] for i in layout.order], axis=1).reshape(batch * d, vocab)
+    blocks = _blocks(stack)  # [B·D, nb, b]
+    block_max = mx.max(blocks, axis=-1, keepdims=True)  # [B·D, nb, 1]
+    top = mx.max(block_max, axis=-2, keepdims=True)  # [B·D, 1, 1]
+    e = exp(blocks - top)
     if cpu_forms():
         # Three sums: on a CPU a kernel costs its arithmetic, and the lanes below would
         # compute every branch for every lane (1,066 against 796 µs for two distributions
-        # of 49,152; the same values). (stack + (-top) is stack - top to the bit, written
-        # apart so that MLX's compile does not keep the shifted stack as a kernel of its
+        # of 49,152; the same values). (blocks + (-top) is blocks - top to the bit, written
+        # apart so that MLX's compile does not keep the shifted values as a kernel of their
         # own for the exp and this to read.)
-        weighted = mx.where(e > 0, e * (stack + -top), 0.0)
-        survived = mx.where(stack > float("-inf"), 1.0, 0.0)  # float32: no cast to pack
-        stats = [s.T for s in (top[..., 0], _sum(e), _sum(weighted), mx.sum(survived, axis=-1))]  # [B, D] each
+        weighted = mx.where(e > 0, e * (blocks + -top), 0.0)
+        survived = mx.where(blocks > float("-inf"), 1.0, 0.0)  # float32: no cast to pack
+        survivors = mx.sum(survived, axis=(-2, -1), keepdims=True)
+        stats = mx.concatenate([top, _sum(e), _sum(weighted), survivors], axis=-1)  # [B·D, 1, 4]
     else:
         # On a GPU a kernel costs its launch: Z, Σ e·(x - max), the survivors and the max
         # as four lanes of one array summed by one reduction (one element-wise kernel and
@@ -192,44 +199,42 @@ def pack_outputs(
         # at the first position and zeros elsewhere (its sum is it exactly), so that it is
         # no piece of its own for the concatenation to copy. ``e`` stays a kernel of its
         # own (MLX does not fuse across the lanes' broadcast): each exp is computed once.
-        e_, x, top_ = e[..., None, :], stack[..., None, :], top[..., None, :]
+        e_, x, top_ = e[:, None], blocks[:, None], top[:, None]
         lanes = [
-            mx.where(vocabulary_ids(stack.shape[-1]) == 0, top_, 0.0),
+            mx.where(_first(*blocks.shape[1:]), top_, 0.0),
             e_,
             mx.where(e_ > 0, e_ * (x + -top_), 0.0),
             mx.where(x > float("-inf"), 1.0, 0.0),
         ]
-        lane, selected = lane_index(len(lanes)), lanes[-1]
+        lane, selected = _lanes(len(lanes)), lanes[-1]
         for i in range(len(lanes) - 2, -1, -1):
             selected = mx.where(lane == i, lanes[i], selected)
-        stats = [_sum(selected).transpose(1, 2, 0).reshape(batch, -1)]  # [B, 4 * D]
-    chosen = _int32(tokens)[:, None]
+        stats = _sum(selected)  # [B·D, 4, 1, 1]
+    if d == 1:
+        stats = stats.reshape(batch, len(STATS))
+    else:  # [4, D] in each row
+        stats = stats.reshape(batch, d, len(STATS)).transpose(0, 2, 1).reshape(batch, -1)
+    chosen = mx.view(tokens, mx.uint32)[:, None]  # the draw's ids, as the candidates' are
     if layout.top_n > 0:
-        two = min(2, len(layout.order))  # raw, the last
-        tops = _top_indices(
-            stack[:two],
-            layout.top_n,
-            None if blocks is None else blocks[:two],
-            None if block_max is None else block_max[:two],
-        )
-        tops = mx.broadcast_to(tops, (2, *tops.shape[1:]))  # the last is raw when nothing changed it
-        index = mx.concatenate([tops.transpose(1, 0, 2).reshape(batch, -1), chosen], axis=1)
+        # The top of raw and of the last distribution (raw's again when nothing changed it).
+        firsts = [blocks, block_max]
+        if d > 2:
+            firsts = [v.reshape(batch, d, *v.shape[1:])[:, :2].reshape(batch * 2, *v.shape[1:]) for v in firsts]
+        tops = _top_indices(*firsts, layout.top_n).reshape(batch, -1)
+        index = mx.concatenate([tops, tops, chosen] if d == 1 else [tops, chosen], axis=1)
     else:
         index = chosen
-    logits = mx.take_along_axis(stack, mx.broadcast_to(index[None], (stack.shape[0], *index.shape)), axis=-1)
+    if d == 1:
+        logits = mx.take_along_axis(stack, index, axis=-1)
+    else:
+        spread = mx.broadcast_to(index[:, None], (batch, d, index.shape[-1])).reshape(batch * d, -1)
+        logits = mx.take_along_axis(stack, spread, axis=-1).reshape(batch, -1)  # [D, S] in each row
     extras = []
     for name in layout.extras:
         i = layout.chain.index(name)  # outputs[i] entered it
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
-    return mx.concatenate(
-        [
-            *stats,  # max, Z, Σ e·(x - max), survivors: [B, 4 * D]
-            mx.view(index, mx.float32),
-            logits.transpose(1, 0, 2).reshape(batch, -1),
-            *extras,
-        ],
-        axis=1,
-    )
+    # max, Z, Σ e·(x - max), survivors: [B, 4 * D]; the ids; each distribution's logits
+    return mx.concatenate([stats, mx.view(index, mx.float32), logits, *extras], axis=1)
 
 
 def drawn_logprob(layout: PackLayout, packed: mx.array, stage: str) -> mx.array:
