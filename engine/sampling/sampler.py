@@ -88,12 +88,16 @@ def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping
     inputs = {**inputs, "raw": logits}  # a constraint falls back on it (``grammar``)
     outputs = [logits]
     entering = None
+    view = None  # the sort of the logits a bounded top_k made, while the stages keep it
     for name, form in zip(chain, forms, strict=True):
         stage = STAGES[name]
         if stage.spec.marks_greedy:
             entering = logits
         if name not in aliases:
-            logits = stage.apply_form(form)(logits, inputs)
+            if form == "bounded" and stage.viewed is not None:
+                logits, view = stage.viewed(logits, inputs, view)
+            else:
+                logits, view = stage.apply_form(form)(logits, inputs), None
             if stage.spec.constraint and entering is not None:
                 entering = stage.apply(entering, inputs)  # greedy rows draw inside it too
         outputs.append(logits)

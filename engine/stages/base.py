@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import mlx.core as mx
 
@@ -129,6 +129,35 @@ def _no_columns(p: SamplingParams) -> dict[str, float]:
     return {}
 
 
+class BoundedView(NamedTuple):
+    """What a sort of *bounded* logits would give (``engine.stages.top_k.after_bounded_top_k``:
+    their finite values outside the ``BOUND`` largest all equal the ``BOUND``-th), kept
+    along a chain so that the stages after a bounded top_k read it instead of each
+    partitioning the vocabulary and sorting again (``Stage.viewed``)."""
+
+    ordered: mx.array
+    """[B, M]: the M largest values, descending."""
+    tail: mx.array
+    """[B, 1] float32: how many finite values lie outside them (each equal to the last)."""
+    top: mx.array
+    """[B, 1]: the largest value, which every stage that keeps a view keeps (read from here,
+    not from a cut ``ordered``: a kernel fewer where only it is read)."""
+
+    def cut(self, threshold: mx.array) -> BoundedView:
+        """The view of the logits once those below ``threshold`` [B, 1] (at most ``top``) are
+        -inf: the kept values are a prefix of ``ordered``, and the tail goes with the last.
+        The caller writes ``threshold`` apart from the one its logits are cut by (the same
+        values): MLX's compile keeps a value two element-wise readers share as a kernel of
+        its own, and fuses one read by one."""
+        ordered = mx.where(self.ordered < threshold, NEG_INF, self.ordered)
+        # The tail stays while the last value does (read from the cut, the threshold has one
+        # reader; a last value already -inf had no tail).
+        return BoundedView(ordered, mx.where(ordered[:, -1:] > NEG_INF, self.tail, 0.0), self.top)
+
+
+Viewed = Callable[[mx.array, "Inputs", BoundedView | None], tuple[mx.array, BoundedView | None]]
+
+
 @dataclass(frozen=True)
 class Stage:
     spec: StageSpec
@@ -163,6 +192,11 @@ class Stage:
     """Forms that depend on the stages before this one: ``(name, whether the group's rows,
     the stages before it and their forms allow it, the function)``; tried after ``forms``."""
 
+    viewed: Viewed | None = None
+    """Its ``bounded`` form given the view of its input (``(logits, inputs, view or None:
+    make it) -> (output, the output's view or None)``): the chain carries the view from a
+    bounded top_k through the bounded stages after it (``engine.sampling.sampler.apply_chain``),
+    a partition of the vocabulary and a sort fewer for each that reads it."""
     statistics: Callable[[mx.array, mx.array, Inputs], mx.array] | None = None
     """``(entering, raw, inputs) -> [B, statistics_width]`` float32: figures of what the stage
     did that the inspection pack carries for every row of a group it ran in (``grammar``:

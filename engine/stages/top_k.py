@@ -8,7 +8,7 @@ import mlx.core as mx
 
 from engine.api.params import SamplingParams
 from engine.specs.top_k import SPEC
-from engine.stages.base import NEG_INF, Inputs, Stage, sort_descending
+from engine.stages.base import NEG_INF, BoundedView, Inputs, Stage, sort_descending
 
 
 def apply_top_k(logits: mx.array, top_k: mx.array) -> mx.array:
@@ -28,15 +28,18 @@ BOUND = 256
 instead of a sort of the whole vocabulary."""
 
 
-def apply_bounded_top_k(logits: mx.array, top_k: mx.array) -> mx.array:
+def bounded_top_k(logits: mx.array, inputs: Inputs, view: BoundedView | None) -> tuple[mx.array, BoundedView]:
     """:func:`apply_top_k` for rows with ``top_k <= BOUND``: the k-th largest value is the
-    same whether it is read from the whole sorted row or from its ``BOUND`` largest, sorted."""
-    vocab = logits.shape[-1]
-    bound = min(BOUND, vocab)
-    ordered = sort_descending(mx.topk(logits, bound, axis=-1))
-    kth = mx.take_along_axis(ordered, mx.clip(top_k - 1, 0, bound - 1), axis=-1)
-    kth = mx.where(top_k > 0, kth, NEG_INF)
-    return mx.where(logits < kth, NEG_INF, logits)
+    same whether it is read from the whole sorted row or from its ``BOUND`` largest, sorted
+    (``view``'s, where the chain has it). Also the output's view, as :func:`bounded_view`
+    would make it: the largest are those of the input from the k-th up, and the tail is
+    counted (a sum the stage after it would have made; unused, it is never computed)."""
+    top_k = inputs["top_k"]
+    ordered = view.ordered if view is not None else _ordered(logits)
+    kth = mx.take_along_axis(ordered, mx.clip(top_k - 1, 0, ordered.shape[-1] - 1), axis=-1)
+    out = mx.where(logits < mx.where(top_k > 0, kth, NEG_INF), NEG_INF, logits)
+    whole = BoundedView(ordered, _tail(out, ordered.shape[-1]), ordered[:, :1])  # the tail: the output's
+    return out, whole.cut(mx.where(top_k >= 1, kth, NEG_INF))  # written apart (``BoundedView.cut``)
 
 
 KEEPS_VALUES = frozenset({"temperature", "top_n_sigma", "typical_p", "top_p", "min_p", "xtc"})
@@ -57,13 +60,29 @@ def after_bounded_top_k(params: Sequence[SamplingParams], before: Sequence[str],
     return False
 
 
-def bounded_view(logits: mx.array) -> tuple[mx.array, mx.array]:
+def apply_bounded_top_k(logits: mx.array, top_k: mx.array) -> mx.array:
+    """:func:`bounded_top_k`'s output, for logits alone. top_k: [B, 1] int32, each <= ``BOUND``."""
+    return bounded_top_k(logits, {"top_k": top_k}, None)[0]
+
+
+def bounded_view(logits: mx.array, view: BoundedView | None = None) -> BoundedView:
     """For *bounded* logits: their ``BOUND`` largest, sorted descending [B, M], and how many
-    finite values lie outside them [B, 1] float32 (each equal to the last of the M)."""
-    bound = min(BOUND, logits.shape[-1])
-    ordered = sort_descending(mx.topk(logits, bound, axis=-1))
+    finite values lie outside them [B, 1] float32 (each equal to the last of the M); ``view``
+    where the chain carries it already (``Stage.viewed``)."""
+    if view is not None:
+        return view
+    ordered = _ordered(logits)
+    return BoundedView(ordered, _tail(logits, ordered.shape[-1]), ordered[:, :1])
+
+
+def _ordered(logits: mx.array) -> mx.array:
+    """[B, M]: the ``BOUND`` largest logits (or all), descending."""
+    return sort_descending(mx.topk(logits, min(BOUND, logits.shape[-1]), axis=-1))
+
+
+def _tail(logits: mx.array, bound: int) -> mx.array:
     finite = mx.sum(logits > NEG_INF, axis=-1, keepdims=True)
-    return ordered, mx.maximum(finite - bound, 0).astype(mx.float32)
+    return mx.maximum(finite - bound, 0).astype(mx.float32)
 
 
 def _bounded(p: SamplingParams) -> bool:
@@ -80,4 +99,5 @@ STAGE = Stage(
     lambda p: {"top_k": p.top_k},
     int_columns=("top_k",),
     forms=(("bounded", _bounded, lambda logits, inputs: apply_bounded_top_k(logits, inputs["top_k"])),),
+    viewed=bounded_top_k,
 )

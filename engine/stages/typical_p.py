@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from engine.specs.typical_p import SPEC
-from engine.stages.base import NEG_INF, Inputs, Stage, device_constant, finite_mask, log_softmax
+from engine.stages.base import NEG_INF, BoundedView, Inputs, Stage, device_constant, finite_mask, log_softmax
 from engine.stages.top_k import after_bounded_top_k, bounded_view
 
 
@@ -38,13 +38,20 @@ def _threshold(sorted_devs: mx.array, mass: mx.array, typical_p: mx.array) -> mx
 
 
 def apply_typical_p_bounded(logits: mx.array, typical_p: mx.array) -> mx.array:
+    """:func:`typical_p_bounded`'s output, for bounded logits alone."""
+    return typical_p_bounded(logits, {"typical_p": typical_p}, None)[0]
+
+
+def typical_p_bounded(logits: mx.array, inputs: Inputs, view: BoundedView | None) -> tuple[mx.array, None]:
     """:func:`apply_typical_p` for *bounded* logits (``engine.stages.top_k.after_bounded_top_k``):
     the entropy, the order by typicality and the mass are read from the 256 largest values
     plus one entry standing for the tail (the values tied with the 256th: one typicality,
-    their summed mass), not from a sort of the whole vocabulary. A tie block's members
-    share one threshold value, so counting it as one entry picks the same threshold."""
-    ordered, tail = bounded_view(logits)
-    top, last = ordered[:, :1], ordered[:, -1:]
+    their summed mass; ``view``, where the chain carries it), not from a sort of the whole
+    vocabulary. A tie block's members share one threshold value, so counting it as one
+    entry picks the same threshold. What it keeps is no prefix of the largest: no view out."""
+    typical_p = inputs["typical_p"]
+    ordered, tail, top = bounded_view(logits, view)
+    last = ordered[:, -1:]
     log_z = top + mx.log(mx.sum(mx.exp(ordered - top), axis=-1, keepdims=True) + tail * mx.exp(last - top))
     finite = ordered > NEG_INF
     lp = ordered - log_z
@@ -71,7 +78,7 @@ def apply_typical_p_bounded(logits: mx.array, typical_p: mx.array) -> mx.array:
     threshold = _threshold(sorted_devs, mass, typical_p)
     shifted = mx.where(finite_mask(logits), mx.abs(-(logits - log_z) - entropy), float("inf"))
     keep = (shifted <= threshold) | (typical_p >= 1.0)
-    return mx.where(keep, logits, NEG_INF)
+    return mx.where(keep, logits, NEG_INF), None
 
 
 def _typicality(values: mx.array, is_tail: mx.array, tail: mx.array, log_z: mx.array, entropy: mx.array) -> mx.array:
@@ -95,4 +102,5 @@ STAGE = Stage(
     _apply,
     lambda p: {"typical_p": p.typical_p},
     chain_forms=(("bounded", after_bounded_top_k, lambda x, inputs: apply_typical_p_bounded(x, inputs["typical_p"])),),
+    viewed=typical_p_bounded,
 )

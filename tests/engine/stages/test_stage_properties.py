@@ -329,3 +329,47 @@ def test_bounded_forms_count_the_tokens_tied_past_the_256_largest():
             np.testing.assert_array_equal(
                 np.isfinite(np.array(bounded(kept, column))), want, err_msg=f"{general.__name__} {p}"
             )
+
+
+def test_the_sort_a_bounded_top_k_made_carried_along_the_chain_changes_no_value():
+    """``apply_chain`` carries the 256 largest values a bounded top_k sorted (and the tie
+    tail) through the bounded stages after it (``Stage.viewed``), where each stage alone
+    partitions and sorts again: over orders of top_p, min_p and typical_p after top_k, rows
+    of many ties across the 256th value, and k on both sides of the bound, every output is
+    the same to the bit."""
+    from engine.sampling.sampler import group_aliases, group_chain, group_forms, run_chain
+
+    rng = np.random.default_rng(12)
+    orders = [
+        ("top_p", "min_p", "typical_p"),
+        ("min_p", "typical_p", "top_p"),
+        ("min_p", "top_p", "typical_p"),
+        ("typical_p", "top_p", "min_p"),
+    ]
+    carried = 0
+    for case in range(96):
+        samplers = ("top_k", *orders[case % len(orders)])
+        logits = mx.array(rng.integers(-6, 3, (3, 700)).astype(np.float32) * rng.choice([0.5, 1.0, 3.0]))
+        params = [
+            SamplingParams(
+                samplers=samplers,
+                top_k=int(rng.choice([1, 5, 40, 256])) if case % 6 else 300,
+                top_p=float(rng.choice([0.05, 0.3, 0.9, 1.0])),
+                min_p=float(rng.choice([0.0, 0.05, 0.5, 0.5])),
+                typical_p=float(rng.choice([0.2, 0.5, 0.9, 1.0])),
+                seed=row,
+            )
+            for row in range(3)
+        ]
+        chain = group_chain(params)
+        forms, aliases = group_forms(params, chain), group_aliases(params, chain)
+        carried += sum(f == "bounded" for f in forms) > 1
+        inputs = columns(params, chain)
+        result = run_chain(logits, chain, inputs, aliases=aliases, forms=forms)
+        alone = [logits]
+        for name, form in zip(chain, forms, strict=True):
+            x = alone[-1] if name in aliases else STAGES[name].apply_form(form)(alone[-1], inputs)
+            alone.append(x)
+        for a, b in zip(result.outputs, alone, strict=True):
+            np.testing.assert_array_equal(np.array(a), np.array(b))
+    assert carried >= 48  # cases where a view was carried to a stage after top_k
