@@ -45,6 +45,8 @@ class _Group:
     forms: tuple[str | None, ...]
     greedy: bool
     """Every row draws greedily (no noise to draw)."""
+    any_greedy: bool
+    """Some row draws greedily (else the step makes no greedy draw)."""
     layout: PackLayout
     updates: tuple[str, ...]
     """The stages whose state the step updates itself (``Stage.update``): the group is the
@@ -280,6 +282,7 @@ class SamplingBatch:
                 group.layout,
                 override is not None,
                 group.updates,
+                group.any_greedy,
             )
             tokens, packed, final, updated = fn(
                 group.rows.take(logits),
@@ -353,11 +356,19 @@ class SamplingBatch:
                 index = None if whole else mx.array(rows, dtype=mx.int32)
                 aliases = group_aliases(params, chain)
                 forms = group_forms(params, chain)
-                greedy = all(p.greedy for p in params)
+                greedy, any_greedy = all(p.greedy for p in params), any(p.greedy for p in params)
                 layout = chain_layout(chain, aliases, self._top_n)
                 updates = tuple(n for n in chain if STAGES[n].update is not None and (whole or STAGES[n].update_rows))
                 group = _Group(
-                    Rows(rows, index), chain, aliases, columns(params, chain), forms, greedy, layout, updates
+                    Rows(rows, index),
+                    chain,
+                    aliases,
+                    columns(params, chain),
+                    forms,
+                    greedy,
+                    any_greedy,
+                    layout,
+                    updates,
                 )
                 self._groups.append(group)
             # Where each row sits in the step's pack: its group's rows one after another.

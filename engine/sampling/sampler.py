@@ -78,11 +78,22 @@ def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, nois
     return mx.view(best, mx.int32)
 
 
-def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping[str, mx.array], noise: mx.array):
+def apply_chain(
+    chain,
+    aliases,
+    use_noise,
+    forms,
+    raw: mx.array,
+    inputs: Mapping[str, mx.array],
+    noise: mx.array,
+    any_greedy: bool = True,
+):
     """The chain's body (traced by ``mx.compile``): ``raw``, then each stage not in
     ``aliases`` in its form, and the draw. Returns every output [B, V] and the tokens [B].
     A constraint after ``temperature`` also applies to what greedy rows draw from (the
-    logits entering ``temperature``): the draw never picks a token it forbids."""
+    logits entering ``temperature``): the draw never picks a token it forbids. Without
+    ``any_greedy`` (every row samples) that draw is not made: an argmax over the
+    vocabulary and a select fewer, and a constraint applied once."""
     TRACES["count"] += 1
     logits = raw.astype(mx.float32)
     inputs = {**inputs, "raw": logits}  # a constraint falls back on it (``grammar``)
@@ -91,7 +102,7 @@ def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping
     view = None  # the sort of the logits a bounded top_k made, while the stages keep it
     for name, form in zip(chain, forms, strict=True):
         stage = STAGES[name]
-        if stage.spec.marks_greedy:
+        if stage.spec.marks_greedy and any_greedy:
             entering = logits
         if name not in aliases:
             if form == "bounded" and stage.viewed is not None:
@@ -101,6 +112,8 @@ def apply_chain(chain, aliases, use_noise, forms, raw: mx.array, inputs: Mapping
             if stage.spec.constraint and entering is not None:
                 entering = stage.apply(entering, inputs)  # greedy rows draw inside it too
         outputs.append(logits)
+    if use_noise and not any_greedy:
+        return outputs, mx.view(mx.argmax(logits + noise, axis=-1), mx.int32)
     tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
     return outputs, tokens
 

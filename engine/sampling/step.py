@@ -25,6 +25,7 @@ def compiled_step(
     layout: PackLayout,
     with_forced: bool = False,
     updates: tuple[str, ...] = (),
+    any_greedy: bool = True,
 ):
     """The chain, the draw, the inspection pack and the state's update as one compiled
     function ``(raw [B, V], inputs, noise, forced [B]) -> (tokens [B], packed [B, W],
@@ -32,11 +33,12 @@ def compiled_step(
     and the pack, and a new value never recompiles. ``layout``: the group's
     (``engine.sampling.inspection.chain_layout``); ``forced`` (with ``with_forced``; -1:
     draw) overrides the drawn token; ``updated``: each stage of ``updates``' state after the
-    tokens (``Stage.update``: state in, new state out)."""
+    tokens (``Stage.update``: state in, new state out); ``any_greedy``: some row draws
+    greedily (``engine.sampling.sampler.apply_chain``)."""
 
     def make():
         def step(raw, inputs, noise, forced):
-            outputs, tokens = apply_chain(chain, aliases, use_noise, forms, raw, inputs, noise)
+            outputs, tokens = apply_chain(chain, aliases, use_noise, forms, raw, inputs, noise, any_greedy)
             if with_forced:
                 tokens = mx.where(forced >= 0, forced, tokens)
             packed = pack_outputs(layout, outputs, tokens, inputs)
@@ -46,4 +48,5 @@ def compiled_step(
 
         return step
 
-    return compiled_once(("step", chain, aliases, use_noise, forms, layout, with_forced, updates), make)
+    key = ("step", chain, aliases, use_noise, forms, layout, with_forced, updates, any_greedy)
+    return compiled_once(key, make)

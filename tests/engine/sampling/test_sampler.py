@@ -267,3 +267,38 @@ def test_a_step_traced_in_a_gpus_forms_draws_the_same_and_reports_within_float32
         np.testing.assert_allclose(a.entropies, b.entropies, atol=2e-4)
         for x, y in zip(a.top, b.top, strict=True):
             np.testing.assert_allclose(x.logprobs, y.logprobs, atol=2e-4)
+
+
+def test_a_group_of_sampled_rows_draws_as_it_does_beside_a_greedy_row():
+    """Where no row of a group is greedy, the step makes no greedy draw (an argmax over the
+    vocabulary and a select fewer: ``apply_chain``'s ``any_greedy``). Rows of the classic
+    chain, every stage, and mirostat draw the same tokens and report the same figures
+    alone as they do in a group with a greedy row, whose draw is the general one."""
+    from engine.sampling.batch import SamplingBatch
+
+    vocab = 2048
+    sampled = [
+        SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1, seed=3),
+        SamplingParams(
+            temperature=1.1, typical_p=0.9, top_n_sigma=2.0, xtc_probability=0.5, dry_multiplier=0.8, seed=4
+        ),
+        SamplingParams(temperature=0.9, top_p=0.95, seed=5, top_logprobs=5),
+    ]
+    greedy = SamplingParams(temperature=0.0, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1, seed=6)
+    for step in range(6):
+        logits = mx.random.normal((len(sampled) + 1, vocab), key=mx.random.key(step)) * 3
+
+        def draw(params, logits=logits, step=step):
+            batch = None
+            for p in params:
+                one = SamplingBatch.of(Vocabulary(vocab), p, [1, 2, 3, 2, 1])
+                batch = one if batch is None else (batch.extend(one) or batch)
+            out = batch.sample(logits[: len(params)], [step] * len(params))
+            top_ns = [p.top_logprobs for p in params]
+            return out.tokens.tolist(), out.unpack_all(np.array(out.packed), top_ns, str, batch.counters())
+
+        alone_tokens, alone = draw(sampled)
+        mixed_tokens, mixed = draw([*sampled, greedy])
+        assert alone_tokens == mixed_tokens[: len(sampled)]
+        for a, b in zip(alone, mixed, strict=False):
+            assert (a.chain, a.logprobs, a.survivors) == (b.chain, b.logprobs, b.survivors)
