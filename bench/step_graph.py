@@ -7,9 +7,13 @@
     update; mlx-lm's logits processors, log-softmax and sampler. Compiled functions are
     counted after MLX's fusion (one ``Compiled…`` node per fused element-wise kernel).
     ``kernels`` leaves out the primitives that are views (reshape, slice, ...), which
-    launch nothing. On a GPU a step costs its kernel count, not its arithmetic:
-    ``ours_gpu_forms`` is our step traced as a GPU traces it (``engine.stages.base.gpu_forms``:
-    plain exp, the statistics summed as lanes, the Gumbel draw compiled), counted here.
+    launch nothing, and counts a concatenation once per input (MLX's Metal and CUDA
+    backends copy each input with a kernel of its own: counted once before 2026-11-28),
+    and a primitive once however often ``export_to_dot`` writes it (mlx-lm's batched graph
+    writes shared ones again: 316 kernels as written before, 169 distinct now). On a GPU a
+    step costs its kernel count, not its arithmetic: ``ours_gpu_forms`` is our step
+    traced as a GPU traces it (``engine.stages.base.gpu_forms``: plain exp, the
+    statistics summed as lanes, the Gumbel draw compiled), counted here.
 26. ``host_step``: the step with almost no arithmetic in it (1 layer, hidden 16, V = 2,048),
     decoded by us and by mlx-lm: what is left is each side's host work and the dispatch of
     its kernels, the part of a step a GPU cannot hide. The H100 of 2026-11-27 read figure
@@ -26,6 +30,7 @@ from __future__ import annotations
 import io
 import re
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import mlx.core as mx
@@ -64,11 +69,23 @@ def tiny_model() -> LoadedModel:
 
 
 def count_nodes(*outputs: mx.array) -> dict:
-    """The primitives in the graph that computes ``outputs`` from what is already evaluated."""
+    """The primitives in the graph that computes ``outputs`` from what is already evaluated,
+    and the kernels they launch: a view none, a concatenation one per input (MLX's Metal
+    and CUDA backends copy each input with a kernel of its own), any other one."""
     out = io.StringIO()
     mx.export_to_dot(out, *outputs)
-    labels = re.findall(r'label ="([^"]+)", shape=rectangle', out.getvalue())
-    return {"primitives": len(labels), "kernels": sum(label.split()[0] not in VIEWS for label in labels)}
+    dot = out.getvalue()
+    found = re.findall(r'\{ (\d+) \[label ="([^"]+)", shape=rectangle\]; \}', dot)
+    # A primitive reached along several paths is written (with its inputs) once for each:
+    # counted once (mlx-lm's batched graph: 549 written, 326 distinct).
+    nodes, written = dict(found), Counter(node for node, _ in found)
+    inputs = Counter(target for _, target in re.findall(r'"?(\w+)"? -> "?(\w+)"?', dot) if target in nodes)
+    kernels = 0
+    for node, label in nodes.items():
+        kind = label.split()[0]
+        if kind not in VIEWS:
+            kernels += inputs[node] // written[node] if kind == "Concatenate" else 1
+    return {"primitives": len(nodes), "kernels": kernels}
 
 
 def _state_arrays(sampling) -> list[mx.array]:

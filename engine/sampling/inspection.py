@@ -156,6 +156,8 @@ def _top_indices(blocks: mx.array, block_max: mx.array, n: int) -> mx.array:
 
 _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.uint32))
 _lanes = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None, None])
+_stacked = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[None, :, None])
+"""[1, n, 1]: each row's n distributions, as lanes."""
 _first = device_constant(lambda count, size: mx.arange(count * size).reshape(count, size) == 0)
 
 
@@ -176,8 +178,16 @@ def pack_outputs(
     batch, d, vocab = tokens.shape[0], len(layout.order), outputs[0].shape[-1]
     if d == 1:
         stack = outputs[layout.order[0]]
-    else:
+    elif cpu_forms():
         stack = mx.stack([outputs[i] for i in layout.order], axis=1).reshape(batch * d, vocab)
+    else:
+        # On a GPU a stack is a copy kernel per distribution (MLX's concatenation): here one
+        # element-wise kernel that selects each lane's distribution (a CPU would compute
+        # every select for every lane).
+        lane, stack = _stacked(d), outputs[layout.order[-1]][:, None]
+        for k in range(d - 2, -1, -1):
+            stack = mx.where(lane == k, outputs[layout.order[k]][:, None], stack)
+        stack = stack.reshape(batch * d, vocab)
     blocks = _blocks(stack)  # [B·D, nb, b]
     block_max = mx.max(blocks, axis=-1, keepdims=True)  # [B·D, nb, 1]
     top = mx.max(block_max, axis=-2, keepdims=True)  # [B·D, 1, 1]
