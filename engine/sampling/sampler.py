@@ -68,13 +68,18 @@ def output_sources(chain: Sequence[str], aliases: frozenset[str]) -> list[int]:
     return out
 
 
-def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array, noise: mx.array | None) -> mx.array:
+def draw(entering_temperature: mx.array, final: mx.array, greedy: mx.array | None, noise: mx.array | None) -> mx.array:
     """Greedy rows take the argmax of the logits entering ``temperature``; the others a
-    Gumbel-max draw from ``final``. greedy: [B] bool; noise: [B, V] or None. Returns [B] int32:
-    the argmax's uint32 read as int32 (a view, no kernel; every id is below 2**31)."""
-    best = mx.argmax(entering_temperature, axis=-1)
-    if noise is not None:
-        best = mx.where(greedy, best, mx.argmax(final + noise, axis=-1))
+    Gumbel-max draw from ``final``. greedy: [B] bool, or None where no row is greedy (no
+    greedy draw is made); noise: [B, V], or None where every row is greedy. Returns [B]
+    int32: the argmax's uint32 read as int32 (a view, no kernel; every id is below 2**31)."""
+    sampled = None if noise is None else mx.argmax(final + noise, axis=-1)
+    if greedy is None:
+        best = sampled
+    else:
+        best = mx.argmax(entering_temperature, axis=-1)
+        if sampled is not None:
+            best = mx.where(greedy, best, sampled)
     return mx.view(best, mx.int32)
 
 
@@ -112,9 +117,8 @@ def apply_chain(
             if stage.spec.constraint and entering is not None:
                 entering = stage.apply(entering, inputs)  # greedy rows draw inside it too
         outputs.append(logits)
-    if use_noise and not any_greedy:
-        return outputs, mx.view(mx.argmax(logits + noise, axis=-1), mx.int32)
-    tokens = draw(logits if entering is None else entering, logits, inputs["greedy"], noise if use_noise else None)
+    greedy = inputs["greedy"] if any_greedy or not use_noise else None
+    tokens = draw(logits if entering is None else entering, logits, greedy, noise if use_noise else None)
     return outputs, tokens
 
 
