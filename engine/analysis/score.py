@@ -36,7 +36,7 @@ from engine.runtime.text import TokenText
 from engine.sampling.batch import grammar_facts, new_states, state_inputs, with_facts
 from engine.sampling.inspection import layout_of, pack_step
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, run_chain
-from engine.sampling.unpack import CountOf, to_host, unpack_row
+from engine.sampling.unpack import CountOf, to_host, unpack_row, untrusted
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, StateContext
@@ -209,9 +209,11 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
     packed = pack_step(result, top_n, inputs)
     host = to_host(mx.concatenate([packed.reshape(-1), rank.astype(mx.float32)]))
     packed_rows = host[:-n].reshape(n, -1)
+    layout = layout_of(result, top_n)
+    if untrusted(layout, packed_rows):  # a bias's statistics derived too small to trust: packed whole
+        packed_rows = to_host(pack_step(result, top_n, inputs, derive=False))
     steps = []
     own_chain = row_chain(params)
-    layout = layout_of(result, top_n)
     for i, p in enumerate(rows):
         count_of = state.counter(p)
         inspection = unpack_row(packed_rows[i], layout, params.top_logprobs, own_chain, text.piece, count_of)

@@ -16,7 +16,8 @@ import mlx.core as mx
 from engine.api.kv_quantization import KVQuantization
 from engine.caches import batch as kv
 from engine.runtime.requests import Request
-from engine.sampling.batch import Sampled, SamplingBatch
+from engine.sampling.batch import SamplingBatch
+from engine.sampling.sampled import Sampled
 
 
 class Lookahead:

@@ -44,8 +44,9 @@ from engine.runtime.requests import (
 )
 from engine.runtime.speculative import Drafter, block_size, check_draft, run_block
 from engine.runtime.text import TokenText
-from engine.sampling.batch import Sampled, SamplingBatch
+from engine.sampling.batch import SamplingBatch
 from engine.sampling.divergence import group_pairs, pair_divergences
+from engine.sampling.sampled import Sampled
 from engine.sampling.unpack import RowInspection, to_host
 from engine.stages.vocabulary import Vocabulary
 

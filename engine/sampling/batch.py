@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import mlx.core as mx
@@ -21,9 +22,10 @@ import numpy as np
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 from engine.sampling.inspection import PackLayout, chain_layout
+from engine.sampling.sampled import Sampled
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.sampling.step import compiled_step
-from engine.sampling.unpack import CountOf, RowInspection, unpack_row, unpack_rows
+from engine.sampling.unpack import CountOf, RowInspection
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, RowsState, StateContext, device_constant
@@ -51,59 +53,6 @@ class _Group:
     updates: tuple[str, ...]
     """The stages whose state the step updates itself (``Stage.update``): the group is the
     whole batch."""
-
-
-@dataclass
-class Sampled:
-    tokens: mx.array
-    """[B] int32, on the device (speculative decode feeds them to the next forward pass)."""
-    packed: mx.array
-    """[N] float32 inspection data: each group's rows (``engine.sampling.inspection.PackLayout``),
-    group after group; ``places`` says where each batch row is."""
-    top_n: int
-    chains: list[tuple[str, ...]]
-    """Each row's own chain (without ``raw``)."""
-    final: mx.array
-    """[B, V] logits after each row's last stage, batch order (for fork divergences)."""
-    places: list[tuple[int, PackLayout]]
-    """Each batch row's offset in ``packed`` and its group's layout."""
-
-    def take(self, keep: Sequence[int]) -> Sampled:
-        """The rows ``keep`` (the others left the batch); ``packed`` stays as it is."""
-        index = mx.array(list(keep), dtype=mx.int32)
-        chains, places = [self.chains[i] for i in keep], [self.places[i] for i in keep]
-        return Sampled(self.tokens[index], self.packed, self.top_n, chains, self.final[index], places)
-
-    def unpack(
-        self, host: np.ndarray, row: int, row_top_n: int, text_of: Callable[[int], str], count_of: CountOf
-    ) -> RowInspection:
-        """Row ``row`` of ``host`` (``packed`` on the host) as a :class:`RowInspection`;
-        ``count_of``: the row's counts before the step (:meth:`SamplingBatch.counter`)."""
-        offset, layout = self.places[row]
-        block = host[offset : offset + layout.width]
-        return unpack_row(block, layout, row_top_n, self.chains[row], text_of, count_of)
-
-    def unpack_all(
-        self, host: np.ndarray, row_top_ns: Sequence[int], text_of: Callable[[int], str], counts: Sequence[CountOf]
-    ) -> list[RowInspection]:
-        """Every row of ``host`` in batch order (:meth:`unpack` of each), the rows of a layout
-        finished together (``engine.sampling.unpack.unpack_rows``)."""
-        by_layout: dict[PackLayout, list[int]] = {}
-        for row, (_, layout) in enumerate(self.places):
-            by_layout.setdefault(layout, []).append(row)
-        out: list[RowInspection] = [None] * len(self.places)  # type: ignore[list-item]
-        for layout, rows in by_layout.items():
-            offsets = [self.places[r][0] for r in rows]
-            start, end = offsets[0], offsets[0] + len(rows) * layout.width
-            if offsets == list(range(start, end, layout.width)):  # one group's rows, in order: a view
-                block = host[start:end].reshape(len(rows), layout.width)
-            else:
-                block = host[np.array(offsets)[:, None] + np.arange(layout.width)]
-            chains, top_ns = [self.chains[r] for r in rows], [row_top_ns[r] for r in rows]
-            unpacked = unpack_rows(block, layout, top_ns, chains, text_of, [counts[r] for r in rows])
-            for row, inspection in zip(rows, unpacked, strict=True):
-                out[row] = inspection
-        return out
 
 
 _zero = device_constant(lambda: mx.array(0))
@@ -259,6 +208,8 @@ class SamplingBatch:
         groups = self._plan()
         top_n, chains = self._top_n, self._chains
         tokens_parts, packed_parts, final_parts = [], [], []
+        wholes: list[Callable[[], mx.array]] = []  # each group's pack with nothing derived
+        derived = False
         zero = _zero()
         joined: dict[str, dict[int, Mapping[str, mx.array]]] = {}  # row-wise updates of a step of groups
         for group in groups:
@@ -274,7 +225,8 @@ class SamplingBatch:
                 override = mx.array([forced[r] if forced[r] is not None else -1 for r in rows], dtype=mx.int32)
             for name in group.updates:
                 inputs.update(self.states[name].update_inputs())
-            fn = compiled_step(
+            step = partial(
+                compiled_step,
                 group.chain,
                 group.aliases,
                 noise is not None,
@@ -284,12 +236,12 @@ class SamplingBatch:
                 group.updates,
                 group.any_greedy,
             )
-            tokens, packed, final, updated = fn(
-                group.rows.take(logits),
-                inputs,
-                noise if noise is not None else zero,
-                override if override is not None else zero,
-            )
+            noise_in, override_in = (zero if a is None else a for a in (noise, override))
+            args = (group.rows.take(logits), inputs, noise_in, override_in)
+            tokens, packed, final, updated = step()(*args)
+            if group.layout.bias_lane is not None and "bias_factor" in inputs:
+                derived = True
+            wholes.append(lambda step=step, args=args: step(derive=False)(*args)[1].reshape(-1))
             for name in group.updates:
                 if group.rows.index is None:
                     self.states[name].updated(updated[name])
@@ -306,7 +258,10 @@ class SamplingBatch:
             tokens, final = (mx.concatenate(p)[back] for p in (tokens_parts, final_parts))
             for name, parts in joined.items():
                 self._join_updated(name, groups, parts, indices, back)
-        return Sampled(tokens, packed, top_n, list(chains), final, self._places)
+        whole = None
+        if derived:
+            whole = wholes[0] if len(wholes) == 1 else lambda: mx.concatenate([w() for w in wholes])
+        return Sampled(tokens, packed, top_n, list(chains), final, self._places, whole)
 
     def _join_updated(
         self,

@@ -41,7 +41,9 @@ class PackLayout:
     tokens; the candidates' ids (``S = 2 * top_n + 1`` slots: the top of ``raw``, the top
     of the last stage, the drawn token, which is how the host knows the token), and their
     logit in every distribution. On the host, in float32: log Z = log(Z), the entropy
-    ``max(log Z - Σ/Z, 0)`` and a logprob ``(logit - max) - log Z``. The ids are int32 bits
+    ``max(log Z - Σ/Z, 0)`` and a logprob ``(logit - max) - log Z``, which hold for any
+    shift in place of the max with Z over it: on a CPU the bias's distribution holds raw's
+    max plus the row's largest bias there (``_bias_derived``). The ids are int32 bits
     in the float32 row (``mx.view``: a cast would be a kernel; the host reads them back with
     ``.view(np.int32)``). The candidates' penalty counts are the host's
     (``engine.stages.penalty_counts.TokenPositions``): a gather and a scatter fewer a step.
@@ -61,6 +63,20 @@ class PackLayout:
         distinct = sorted(set(self.sources))
         last = self.sources[-1]
         return (0, *([last] if last else []), *(i for i in distinct if i not in (0, last)))
+
+    @cached_property
+    def bias_lane(self) -> int | None:
+        """The stack index of the bias's distribution, where the bias ran (None: it did not,
+        or it was the identity for every row)."""
+        if "bias" not in self.chain:
+            return None
+        source = self.sources[self.chain.index("bias") + 1]
+        return self.order.index(source) if source else None
+
+    @cached_property
+    def bias_z(self) -> int | None:
+        """Where the bias's distribution's Z sits in a packed row (None: no such distribution)."""
+        return None if self.bias_lane is None else len(self.order) + self.bias_lane
 
     @property
     def slots(self) -> int:
@@ -158,17 +174,24 @@ _offsets = device_constant(lambda: mx.arange(BLOCK, dtype=mx.uint32))
 _lanes = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[:, None, None])
 _stacked = device_constant(lambda n: mx.arange(n, dtype=mx.int32)[None, :, None])
 """[1, n, 1]: each row's n distributions, as lanes."""
+_lane_is = device_constant(lambda n, k: (mx.arange(n) == k).reshape(1, n, 1, 1))
+"""[1, n, 1, 1]: whether each of a row's n distributions is the ``k``-th."""
 _first = device_constant(lambda count, size: mx.arange(count * size).reshape(count, size) == 0)
 
 
 def pack_outputs(
-    layout: PackLayout, outputs: Sequence[mx.array], tokens: mx.array, inputs: Mapping[str, mx.array]
+    layout: PackLayout,
+    outputs: Sequence[mx.array],
+    tokens: mx.array,
+    inputs: Mapping[str, mx.array],
+    derive: bool = True,
 ) -> mx.array:
     """[B, layout.width] float32: the inspection data of one group (pure; compiled with the
     chain by ``engine.sampling.step.compiled_step``, or alone by :func:`pack_step`).
 
     The statistics of every distribution are reduced once over the stacked distributions
-    (one max by blocks, one exp, three sums), and every candidate's logit is gathered once
+    (one max by blocks, one exp, three sums; ``derive``: on a CPU, the bias's without an
+    exp of its own, :func:`_bias_derived`), and every candidate's logit is gathered once
     from the stack: a handful of kernels however long the chain, which is what a step
     costs on a GPU. A row's distributions are stacked one after another ([B·D, V]) and
     reduced with their dimensions kept, so the values fall in the pack's order by
@@ -192,7 +215,11 @@ def pack_outputs(
     blocks = _blocks(stack)  # [B·D, nb, b]
     block_max = mx.max(blocks, axis=-1, keepdims=True)  # [B·D, nb, 1]
     top = mx.max(block_max, axis=-2, keepdims=True)  # [B·D, 1, 1]
-    e = exp(blocks - top)
+    lane = layout.bias_lane if derive and "bias_factor" in inputs else None
+    if lane is None:
+        e = exp(blocks - top)
+    else:
+        e, top = _bias_derived(blocks, top, lane, d, inputs)
     if cpu_forms():
         # Three sums: on a CPU a kernel costs its arithmetic, and the lanes below would
         # compute every branch for every lane (1,066 against 796 µs for two distributions
@@ -248,6 +275,36 @@ def pack_outputs(
     return mx.concatenate([stats, mx.view(index, mx.float32), logits, *extras], axis=1)
 
 
+def _bias_derived(
+    blocks: mx.array, top: mx.array, lane: int, d: int, inputs: Mapping[str, mx.array]
+) -> tuple[mx.array, mx.array]:
+    """``e`` and the shifts [B·D, 1, 1] of the stacked distributions, the bias's (stack
+    index ``lane``) without an exp of its own (on a CPU the exps are most of the pack: 250
+    µs for a row of 49,152). Its e is raw's times ``bias_factor`` = exp(bias - bias_top)
+    (``engine.stages.bias``): exp(x + bias - s) with the shift s = raw's max + bias_top in
+    place of its own max. Every sum and logprob the host finishes reads a shift and the Z
+    over it, whichever the shift, so nothing else changes; but a term under float32's range
+    (87 nats under s) is lost, and where the biased distribution's best lies far under s
+    (the bias lowered raw's best tokens by some 50 nats more than the rest) its Z is too
+    small to trust: ``engine.sampling.unpack.untrusted`` finds those rows and the step is
+    packed again whole."""
+    rows, count, size = blocks.shape
+    batch = rows // d
+    by_row, shift = blocks.reshape(batch, d, count, size), top.reshape(batch, d, 1, 1)
+    below = exp(by_row[:, :lane] - shift[:, :lane])  # raw's first: the bias enters raw
+    e = [below, below[:, :1] * inputs["bias_factor"].reshape(batch, 1, count, size)]
+    if lane + 1 < d:
+        e.append(exp(by_row[:, lane + 1 :] - shift[:, lane + 1 :]))
+    shift = mx.where(_lane_is(d, lane), shift[:, :1] + inputs["bias_top"].reshape(batch, 1, 1, 1), shift)
+    return mx.concatenate(e, axis=1).reshape(rows, count, size), shift.reshape(rows, 1, 1)
+
+
+UNTRUSTED_Z = 1e-22
+"""A derived Z under this (about e^-50) may have lost terms that count (:func:`_bias_derived`):
+with it at least this, every lost term is under e^-37 of the distribution's best, and at
+most V of them change log Z by under 1e-5 nats for a vocabulary of 262,144."""
+
+
 def drawn_logprob(layout: PackLayout, packed: mx.array, stage: str) -> mx.array:
     """[B, 1]: the drawn token's logprob after ``stage``, read from a group's ``packed`` rows
     [B, width] with the host's arithmetic (``engine.sampling.unpack``: ``(logit - max) -
@@ -260,9 +317,12 @@ def drawn_logprob(layout: PackLayout, packed: mx.array, stage: str) -> mx.array:
     return (logit - top) - mx.log(z)
 
 
-def pack_step(result: ChainResult, top_n: int, inputs: Mapping[str, mx.array] | None = None) -> mx.array:
+def pack_step(
+    result: ChainResult, top_n: int, inputs: Mapping[str, mx.array] | None = None, derive: bool = True
+) -> mx.array:
     """[B, width] float32 inspection data of a chain's result (see :class:`PackLayout`),
-    compiled once per layout; ``inputs``: the step's, for stages that pack figures of their own."""
+    compiled once per layout; ``inputs``: the step's, for stages that pack figures of their
+    own; ``derive``: as :func:`pack_outputs` takes it."""
     layout = layout_of(result, top_n)
-    fn = compiled_once(("pack", layout), lambda: partial(pack_outputs, layout))
+    fn = compiled_once(("pack", layout, derive), lambda: partial(pack_outputs, layout, derive=derive))
     return fn(result.outputs, result.tokens, dict(inputs or {}))

@@ -26,6 +26,7 @@ def compiled_step(
     with_forced: bool = False,
     updates: tuple[str, ...] = (),
     any_greedy: bool = True,
+    derive: bool = True,
 ):
     """The chain, the draw, the inspection pack and the state's update as one compiled
     function ``(raw [B, V], inputs, noise, forced [B]) -> (tokens [B], packed [B, W],
@@ -34,19 +35,20 @@ def compiled_step(
     (``engine.sampling.inspection.chain_layout``); ``forced`` (with ``with_forced``; -1:
     draw) overrides the drawn token; ``updated``: each stage of ``updates``' state after the
     tokens (``Stage.update``: state in, new state out); ``any_greedy``: some row draws
-    greedily (``engine.sampling.sampler.apply_chain``)."""
+    greedily (``engine.sampling.sampler.apply_chain``); ``derive``: the pack may derive the
+    bias's statistics from raw's (``engine.sampling.inspection.pack_outputs``)."""
 
     def make():
         def step(raw, inputs, noise, forced):
             outputs, tokens = apply_chain(chain, aliases, use_noise, forms, raw, inputs, noise, any_greedy)
             if with_forced:
                 tokens = mx.where(forced >= 0, forced, tokens)
-            packed = pack_outputs(layout, outputs, tokens, inputs)
+            packed = pack_outputs(layout, outputs, tokens, inputs, derive)
             logprob_at = partial(drawn_logprob, layout, packed)
             updated = {name: STAGES[name].update(inputs, tokens, logprob_at) for name in updates}
             return tokens, packed, outputs[-1], updated
 
         return step
 
-    key = ("step", chain, aliases, use_noise, forms, layout, with_forced, updates, any_greedy)
+    key = ("step", chain, aliases, use_noise, forms, layout, with_forced, updates, any_greedy, derive)
     return compiled_once(key, make)

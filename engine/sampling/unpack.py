@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.api.events import Candidate, ChainValues
 from engine.api.grammar import GrammarRecord
-from engine.sampling.inspection import STATS, PackLayout
+from engine.sampling.inspection import STATS, UNTRUSTED_Z, PackLayout
 from engine.stages.grammar import STATISTICS, grammar_record
 
 
@@ -59,6 +59,13 @@ def _row_plan(layout: PackLayout, chain: tuple[str, ...]) -> _RowPlan:
 def _effect_pairs(layout: PackLayout) -> tuple[tuple[int, int] | None, ...]:
     """The distributions before and after ``bias``, ``penalties`` and ``dry`` (None: it did not run)."""
     return tuple(layout.effect_pair(stage) for stage in ("bias", "penalties", "dry"))
+
+
+def untrusted(layout: PackLayout, block: np.ndarray) -> bool:
+    """Whether a row of ``block`` ([R, layout.width] on the host) holds a bias distribution's
+    Z derived from raw's (``engine.sampling.inspection``) too small to trust. A Z over the
+    distribution's own max is at least 1: only a derived one is ever under ``UNTRUSTED_Z``."""
+    return layout.bias_z is not None and bool((block[:, layout.bias_z] < UNTRUSTED_Z).any())
 
 
 CountOf = Callable[[int], int]

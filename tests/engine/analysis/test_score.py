@@ -209,3 +209,33 @@ def test_a_prompt_less_text_replays_as_it_was_scored(tiny_folder):
     assert_same_steps(replayed, scored_steps, 1e-6)
     with pytest.raises(EngineError, match="does not tokenize"):
         session.replay_text(text, output[:-1], params)
+
+
+def test_a_scored_position_whose_derived_bias_statistics_are_untrusted_is_packed_whole(tiny, prompt):
+    """Scoring packs many positions at once with the bias's statistics derived from raw's
+    (``engine.sampling.inspection``); where a bias bans a token 95 nats over all others,
+    that derived Z is under float32's range, and the positions are packed again whole: the
+    scored token's logprobs and the entropies match NumPy's float64."""
+    from engine.analysis.score import _PositionState, _score_rows
+    from engine.runtime.detokenize import StreamDecoder
+
+    scheduler = Scheduler(tiny)
+    vocab, start = tiny.vocab_size, len(prompt)
+    full = [*prompt, 9, 5]
+    logits = np.full((2, vocab), -60.0, np.float32)
+    logits[:, 5], logits[:, 9] = 40.0, -55.0
+    params = SamplingParams(top_logprobs=3, logit_bias={5: -100.0})
+    state = _PositionState(full, start, params, scheduler.vocabulary)
+    decoder = StreamDecoder(scheduler.text.decode)
+    steps = _score_rows(mx.array(logits), [start, start + 1], [0, 1], full, state, scheduler.text, decoder)
+    raw = logits[0].astype(np.float64)
+    biased = raw.copy()
+    biased[5] -= 100.0
+    for step, token in zip(steps, full[start:], strict=True):
+        assert step.chain[:2] == ("raw", "bias")
+        for k, dist in enumerate((raw, biased)):
+            log_z = np.log(np.exp(dist - dist.max()).sum()) + dist.max()
+            probs = np.exp(dist - log_z)
+            assert step.logprobs[k] == pytest.approx(dist[token] - log_z, abs=1e-5)
+            # float32 sums of a flat tail: 1.3e-5 nats off whole, as the step packs it
+            assert step.entropies[k] == pytest.approx(-(probs * (dist - log_z)).sum(), abs=5e-5)

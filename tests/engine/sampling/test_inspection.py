@@ -135,3 +135,61 @@ def test_statistics_over_a_real_vocabulary_match_float64():
             for c in row.top:
                 want = dist[c.token_id] - log_z
                 assert c.logprobs[k] == (-math.inf if want == -np.inf else pytest.approx(want, abs=1e-5))
+
+
+def _float64_chain(logits: np.ndarray, bias: dict[int, float]) -> list[np.ndarray]:
+    biased = logits.copy()
+    for token, value in bias.items():
+        biased[token] += value
+    return [logits, biased]
+
+
+def _check_against_float64(row, logits: np.ndarray, bias: dict[int, float]) -> None:
+    for k, dist in enumerate(_float64_chain(logits.astype(np.float64), bias)):
+        log_z = np.log(np.exp(dist - dist.max()).sum()) + dist.max()
+        probs = np.exp(dist - log_z)
+        assert row.entropies[k] == pytest.approx(-(probs * (dist - log_z)).sum(), abs=1e-5)
+        for c in row.top:
+            assert c.logprobs[k] == pytest.approx(dist[c.token_id] - log_z, abs=1e-5)
+
+
+def test_the_bias_statistics_derived_from_raws_match_float64_and_a_step_too_far_under_is_packed_whole():
+    """On a CPU the bias's distribution takes its sums from raw's exponentials times
+    exp(bias - its largest) (``engine.sampling.inspection``: an exp over the vocabulary
+    fewer). Its logprobs and entropy match NumPy's float64 within 1e-5 nats for bans of
+    the best token, a +100 that forces an unlikely one, a bias on every token, and a ban
+    of a token 95 nats over all others, whose derived Z (under float32's range) the host
+    finds untrusted: that step is packed again whole."""
+    from engine.sampling.batch import SamplingBatch
+    from engine.sampling.inspection import UNTRUSTED_Z
+    from engine.stages.base import cpu_forms
+    from engine.stages.vocabulary import Vocabulary
+
+    vocab = 4_096
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal((5, vocab)) * 4).astype(np.float32)
+    logits[1, 17] = 30.0
+    logits[4] = -60.0
+    logits[4, 5], logits[4, 9] = 40.0, -55.0  # 95 nats over every other token
+    biases = [
+        {3: -100.0, 7: 5.0},
+        {17: -100.0},
+        {int(np.argmin(logits[2])): 100.0},
+        {t: -3.0 - t % 7 for t in range(vocab)},
+        {5: -100.0},
+    ]
+    for rows in ([0, 1, 2, 3], [4]):  # the trusted ones, then the one packed again whole
+        batch = None
+        for r in rows:
+            one = SamplingBatch.of(Vocabulary(vocab), SamplingParams(top_logprobs=8, logit_bias=biases[r]), [])
+            batch = one if batch is None else (batch.extend(one) or batch)
+        sampled = batch.sample(mx.array(logits[rows]), [0] * len(rows))
+        assert cpu_forms() and sampled.whole is not None  # derived on this CPU
+        host = to_host(sampled.packed)
+        layout = sampled.places[0][1]
+        z = host.reshape(len(rows), layout.width)[:, layout.bias_z]
+        assert (z >= UNTRUSTED_Z).all() if len(rows) > 1 else (z < UNTRUSTED_Z).all()
+        assert (sampled.trusted(host) is host) == (len(rows) > 1)
+        for row, r in zip(sampled.unpack_all(host, [8] * len(rows), str, batch.counters()), rows, strict=True):
+            assert row.chain[:2] == ("raw", "bias")
+            _check_against_float64(row, logits[r], biases[r])
