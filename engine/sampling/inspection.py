@@ -215,11 +215,11 @@ def pack_outputs(
     blocks = _blocks(stack)  # [B·D, nb, b]
     block_max = mx.max(blocks, axis=-1, keepdims=True)  # [B·D, nb, 1]
     top = mx.max(block_max, axis=-2, keepdims=True)  # [B·D, 1, 1]
-    lane = layout.bias_lane if derive and "bias_factor" in inputs else None
+    lane = layout.bias_lane if derive and cpu_forms() and "bias_factor" in inputs else None
     if lane is None:
-        e = exp(blocks - top)
+        e, shift = exp(blocks - top), top
     else:
-        e, top = _bias_derived(blocks, top, lane, d, inputs)
+        e, shift = _bias_derived(blocks, top, lane, d, inputs)
     if cpu_forms():
         # Three sums: on a CPU a kernel costs its arithmetic, and the lanes below would
         # compute every branch for every lane (1,066 against 796 µs for two distributions
@@ -229,7 +229,14 @@ def pack_outputs(
         weighted = mx.where(e > 0, e * (blocks + -top), 0.0)
         survived = mx.where(blocks > float("-inf"), 1.0, 0.0)  # float32: no cast to pack
         survivors = mx.sum(survived, axis=(-2, -1), keepdims=True)
-        stats = mx.concatenate([top, _sum(e), _sum(weighted), survivors], axis=-1)  # [B·D, 1, 4]
+        z, weighted = _sum(e), _sum(weighted)
+        if lane is not None:
+            # Σ e·(x - shift) for the shift the derived e is over, from the sum over each
+            # distribution's own max: summed over the shift, each term would carry the
+            # shift's distance from the max (up to some 60 nats), and the sum's rounding
+            # with it into the entropy (9e-4 nats seen); this way it is one rounding.
+            weighted = weighted - (shift - top) * z
+        stats = mx.concatenate([shift, z, weighted, survivors], axis=-1)  # [B·D, 1, 4]
     else:
         # On a GPU a kernel costs its launch: Z, Σ e·(x - max), the survivors and the max
         # as four lanes of one array summed by one reduction (one element-wise kernel and
@@ -283,7 +290,9 @@ def _bias_derived(
     µs for a row of 49,152). Its e is raw's times ``bias_factor`` = exp(bias - bias_top)
     (``engine.stages.bias``): exp(x + bias - s) with the shift s = raw's max + bias_top in
     place of its own max. Every sum and logprob the host finishes reads a shift and the Z
-    over it, whichever the shift, so nothing else changes; but a term under float32's range
+    over it, whichever the shift (``pack_outputs`` sums Σ e·(x - max) over the own max and
+    moves it to the shift in one rounding, where a sum over the shift would carry its
+    distance into the entropy), so nothing else changes; but a term under float32's range
     (87 nats under s) is lost, and where the biased distribution's best lies far under s
     (the bias lowered raw's best tokens by some 50 nats more than the rest) its Z is too
     small to trust: ``engine.sampling.unpack.untrusted`` finds those rows and the step is
