@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
-from engine.sampling.inspection import PackLayout, chain_layout
+from engine.sampling.inspection import PackLayout, chain_layout, derived_lane
 from engine.sampling.sampled import Sampled
 from engine.sampling.sampler import columns, group_aliases, group_chain, group_forms, gumbel_noise, step_keys
 from engine.sampling.step import compiled_step
@@ -239,7 +239,7 @@ class SamplingBatch:
             noise_in, override_in = (zero if a is None else a for a in (noise, override))
             args = (group.rows.take(logits), inputs, noise_in, override_in)
             tokens, packed, final, updated = step()(*args)
-            if group.layout.bias_lane is not None and "bias_factor" in inputs:
+            if derived_lane(group.layout, inputs) is not None:
                 derived = True
             wholes.append(lambda step=step, args=args: step(derive=False)(*args)[1].reshape(-1))
             for name in group.updates:

@@ -215,7 +215,7 @@ def pack_outputs(
     blocks = _blocks(stack)  # [B·D, nb, b]
     block_max = mx.max(blocks, axis=-1, keepdims=True)  # [B·D, nb, 1]
     top = mx.max(block_max, axis=-2, keepdims=True)  # [B·D, 1, 1]
-    lane = layout.bias_lane if derive and cpu_forms() and "bias_factor" in inputs else None
+    lane = derived_lane(layout, inputs) if derive else None
     if lane is None:
         e, shift = exp(blocks - top), top
     else:
@@ -280,6 +280,13 @@ def pack_outputs(
         extras.append(STAGES[name].statistics(outputs[i], outputs[0], inputs))
     # max, Z, Σ e·(x - max), survivors: [B, 4 * D]; the ids; each distribution's logits
     return mx.concatenate([stats, mx.view(index, mx.float32), logits, *extras], axis=1)
+
+
+def derived_lane(layout: PackLayout, inputs: Mapping[str, mx.array]) -> int | None:
+    """The stack index of the distribution a pack of ``layout`` derives from raw's
+    (:func:`_bias_derived`): the bias's, on a CPU, where ``inputs`` hold its factor
+    (``engine.stages.bias``); None: every distribution takes its own exp."""
+    return layout.bias_lane if cpu_forms() and "bias_factor" in inputs else None
 
 
 def _bias_derived(

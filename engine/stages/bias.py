@@ -84,8 +84,9 @@ class BiasRows:
 def bias_factor(dense: np.ndarray) -> tuple[mx.array, mx.array]:
     """exp(bias - top) [B, V] and top [B, 1], each row's largest bias (biases are finite:
     ``SamplingParams`` holds them to [-100, 100]), in float32; a factor under float32's
-    range is 0 (its token is then more than 87 nats under the row's best, where the
-    pack's check sends a step back to be packed whole)."""
+    range is 0 (its bias is more than 87 nats under the row's largest: its token's term
+    counts only where every other's lies further under the pack's shift, and that Z is
+    one the pack's check sends back to be packed whole)."""
     top = dense.max(axis=1, keepdims=True)
     with np.errstate(under="ignore"):
         factor = np.exp(dense.astype(np.float64) - top).astype(np.float32)

@@ -123,34 +123,26 @@ def test_statistics_over_a_real_vocabulary_match_float64():
     bias = np.zeros_like(base)
     bias[0, 11] = -100.0
     rows = inspect(mx.array(base), params, 10, bias=mx.array(bias))
-    for row, logits, p in zip(rows, base.astype(np.float64), params, strict=True):
-        chain = [logits]
-        if p.logit_bias:
-            chain.append(np.where(np.arange(logits.size) == 11, logits - 100.0, logits))
-        for k, dist in enumerate(chain):
-            finite = dist[np.isfinite(dist)]
-            log_z = np.log(np.exp(finite - finite.max()).sum()) + finite.max()
-            probs = np.exp(finite - log_z)
-            assert row.entropies[k] == pytest.approx(-(probs * (finite - log_z)).sum(), abs=1e-5)
-            for c in row.top:
-                want = dist[c.token_id] - log_z
-                assert c.logprobs[k] == (-math.inf if want == -np.inf else pytest.approx(want, abs=1e-5))
+    for row, logits, p in zip(rows, base, params, strict=True):
+        _check_against_float64(row, logits, p.logit_bias)
 
 
-def _float64_chain(logits: np.ndarray, bias: dict[int, float]) -> list[np.ndarray]:
-    biased = logits.copy()
-    for token, value in bias.items():
-        biased[token] += value
-    return [logits, biased]
-
-
-def _check_against_float64(row, logits: np.ndarray, bias: dict[int, float]) -> None:
-    for k, dist in enumerate(_float64_chain(logits.astype(np.float64), bias)):
-        log_z = np.log(np.exp(dist - dist.max()).sum()) + dist.max()
-        probs = np.exp(dist - log_z)
-        assert row.entropies[k] == pytest.approx(-(probs * (dist - log_z)).sum(), abs=1e-5)
+def _check_against_float64(row, logits: np.ndarray, bias, entropy_atol: float = 1e-5) -> None:
+    """``row``'s raw distribution, and where ``bias`` is set the biased one, against NumPy
+    in float64: the entropies within ``entropy_atol``, every candidate's logprob within 1e-5."""
+    chain = [logits.astype(np.float64)]
+    if bias:
+        chain.append(chain[0].copy())
+        for token, value in bias.items():
+            chain[1][token] += value
+    for k, dist in enumerate(chain):
+        finite = dist[np.isfinite(dist)]
+        log_z = np.log(np.exp(finite - finite.max()).sum()) + finite.max()
+        probs = np.exp(finite - log_z)
+        assert row.entropies[k] == pytest.approx(-(probs * (finite - log_z)).sum(), abs=entropy_atol)
         for c in row.top:
-            assert c.logprobs[k] == pytest.approx(dist[c.token_id] - log_z, abs=1e-5)
+            want = dist[c.token_id] - log_z
+            assert c.logprobs[k] == (-math.inf if want == -np.inf else pytest.approx(want, abs=1e-5))
 
 
 def test_the_bias_statistics_derived_from_raws_match_float64_and_a_step_too_far_under_is_packed_whole():
@@ -217,10 +209,4 @@ def test_a_trusted_derived_bias_entropy_keeps_float32s_accuracy_far_under_its_sh
         host = to_host(sampled.packed)
         assert host[sampled.places[0][1].bias_z] >= UNTRUSTED_Z  # derived and trusted
         (row,) = sampled.unpack_all(host, [3], str, batch.counters())
-        dist = logits.astype(np.float64)
-        dist[best] -= 100.0
-        log_z = np.log(np.exp(dist - dist.max()).sum()) + dist.max()
-        probs = np.exp(dist - log_z)
-        assert row.entropies[1] == pytest.approx(-(probs * (dist - log_z)).sum(), abs=5e-5)
-        for c in row.top:
-            assert c.logprobs[1] == pytest.approx(dist[c.token_id] - log_z, abs=1e-5)
+        _check_against_float64(row, logits, bias, entropy_atol=5e-5)
