@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from app.model.reply_analysis import StepAnalysis
 from app.model.streams import StreamKey
 from app.model.textfmt import percent
-from engine.api.draft import DEFAULT_DRAFT_TOKENS, MAX_DRAFT_TOKENS, DraftRecord, Outcome
+from engine.api.draft import (
+    DEFAULT_DRAFT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    Coupling,
+    DraftRecord,
+    Outcome,
+    classic_accept_probability,
+)
 from engine.api.events import TokenStep
 
 OUTCOME_WORDS = {
@@ -27,6 +34,11 @@ OUTCOME_WORDS = {
     Outcome.BONUS: "bonus: the model's extra token after a whole block was accepted",
 }
 OUTCOME_SHORT = {Outcome.ACCEPTED: "accepted", Outcome.REJECTED: "drawn after a rejection", Outcome.BONUS: "bonus"}
+COUPLING_WORDS = {
+    Coupling.GREEDY: "took its most likely token, as the draft did, and drew",
+    Coupling.SHARED_NOISE: "drew with the same random noise as the draft",
+}
+"""How the model's draw was made beside the draft's (``engine.api.draft.Coupling``)."""
 NO_DRAFT = "no draft here (the reply's first token, or a step without a block)"
 
 
@@ -65,11 +77,10 @@ class DraftRow:
     drawn: bool
 
     @property
-    def accept_probability(self) -> float | None:
-        """min(1, p / q): how likely rejection sampling would keep it, had the draft proposed it."""
-        if self.p is None or self.q is None or self.q <= 0:
-            return None
-        return min(1.0, self.p / self.q)
+    def classic_accept_probability(self) -> float | None:
+        """min(1, p / q): how likely classic speculative sampling would keep it, had the draft
+        proposed it (not the engine's rule: ``engine.api.draft.Coupling``)."""
+        return classic_accept_probability(self.p, self.q)
 
 
 def draft_rows(step: TokenStep) -> list[DraftRow]:
@@ -103,10 +114,14 @@ def draft_header(step: TokenStep) -> str:
     if record.outcome is Outcome.BONUS:
         return f"Bonus ({where} + 1): every proposal of the block was accepted, so the model's pass gave one more."
     verdict = OUTCOME_WORDS[record.outcome]
+    drew = COUPLING_WORDS.get(record.coupling, "drew")
+    kept = "kept" if record.kept else "not kept: the model's own draw stands"
     return (
-        f"{verdict.capitalize()} ({where}). Proposed “{_text(record, step)}”: "
-        f"q {percent(record.logprob)}, p {percent(record.target_logprob)}, "
-        f"min(1, p/q) {fraction(record.accept_probability)}."
+        f"{verdict.capitalize()} ({where}). The draft drew “{_text(record, step)}” "
+        f"(q {percent(record.logprob)}, p {percent(record.target_logprob)}); the model {drew} "
+        f"“{step.piece}”: {kept}. Classic speculative sampling would keep the proposal with "
+        f"min(1, p/q) {fraction(record.classic_accept_probability)}; the rule here keeps it only when both "
+        "draws agree."
     )
 
 

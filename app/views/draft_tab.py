@@ -2,10 +2,12 @@
 the running model drew (``app.model.draft``).
 
 A line says the outcome (accepted, rejected — the model drew another token —, bonus), the
-token's place in its block, and for the proposal q (its probability under the draft), p
-(under the model) and min(1, p/q). The table lists both models' candidates side by side,
-the most likely under either first: q, p and min(1, p/q) for each, the draft's proposal
-and the model's draw marked. The tab is shown only for a token that has a draft record.
+token's place in its block, both draws and how they were made (greedy, or the same random
+noise: the proposal is kept only when they agree), q (the proposal's probability under the
+draft) and p (under the model), and, labelled as such, classic speculative sampling's
+min(1, p/q). The table lists both models' candidates side by side, the most likely under
+either first: q, p and that classic figure for each, the draft's proposal and the model's
+draw marked. The tab is shown only for a token that has a draft record.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from app.model.textfmt import percent, visible
 from app.views.theme import LIGHT, Colors
 from engine.api.events import TokenStep
 
-COLUMNS = ("", "token", "q (draft)", "p (model)", "min(1, p/q)")
+COLUMNS = ("", "token", "q (draft)", "p (model)", "classic min(1, p/q)")
 PROPOSED, DRAWN = "◆", "●"
 LEGEND = f"{PROPOSED} the draft's proposal · {DRAWN} the model's draw"
 
@@ -63,7 +65,13 @@ class DraftView(QWidget):
         self.table.setRowCount(len(self.rows))
         for i, row in enumerate(self.rows):
             mark = (PROPOSED if row.proposed else "") + (DRAWN if row.drawn else "")
-            cells = (mark, visible(row.text), _percent(row.q), _percent(row.p), fraction(row.accept_probability))
+            cells = (
+                mark,
+                visible(row.text),
+                _percent(row.q),
+                _percent(row.p),
+                fraction(row.classic_accept_probability),
+            )
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column >= 2:

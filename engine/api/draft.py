@@ -7,6 +7,13 @@ and a draft token is accepted while it equals that draw. The reply is therefore 
 target's own, token for token, greedy or seeded; the draft only decides how many tokens
 one target pass yields. Each token records what the draft proposed there and what
 became of it.
+
+The rule is a coupling, not rejection sampling: where a row samples, the draft and the
+target each draw ``argmax(log prob + g)`` with the same Gumbel noise ``g`` (the request's
+seed and the token's index), and the proposal is kept only when both draws are the same
+token. That keeps the target's distribution exactly and accepts less often than classic
+speculative sampling's min(1, p/q), which is recorded beside it under its own name
+(:func:`classic_accept_probability`), never as the rule in use.
 """
 
 from __future__ import annotations
@@ -30,6 +37,30 @@ class Outcome(StrEnum):
 
 
 OUTCOMES = tuple(o.value for o in Outcome)
+
+
+class Coupling(StrEnum):
+    """How the draft's draw and the target's were made at a token: what decided it."""
+
+    GREEDY = "greedy"
+    """Both models took their most likely token (after their chains)."""
+    SHARED_NOISE = "shared_noise"
+    """Each model drew ``argmax(log prob + g)`` with the same Gumbel noise ``g`` of the
+    request's seed and the token's index: the noise's winner under each distribution."""
+
+
+COUPLINGS = tuple(c.value for c in Coupling)
+
+
+def classic_accept_probability(p: float | None, q: float | None) -> float | None:
+    """min(1, p / q) for probabilities ``p`` (the target's) and ``q`` (the draft's): the
+    chance classic speculative sampling (Leviathan et al., 2023) would keep the proposal.
+    Not the rule this engine uses (:class:`Coupling`); None where either is not known."""
+    if p is None or q is None or q <= 0:
+        return None
+    return min(1.0, p / q)
+
+
 DEFAULT_DRAFT_TOKENS = 3
 MAX_DRAFT_TOKENS = 16
 
@@ -68,15 +99,24 @@ class DraftRecord:
     """log p: the proposal under the target's distribution."""
     top: tuple[DraftCandidate, ...] = ()
     """The draft's top candidates, most likely first."""
+    drawn_token_id: int | None = None
+    """The target's own draw here (the token the reply kept); None: not recorded (an
+    older record)."""
+    coupling: Coupling | None = None
+    """How both draws were made (:class:`Coupling`); None: not recorded (an older record)."""
 
     @property
-    def accept_probability(self) -> float | None:
-        """min(1, p / q): the chance classic rejection sampling would keep the proposal."""
+    def kept(self) -> bool:
+        """Whether the draft's proposal became the reply's token (the two draws agreed)."""
+        return self.outcome is Outcome.ACCEPTED
+
+    @property
+    def classic_accept_probability(self) -> float | None:
+        """min(1, p / q) of the proposal: what classic speculative sampling would keep it
+        with (:func:`classic_accept_probability`), not the rule used here."""
         if self.logprob is None or self.target_logprob is None:
             return None
-        if self.target_logprob == -math.inf:
-            return 0.0
-        return min(1.0, math.exp(self.target_logprob - self.logprob))
+        return classic_accept_probability(math.exp(self.target_logprob), math.exp(self.logprob))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +161,11 @@ def encode_draft(record: DraftRecord, number: Callable[[float | None], float | N
         "position": record.position,
         "block": record.block,
         "token_id": record.token_id,
+        "drawn_token_id": record.drawn_token_id,
+        "coupling": None if record.coupling is None else record.coupling.value,
         "logprob": number(record.logprob),
         "target_logprob": number(record.target_logprob),
-        "accept_probability": number(record.accept_probability),
+        "classic_accept_probability": number(record.classic_accept_probability),
         "top": [
             {
                 "token_id": c.token_id,
@@ -137,14 +179,18 @@ def encode_draft(record: DraftRecord, number: Callable[[float | None], float | N
 
 
 def decode_draft(data: Mapping[str, Any] | None) -> DraftRecord | None:
-    """The record back (``accept_probability`` is derived, not read). A null logprob of the
-    target is -inf (a token its chain removed), unless the proposal itself is null."""
+    """The record back (``classic_accept_probability`` is derived, not read; an older
+    record's ``accept_probability`` was the same figure). A null logprob of the target is
+    -inf (a token its chain removed), unless the proposal itself is null."""
     if data is None:
         return None
     outcome = data.get("outcome")
     if outcome not in OUTCOMES:
         raise ValueError(f"a draft record's outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}.")
-    token = data.get("token_id")
+    coupling = data.get("coupling")
+    if coupling is not None and coupling not in COUPLINGS:
+        raise ValueError(f"a draft record's coupling must be one of {', '.join(COUPLINGS)}, got {coupling!r}.")
+    token, drawn = data.get("token_id"), data.get("drawn_token_id")
 
     def lp(value: Any, known: bool = True) -> float | None:
         return float(value) if value is not None else (-math.inf if known else None)
@@ -160,6 +206,8 @@ def decode_draft(data: Mapping[str, Any] | None) -> DraftRecord | None:
             DraftCandidate(int(c["token_id"]), str(c["text"]), lp(c.get("logprob")), lp(c.get("target_logprob")))
             for c in data.get("top") or ()
         ),
+        None if drawn is None else int(drawn),
+        None if coupling is None else Coupling(coupling),
     )
 
 

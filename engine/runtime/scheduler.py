@@ -353,13 +353,13 @@ class Scheduler:
         def sample(logits: mx.array) -> tuple[list[Event], mx.array]:
             return self._sample(requests, logits, self._sampling), self._last_final
 
-        events, kept = run_block(self.drafter, requests, carries, tokens, forward, sample)
-        for cache in self._batch:  # the proposals after the first one the rows did not keep
-            cache.trim(tokens + 1 - kept)
+        block = run_block(self.drafter, requests, carries, tokens, forward, sample)
+        for cache in self._batch:  # what the pass was fed and the rows did not keep
+            cache.trim(block.surplus)
         for request in requests:
-            request.fed += kept
-        self._drop_finished(events)
-        return events
+            request.fed += block.kept
+        self._drop_finished(block.events)
+        return block.events
 
     def _drop_finished(self, events: list[Event]) -> None:
         done = self._finished_ids(events)

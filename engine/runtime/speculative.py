@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from engine.api.draft import NO_DRAFT_STATS, DraftCandidate, DraftRecord, Outcome
+from engine.api.draft import NO_DRAFT_STATS, Coupling, DraftCandidate, DraftRecord, Outcome
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
 from engine.caches import batch as kv
@@ -141,9 +141,11 @@ class Drafter:
 
     # Settling ---------------------------------------------------------------------------
 
-    def settle(self, request: Request, proposal: Proposal, kept: Sequence[int]) -> None:
-        """After the target kept ``kept`` tokens of the block: the draft's caches cut back to
-        what it fed of the kept tokens, and the request's figures updated."""
+    def settle(self, request: Request, proposal: Proposal, kept: Sequence[int], size: int) -> None:
+        """After the target kept ``kept`` tokens of a block that checked the first ``size``
+        proposals: the draft's caches cut back to what it fed of the kept tokens, and the
+        request's figures updated with what was checked (a proposal past ``size`` was never
+        looked at, and a bonus token that happens to equal one is not an acceptance)."""
         matched = _leading_matches(proposal.tokens, kept)
         valid = proposal.history + min(matched, max(0, len(proposal.tokens) - 1))
         state = request.draft
@@ -151,7 +153,7 @@ class Drafter:
             for cache in state.caches:
                 cache.trim(state.fed - valid)
             state.fed = valid
-        checked = min(len(kept), len(proposal.tokens))
+        checked = min(len(kept), size)
         stats = request.draft_stats or NO_DRAFT_STATS
         request.draft_stats = stats.plus(checked, min(matched, checked), len(kept))
 
@@ -174,6 +176,24 @@ def block_size(drafter: Drafter, request: Request, context_length: int) -> int:
     return max(0, min(drafter.tokens, left - 1))
 
 
+@dataclass(frozen=True)
+class Block:
+    """What one block did to the target: its events and what its caches must give back."""
+
+    events: list[Event]
+    """Each token with its draft record, then each row's ``Finished`` with its figures."""
+    kept: int
+    """Tokens every row kept (the same for every row)."""
+    fed: int
+    """Tokens the target's pass was fed per row: the last kept token and the proposals that
+    were checked. The caches grew by ``fed`` and hold ``kept`` valid positions of them."""
+
+    @property
+    def surplus(self) -> int:
+        """Positions to cut from the end of the target's caches: fed, never kept."""
+        return self.fed - self.kept
+
+
 def run_block(
     drafter: Drafter,
     requests: Sequence[Request],
@@ -181,11 +201,14 @@ def run_block(
     tokens: int,
     forward: Callable[[mx.array], mx.array],
     sample: Callable[[mx.array], tuple[list[Event], mx.array]],
-) -> tuple[list[Event], int]:
+) -> Block:
     """One block for every row: propose, check in one target pass (``forward``: [B, L] ->
     [B, L, V]), then draw position by position (``sample``: the scheduler's own step on
-    [B, V] logits -> its events and the final logits). Returns the events (each token with
-    its draft record) and how many tokens every row kept."""
+    [B, V] logits -> its events and the final logits).
+
+    A proposal may be shorter than ``tokens`` (the draft proposed an end of sequence), so
+    the pass checks the shortest proposal of the batch: what the target was fed is counted
+    here, where it is fed, and the caller cuts its caches by the block's ``surplus``."""
     proposals = [drafter.propose(r, c, tokens) for r, c in zip(requests, carries, strict=True)]
     size = min(len(p.tokens) for p in proposals)
     inputs = mx.array([[r.generated[-1], *p.tokens[:size]] for r, p in zip(requests, proposals, strict=True)])
@@ -201,7 +224,7 @@ def run_block(
             if isinstance(event, TokenStep) and event.request_id in rows:
                 row = rows[event.request_id]
                 kept[row].append(event.token_id)
-                record = _record(proposals[row], j, size, event.token_id, target[row])
+                record = _record(proposals[row], j, size, event, target[row])
                 ended |= record.outcome is not Outcome.ACCEPTED
                 event = dataclasses.replace(event, draft=record)
             elif isinstance(event, Finished):
@@ -210,11 +233,11 @@ def run_block(
         if ended:
             break
     for request, proposal, row_kept in zip(requests, proposals, kept, strict=True):
-        drafter.settle(request, proposal, row_kept)
+        drafter.settle(request, proposal, row_kept, size)
     # A row that finished in this block was told its figures before the block was settled.
     stats = {r.id: r.draft_stats for r in requests}
     events = [dataclasses.replace(e, draft=stats[e.request_id]) if isinstance(e, Finished) else e for e in events]
-    return events, len(kept[0])
+    return Block(events, len(kept[0]), size + 1)
 
 
 def _target_logprobs(final: mx.array, proposals: Sequence[Proposal], j: int, size: int) -> list[dict[int, float]]:
@@ -230,9 +253,12 @@ def _target_logprobs(final: mx.array, proposals: Sequence[Proposal], j: int, siz
     return [dict(zip(i, v, strict=False)) for i, v in zip(ids, values, strict=True)]
 
 
-def _record(proposal: Proposal, j: int, size: int, drawn: int | None, target: dict[int, float]) -> DraftRecord:
+def _record(proposal: Proposal, j: int, size: int, drew: TokenStep, target: dict[int, float]) -> DraftRecord:
+    """What decided the token ``drew`` at place ``j`` of a block checking ``size`` proposals."""
+    drawn = drew.token_id
+    coupling = Coupling.GREEDY if drew.params.greedy else Coupling.SHARED_NOISE
     if j >= size:
-        return DraftRecord(Outcome.BONUS, j, size, None, None, None)
+        return DraftRecord(Outcome.BONUS, j, size, None, None, None, drawn_token_id=drawn, coupling=coupling)
     step = proposal.steps[j]
     token = proposal.tokens[j]
     top = tuple(
@@ -241,7 +267,7 @@ def _record(proposal: Proposal, j: int, size: int, drawn: int | None, target: di
         if c.logprob is not None and c.logprob > float("-inf")
     )
     outcome = Outcome.ACCEPTED if drawn == token else Outcome.REJECTED
-    return DraftRecord(outcome, j, size, token, step.logprobs[-1], target.get(token), top)
+    return DraftRecord(outcome, j, size, token, step.logprobs[-1], target.get(token), top, drawn, coupling)
 
 
-__all__ = ["Drafter", "check_draft", "run_block", "block_size"]
+__all__ = ["Block", "Drafter", "check_draft", "run_block", "block_size"]

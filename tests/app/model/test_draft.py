@@ -60,11 +60,16 @@ def test_the_draft_tab_pairs_both_models_and_marks_the_proposal_and_the_draw(ste
     assert proposed[0].token_id == rejected.draft.token_id and drawn[0].token_id == rejected.token_id
     assert proposed[0].q == pytest.approx(math.exp(rejected.draft.logprob))
     assert proposed[0].p == pytest.approx(math.exp(rejected.draft.target_logprob))
-    assert proposed[0].accept_probability == pytest.approx(rejected.draft.accept_probability)
+    assert proposed[0].classic_accept_probability == pytest.approx(rejected.draft.classic_accept_probability)
     assert drawn[0].p == pytest.approx(math.exp(rejected.logprob), rel=1e-5)
     keys = [max(r.q or 0, r.p or 0) for r in rows]
     assert keys == sorted(keys, reverse=True)
-    assert draft_header(rejected).startswith("Rejected") and "min(1, p/q)" in draft_header(rejected)
+    header = draft_header(rejected)
+    assert (
+        header.startswith("Rejected")
+        and "Classic speculative sampling would keep the proposal with min(1, p/q)" in header
+    )
+    assert f"“{rejected.piece}”: not kept" in header
     bonus = next(s for s in steps if outcome_of(s) is Outcome.BONUS)
     assert draft_header(bonus).startswith("Bonus") and not any(r.proposed for r in draft_rows(bonus))
 

@@ -5,7 +5,18 @@ import pytest
 from tests.engine.cli.test_cli import by_request, cli, lines
 from tests.support.tiny_model import write_tiny_model
 
-DRAFT_KEYS = {"outcome", "position", "block", "token_id", "logprob", "target_logprob", "accept_probability", "top"}
+DRAFT_KEYS = {
+    "outcome",
+    "position",
+    "block",
+    "token_id",
+    "drawn_token_id",
+    "coupling",
+    "logprob",
+    "target_logprob",
+    "classic_accept_probability",
+    "top",
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +36,9 @@ def test_a_draft_model_changes_no_token_and_reports_every_block(tiny_folder, nea
     records = [t["draft"] for t in drafted[1:] if "draft" in t]
     assert records and all(set(r) == DRAFT_KEYS for r in records)
     for token, record in zip(drafted[1:], records, strict=False):
+        assert record["drawn_token_id"] == token["token_id"] and record["coupling"] == "shared_noise"
         if record["outcome"] == "accepted":
-            assert record["token_id"] == token["token_id"] and record["accept_probability"] is not None
+            assert record["token_id"] == token["token_id"] and record["classic_accept_probability"] is not None
         elif record["outcome"] == "rejected":
             assert record["token_id"] != token["token_id"]
         else:

@@ -14,12 +14,13 @@ import pytest
 from mlx_lm.generate import speculative_generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from engine.api.draft import DraftStats, Outcome
+from engine.api.draft import Coupling, DraftStats, Outcome
 from engine.api.errors import EngineError
-from engine.api.events import Finished, TokenStep
+from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 from engine.models.load import load
 from engine.runtime.scheduler import Scheduler
+from tests.support.drafts import run_requests, token_ids
 from tests.support.tiny_archs import write_tiny_arch
 from tests.support.tiny_model import write_tiny_model
 from tests.support.tiny_reasoning import write_qwen3_style
@@ -27,47 +28,12 @@ from tests.support.tiny_reasoning import write_qwen3_style
 PROMPTS = ("The cat sat on the mat", "Once upon a time", "A B C D")
 
 
-@pytest.fixture(scope="module")
-def near(tmp_path_factory):
-    """The tiny model's own weights rounded to bfloat16: close to it, not equal (some rejections)."""
-    return load(str(write_tiny_model(tmp_path_factory.mktemp("near") / "m", seed=0, dtype="bfloat16")))
-
-
-@pytest.fixture(scope="module")
-def far(tmp_path_factory):
-    """Other random weights, the same vocabulary: most proposals rejected."""
-    return load(str(write_tiny_model(tmp_path_factory.mktemp("far") / "m", seed=1)))
-
-
 def _params(tiny, **changes) -> SamplingParams:
-    base = {"max_tokens": 40, "top_logprobs": 3, "logit_bias": {t: -100.0 for t in tiny.eos_token_ids}}
-    return SamplingParams(**{**base, **changes})
+    """End of sequence allowed: a draft that proposes it is the case that broke replies once."""
+    return SamplingParams(**{"max_tokens": 40, "top_logprobs": 3, **changes})
 
 
-def _run(model, requests, draft=None, tokens=3, change=None):
-    """Every request's steps and Finished; ``change`` = (index, params): a live change once
-    the first request has that many tokens (at a step boundary)."""
-    scheduler = Scheduler(model, prefill_chunk=512)
-    if draft is not None:
-        scheduler.set_draft(draft, tokens)
-    ids = [scheduler.insert(model.tokenizer.encode(prompt), params) for prompt, params in requests]
-    steps: dict[int, list[TokenStep]] = {i: [] for i in ids}
-    done: dict[int, Finished] = {}
-    changed_at = None
-    while scheduler.has_work():
-        for event in scheduler.step():
-            if isinstance(event, TokenStep):
-                steps[event.request_id].append(event)
-            elif isinstance(event, Finished):
-                done[event.request_id] = event
-        if change is not None and changed_at is None and len(steps[ids[0]]) >= change[0] and ids[0] not in done:
-            changed_at = len(steps[ids[0]])
-            scheduler.update_params(ids[0], change[1])
-    return [steps[i] for i in ids], [done[i] for i in ids], changed_at
-
-
-def _tokens(steps) -> list[int]:
-    return [s.token_id for s in steps]
+_run, _tokens = run_requests, token_ids
 
 
 @pytest.mark.parametrize("which", ["near", "far"])
@@ -95,7 +61,9 @@ def test_a_drafted_reply_is_the_plain_reply(tiny, which, sampled, request):
             continue
         assert (record.token_id == step.token_id) == (record.outcome is Outcome.ACCEPTED)
         assert 0 <= record.position < record.block <= 4
-        assert record.logprob <= 0 and 0 <= record.accept_probability <= 1
+        assert record.logprob <= 0 and 0 <= record.classic_accept_probability <= 1
+        assert record.drawn_token_id == step.token_id and record.kept == (record.outcome is Outcome.ACCEPTED)
+        assert record.coupling is (Coupling.SHARED_NOISE if sampled else Coupling.GREEDY)
         if record.outcome is Outcome.ACCEPTED:  # p is the target's own final logprob of its token
             assert record.target_logprob == pytest.approx(step.logprob, abs=1e-5)
         assert [c.logprob for c in record.top] == sorted((c.logprob for c in record.top), reverse=True)
@@ -110,7 +78,7 @@ def test_a_bigger_block_of_the_same_model_accepts_everything(tiny):
     (steps,), (done,), _ = _run(tiny, [(PROMPTS[1], _params(tiny, max_tokens=21))], draft=tiny, tokens=4)
     assert done.draft == DraftStats(proposed=16, accepted=16, passes=4, tokens=20)
     assert [s.draft.outcome for s in steps[1:6]] == [Outcome.ACCEPTED] * 4 + [Outcome.BONUS]
-    assert all(s.draft.accept_probability == pytest.approx(1.0) for s in steps[1:5])
+    assert all(s.draft.classic_accept_probability == pytest.approx(1.0) for s in steps[1:5])
 
 
 @pytest.mark.parametrize("which", ["near", "far"])
@@ -217,38 +185,38 @@ def test_a_draft_that_cannot_serve_is_refused_and_changes_nothing(tiny, near, tm
     assert all(s.draft is None for s in steps)
 
 
-def test_accept_probability_is_min_one_p_over_q():
+def test_the_classic_accept_probability_is_min_one_p_over_q():
     from engine.api.draft import DraftRecord
 
     record = DraftRecord(Outcome.REJECTED, 1, 3, 7, math.log(0.5), math.log(0.2))
-    assert record.accept_probability == pytest.approx(0.4)
-    assert DraftRecord(Outcome.ACCEPTED, 0, 3, 7, math.log(0.2), math.log(0.5)).accept_probability == 1.0
-    assert DraftRecord(Outcome.REJECTED, 0, 3, 7, math.log(0.2), -math.inf).accept_probability == 0.0
-    assert DraftRecord(Outcome.BONUS, 3, 3, None, None, None).accept_probability is None
+    assert record.classic_accept_probability == pytest.approx(0.4)
+    assert DraftRecord(Outcome.ACCEPTED, 0, 3, 7, math.log(0.2), math.log(0.5)).classic_accept_probability == 1.0
+    assert DraftRecord(Outcome.REJECTED, 0, 3, 7, math.log(0.2), -math.inf).classic_accept_probability == 0.0
+    assert DraftRecord(Outcome.BONUS, 3, 3, None, None, None).classic_accept_probability is None
 
 
 @pytest.mark.slow
 def test_the_default_model_drafted_by_its_own_q4_0_requantization(smollm, tmp_path_factory):
     """The real pair: SmolLM2-135M Q4_1 (float32) checked, its weights re-quantized to Q4_0
-    (gguf-py's quantizer) drafting; greedy equals the plain reply and mlx-lm's speculative
-    generate on the same two loaded models, with proposals both accepted and rejected."""
+    (gguf-py's quantizer) drafting, end of sequence allowed; greedy equals the plain reply
+    and mlx-lm's speculative generate on the same two loaded models, with proposals both
+    accepted and rejected; and so does a draft of it that proposes the end where the model
+    goes on."""
     from engine.models.load import default_model_path
+    from tests.support.drafts import ending_early
     from tools.requantize import requantize
 
     gguf = tmp_path_factory.mktemp("q4_0") / "smollm2-135m-q4_0.gguf"
     requantize(default_model_path(), gguf, "Q4_0")
     draft = load(str(gguf))
-    prompt = "Write a short story about a lighthouse keeper."
-    params = SamplingParams(max_tokens=14, logit_bias={t: -100.0 for t in smollm.eos_token_ids})
+    prompt = "Once upon a time, a lighthouse keeper"  # a raw prompt the model goes on from
+    params = SamplingParams(max_tokens=14, top_logprobs=3)
     (plain,), _, _ = _run(smollm, [(prompt, params)])
     (drafted,), (done,), _ = _run(smollm, [(prompt, params)], draft=draft, tokens=3)
     assert _tokens(drafted) == _tokens(plain)
     outcomes = {s.draft.outcome for s in drafted if s.draft is not None}
     assert {Outcome.ACCEPTED, Outcome.REJECTED} <= outcomes
     assert 0 < done.draft.acceptance_rate < 1
-    from mlx_lm.sample_utils import make_logits_processors
-
-    ban = make_logits_processors(logit_bias=params.logit_bias)
     theirs = [
         int(token)
         for token, _, _ in speculative_generate_step(
@@ -257,10 +225,15 @@ def test_the_default_model_drafted_by_its_own_q4_0_requantization(smollm, tmp_pa
             draft.model,
             num_draft_tokens=3,
             max_tokens=len(drafted),
-            logits_processors=ban,
         )
     ]
     assert _tokens(drafted) == theirs
+    (ending,), _, _ = _run(smollm, [(prompt, params)], draft=ending_early(draft, every=2), tokens=3)
+    assert _tokens(ending) == _tokens(plain)
+    for a, b in zip(ending, plain, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    eos = min(smollm.eos_token_ids)
+    assert any(s.draft is not None and s.draft.token_id == eos for s in ending)
 
 
 def test_the_session_loads_refuses_and_releases_a_draft(tiny_folder, tmp_path):
@@ -302,11 +275,13 @@ def test_draft_records_round_trip_through_every_codec_style(tiny, near):
             if step.draft is None:
                 assert back is None
                 continue
-            assert (back.outcome, back.position, back.block, back.token_id) == (
+            assert (back.outcome, back.position, back.block, back.token_id, back.drawn_token_id, back.coupling) == (
                 step.draft.outcome,
                 step.draft.position,
                 step.draft.block,
                 step.draft.token_id,
+                step.token_id,
+                Coupling.GREEDY,
             )
             assert back.logprob == pytest.approx(step.draft.logprob, abs=1e-4)
             assert [c.token_id for c in back.top] == [c.token_id for c in step.draft.top]
