@@ -36,6 +36,40 @@ def smollm():
     return load("default")
 
 
+@pytest.fixture
+def profile(tmp_path):
+    """A fresh profile for the app: its database path and its ``QSettings`` (an ini file)."""
+    from PySide6.QtCore import QSettings
+
+    return tmp_path / "db.sqlite3", QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
+    """A real ``mlx_lm.server`` serving the tiny model folder (its model id is the folder's path)."""
+    from tests.support.local_server import mlx_lm_server
+
+    with mlx_lm_server(Path(tiny_folder), tmp_path_factory.mktemp("mlx-server")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def vllm_like():
+    """The vLLM-like stand-in of ``tests/support/vllm_like.py`` on 127.0.0.1; ``.bodies`` holds what it was sent."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.support.vllm_like import VllmLike
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), VllmLike)
+    server.daemon_threads = True
+    server.bodies = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
 # The files that take minutes (real models loaded, servers started) start first, one per
 # worker as they come free: ``make test`` keeps this order (``--no-loadscope-reorder``), where
 # xdist would otherwise start the files with the most tests first and leave the longest one

@@ -12,8 +12,8 @@ pytest.importorskip("httpx")
 
 from app.shell.score_actions import REPLAY_TEXT  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
-from tests.integration.test_app_remote import connect, replies, tiny_server  # noqa: E402, F401
+from tests.integration.test_app_remote import connect, replies  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 GATED = {REPLAY_TEXT: "replay", "Score text…": "score", "Compare settings side by side": "fork"}
 
@@ -29,7 +29,7 @@ def actions(window) -> dict:
     return found
 
 
-def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tiny_server):  # noqa: F811
+def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tiny_server):
     window = open_window(qtbot, profile, str(tiny_folder))
     try:
         # A saved reply's token selected: what Replay needs of the state (its own rule).
@@ -73,7 +73,7 @@ def test_menus_follow_the_backends_capabilities(qtbot, profile, tiny_folder, tin
         close_window(window)
 
 
-def test_a_server_step_is_labelled_by_its_stage(qtbot, profile, tiny_folder, tiny_server):  # noqa: F811
+def test_a_server_step_is_labelled_by_its_stage(qtbot, profile, tiny_folder, tiny_server):
     from app.views.chat_view import tooltip_for
 
     window = open_window(qtbot, profile, str(tiny_folder))

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.integration.test_app_remote import connect  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 from tests.support.local_server import free_port, mlx_lm_server  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
-def test_a_failed_load_is_in_the_log_with_its_reason(qtbot, profile, tiny_folder, tmp_path, log_file):  # noqa: F811
+def test_a_failed_load_is_in_the_log_with_its_reason(qtbot, profile, tiny_folder, tmp_path, log_file):
     window = open_window(qtbot, profile, str(tiny_folder))
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + os.urandom(4096))  # a GGUF header, then nothing a reader can use
@@ -52,7 +52,7 @@ def test_a_failed_load_is_in_the_log_with_its_reason(qtbot, profile, tiny_folder
     close_window(window)
 
 
-def test_server_errors_are_in_the_log(qtbot, profile, tiny_folder, tmp_path, log_file):  # noqa: F811
+def test_server_errors_are_in_the_log(qtbot, profile, tiny_folder, tmp_path, log_file):
     window = open_window(qtbot, profile, str(tiny_folder))
     # Nobody listens there: the dialog says it could not list the models; so does the log.
     dialog = window.open_connect_dialog()

@@ -19,24 +19,10 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from app.model.remote_labels import NOT_REPORTED, is_local_host, plain_http_warning  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    send,
-)
 from tests.app.shell.test_app_compare import compare_entry, set_variants  # noqa: E402
-from tests.support.local_server import free_port, mlx_lm_server, stop, wait_ready  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
+from tests.support.local_server import free_port, stop, wait_ready  # noqa: E402
 from tests.support.paths import ROOT  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny_server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
-    """mlx_lm.server serving the tiny model folder (its model id is the folder's path)."""
-    with mlx_lm_server(Path(tiny_folder), tmp_path_factory.mktemp("mlx-server")) as url:
-        yield url
-
 
 STANDIN = """
 import sys, threading
@@ -97,7 +83,7 @@ def test_plain_http_warning_only_for_other_hosts():
     assert plain_http_warning("https://gpu-box:8000") == ""
 
 
-def test_chat_inspector_branch_live_change_and_compare_on_mlx_lm_server(qtbot, profile, tiny_folder, tiny_server):  # noqa: F811
+def test_chat_inspector_branch_live_change_and_compare_on_mlx_lm_server(qtbot, profile, tiny_folder, tiny_server):
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.model_info.backend == "local"
     dialog = connect(qtbot, window, tiny_server)
@@ -171,7 +157,7 @@ def test_chat_inspector_branch_live_change_and_compare_on_mlx_lm_server(qtbot, p
     close_window(window)
 
 
-def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_folder, standin_process):  # noqa: F811
+def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_folder, standin_process):
     url, proc = standin_process
     window = open_window(qtbot, profile, str(tiny_folder))
     # Refused: the dialog says so, the local model stays.
@@ -210,7 +196,7 @@ def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_f
     close_window(window)
 
 
-def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile, tiny_folder, standin_process):  # noqa: F811
+def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile, tiny_folder, standin_process):
     url, _ = standin_process
     window = open_window(qtbot, profile, str(tiny_folder))
     connect(qtbot, window, url, model="bad")
@@ -244,7 +230,7 @@ def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile
 
 def test_the_api_key_comes_from_the_environment_and_is_never_saved(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     tiny_folder,
     standin_process,
     monkeypatch,

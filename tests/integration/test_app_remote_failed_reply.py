@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.integration.test_app_remote import connect, replies  # noqa: E402
+from tests.support.app_window import close_window, open_window, send  # noqa: E402
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
 
-def test_a_failed_server_reply_does_not_show_the_previous_token(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_a_failed_server_reply_does_not_show_the_previous_token(qtbot, profile, tiny_folder, tmp_path):
     window = open_window(qtbot, profile, str(tiny_folder))
     greedy = SamplingParams(max_tokens=6, top_logprobs=5)
     with mlx_lm_server(Path(tiny_folder), tmp_path / "server") as url:

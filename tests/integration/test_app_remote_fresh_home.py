@@ -18,8 +18,8 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from engine.api.params import DEFAULT_SAMPLERS, SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.app.shell.test_app_input import outlined  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def connect_by_hand(qtbot, window, url: str, model: str):
     return dialog
 
 
-def test_connect_goes_on_without_the_model_list_and_says_why(qtbot, profile, tiny_folder, fresh_server):  # noqa: F811
+def test_connect_goes_on_without_the_model_list_and_says_why(qtbot, profile, tiny_folder, fresh_server):
     window = open_window(qtbot, profile, str(tiny_folder))
     model = str(Path(tiny_folder).resolve())
     dialog = connect_by_hand(qtbot, window, fresh_server, model)
@@ -73,7 +73,7 @@ def test_connect_goes_on_without_the_model_list_and_says_why(qtbot, profile, tin
     close_window(window)
 
 
-def test_what_the_server_cannot_apply_is_refused_before_anything_is_added(qtbot, profile, tiny_folder, fresh_server):  # noqa: F811
+def test_what_the_server_cannot_apply_is_refused_before_anything_is_added(qtbot, profile, tiny_folder, fresh_server):
     window = open_window(qtbot, profile, str(tiny_folder))
     connect_by_hand(qtbot, window, fresh_server, str(Path(tiny_folder).resolve()))
     assert window.model_info.backend == "remote", window.last_error

@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
 STAGE = "server reports: penalties"  # the connection's (status bar): what mlx_lm.server reports
@@ -36,7 +36,7 @@ def server(tiny_folder, tmp_path_factory: pytest.TempPathFactory):
         yield url
 
 
-def connected(qtbot, profile, tiny_folder, url: str):  # noqa: F811
+def connected(qtbot, profile, tiny_folder, url: str):
     """A window whose local model answered once, then connected to ``url``."""
     from app.model.remote_jobs import RemoteSpec
 
@@ -52,7 +52,7 @@ def connected(qtbot, profile, tiny_folder, url: str):  # noqa: F811
     return window
 
 
-def test_the_timeline_caption_leaves_the_plots_their_height(qtbot, profile, tiny_folder, server):  # noqa: F811
+def test_the_timeline_caption_leaves_the_plots_their_height(qtbot, profile, tiny_folder, server):
     """The server's stage was the plots' titles: a title's height taken from each plot."""
     window = connected(qtbot, profile, tiny_folder, server)
     send(qtbot, window, "hello again", GREEDY)
@@ -70,7 +70,7 @@ def test_the_timeline_caption_leaves_the_plots_their_height(qtbot, profile, tiny
     close_window(window)
 
 
-def test_the_status_bar_keeps_the_servers_stage_whole(qtbot, profile, tiny_folder, server):  # noqa: F811
+def test_the_status_bar_keeps_the_servers_stage_whole(qtbot, profile, tiny_folder, server):
     """At 800 px the status bar cut its label to "server reports: p…"."""
     window = connected(qtbot, profile, tiny_folder, server)
     window.resize(800, 600)

@@ -19,8 +19,8 @@ pytest.importorskip("httpx")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 from tests.integration.test_app_remote import connect, replies  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, token_point  # noqa: E402
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
 # A greedy request sets no bias or penalty: mlx_lm.server's numbers (after its penalties) are
@@ -83,7 +83,7 @@ def check_remote(window, url: str) -> None:
 
 def test_each_reply_is_labelled_by_what_wrote_it_whatever_is_loaded_now(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     tiny_folder,
     fresh_home_server,
 ):
@@ -133,7 +133,7 @@ def test_each_reply_is_labelled_by_what_wrote_it_whatever_is_loaded_now(
     close_window(window)
 
 
-def test_scoring_with_the_local_model_says_nothing_of_a_server(qtbot, profile, tiny_folder):  # noqa: F811
+def test_scoring_with_the_local_model_says_nothing_of_a_server(qtbot, profile, tiny_folder):
     from tests.app.shell.test_app_score import TEXT
 
     window = open_window(qtbot, profile, str(tiny_folder))

@@ -12,12 +12,8 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,62 +23,6 @@ from engine.api.params import SamplingParams
 from engine.api.reasoning import ANSWER, THINKING
 from engine.remote.backend import RemoteBackend
 from engine.runtime.reasoning_phase import split_reply
-
-# (delta key, text) per streamed token: two thinking tokens, the end marker (empty delta),
-# two answer tokens.
-STREAM = [
-    ("reasoning_content", "Let"),
-    ("reasoning_content", " me"),
-    (None, "</think>"),
-    ("content", "Hi"),
-    ("content", "!"),
-]
-
-
-class _VllmLike(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        data = json.dumps({"object": "list", "data": [{"id": "qwen3", "owned_by": "vllm"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send(self, obj: Any) -> None:
-        self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append(body)  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for i, (key, text) in enumerate(STREAM):
-            raw = list(text.encode())
-            entry = {"token": f"token_id:{100 + i}", "logprob": -0.5, "bytes": raw}
-            entry["top_logprobs"] = [dict(entry), {"token": "token_id:7", "logprob": -1.5, "bytes": [120]}]
-            delta = {key: text} if key else {}
-            self._send(
-                {"choices": [{"index": 0, "delta": delta, "logprobs": {"content": [entry]}, "finish_reason": None}]}
-            )
-        self._send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        self.wfile.write(b"data: [DONE]\n\n")
-
-
-@pytest.fixture(scope="module")
-def vllm_like():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _VllmLike)
-    server.daemon_threads = True
-    server.bodies = []  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def drive(backend, limit: float = 60.0) -> list:

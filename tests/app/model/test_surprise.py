@@ -85,7 +85,7 @@ def test_the_timeline_row_draws_the_stored_logprobs(qtbot, tmp_path, tiny_folder
     pytest.importorskip("pytestqt")
     from PySide6.QtCore import QSettings
 
-    from tests.app.shell.test_app import assistant_entries, close_window, open_window, send
+    from tests.support.app_window import assistant_entries, close_window, open_window, send
 
     profile = tmp_path / "db.sqlite3", QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = open_window(qtbot, profile, str(tiny_folder))

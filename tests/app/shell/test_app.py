@@ -9,60 +9,18 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-
-TIMEOUT = 60_000
-
-
-@pytest.fixture
-def profile(tmp_path):
-    return tmp_path / "db.sqlite3", QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-def open_window(qtbot, profile, model, session_factory=None):
-    """The main window on ``profile``, once ``model`` has loaded (or failed to); a
-    ``session_factory`` stands in for ``EngineSession`` where a test slows or records it."""
-    from app.shell.window import MainWindow
-
-    db, settings = profile
-    window = MainWindow(db_path=db, settings=settings, model=model, session_factory=session_factory)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: window.model_info is not None or bool(window.last_error), timeout=TIMEOUT)
-    return window
-
-
-def close_window(window):
-    window.close()
-    assert window.engine.thread.isFinished()
-
-
-def send(qtbot, window, text, params: SamplingParams, wait=True):
-    window.controls.set_params(params)
-    window.composer.setPlainText(text)
-    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
-    if wait:
-        qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
-
-
-def assistant_entries(window):
-    return [i for i, e in enumerate(window.entries) if e.role == "assistant"]
-
-
-def live_steps(window):
-    return [reply.new_steps for reply in window.model.replies.values()]
-
-
-def token_point(window, ref) -> QPoint:
-    """Where the chat view draws token ``ref``, in viewport coordinates (after a redraw)."""
-    window._redraw_if_dirty()
-    point = window.chat.point_of(ref)
-    assert point is not None, f"token {ref} is not drawn"
-    href = window.chat.anchorAt(point)
-    assert window.chat.writer.ref_of(href) == ref, (href, ref)
-    return point
+from tests.support.app_window import (  # noqa: E402
+    TIMEOUT,
+    assistant_entries,
+    close_window,
+    live_steps,
+    open_window,
+    send,
+    token_point,
+)
 
 
 def test_full_flow(qtbot, profile, tiny_folder):

@@ -15,13 +15,7 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    token_point,
-)
+from tests.support.app_window import TIMEOUT, close_window, open_window, token_point  # noqa: E402
 
 
 def link_point(chat, href: str, prefix: bool = False) -> QPoint:
@@ -54,7 +48,7 @@ def set_variants(window, variants: list[SamplingParams]) -> None:
     window.panel.set_compare(True, len(variants))
 
 
-def test_compare_three_settings_keep_one_and_compare_from_here(qtbot, profile, tiny_folder):  # noqa: F811
+def test_compare_three_settings_keep_one_and_compare_from_here(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
     base = SamplingParams(max_tokens=12, top_logprobs=5, logit_bias=no_eos)

@@ -18,14 +18,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    send,
-)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 from tests.support.tiny_model import write_tiny_model  # noqa: E402
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park"
@@ -85,7 +78,7 @@ def direct_rows(a, b, tokens: list[int], first: int):
 
 def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     pair,
     tmp_path,
 ):
@@ -211,7 +204,7 @@ def test_a_reply_compared_with_a_second_model_matches_engine_kld_everywhere(
     close_window(window)
 
 
-def test_a_scored_text_exports_what_python_m_engine_kld_prints(qtbot, profile, pair, tmp_path):  # noqa: F811
+def test_a_scored_text_exports_what_python_m_engine_kld_prints(qtbot, profile, pair, tmp_path):
     from tests.engine.analysis.test_kld import _kld
 
     a, b = pair
@@ -232,7 +225,7 @@ def test_a_scored_text_exports_what_python_m_engine_kld_prints(qtbot, profile, p
     close_window(window)
 
 
-def test_refusals_show_the_engines_message_and_change_nothing(qtbot, profile, pair, monkeypatch):  # noqa: F811
+def test_refusals_show_the_engines_message_and_change_nothing(qtbot, profile, pair, monkeypatch):
     from engine.models import fit as model_fit
 
     a, b = pair
@@ -271,7 +264,7 @@ def test_refusals_show_the_engines_message_and_change_nothing(qtbot, profile, pa
     close_window(window)
 
 
-def test_cancel_during_the_load_drops_the_result_and_releases_the_second_model(qtbot, profile, pair):  # noqa: F811
+def test_cancel_during_the_load_drops_the_result_and_releases_the_second_model(qtbot, profile, pair):
     a, b = pair
     window = open_window(qtbot, profile, str(a))
     send(qtbot, window, "cancel me", greedy(window, 16))
@@ -307,7 +300,7 @@ def test_cancel_during_the_load_drops_the_result_and_releases_the_second_model(q
     close_window(window)
 
 
-def test_the_menu_item_says_why_it_is_disabled(qtbot, profile, pair):  # noqa: F811
+def test_the_menu_item_says_why_it_is_disabled(qtbot, profile, pair):
     from dataclasses import replace
 
     from engine.remote.servers import KINDS, remote_capabilities

@@ -20,14 +20,7 @@ from PySide6.QtGui import QColor  # noqa: E402
 from app.model.draft import DraftChoice, DraftChoices  # noqa: E402
 from engine.api.draft import Outcome  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    send,
-)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 from tests.support.tiny_model import write_tiny_model  # noqa: E402
 from tests.support.tiny_reasoning import write_qwen3_style  # noqa: E402
 
@@ -65,7 +58,7 @@ def reply_steps(window):
     return entry.stream, entry.steps
 
 
-def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profile, models, tmp_path):  # noqa: F811
+def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profile, models, tmp_path):
     tiny, near, other = models
     window = open_window(qtbot, profile, str(tiny))
     send(qtbot, window, "the cat", params(window))
@@ -150,7 +143,7 @@ def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profi
     close_window(window)
 
 
-def test_the_saved_draft_is_loaded_again_with_its_model_and_no_draft_forgets_it(qtbot, profile, models):  # noqa: F811
+def test_the_saved_draft_is_loaded_again_with_its_model_and_no_draft_forgets_it(qtbot, profile, models):
     tiny, near, _ = models
     DraftChoices(profile[1]).set(str(tiny), DraftChoice(str(near), "auto", 2))
     window = open_window(qtbot, profile, str(tiny))

@@ -13,7 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, token_point  # noqa: E402
 
 FIRST = "The hat in the tin is the hat of the man in the hat."
 SECOND = "A cat sat on the mat and the mat was flat and the cat was fat."
@@ -40,7 +40,7 @@ def read(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_export_offers_only_what_the_selection_is_and_writes_it(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_export_offers_only_what_the_selection_is_and_writes_it(qtbot, profile, tiny_folder, tmp_path):
 
     window = open_window(qtbot, profile, str(tiny_folder))
     scoring = window.score_controller()

@@ -17,7 +17,7 @@ from app.model.chat import ChatModel  # noqa: E402
 from app.store.store import Store  # noqa: E402
 from app.views.param_fields import ERROR_STYLE  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 VOCAB = 300
 
@@ -80,7 +80,7 @@ def test_the_chat_model_refuses_settings_the_model_cannot_take_before_adding_the
     assert len(model.thread) == 2 and len(seen["job_submitted"]) == 1
 
 
-def test_send_with_invalid_settings_adds_nothing_and_says_why(qtbot, profile, tiny_folder):  # noqa: F811
+def test_send_with_invalid_settings_adds_nothing_and_says_why(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     controls = window.controls
     assert controls.vocab_size == window.model_info.vocab_size

@@ -21,7 +21,7 @@ from app.views.inspector_labels import elide  # noqa: E402
 from app.views.theme import LIGHT  # noqa: E402
 from engine.api.events import Candidate, TokenStep  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 from tests.support.chain_steps import chain_step  # noqa: E402
 
 BARS_TAB = 1
@@ -140,7 +140,7 @@ def visible_labels(plot) -> list:
 # Point 3: in step while a reply streams, after a branch ------------------------------------------
 
 
-def test_inspector_stays_in_step_while_a_reply_streams_and_after_a_branch(qtbot, profile, tiny_folder):  # noqa: F811
+def test_inspector_stays_in_step_while_a_reply_streams_and_after_a_branch(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     inspector = window.inspector
     inspector.tabs.setCurrentIndex(BARS_TAB)
@@ -217,7 +217,7 @@ def test_inspector_stays_in_step_while_a_reply_streams_and_after_a_branch(qtbot,
 # Point 9: nothing outlives the selection; never a negative zero -----------------------------
 
 
-def test_new_chat_and_delete_clear_the_inspector(qtbot, profile, tiny_folder):  # noqa: F811
+def test_new_chat_and_delete_clear_the_inspector(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     inspector = window.inspector
     inspector.tabs.setCurrentIndex(BARS_TAB)

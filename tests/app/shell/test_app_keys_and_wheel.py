@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.model.textfmt import visible  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 NO_MODIFIER = Qt.KeyboardModifier.NoModifier
 
@@ -43,7 +43,7 @@ def focus_cycle(qtbot, key, modifier=NO_MODIFIER, limit: int = 150) -> list[QWid
     raise AssertionError(f"the focus never came back to {type(stops[0]).__name__}; last stops: {tail}")
 
 
-def reply_window(qtbot, profile, tiny_folder):  # noqa: F811
+def reply_window(qtbot, profile, tiny_folder):
     """A window with a short reply in it (links in the chat, rows in the inspector)."""
     window = open_window(qtbot, profile, str(tiny_folder))
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
@@ -60,7 +60,7 @@ def reply_window(qtbot, profile, tiny_folder):  # noqa: F811
 # 9. Tab and Shift+Tab go round the window ----------------------------------------------------------
 
 
-def test_tab_goes_round_the_window_and_out_of_the_message_box(qtbot, profile, tiny_folder):  # noqa: F811
+def test_tab_goes_round_the_window_and_out_of_the_message_box(qtbot, profile, tiny_folder):
     window = reply_window(qtbot, profile, tiny_folder)
     window.composer.setPlainText("a question")
     cycle = focus_cycle(qtbot, Qt.Key.Key_Tab)
@@ -94,7 +94,7 @@ def test_tab_goes_round_the_window_and_out_of_the_message_box(qtbot, profile, ti
 # 10. A double-click on a candidate's name continues the reply ------------------------------------------
 
 
-def test_double_click_on_a_candidates_name_branches(qtbot, profile, tiny_folder):  # noqa: F811
+def test_double_click_on_a_candidates_name_branches(qtbot, profile, tiny_folder):
     window = reply_window(qtbot, profile, tiny_folder)
     (message,) = [m for m in window.thread_messages if m.role == "assistant"]
     stream = ("branch", message.branch.id)

@@ -22,14 +22,7 @@ from app.model.kv_cache import (  # noqa: E402
 )
 from engine.api.kv_quantization import KVQuantization  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    send,
-)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 from tests.support.tiny_archs import write_tiny_arch  # noqa: E402
 
 WIDE = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1}  # heads 64 wide
@@ -72,7 +65,7 @@ def test_the_words_and_the_saved_choices_tolerate_bad_values():
 
 def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_reloads(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     wide,
 ):
     from app.shell.kv_cache_menu import saved_kv
@@ -132,7 +125,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     close_window(window)
 
 
-def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):  # noqa: F811
+def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):
     from dataclasses import replace
 
     from app.model.kv_cache import SERVER_KEEPS
@@ -153,7 +146,7 @@ def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, t
     close_window(window)
 
 
-def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_model(qtbot, profile, tmp_path):  # noqa: F811
+def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_model(qtbot, profile, tmp_path):
     from app.shell.kv_cache_menu import saved_kv
 
     gemma = write_tiny_arch(tmp_path / "gemma", "gemma3_text")  # sliding windows: RotatingKVCache
@@ -172,7 +165,7 @@ def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_mode
     close_window(window)
 
 
-def test_compare_models_kv_row_reaches_load_second_and_4_bit_moves_more_than_8_bit(qtbot, profile, wide):  # noqa: F811
+def test_compare_models_kv_row_reaches_load_second_and_4_bit_moves_more_than_8_bit(qtbot, profile, wide):
     from tests.app.shell.test_app_compare_models import greedy, open_dialog, select, session_of
 
     window = open_window(qtbot, profile, str(wide))

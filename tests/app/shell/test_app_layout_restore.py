@@ -13,14 +13,14 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.shell.window import MainWindow  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 
 def token_title(window) -> str:
     return window.timeline.rows.shown()[-1].getAxis("bottom").labelText
 
 
-def test_the_timeline_comes_back_as_tall_as_it_was_with_its_title(qtbot, profile, tiny_folder):  # noqa: F811
+def test_the_timeline_comes_back_as_tall_as_it_was_with_its_title(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(800, 700)
     qtbot.wait(150)
@@ -44,7 +44,7 @@ def test_the_timeline_comes_back_as_tall_as_it_was_with_its_title(qtbot, profile
     close_window(window)
 
 
-def test_reset_layout_gives_every_timeline_row_a_readable_height(qtbot, profile, tiny_folder):  # noqa: F811
+def test_reset_layout_gives_every_timeline_row_a_readable_height(qtbot, profile, tiny_folder):
     from app.shell.layout import default_sizes
     from app.views.timeline_rows import READABLE_LINES
     from tests.app.shell.test_app_window import action_named, menu_named
@@ -74,7 +74,7 @@ def test_reset_layout_gives_every_timeline_row_a_readable_height(qtbot, profile,
     close_window(window)
 
 
-def test_sliders_keep_a_usable_width_at_1000_by_700(qtbot, profile, tiny_folder):  # noqa: F811
+def test_sliders_keep_a_usable_width_at_1000_by_700(qtbot, profile, tiny_folder):
     # Issue 35: at 1000×700 the mirostat τ slider collapsed to a square.
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(1000, 700)

@@ -16,8 +16,8 @@ from PySide6.QtGui import QPalette  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.model import library_table as words  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.app.shell.test_app_welcome_and_files import answer_file_dialog  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 from tests.support.library_home import build_mac_home  # noqa: E402
 
 POINTING_ELSEWHERE = ("HF_", "HUGGINGFACE_", "XDG_", "OLLAMA_", "LOGITSCOPE_")
@@ -75,7 +75,7 @@ def shown_names(dialog) -> list[str]:
     return [entry.name for entry in dialog.visible_entries()]
 
 
-def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, profile, tiny_folder, mac_home):  # noqa: F811
+def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, profile, tiny_folder, mac_home):
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.model_info.name == "tiny-llama"
     dialog = open_library(qtbot, window)
@@ -143,7 +143,7 @@ def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, pr
     close_window(window)
 
 
-def test_added_folders_are_listed_and_removed(qtbot, profile, tiny_folder, mac_home):  # noqa: F811
+def test_added_folders_are_listed_and_removed(qtbot, profile, tiny_folder, mac_home):
     from engine.library import added_folders
 
     window = open_window(qtbot, profile, str(tiny_folder))
@@ -183,7 +183,7 @@ def test_added_folders_are_listed_and_removed(qtbot, profile, tiny_folder, mac_h
     close_window(window)
 
 
-def test_the_scan_does_not_hold_the_window(qtbot, profile, tiny_folder, mac_home, monkeypatch):  # noqa: F811
+def test_the_scan_does_not_hold_the_window(qtbot, profile, tiny_folder, mac_home, monkeypatch):
     """While the scan runs (held here until released) the window answers: Scanning… is shown,
     and the rows come when the scan ends."""
     import threading

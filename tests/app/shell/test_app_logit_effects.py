@@ -14,7 +14,7 @@ from app.views.inspector import BARS_TAB  # noqa: E402
 from app.views.inspector_table import COLUMNS  # noqa: E402
 from engine.api.codec import STORE, decode_step, encode_step  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import assistant_entries, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import assistant_entries, close_window, open_window, send  # noqa: E402
 
 
 def dry_params(window) -> SamplingParams:
@@ -30,7 +30,7 @@ def dry_params(window) -> SamplingParams:
     )
 
 
-def test_raw_vs_final_has_a_dry_column_with_the_engines_change_of_each_logit(qtbot, profile, tiny_folder):  # noqa: F811
+def test_raw_vs_final_has_a_dry_column_with_the_engines_change_of_each_logit(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "the cat the cat the cat", dry_params(window))
     (entry,) = assistant_entries(window)

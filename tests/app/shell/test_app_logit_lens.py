@@ -20,15 +20,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    send,
-)
-from tests.integration.test_app_remote import tiny_server  # noqa: E402, F401 (fixture)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park"
 
@@ -77,7 +69,7 @@ def cli_lens(*args: str) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
-def test_the_layers_tab_shows_what_engine_lens_computes_and_caches_it(qtbot, profile, tiny_folder):  # noqa: F811
+def test_the_layers_tab_shows_what_engine_lens_computes_and_caches_it(qtbot, profile, tiny_folder):
     from app.model.lens_grid import COLUMNS, decided_words
     from app.model.textfmt import visible
     from engine.runtime.prompts import encode_messages
@@ -147,7 +139,7 @@ def test_the_layers_tab_shows_what_engine_lens_computes_and_caches_it(qtbot, pro
     close_window(window)
 
 
-def test_cancel_drops_the_job_and_an_engine_error_is_said(qtbot, profile, tiny_folder):  # noqa: F811
+def test_cancel_drops_the_job_and_an_engine_error_is_said(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "cancel me", greedy(window, 48))
     (entry,) = assistant_entries(window)
@@ -197,9 +189,9 @@ def test_cancel_drops_the_job_and_an_engine_error_is_said(qtbot, profile, tiny_f
 
 def test_a_server_and_no_model_say_why_instead_of_a_heat_map(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     tiny_folder,
-    tiny_server,  # noqa: F811
+    tiny_server,
     tmp_path,
 ):
     from app.model.logit_lens import NO_MODEL
@@ -233,7 +225,7 @@ def test_a_server_and_no_model_say_why_instead_of_a_heat_map(
 
 def test_every_token_of_a_scored_text_the_timeline_row_and_the_export_match_python_m_engine_lens(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     tiny_folder,
     tmp_path,
 ):
@@ -291,7 +283,7 @@ def test_every_token_of_a_scored_text_the_timeline_row_and_the_export_match_pyth
     close_window(window)
 
 
-def test_a_reply_goes_first_and_a_lens_job_started_meanwhile_follows_it(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_reply_goes_first_and_a_lens_job_started_meanwhile_follows_it(qtbot, profile, tiny_folder):
     from app.model.logit_lens import WAITS_FOR_REPLY
 
     window = open_window(qtbot, profile, str(tiny_folder))

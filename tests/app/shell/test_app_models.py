@@ -9,17 +9,11 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    close_window,
-    open_window,
-    profile,  # noqa: E402, F401 (fixture)
-    send,
-)
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 from tests.support.tiny_archs import write_tiny_arch  # noqa: E402
 
 
-def test_open_a_sliding_window_model_and_chat(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_open_a_sliding_window_model_and_chat(qtbot, profile, tiny_folder, tmp_path):
     from app.views.about import about_text
 
     window = open_window(qtbot, profile, str(tiny_folder))
@@ -38,7 +32,7 @@ def test_open_a_sliding_window_model_and_chat(qtbot, profile, tiny_folder, tmp_p
     close_window(window)
 
 
-def test_a_corrupt_gguf_is_refused_in_a_dialog_and_the_model_stays(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_a_corrupt_gguf_is_refused_in_a_dialog_and_the_model_stays(qtbot, profile, tiny_folder, tmp_path):
     window = open_window(qtbot, profile, str(tiny_folder))
     corrupt = tmp_path / "corrupt.gguf"
     # The magic then random bytes: MLX's own GGUF reader dies with a segfault on this.

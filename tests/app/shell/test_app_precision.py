@@ -14,14 +14,7 @@ from app.store.export import records  # noqa: E402
 from app.store.export_store import from_store  # noqa: E402
 from engine.api.kv_quantization import KVQuantization  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,  # noqa: F401 (fixture)
-    send,
-)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 
 PARAMS = SamplingParams(max_tokens=12, top_logprobs=5)
 
@@ -40,7 +33,7 @@ def select_first_token(window, entry: int) -> None:
 
 def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its_own(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     tiny_folder,
 ):
     from app.shell.precision_menu import saved_choice
@@ -99,7 +92,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     close_window(window)
 
 
-def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "old", PARAMS)
     window.store.db.execute("UPDATE branches SET precision = NULL")
@@ -111,7 +104,7 @@ def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, p
     close_window(window)
 
 
-def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):  # noqa: F811
+def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):
     from app.model.precision import SERVER_CHOOSES
     from app.shell.precision_menu import save_choice
     from engine.remote.servers import KINDS, remote_capabilities
@@ -132,7 +125,7 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
     close_window(window)
 
 
-def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):
     from app.shell.precision_check import CHUNK
     from app.shell.precision_menu import save_choice
     from app.views.precision_dialog import COLUMNS
@@ -175,7 +168,7 @@ def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tin
     close_window(window)
 
 
-def test_a_float32_model_is_told_at_once_that_there_is_nothing_to_check(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_float32_model_is_told_at_once_that_there_is_nothing_to_check(qtbot, profile, tiny_folder):
     """It took ~40 s to report 0 everywhere for the default model (float32)."""
     from app.model.precision_check import ALREADY_FLOAT32
 
@@ -196,7 +189,7 @@ def test_a_float32_model_is_told_at_once_that_there_is_nothing_to_check(qtbot, p
     close_window(window)
 
 
-def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tiny_folder):
     from app.shell.precision_menu import save_choice
 
     save_choice(profile[1], str(tiny_folder), "float16")

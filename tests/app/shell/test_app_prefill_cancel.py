@@ -11,11 +11,11 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
-from tests.app.shell.test_app_window import long_context_folder, press  # noqa: E402, F401
+from tests.app.shell.test_app_window import press  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 
-def test_a_reply_cancelled_in_its_prefill_says_so_and_clears_the_inspector(qtbot, profile, long_context_folder):  # noqa: F811
+def test_a_reply_cancelled_in_its_prefill_says_so_and_clears_the_inspector(qtbot, profile, long_context_folder):
     window = open_window(qtbot, profile, str(long_context_folder))
     window.activateWindow()
     window.composer.setFocus()

@@ -8,8 +8,6 @@ closes it): random weights never write ``</think>`` themselves, so the budget en
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -19,21 +17,14 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
 from engine.api.reasoning import ANSWER, THINKING  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
 from tests.app.shell.test_app_compare import link_point  # noqa: E402
-from tests.integration.test_reasoning_remote import vllm_like  # noqa: E402, F401
-from tests.support.tiny_thinking import write_thinking_qwen3  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, token_point  # noqa: E402
 
 BUDGET = 5
 
 
-@pytest.fixture(scope="module")
-def qwen_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_thinking_qwen3(tmp_path_factory.mktemp("qwen3-app") / "tiny-qwen3")
-
-
 @pytest.fixture
-def window(qtbot, profile, qwen_folder):  # noqa: F811
+def window(qtbot, profile, qwen_folder):
     window = open_window(qtbot, profile, str(qwen_folder))
     yield window
     close_window(window)
@@ -169,7 +160,7 @@ def test_answer_settings_and_budget_from_the_panel_apply_from_the_right_token(qt
     assert "end of thinking forced by the budget" in tip and "picked by hand" not in tip
 
 
-def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, profile, tiny_folder):  # noqa: F811
+def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, profile, tiny_folder):
     toggle = window.panel.reasoning.think_toggle
     assert window.model_info.thinking_switch and toggle.isVisible() and toggle.isChecked()
     assert window.panel.reasoning.answer_switch.isVisible() and window.panel.reasoning.budget.isVisible()
@@ -190,7 +181,7 @@ def test_the_thinking_switch_shows_for_a_template_that_has_it(qtbot, window, pro
     assert current.thinking_budget is None and current.think_variant is None
 
 
-def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_folder, tmp_path):  # noqa: F811
+def test_export_marks_the_phase_and_a_restart_keeps_it(qtbot, profile, qwen_folder, tmp_path):
     import csv
     import json
 
@@ -298,7 +289,7 @@ def test_a_thinking_cut_off_by_the_token_limit_says_so(qtbot, window):
 
 
 @pytest.mark.slow
-def test_the_default_model_has_no_thinking_toggle(qtbot, profile):  # noqa: F811
+def test_the_default_model_has_no_thinking_toggle(qtbot, profile):
     window = open_window(qtbot, profile, "default")
     assert window.model_info.reasoning is None and not window.model_info.thinking_switch
     assert not window.panel.reasoning.think_toggle.isVisible()
@@ -306,7 +297,7 @@ def test_the_default_model_has_no_thinking_toggle(qtbot, profile):  # noqa: F811
     close_window(window)
 
 
-def test_a_servers_reasoning_content_is_drawn_as_thinking(qtbot, profile, tiny_folder, vllm_like):  # noqa: F811
+def test_a_servers_reasoning_content_is_drawn_as_thinking(qtbot, profile, tiny_folder, vllm_like):
     """A server that streams its thinking as ``reasoning_content`` (vLLM with a reasoning
     parser; tests/integration/test_reasoning_remote.py's stand-in): the same collapsed section, and the
     per-phase settings off, saying why."""

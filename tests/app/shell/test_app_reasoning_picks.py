@@ -13,19 +13,20 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
 from engine.api.reasoning import ANSWER, THINKING  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, profile, send  # noqa: E402, F401
 from tests.app.shell.test_app_compare import link_point  # noqa: E402
-from tests.app.shell.test_app_reasoning import (  # noqa: E402, F401
-    BUDGET,
-    box_point,
-    last_reply,
-    qwen_folder,
-    thinking_params,
-    window,
-)
+from tests.app.shell.test_app_reasoning import BUDGET, box_point, last_reply, thinking_params  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 
-def test_a_token_picked_in_the_answer_goes_on_with_the_answers_settings(qtbot, window):  # noqa: F811
+@pytest.fixture
+def window(qtbot, profile, qwen_folder):
+    """The app on the tiny thinking model (``qwen_folder``, ``tests/app/conftest.py``)."""
+    window = open_window(qtbot, profile, str(qwen_folder))
+    yield window
+    close_window(window)
+
+
+def test_a_token_picked_in_the_answer_goes_on_with_the_answers_settings(qtbot, window):
     """A pick continues the reply as a new request (the app holds it as steps), sent with
     the panel's settings: the thinking ended before the pick, so the answer's apply."""
     base = thinking_params(window)
@@ -43,7 +44,7 @@ def test_a_token_picked_in_the_answer_goes_on_with_the_answers_settings(qtbot, w
     assert [s.params for s in steps[at:]] == [answer.with_changes(seed=base.seed)] * (14 - at)
 
 
-def test_an_end_of_thinking_picked_by_hand_is_not_said_to_be_the_budgets(qtbot, window):  # noqa: F811
+def test_an_end_of_thinking_picked_by_hand_is_not_said_to_be_the_budgets(qtbot, window):
     send(qtbot, window, "what is 2+2?", thinking_params(window))
     entry, _ = last_reply(window)
     window.select_token((entry.stream, 2))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -27,17 +26,6 @@ from tests.support.tiny_model import MERGES  # noqa: E402
 
 TIMEOUT = 60_000
 EOS = 2 + 256 + len(MERGES)  # the tiny model's <|im_end|>
-
-
-@pytest.fixture
-def long_tiny(tiny_folder, tmp_path):
-    """The tiny model with a long context, so a reply can run for a while."""
-    folder = tmp_path / "tiny-long"
-    shutil.copytree(tiny_folder, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 32768
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
 
 
 def profile_env(home: Path) -> dict[str, str]:

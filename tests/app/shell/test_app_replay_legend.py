@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, token_point  # noqa: E402
 
 
 def chat_action(window, text: str):
@@ -19,7 +19,7 @@ def chat_action(window, text: str):
     return next(a for a in chat_menu.actions() if a.text() == text)
 
 
-def test_replay_has_a_legend_and_says_what_it_found(qtbot, profile, tiny_folder):  # noqa: F811
+def test_replay_has_a_legend_and_says_what_it_found(qtbot, profile, tiny_folder):
     from app.shell.score_actions import REPLAY_TEXT
 
     window = open_window(qtbot, profile, str(tiny_folder))

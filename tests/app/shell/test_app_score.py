@@ -10,7 +10,7 @@ pytest.importorskip("pytestqt")
 
 from app.model.chat import DEFAULT_SYSTEM  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 TEXT = "The hat in the tin is the hat of the man in the hat. " * 6
 
@@ -21,7 +21,7 @@ def scored_branch(window):
     return message.branch
 
 
-def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_score_text_flow(qtbot, profile, tiny_folder, tmp_path):
     from app.views.score_views import ScoreTextDialog
 
     window = open_window(qtbot, profile, str(tiny_folder))
@@ -105,7 +105,7 @@ class SlowScoring:
         return Slow(prefill_chunk=16)
 
 
-def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
+def test_score_cancel(qtbot, profile, tiny_folder):
     """Esc / Stop mid-way: the tokens scored so far stay, as a cancelled branch."""
     from PySide6.QtCore import Qt
 
@@ -122,7 +122,7 @@ def test_score_cancel(qtbot, profile, tiny_folder):  # noqa: F811
     close_window(window)
 
 
-def test_replay_and_branch(qtbot, profile, tiny_folder):  # noqa: F811
+def test_replay_and_branch(qtbot, profile, tiny_folder):
 
     window = open_window(qtbot, profile, str(tiny_folder))
     sampled = SamplingParams(max_tokens=24, temperature=1.0, seed=7, repetition_penalty=1.2, top_logprobs=5)

@@ -17,7 +17,7 @@ from PySide6.QtGui import QTextCursor  # noqa: E402
 from app.model.textfmt import prob  # noqa: E402
 from app.views.theme import probability_color  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 TEXT = "The capital of France is Paris. Paris is a city on the river Seine, famous for the Eiffel Tower."
 XTC = SamplingParams(xtc_probability=1.0, xtc_threshold=0.1, top_logprobs=5)
@@ -32,7 +32,7 @@ def shade(window, ref) -> str:
 
 
 @pytest.mark.slow
-def test_a_scored_text_is_shaded_by_the_raw_distribution_and_the_legend_says_so(qtbot, profile):  # noqa: F811
+def test_a_scored_text_is_shaded_by_the_raw_distribution_and_the_legend_says_so(qtbot, profile):
 
     window = open_window(qtbot, profile, "default")
     window.controls.set_params(XTC)

@@ -18,14 +18,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402, F401
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,
-    send,
-)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 
 STATE = 3  # the Served list's State column
 
@@ -62,7 +55,7 @@ def start_serving(window) -> str:
     return window.serving.server.url
 
 
-def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     try:
         no_eos = {str(t): -100 for t in window.model_info.eos_token_ids}
@@ -221,7 +214,7 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):  # noqa:
         close_window(window)
 
 
-def test_closing_the_app_while_it_serves(qtbot, profile, tiny_folder):  # noqa: F811
+def test_closing_the_app_while_it_serves(qtbot, profile, tiny_folder):
     """Quitting in the middle of a served reply: the app closes at once, the client's stream
     ends, and the next start shows the request as interrupted, its tokens kept as the
     interrupted branch of its conversation (the stream journal's, as a local reply's)."""

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (  # noqa: E402
     QWidget,
 )
 
-from tests.app.shell.test_app import close_window, open_window, profile  # noqa: E402, F401
+from tests.support.app_window import close_window, open_window  # noqa: E402
 
 CONTROLS = (QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QListWidget, QPlainTextEdit, QSlider, QTabBar)
 CHAT_TEXT_HEIGHT = 250  # the least height of the chat's text area at 800×600 (issue 24, point 23)
@@ -60,7 +60,7 @@ def cut_controls(window) -> list[str]:
     return cut
 
 
-def test_sampling_dock_and_chat_at_800x600(qtbot, profile, tiny_folder):  # noqa: F811
+def test_sampling_dock_and_chat_at_800x600(qtbot, profile, tiny_folder):
     """At 800×600 the Sampling dock scrolled sideways (Delete and the preset box cut off)
     and the chat's text area was about 150 px tall."""
     window = open_window(qtbot, profile, str(tiny_folder))
@@ -80,7 +80,7 @@ def test_sampling_dock_and_chat_at_800x600(qtbot, profile, tiny_folder):  # noqa
     close_window(window)
 
 
-def test_the_colour_switch_and_its_legend_are_whole(qtbot, profile, tiny_folder):  # noqa: F811
+def test_the_colour_switch_and_its_legend_are_whole(qtbot, profile, tiny_folder):
     """ "Colour tokens by probabil…" was clipped and its legend not shown at 800×600."""
     window = open_window(qtbot, profile, str(tiny_folder))
     window.color_toggle.setChecked(True)
@@ -98,12 +98,12 @@ def test_the_colour_switch_and_its_legend_are_whole(qtbot, profile, tiny_folder)
     close_window(window)
 
 
-def test_a_scored_texts_third_row_gets_room(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_scored_texts_third_row_gets_room(qtbot, profile, tiny_folder):
     """Score mode's three timeline rows were squashed, their axis titles cut off: the
     timeline grows by a row when the surprisal row comes, and gives it back after."""
     from PySide6.QtGui import QFontMetrics
 
-    from tests.app.shell.test_app import TIMEOUT
+    from tests.support.app_window import TIMEOUT
 
     window = open_window(qtbot, profile, str(tiny_folder))
     resized(qtbot, window, 1500, 900)

@@ -16,8 +16,8 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.app.shell.test_app_score import TEXT  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 
 def score(qtbot, window) -> None:
@@ -30,7 +30,7 @@ def perplexity(window) -> str:
     return window.score_controller().perplexity_label.text()
 
 
-def test_a_scored_texts_figures_go_with_its_conversation_and_its_model(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_scored_texts_figures_go_with_its_conversation_and_its_model(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     score(qtbot, window)
     assert perplexity(window).startswith("perplexity ")
@@ -71,7 +71,7 @@ class SlowDecode:
         return Slow()
 
 
-def test_a_reply_being_written_shows_its_own_rate_not_the_last_figures(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_reply_being_written_shows_its_own_rate_not_the_last_figures(qtbot, profile, tiny_folder):
 
     window = open_window(qtbot, profile, str(tiny_folder), session_factory=SlowDecode)
     score(qtbot, window)  # what left "generation 0.0 tok/s" behind

@@ -15,19 +15,12 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import (  # noqa: E402, F401
-    TIMEOUT,
-    assistant_entries,
-    close_window,
-    open_window,
-    profile,
-    send,
-)
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
 
 PATTERN = "[a-c]{3}-[0-9]{2}"
 
 
-def test_a_reply_under_a_regex_in_the_app(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_a_reply_under_a_regex_in_the_app(qtbot, profile, tiny_folder, tmp_path):
     from app.views.chain_view import VALUE_ROLE
     from app.views.chat_view import tooltip_for
 

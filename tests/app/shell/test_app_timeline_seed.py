@@ -14,15 +14,15 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.model.timeline_series import MIN_TOKENS  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.app.shell.test_app_compare import link_point  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 from tests.support.tiny_model import build_tokenizer  # noqa: E402
 
 GLYPHS = "⟨⟩⏎␣⇥␍∅‹›"
 
 
 @pytest.fixture
-def window(qtbot, profile, tiny_folder):  # noqa: F811
+def window(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     yield window
     close_window(window)

@@ -15,7 +15,7 @@ from PySide6.QtCore import QDir, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QFileDialog  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 from tests.support.paths import ROOT
 
 QUESTION_WORDS = "press Enter to send the question below"
@@ -36,7 +36,7 @@ def shown_text(window) -> str:
 # 12. The welcome after Ctrl+N ---------------------------------------------------------------------
 
 
-def test_the_welcome_speaks_of_a_question_only_while_one_is_in_the_box(qtbot, profile, tiny_folder):  # noqa: F811
+def test_the_welcome_speaks_of_a_question_only_while_one_is_in_the_box(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.focusWidget() is window.composer)
@@ -91,7 +91,7 @@ def trigger(window, *titles: str) -> None:
 
 def test_file_dialogs_open_in_the_last_folder_of_their_kind_after_a_restart(
     qtbot,
-    profile,  # noqa: F811
+    profile,
     tiny_folder,
     tmp_path,
     monkeypatch,
@@ -138,7 +138,7 @@ def test_file_dialogs_open_in_the_last_folder_of_their_kind_after_a_restart(
 # 15. Conversations with the same title are told apart --------------------------------------------
 
 
-def test_open_conversation_tells_conversations_with_the_same_title_apart(qtbot, profile, tiny_folder):  # noqa: F811
+def test_open_conversation_tells_conversations_with_the_same_title_apart(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
     question = window.composer.toPlainText()
@@ -170,7 +170,7 @@ def test_open_conversation_tells_conversations_with_the_same_title_apart(qtbot, 
 # 20. Where a model's loading progress shows, as the README says -----------------------------------
 
 
-def test_load_progress_shows_where_the_readme_says(qtbot, profile, tiny_folder):  # noqa: F811
+def test_load_progress_shows_where_the_readme_says(qtbot, profile, tiny_folder):
 
     from app.shell.window import MainWindow
 

@@ -5,7 +5,6 @@ the focus (``QApplication.focusWidget()``), as a person's would."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
 from app.views.chat_panel import MIN_WIDTH  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 
 def press(qtbot, key, modifier=Qt.KeyboardModifier.NoModifier) -> None:
@@ -53,7 +52,7 @@ def click_button(box: QMessageBox, text: str) -> None:
 # 1. Enter sends on first run, after a new chat, after a reply and after switching ----------------
 
 
-def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):  # noqa: F811
+def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.focusWidget() is not None)
@@ -94,19 +93,7 @@ def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):  # noqa: F81
 # 7. Esc during a long prefill stops within a second and says so at once --------------------------
 
 
-@pytest.fixture(scope="module")
-def long_context_folder(tmp_path_factory):
-    """The tiny model with a 64k context, so a prompt can take many seconds to prefill."""
-    from tests.support.tiny_model import write_tiny_model
-
-    folder = write_tiny_model(tmp_path_factory.mktemp("long") / "tiny-long")
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 65536
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
-def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder):  # noqa: F811
+def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder):
     window = open_window(qtbot, profile, str(long_context_folder))
     window.activateWindow()
     window.composer.setFocus()
@@ -142,7 +129,7 @@ def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder
 # 5. Loading a model during a reply asks first; a failed load leaves the reply alone ------------
 
 
-def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, tmp_path):
     window = open_window(qtbot, profile, str(tiny_folder))
     params = SamplingParams(max_tokens=150, logit_bias=no_eos(window))
     window.controls.set_params(params)
@@ -179,7 +166,7 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
 # 9. Loading displays: an unknown fraction, and the status after a failed load -------------------
 
 
-def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):  # noqa: F811
+def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):
     from app.shell.window import MainWindow
 
     db, settings = profile
@@ -205,7 +192,7 @@ def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):
 # 6. Small windows: the docks give way, the chat keeps a usable width; View → Reset layout -------
 
 
-def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):  # noqa: F811
+def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(1500, 900)
     qtbot.wait(100)
@@ -241,7 +228,7 @@ def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):  # noqa: F
 # 8. Deleting a conversation asks first; an empty conversation list says so ----------------------
 
 
-def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_folder):  # noqa: F811
+def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     menu = window.window_actions.conversations_menu
     menu.aboutToShow.emit()

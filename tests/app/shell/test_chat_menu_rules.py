@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 
 def chat_items(window) -> dict[str, object]:
@@ -20,7 +20,7 @@ def chat_items(window) -> dict[str, object]:
     return {a.text(): a for a in menu.actions() if not a.isSeparator()}
 
 
-def test_chat_items_in_an_empty_chat_say_why_and_come_on_when_they_can(qtbot, profile, tiny_folder):  # noqa: F811
+def test_chat_items_in_an_empty_chat_say_why_and_come_on_when_they_can(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.new_chat()
     window.composer.clear()
@@ -64,7 +64,7 @@ def test_chat_items_in_an_empty_chat_say_why_and_come_on_when_they_can(qtbot, pr
     close_window(window)
 
 
-def test_send_on_a_loaded_model_only(qtbot, profile, tiny_folder):  # noqa: F811
+def test_send_on_a_loaded_model_only(qtbot, profile, tiny_folder):
     """A reply being written makes Send say so, rather than take the text and do nothing."""
     window = open_window(qtbot, profile, str(tiny_folder))
     items = chat_items(window)

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QMenu  # noqa: E402
 
 from app.views.theme import LIGHT  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send, token_point  # noqa: E402, F401
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, token_point  # noqa: E402
 from tests.support.chain_steps import chain_step  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def action_named(menu: QMenu, start: str):
     return action
 
 
-def test_the_token_menu_is_the_apps_own(qtbot, profile, tiny_folder):  # noqa: F811
+def test_the_token_menu_is_the_apps_own(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     no_eos = {t: -100.0 for t in window.model_info.eos_token_ids}
     send(qtbot, window, "hello there", SamplingParams(max_tokens=8, top_logprobs=5, logit_bias=no_eos))

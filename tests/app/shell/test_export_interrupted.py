@@ -19,15 +19,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from tests.app.shell.test_app_recovery import (  # noqa: E402
-    count_steps,
-    kill_9,
-    long_tiny,  # noqa: F401 (fixture)
-    profile_env,
-    reap,
-    start_long_reply,
-    wait_for_steps,
-)
+from tests.app.shell.test_app_recovery import count_steps, kill_9, profile_env, reap, start_long_reply, wait_for_steps  # noqa: E402
 from tests.support.paths import ROOT  # noqa: E402
 
 TIMEOUT = 60_000
@@ -74,7 +66,7 @@ def the_interrupted_reply(recs: list[dict], tokens: int) -> None:
     assert done["interrupted"] is True and done["tokens"] == tokens
 
 
-def test_an_interrupted_reply_is_in_every_export(qtbot, tmp_path, long_tiny):  # noqa: F811
+def test_an_interrupted_reply_is_in_every_export(qtbot, tmp_path, long_tiny):
     home = tmp_path / "home"
     db, conf = kill_mid_reply(home, long_tiny)
     at_kill = count_steps(db)

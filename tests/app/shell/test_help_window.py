@@ -10,11 +10,11 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QUrl  # noqa: E402
 from PySide6.QtGui import QTextDocument  # noqa: E402
 
-from tests.app.shell.test_app import close_window, open_window, profile  # noqa: E402, F401
+from tests.support.app_window import close_window, open_window  # noqa: E402
 from tests.support.paths import ROOT  # noqa: E402
 
 
-def test_help_opens_the_readme_and_follows_its_links_offline(qtbot, profile, tiny_folder):  # noqa: F811
+def test_help_opens_the_readme_and_follows_its_links_offline(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
     item = next(a for a in menu.actions() if a.text() == "Logitscope Help")

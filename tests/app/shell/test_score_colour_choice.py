@@ -10,8 +10,8 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
 
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.app.shell.test_app_score import TEXT  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 
 def score(qtbot, window) -> None:
@@ -23,7 +23,7 @@ def click(qtbot, box) -> None:
     qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(8, box.height() // 2))
 
 
-def test_scoring_colours_its_text_without_changing_the_choice(qtbot, profile, tiny_folder):  # noqa: F811
+def test_scoring_colours_its_text_without_changing_the_choice(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     toggle = window.central.color_toggle
     assert not toggle.isChecked()

@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile, send  # noqa: E402, F401
 from tests.app.shell.test_app_score import TEXT  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
 
 
-def test_a_scored_text_has_no_seed_header_a_reply_has(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_scored_text_has_no_seed_header_a_reply_has(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "hello", SamplingParams(max_tokens=4, temperature=0.7, seed=1234))
     assert "seed 1234" in window.chat.toPlainText() and "reuse" in window.chat.toPlainText()

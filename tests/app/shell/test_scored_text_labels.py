@@ -13,13 +13,13 @@ pytest.importorskip("pytestqt")
 
 from app.model.textfmt import prob  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.app.shell.test_app_score import TEXT  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 TOP_K = SamplingParams(temperature=1.0, seed=3, top_k=2, top_logprobs=5)  # removes most given tokens
 
 
-def test_a_scored_texts_rows_and_title_are_raw_and_say_given(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_scored_texts_rows_and_title_are_raw_and_say_given(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.controls.set_params(TOP_K)
     assert window.score_controller().score_text(TEXT)

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import DEFAULT_SAMPLERS, SamplingParams  # noqa: E402
-from tests.app.shell.test_app import TIMEOUT, close_window, open_window, profile  # noqa: E402, F401
 from tests.app.shell.test_app_score import TEXT  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 XTC_MIROSTAT = SamplingParams(
     temperature=1.0,
@@ -27,7 +27,7 @@ XTC_MIROSTAT = SamplingParams(
 )
 
 
-def test_a_scored_text_replayed_under_its_own_settings_changes_nothing(qtbot, profile, tiny_folder):  # noqa: F811
+def test_a_scored_text_replayed_under_its_own_settings_changes_nothing(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.controls.set_params(XTC_MIROSTAT)
     scoring = window.score_controller()

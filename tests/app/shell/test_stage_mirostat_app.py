@@ -12,17 +12,6 @@ from app.views.chain_editor import STAGE_HELP, stage_summary  # noqa: E402
 from engine.api.params import DEFAULT_SAMPLERS  # noqa: E402
 
 
-@pytest.fixture
-def controls(qtbot, tmp_path):
-    from PySide6.QtCore import QSettings
-
-    from app.views.controls import SamplingControls
-
-    widget = SamplingControls(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(widget)
-    return widget
-
-
 def test_the_editor_lists_mirostat_off_until_it_is_switched_on(controls):
     editor = controls.chain
     assert "mirostat_v2" in editor.order() and "mirostat_v2" not in editor.samplers()

@@ -10,10 +10,9 @@ pytest.importorskip("pytestqt")
 
 from app.model.inspector_settings import settings_line, settings_tooltip  # noqa: E402
 from app.model.presets import short_label  # noqa: E402
-from tests.app.shell.test_stage_mirostat_app import controls  # noqa: E402, F401 (fixture)
 
 
-def test_an_unticked_dry_is_not_named_as_running(controls):  # noqa: F811
+def test_an_unticked_dry_is_not_named_as_running(controls):
     editor = controls.chain
     editor.set_stage_on("dry", True)
     editor.fields["dry_multiplier"].spin.setValue(0.8)
