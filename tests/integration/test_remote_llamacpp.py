@@ -1,13 +1,15 @@
 """The remote backend against llama.cpp's own current server (``xllamacpp``), serving the
 default GGUF on 127.0.0.1 for this module: every stage and setting Logitscope sends is
-accepted; greedy and seeded replies equal the server's own replies to the same request
-sent directly with httpx (not through Logitscope); post-sampling probabilities read as
-``final``; a branch continues a trailing assistant message; stop strings end the reply;
-the served model is found without typing its path.
+used by the server under its own name (read back from ``/slots``, or ``/completion``'s
+echo where ``/slots`` leaves a field out); greedy and seeded replies equal the server's
+own replies to the same request sent directly with httpx (not through Logitscope);
+post-sampling probabilities read as ``final``; a branch continues a trailing assistant
+message; stop strings end the reply; the served model is found without typing its path.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -78,35 +80,149 @@ def test_the_served_model_is_offered_and_found_by_its_file_name(server):
         RemoteBackend(server.url).load("another.gguf")
 
 
+ALL = "the server's context"
+"""Where a window of "all" is expected: llama.cpp takes it as its context, what its old -1 meant."""
+
+# Each case: the settings Logitscope sends, and what llama.cpp must then say it used, under
+# llama.cpp's own names (tools/server/README.md), written here from its docs, not from
+# ``engine.remote``. llama.cpp ignores a key it does not know, so only reading the settings
+# back catches a misnamed field. ``samplers`` is the chain that ran, in its order.
 ALL_STAGES = [
-    SamplingParams(temperature=0.8, repetition_penalty=1.3, penalty_window=0, seed=3),
-    SamplingParams(temperature=0.8, repetition_penalty=1.3, penalty_window=16, seed=3),
-    SamplingParams(temperature=0.8, presence_penalty=0.5, frequency_penalty=0.3, logit_bias={13: -5.0}, seed=3),
-    SamplingParams(temperature=0.8, dry_multiplier=0.8, dry_penalty_last_n=-1, seed=3),
-    SamplingParams(temperature=0.8, dry_multiplier=0.8, dry_penalty_last_n=64, dry_sequence_breakers=("\n",), seed=3),
-    SamplingParams(temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, typical_p=0.9, seed=3),
-    SamplingParams(temperature=0.8, top_n_sigma=1.5, xtc_probability=0.5, xtc_threshold=0.1, seed=3),
-    SamplingParams(temperature=0.8, dynatemp_range=0.3, dynatemp_exponent=1.5, seed=3),
-    SamplingParams(temperature=0.8, samplers=LLAMA_CPP_SAMPLERS, seed=3),
-    SamplingParams(temperature=1.0, samplers=("mirostat_v2",), mirostat_tau=4.0, mirostat_eta=0.2, seed=3),
+    (
+        SamplingParams(temperature=0.8, repetition_penalty=1.3, penalty_window=0, seed=3),
+        {
+            "temperature": 0.8,
+            "seed": 3,
+            "repeat_penalty": 1.3,
+            "repeat_last_n": ALL,
+            "samplers": ["penalties", "temperature"],
+        },
+    ),
+    (
+        SamplingParams(temperature=0.8, repetition_penalty=1.3, penalty_window=16, seed=3),
+        {"repeat_penalty": 1.3, "repeat_last_n": 16, "samplers": ["penalties", "temperature"]},
+    ),
+    (
+        SamplingParams(temperature=0.8, presence_penalty=0.5, frequency_penalty=0.3, logit_bias={13: -5.0}, seed=3),
+        {
+            "presence_penalty": 0.5,
+            "frequency_penalty": 0.3,
+            "repeat_penalty": 1.0,
+            "logit_bias": [{"bias": -5.0, "token": 13}],
+            "samplers": ["penalties", "temperature"],
+        },
+    ),
+    (
+        SamplingParams(temperature=0.8, dry_multiplier=0.8, dry_penalty_last_n=-1, seed=3),
+        {
+            "dry_multiplier": 0.8,
+            "dry_base": 1.75,
+            "dry_allowed_length": 2,
+            "dry_penalty_last_n": ALL,
+            "samplers": ["dry", "temperature"],
+        },
+    ),
+    (
+        SamplingParams(
+            temperature=0.8, dry_multiplier=0.8, dry_penalty_last_n=64, dry_sequence_breakers=("\n",), seed=3
+        ),
+        {
+            "dry_multiplier": 0.8,
+            "dry_penalty_last_n": 64,
+            "dry_sequence_breakers": ["\n"],
+            "samplers": ["dry", "temperature"],
+        },
+    ),
+    (
+        SamplingParams(temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, typical_p=0.9, seed=3),
+        {
+            "top_k": 20,
+            "top_p": 0.9,
+            "min_p": 0.05,
+            "typical_p": 0.9,
+            "samplers": ["temperature", "top_k", "top_p", "min_p", "typ_p"],
+        },
+    ),
+    (
+        SamplingParams(temperature=0.8, top_n_sigma=1.5, xtc_probability=0.5, xtc_threshold=0.1, seed=3),
+        {
+            "top_n_sigma": 1.5,
+            "xtc_probability": 0.5,
+            "xtc_threshold": 0.1,
+            "samplers": ["temperature", "top_n_sigma", "xtc"],
+        },
+    ),
+    (
+        SamplingParams(temperature=0.8, dynatemp_range=0.3, dynatemp_exponent=1.5, seed=3),
+        {"temperature": 0.8, "dynatemp_range": 0.3, "dynatemp_exponent": 1.5, "samplers": ["temperature"]},
+    ),
+    # llama.cpp's own order: truncation before temperature (Logitscope's default is after).
+    (
+        SamplingParams(temperature=0.8, top_k=20, min_p=0.05, samplers=LLAMA_CPP_SAMPLERS, seed=3),
+        {"top_k": 20, "min_p": 0.05, "samplers": ["top_k", "min_p", "temperature"]},
+    ),
+    (
+        SamplingParams(temperature=1.0, samplers=("mirostat_v2",), mirostat_tau=4.0, mirostat_eta=0.2, seed=3),
+        {"temperature": 1.0, "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2},
+    ),
+]
+STAGE_IDS = [
+    "repetition",
+    "window",
+    "presence-frequency-bias",
+    "dry-all",
+    "dry-breakers",
+    "truncation",
+    "sigma-xtc",
+    "dynatemp",
+    "llamacpp-order",
+    "mirostat",
 ]
 
+NOT_IN_SLOTS = ("logit_bias", "dry_sequence_breakers")
+"""Settings ``/slots`` leaves out: read from ``/completion``'s echo of the same fields."""
 
-@pytest.mark.parametrize("params", ALL_STAGES, ids=[str(i) for i in range(len(ALL_STAGES))])
-def test_every_stage_logitscope_sends_is_accepted(server, params):
-    steps, done = _reply(_backend(server), params.with_changes(max_tokens=3, top_logprobs=3))
+
+class _Recording(httpx.AsyncHTTPTransport):
+    """The transport Logitscope's requests go through, keeping each POST's JSON body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[dict] = []
+
+    async def handle_async_request(self, request):
+        if request.method == "POST":
+            self.bodies.append(json.loads(request.content))
+        return await super().handle_async_request(request)
+
+
+def _echoed_settings(server, body: dict) -> dict:
+    """The settings llama.cpp parses from ``body``'s sampling fields, as ``/completion`` echoes
+    them (``generation_settings``, with the fields ``/slots`` leaves out); the same parser
+    reads them for ``/v1/chat/completions``."""
+    skip = ("model", "messages", "stream", "stream_options", "max_tokens", "logprobs", "top_logprobs")
+    fields = {k: v for k, v in body.items() if k not in skip}
+    answer = httpx.post(server.url + "/completion", json={**fields, "prompt": "hi", "n_predict": 1}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["generation_settings"]
+
+
+@pytest.mark.parametrize("case", ALL_STAGES, ids=STAGE_IDS)
+def test_every_stage_logitscope_sends_is_used_under_llamacpps_names(server, case):
+    params, expected = case
+    recorder = _Recording()
+    steps, done = _reply(_backend(server, transport=recorder), params.with_changes(max_tokens=3, top_logprobs=3))
     assert len(steps) == 3 and done.finish_reason == FinishReason.LENGTH
-    used = _slot_params(server)
-    # A window of "all" is sent as llama.cpp's context, what its old -1 meant.
-    if params.repetition_penalty != 1.0:
-        assert used["repeat_last_n"] == (server.context if params.penalty_window == 0 else params.penalty_window)
-        assert used["repeat_penalty"] == pytest.approx(params.repetition_penalty)
-    if params.dry_multiplier:
-        window = params.dry_penalty_last_n
-        assert used["dry_penalty_last_n"] == (server.context if window == -1 else window)
-        assert used["dry_multiplier"] == pytest.approx(params.dry_multiplier)
-    if params.mirostat_tau and "mirostat_v2" in params.samplers:
-        assert used["mirostat"] == 2 and used["mirostat_tau"] == pytest.approx(params.mirostat_tau)
+    used = _slot_params(server)  # what the request just served ran with
+    (body,) = [b for b in recorder.bodies if "messages" in b]
+    echoed = _echoed_settings(server, body) if any(k in expected for k in NOT_IN_SLOTS) else {}
+    for name, want in expected.items():
+        want = server.context if want is ALL else want
+        got = echoed[name] if name in NOT_IN_SLOTS else used[name]
+        if isinstance(want, float):
+            assert got == pytest.approx(want), f"llama.cpp used {name}={got}, Logitscope asked for {want}"
+        else:
+            assert got == want, f"llama.cpp used {name}={got!r}, Logitscope asked for {want!r}"
 
 
 def test_a_kind_given_by_the_user_still_reads_the_context(server):
