@@ -286,6 +286,8 @@ def encode(text: str) -> list[int]:
     return out
 
 
+DRY_BREAKERS = ("\n", ":", "<|end|>")
+
 CHAIN_ROWS = [
     SamplingParams(temperature=0.8, top_k=50, top_p=0.9, seed=1),
     SamplingParams(min_p=0.05, repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, seed=2),  # greedy
@@ -333,11 +335,20 @@ def test_run_chain_matches_the_references_composed_in_order(order):
     counts = np.stack(
         [np.bincount(h[-p.penalty_window :], minlength=V) for h, p in zip(histories, params, strict=True)]
     )
-    breakers = resolve_breakers(("\n", ":", "<|end|>"), PIECES, encode)
-    dry = np.zeros((len(params), V), np.float32)
+    # The chain is fed the engine's DRY penalties (DryRow, what the scheduler hands it); the
+    # reference subtracts the NumPy port of llama.cpp's DRY (test_stage_dry.py's reference).
+    breakers = resolve_breakers(DRY_BREAKERS, PIECES, encode)
+    processed = ref.process_breakers(DRY_BREAKERS, PIECES, encode)
+    engine_dry = np.zeros((len(params), V), np.float32)
     for r, (h, p) in enumerate(zip(histories, params, strict=True)):
         tokens, values = DryRow(h, breakers).penalties(p)
-        dry[r, tokens] = values
+        engine_dry[r, tokens] = values
+    dry = np.stack(
+        [
+            ref.dry_penalties(h, processed, V, p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n)
+            for h, p in zip(histories, params, strict=True)
+        ]
+    )
     indices = [3, 0, 17, 5, 2, 9, 4]
     coins = [xtc_coin(p.seed, i) for p, i in zip(params, indices, strict=True)]
     chain = group_chain(params)
@@ -345,7 +356,7 @@ def test_run_chain_matches_the_references_composed_in_order(order):
     inputs.update(
         bias=mx.array(np.stack([reference_stage("bias", np.zeros(V, np.float32), p, 0, 0, 0) for p in params])),
         counts=mx.array(counts.astype(np.int32)),
-        **dry_inputs(dry),
+        **dry_inputs(engine_dry),
         xtc_coin=col(coins),
     )
     noise = gumbel_noise([step_key(p.seed, i) for p, i in zip(params, indices, strict=True)], V)
