@@ -81,18 +81,23 @@ def test_no_penalty_rows_skip_the_stage():
 
 
 def hf_reference_greedy(model, prompt, steps, penalty):
-    """Hugging Face's RepetitionPenaltyLogitsProcessor over the whole context, no cache."""
+    """Greedy under Hugging Face's own ``RepetitionPenaltyLogitsProcessor`` over the whole
+    context: the model's logits from a plain forward pass over every token (no cache), the
+    penalty by transformers. Returns the tokens and each step's log-softmax after the penalty."""
+    import torch
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+    processor = RepetitionPenaltyLogitsProcessor(penalty)
     tokens = list(prompt)
-    out = []
+    out, logprobs = [], []
     for _ in range(steps):
         logits = np.array(model(mx.array(tokens)[None])[0, -1].astype(mx.float32))
-        seen = np.unique(tokens)
-        score = logits[seen]
-        logits[seen] = np.where(score < 0, score * penalty, score / penalty)
-        token = int(np.argmax(logits))
+        scores = processor(torch.tensor([tokens]), torch.from_numpy(logits)[None])[0]
+        token = int(torch.argmax(scores))
         tokens.append(token)
         out.append(token)
-    return out
+        logprobs.append(torch.log_softmax(scores.double(), dim=-1).numpy())
+    return out, logprobs
 
 
 def run_alone(loaded, prompt, params):
@@ -106,9 +111,17 @@ def run_alone(loaded, prompt, params):
 
 def test_greedy_repetition_penalty_matches_hf_reference(tiny):
     prompt = tiny.tokenizer.encode("the theme of the thin thing")
-    params = SamplingParams(repetition_penalty=1.3, penalty_window=0, max_tokens=20, top_logprobs=0)
+    params = SamplingParams(repetition_penalty=1.3, penalty_window=0, max_tokens=20, top_logprobs=20)
     steps, _ = run_alone(tiny, prompt, params)
-    assert [s.token_id for s in steps] == hf_reference_greedy(tiny.model, prompt, 20, 1.3)
+    tokens, logprobs = hf_reference_greedy(tiny.model, prompt, 20, 1.3)
+    assert [s.token_id for s in steps] == tokens
+    # The penalized distribution too, not only its argmax: a penalty wrong on negative
+    # logits (divided, not multiplied) leaves the argmax and moves every logprob.
+    for step, expected in zip(steps, logprobs, strict=True):
+        at = step.chain.index("penalties")
+        assert step.top, "the step reports no candidates"
+        got = [c.logprobs[at] for c in step.top]
+        np.testing.assert_allclose(got, [expected[c.token_id] for c in step.top], atol=1e-4, rtol=0)
 
 
 def test_scheduler_counts_equal_a_recount_mid_generation(tiny):
