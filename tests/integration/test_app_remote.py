@@ -1,8 +1,11 @@
 """The app against a real ``mlx_lm.server`` (the tiny model, on 127.0.0.1, a free port):
 connect through Models → "Connect to a server…", chat, the inspector's stage label and
 "not reported" fields, a branch from a token, a live change and a compare run of two
-settings; and the faults: a refused connection and a server killed mid-reply (the
-partial reply is kept and saved, the app stays usable)."""
+settings. The faults run against a stand-in, not a real server: a vLLM look-alike
+(``tests/engine/remote/test_remote_faults.py``'s handler) in a process of its own — a
+refused connection, the stand-in killed mid-reply (the partial reply is kept and saved, the
+app stays usable), a 400 and a server that ignores logprobs; each such test says
+``standin`` in its name."""
 
 from __future__ import annotations
 
@@ -157,7 +160,7 @@ def test_chat_inspector_branch_live_change_and_compare_on_mlx_lm_server(qtbot, p
     close_window(window)
 
 
-def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_folder, standin_process):
+def test_refused_connection_and_a_standin_server_killed_mid_reply(qtbot, profile, tiny_folder, standin_process):
     url, proc = standin_process
     window = open_window(qtbot, profile, str(tiny_folder))
     # Refused: the dialog says so, the local model stays.
@@ -196,7 +199,7 @@ def test_refused_connection_and_a_server_killed_mid_reply(qtbot, profile, tiny_f
     close_window(window)
 
 
-def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile, tiny_folder, standin_process):
+def test_a_400_and_a_standin_that_ignores_logprobs_show_the_reason(qtbot, profile, tiny_folder, standin_process):
     url, _ = standin_process
     window = open_window(qtbot, profile, str(tiny_folder))
     connect(qtbot, window, url, model="bad")
@@ -228,7 +231,7 @@ def test_a_400_and_a_server_that_ignores_logprobs_show_the_reason(qtbot, profile
     close_window(window)
 
 
-def test_the_api_key_comes_from_the_environment_and_is_never_saved(
+def test_the_api_key_comes_from_the_environment_and_is_never_saved_with_a_standin(
     qtbot,
     profile,
     tiny_folder,

@@ -171,7 +171,7 @@ def test_default_llama_stays_within_a_hundredth(smollm):
 
 
 @pytest.mark.slow
-def test_gemma_lens_layer_by_layer_against_transformers(gemma, gemma_reference):
+def test_gemma_lens_layer_by_layer_against_transformers_within_regression_bounds(gemma, gemma_reference):
     """Gemma 3 270M Q4_K_M (sliding windows, scaled embeddings): every position of a short
     text, every layer, against transformers' hooked float32 run — as it is, and with its
     embedding scale √640 rounded to bfloat16 as mlx-lm's gemma3_text computes it (25.25
@@ -195,8 +195,10 @@ def test_gemma_lens_layer_by_layer_against_transformers(gemma, gemma_reference):
         embed.embed_scale.fill_(640**0.5)
     print("per-layer largest top-5 difference (nats), as is:", " ".join(f"{w:.4f}" for w in as_is))
     print("the same with mlx-lm's bfloat16 √640:", " ".join(f"{w:.4f}" for w in same_scale))
-    # 1.5× what was measured (2026-11-25, this CPU): as is 0.294 at layer 1, the rest ≤ 0.041;
-    # with the same scale 0.040 at layer 1, the rest ≤ 0.015, the last layer 0.005.
+    # Regression bounds, not tolerances (docs/TESTING.md): 1.5× what this code measured at
+    # 6ad606d (2026-11-25, one CPU), nothing derives them. As is 0.294 at layer 1, the rest
+    # ≤ 0.041; with the same scale 0.040 at layer 1, the rest ≤ 0.015, the last layer 0.005.
+    # Crossing one is a change to explain (transformers is the reference), not a bound to widen.
     assert max(as_is) <= 0.45 and max(as_is[2:]) <= 0.065 and as_is[-1] <= 0.05
     assert max(same_scale) <= 0.06 and max(same_scale[2:]) <= 0.025 and same_scale[-1] <= 0.03
     assert as_is[0] <= 0.002  # layer 0: the norm cancels the embedding's scale

@@ -60,7 +60,9 @@ def _fully_shown(label: QLabel) -> bool:
 
 
 def test_the_models_advice_is_readable_the_server_said_what_it_can_do_and_the_model_is_remembered(qtbot, tmp_path):
-    """mlx_lm.server on a fresh home lists no models: its advice is the longest sentence the
+    """A hand-built listing (not a server) of the kind mlx_lm.server gives on a fresh home, no
+    models and the hub-cache hint (the real server's answer is checked in
+    tests/integration/test_app_remote_fresh_home.py): the advice is the longest sentence the
     dialog shows, and it was cut after its second line; the model typed was forgotten."""
     from app.views.connect_dialog import ConnectDialog
     from engine.remote.abilities import abilities

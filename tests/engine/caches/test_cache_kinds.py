@@ -159,8 +159,22 @@ def test_a_cache_mlx_lm_cannot_batch_is_refused_at_load(tiny):
 
 
 def test_tiny_arch_folders_are_real_mlx_lm_folders(tmp_path: Path):
+    """mlx-lm's own loader (not the engine's) reads the folder: its architecture, its tokenizer,
+    a forward pass over the whole vocabulary."""
+    import json
+
+    import mlx.core as mx
+    import mlx_lm
+
     folder = write_tiny_arch(tmp_path / "g", "gemma3_text")
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    model, tokenizer = mlx_lm.load(str(folder))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "gemma3_text" and model.model_type == "gemma3_text"
+    prompt = tokenizer.encode("hello there")
+    assert prompt
+    logits = model(mx.array(prompt)[None])
+    assert logits.shape == (1, len(prompt), config["vocab_size"])
 
 
 def test_model_info_names_architecture_cache_kinds_and_quantization(tmp_path: Path):

@@ -95,11 +95,17 @@ def test_every_stage_is_recorded_with_its_survivors_and_removal():
     assert {c.token_id: c.removed_by for c in rev.top}[4] == "top_p"
 
 
-@pytest.mark.parametrize("device", [mx.cpu, mx.default_device()])
+DEFAULT_DEVICE = mx.default_device()
+
+
+@pytest.mark.parametrize(
+    "device", [mx.cpu, DEFAULT_DEVICE], ids=["cpu", f"default_device_is_{DEFAULT_DEVICE.type.name}"]
+)
 def test_exp_is_float32_accurate_on_the_device(device):
     """The pack's ``exp`` (a power of two on the CPU backend) against NumPy's float64 exp: the
     relative error of float32 arithmetic, growing with |x| as the exponent's rounding does
-    (``mx.exp`` itself is at 1.5e-6)."""
+    (``mx.exp`` itself is at 1.5e-6). The second case is the default device, named by its
+    kind: on a machine without a GPU it is the CPU case again (``default_device_is_cpu``)."""
     from engine.stages.base import exp
 
     values = np.concatenate([np.linspace(-104, 0, 50_000), [-np.inf, 0.0, 30.0]]).astype(np.float32)
