@@ -66,6 +66,10 @@ class AppEngine(QObject):
         self.arrived.emit(request, sink, started)
         return started
 
+    def prepare(self, request: ServedRequest) -> ServedRequest:
+        """As it is: the worker templates the messages it stores (``app.model.served``)."""
+        return request
+
     def cancel(self, request_id: int) -> None:
         self.cancel_requested.emit(request_id)
 

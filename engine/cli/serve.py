@@ -15,6 +15,7 @@ import sys
 
 from engine.cli.args import UsageError, add_kv_flags, add_precision_flag, kv_from
 from engine.serve.address import DEFAULT_PORT, bind, is_local
+from engine.serve.limits import ServeLimits
 
 
 def add_serve_command(commands) -> None:
@@ -29,8 +30,42 @@ def add_serve_command(commands) -> None:
         help="the environment variable holding the API key clients must send (needed for another host)",
     )
     p.add_argument("--max-batch-size", type=int, default=8, help="requests decoded together (default 8)")
+    add_limit_flags(p)
     add_precision_flag(p)
     add_kv_flags(p)
+
+
+LIMIT_FLAGS = (
+    ("--max-body-bytes", "max_body_bytes", int, "a request body's size (413 past it)"),
+    ("--max-connections", "max_connections", int, "connections and requests at once (503 past it)"),
+    ("--max-queued", "max_queued", int, "completion requests held at once, written or waiting (429 past it)"),
+    ("--header-timeout", "header_timeout_s", float, "seconds to send a request's line and headers"),
+    ("--body-timeout", "body_timeout_s", float, "seconds to send a request's body (408 past it)"),
+    ("--keep-alive", "keep_alive_s", float, "seconds an idle kept-alive connection stays open"),
+    ("--max-header-bytes", "max_header_bytes", int, "a request line and headers' size"),
+)
+
+
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    defaults = ServeLimits()
+    for flag, name, kind, words in LIMIT_FLAGS:
+        default = getattr(defaults, name)
+        metavar = "N" if kind is int else "S"
+        p.add_argument(
+            flag, dest=name, type=kind, default=default, metavar=metavar, help=f"{words} (default {default:g})"
+        )
+
+
+def limits_of(args: argparse.Namespace) -> ServeLimits:
+    """The limits the flags give; a usage error for a wrong one."""
+    try:
+        return ServeLimits(**{name: getattr(args, name) for _, name, _, _ in LIMIT_FLAGS})
+    except ValueError as exc:  # said with the flag's name, not the field's
+        message = str(exc)
+        for flag, name, _, _ in LIMIT_FLAGS:
+            if message.startswith(name + " "):
+                message = flag + message[len(name) :]
+        raise UsageError(message) from None
 
 
 def api_key_of(args: argparse.Namespace) -> str | None:
@@ -50,17 +85,21 @@ def api_key_of(args: argparse.Namespace) -> str | None:
     return key
 
 
+GRACE_S = 5
+"""Seconds Ctrl-C waits for open streams (each ends with an error event) to end."""
+
+
 def serve_command(args: argparse.Namespace) -> int:
     key = api_key_of(args)  # every flag is checked before the slow model load, the address too
+    limits = limits_of(args)
     kv = kv_from(args)
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
         raise UsageError(f"--host {args.host} --port {args.port}: {exc}") from None
-    import uvicorn
-
     from engine.serve.engine_loop import EngineLoop
     from engine.serve.http import make_app
+    from engine.serve.listener import make_server
     from engine.session.session import EngineSession
 
     def load() -> EngineSession:
@@ -82,7 +121,8 @@ def serve_command(args: argparse.Namespace) -> int:
         )
     print(f"serving {name} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     try:
-        uvicorn.Server(uvicorn.Config(make_app(engine, key), log_level="warning")).run(sockets=[sock])
+        app = make_app(engine, key, limits, args.host)
+        make_server(app, limits, app.state.live.stop_all, GRACE_S).run(sockets=[sock])
     finally:
         sock.close()
         engine.close()

@@ -10,6 +10,7 @@ went away) takes effect at the next step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable
@@ -18,9 +19,11 @@ from dataclasses import dataclass
 
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, FinishReason, TokenStep
-from engine.serve.request_fields import ServedRequest
+from engine.runtime.prompts import encode_text
+from engine.serve.request_fields import FieldError, ServedRequest
 from engine.serve.seam import Sink, deliver
 from engine.session.session import EngineSession
+from engine.stages.vocabulary import GrammarUnavailable
 
 IDLE_WAIT_S = 0.5
 
@@ -48,6 +51,8 @@ class EngineLoop:
         self._commands: queue.Queue = queue.Queue()
         self._sinks: dict[int, Sink] = {}
         self._running = True
+        self._tokenizing = threading.Lock()
+        self._longest: int | None = None
         self.peak_batch = 0
         """The most requests that got a token in one step (continuous batching at work)."""
         self.cancelled = 0
@@ -66,6 +71,42 @@ class EngineLoop:
 
     def cancel(self, request_id: int) -> None:
         self._commands.put(_Cancel(request_id))
+
+    def prepare(self, request: ServedRequest) -> ServedRequest:
+        """``request`` with its prompt tokenized and its grammar compiled, refused with a
+        ``FieldError`` when its prompt cannot fit the model's context. Called on the HTTP
+        server's threads: the engine's thread then only queues it, and no stream waits while a
+        long prompt is templated or a grammar compiled."""
+        context = self.info.context_length
+        param = "messages" if request.chat else "prompt"
+        if context:
+            # Before any tokenizing: a prompt whose bytes need more tokens than the context
+            # holds even if every token were the vocabulary's longest.
+            size = len(request.prompt.encode()) + sum(len(m["content"].encode()) for m in request.messages)
+            if size > context * self._longest_token():
+                raise FieldError(param, f"the prompt is longer than the model's context ({context:,} tokens).")
+        with self._tokenizing:  # the HTTP threads one at a time; the engine's thread only decodes
+            if request.chat:
+                tokens = self.session.prompt_for(list(request.messages))
+            else:
+                tokens = encode_text(self.session.scheduler.loaded.tokenizer, request.prompt)
+        if context and len(tokens) >= context:
+            raise FieldError(
+                param, f"the prompt is {len(tokens):,} tokens; the model's context holds {context:,} with the reply."
+            )
+        if request.params.grammar:
+            try:
+                self.session.scheduler.vocabulary.compile(request.params.grammar)
+            except (ValueError, GrammarUnavailable) as exc:
+                raise FieldError("grammar", str(exc)) from None
+        return dataclasses.replace(request, prompt_tokens=tuple(tokens))
+
+    def _longest_token(self) -> int:
+        """The most bytes one token of the model's vocabulary stands for (read once)."""
+        if self._longest is None:
+            size = self.session.scheduler.loaded.vocab_size
+            self._longest = max(1, *(len(self.session.token_bytes(i)) for i in range(size)))
+        return self._longest
 
     def busy(self) -> bool:
         """Whether a request is being written (or waits to be)."""
@@ -140,6 +181,8 @@ class EngineLoop:
         command.started.set_result(request_id)
 
     def _start(self, request: ServedRequest) -> int:
+        if request.prompt_tokens is not None:  # tokenized by ``prepare``, off this thread
+            return self.session.scheduler.insert(request.prompt_tokens, request.params)
         if request.chat:
             return self.session.start(list(request.messages), request.params).request_id
         return self.session.start_text(request.prompt, request.params).request_id

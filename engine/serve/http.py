@@ -1,11 +1,16 @@
 """Logitscope's OpenAI-compatible HTTP server (Starlette, run by uvicorn): ``/v1/models``,
 ``/v1/chat/completions`` and ``/v1/completions``, streamed (server-sent events) or not.
 
-A request is read whole and checked (``engine.serve.request_fields``) before anything reaches
-the engine: a malformed body or a wrong field is a 400 in OpenAI's error shape naming the
-field, and the server goes on serving. A stream whose client goes away cancels its request
-at the engine's next step; a request that was not streamed is cancelled when its client
-disconnects while it waits.
+A request is read (within ``engine.serve.limits.ServeLimits``) and checked
+(``engine.serve.request_fields``) before anything reaches the engine: a malformed body or a
+wrong field is a 400 in OpenAI's error shape naming the field, and the server goes on
+serving. Without an API key only this machine's own clients are answered
+(``engine.serve.guard.LocalOnly``). The prompt is tokenized and a grammar compiled on the
+server's threads (``ServingEngine.prepare``), not on the engine's. A stream whose client goes
+away cancels its request at the engine's next step; a request that was not streamed is
+cancelled when its client disconnects while it waits. A reply that ends in an error or a
+cancel (the server stopped) ends as OpenAI's servers end one: a stream with an error event
+``data: {"error": {...}}`` and no closing chunk, a whole response with an error status.
 """
 
 from __future__ import annotations
@@ -14,31 +19,36 @@ import asyncio
 import dataclasses
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from engine.api.errors import EngineError
-from engine.api.events import Event, Finished, TokenStep
+from engine.api.events import Finished, FinishReason, TokenStep
 from engine.api.params import SamplingParamsError
+from engine.serve.guard import LocalOnly, error_response, http_error, server_error
+from engine.serve.limits import LimitError, ServeLimits, read_body
 from engine.serve.request_fields import FieldError, ServedRequest, read_request
 from engine.serve.responses import Reply, error_body
 from engine.serve.seam import ServingEngine
 
 DISCONNECT_POLL_S = 0.25
-
-
-def _error(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse(error_body(message, param, kind), status_code=status)
+RETRY_AFTER_S = 1
+STOPPED = object()
+"""Put in a request's queue when the server stops: its reply ends with an error."""
+STOPPED_MESSAGE = "the server stopped before the reply was finished."
+CANCELLED_MESSAGE = "the reply was cancelled by the server before it was finished."
 
 
 def _unauthorized() -> JSONResponse:
-    return _error(401, "a valid API key is needed (Authorization: Bearer KEY).", kind="authentication_error")
+    return error_response(401, "a valid API key is needed (Authorization: Bearer KEY).", kind="authentication_error")
 
 
 def _client(request: Request) -> str:
@@ -51,9 +61,48 @@ def _sse(obj: dict[str, Any] | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
 
 
-def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
+class LiveRequests:
+    """The completion requests the server holds (each one's event queue), on the server's
+    event loop: bounded by ``limit`` (``ServeLimits.max_queued``), and ended at a stop."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.queues: dict[int, asyncio.Queue] = {}
+        self.stopping = False
+
+    def full(self) -> bool:
+        return len(self.queues) >= self.limit
+
+    def stop_all(self) -> None:
+        """The server stops: every held request's reply ends with an error (on the loop)."""
+        self.stopping = True
+        for events in self.queues.values():
+            events.put_nowait(STOPPED)
+
+
+def _ended_early(event: Finished | object) -> tuple[str, str] | None:
+    """(message, code) of a reply that did not finish (an error, a cancel, the server's stop);
+    None for a finished one."""
+    if event is STOPPED:
+        return STOPPED_MESSAGE, "server_stopped"
+    assert isinstance(event, Finished)
+    if event.finish_reason == FinishReason.ERROR:
+        return event.error or "the engine failed.", "engine_error"
+    if event.finish_reason == FinishReason.CANCELLED:
+        return CANCELLED_MESSAGE, "cancelled"
+    return None
+
+
+def make_app(
+    engine: ServingEngine, api_key: str | None = None, limits: ServeLimits | None = None, bound: str = "127.0.0.1"
+) -> Starlette:
     """The server's application over ``engine``; ``api_key``: the bearer token every request
-    must carry (None: none is asked)."""
+    must carry (None: none is asked, and only this machine's clients are answered);
+    ``limits``: what it takes at most; ``bound``: the address it listens on (a ``Host`` it
+    answers besides the loopback names). ``app.state.live`` is its :class:`LiveRequests`
+    (``stop_all`` on a stop)."""
+    limits = limits or ServeLimits()
+    live = LiveRequests(limits.max_queued)
 
     def authorized(request: Request) -> bool:
         if api_key is None:
@@ -70,26 +119,58 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
     async def completions(request: Request, chat: bool) -> Any:
         if not authorized(request):
             return _unauthorized()
+        if live.stopping:
+            return error_response(503, STOPPED_MESSAGE, kind="server_error", code="server_stopped")
+        if live.full():
+            return error_response(
+                429,
+                f"the server holds {live.limit} requests already; try again shortly.",
+                kind="requests",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        key = object()  # the request's place until its queue exists: counted from here
+        live.queues[id(key)] = asyncio.Queue()
+        handed_over = False
         try:
-            body = json.loads(await request.body())
+            answer = await _start(request, chat, live.queues[id(key)])
+            if isinstance(answer, _Started):
+                handed_over = True
+                return await answer.respond(lambda: live.queues.pop(id(key), None))
+            return answer
+        finally:
+            if not handed_over:
+                live.queues.pop(id(key), None)
+
+    async def _start(request: Request, chat: bool, events: asyncio.Queue) -> Any:
+        try:
+            raw = await read_body(request, limits)
+        except LimitError as exc:  # the rest of the body is not read: the connection cannot go on
+            return error_response(exc.status, str(exc), code=exc.code, headers={"Connection": "close"})
+        try:
+            body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, f"the request body is not valid JSON: {exc}.")
+            return error_response(400, f"the request body is not valid JSON: {exc}.")
+        except RecursionError:
+            return error_response(400, "the request body is not valid JSON: it is nested too deeply.")
         info = engine.info  # read per request: an app's model in use can change while it serves
-        try:  # off the event loop: a large grammar takes a while to compile
+        try:  # off the event loop and the engine's thread: templating, tokenizing, a grammar
             served = await run_in_threadpool(read_request, body, chat, info.context_length or 1_000_000)
+            served = await run_in_threadpool(engine.prepare, served)
         except FieldError as exc:
-            return _error(400, str(exc), exc.param)
+            return error_response(400, str(exc), exc.param)
+        except (EngineError, SamplingParamsError) as exc:
+            return error_response(400, str(exc), getattr(exc, "field", None))
         served = dataclasses.replace(served, client=_client(request))
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Event] = asyncio.Queue()
         try:
             request_id = await asyncio.wrap_future(
                 engine.submit(served, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
             )
         except (EngineError, SamplingParamsError) as exc:
-            return _error(400, str(exc), getattr(exc, "field", None))
+            return error_response(400, str(exc), getattr(exc, "field", None))
         except Exception as exc:  # noqa: BLE001 - a chat template's own error, ...: in OpenAI's shape
-            return _error(500, f"{type(exc).__name__}: {exc}", kind="server_error")
+            return error_response(500, f"{type(exc).__name__}: {exc}", kind="server_error")
         reply = Reply(
             f"{'chatcmpl' if chat else 'cmpl'}-{request_id}-{secrets.token_hex(4)}",
             served.model or info.name,
@@ -100,9 +181,7 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
             engine.token_bytes,
             info.eos_token_ids,
         )
-        if served.stream:
-            return StreamingResponse(_stream(engine, request_id, served, reply, events), media_type="text/event-stream")
-        return await _whole(engine, request, request_id, reply, events)
+        return _Started(engine, request, request_id, served, reply, events)
 
     async def chat(request: Request) -> Any:
         return await completions(request, chat=True)
@@ -115,48 +194,80 @@ def make_app(engine: ServingEngine, api_key: str | None = None) -> Starlette:
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", text, methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    middleware = [] if api_key is not None else [Middleware(LocalOnly, bound=bound)]
+    handlers = {HTTPException: http_error, Exception: server_error}
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
+    app.state.live = live
+    return app
 
 
-async def _stream(
-    engine: ServingEngine, request_id: int, served: ServedRequest, reply: Reply, events: asyncio.Queue
-) -> AsyncIterator[str]:
-    finished = False
-    try:
-        if reply.chat:
-            yield _sse(reply.first_chunk())
-        while True:
-            event = await events.get()
-            if isinstance(event, TokenStep):
-                chunk = reply.add(event)
-                if chunk is not None:
-                    yield _sse(chunk)
-            elif isinstance(event, Finished):
-                finished = True
-                if event.error:
-                    yield _sse(error_body(event.error, kind="server_error"))
+@dataclasses.dataclass
+class _Started:
+    """A request the engine took: its answer, streamed or whole."""
+
+    engine: ServingEngine
+    request: Request
+    request_id: int
+    served: ServedRequest
+    reply: Reply
+    events: asyncio.Queue
+
+    async def respond(self, release: Callable[[], object]) -> Any:
+        """The response; ``release`` frees the request's place when its answer ends."""
+        if self.served.stream:
+            return StreamingResponse(self._stream(release), media_type="text/event-stream")
+        return await self._whole(release)
+
+    async def _stream(self, release: Callable[[], object]) -> AsyncIterator[str]:
+        finished = False
+        reply = self.reply
+        try:
+            if reply.chat:
+                yield _sse(reply.first_chunk())
+            while True:
+                event = await self.events.get()
+                if isinstance(event, TokenStep):
+                    chunk = reply.add(event)
+                    if chunk is not None:
+                        yield _sse(chunk)
+                    continue
+                if not isinstance(event, Finished) and event is not STOPPED:
+                    continue
+                finished = isinstance(event, Finished)
+                early = _ended_early(event)
+                if early is not None:  # OpenAI's and llama.cpp's way: the error, no closing chunk
+                    yield _sse(error_body(early[0], kind="server_error", code=early[1]))
+                    return
+                assert isinstance(event, Finished)
                 yield _sse(reply.last_chunk(event))
-                if served.include_usage:
+                if self.served.include_usage:
                     yield _sse(reply.usage_chunk(event))
                 yield _sse("[DONE]")
                 return
-    finally:
-        if not finished:  # the client went away: the engine stops writing
-            engine.cancel(request_id)
+        finally:
+            release()
+            if not finished:  # the client went away, or the server stops: the engine stops writing
+                self.engine.cancel(self.request_id)
 
-
-async def _whole(engine: ServingEngine, request: Request, request_id: int, reply: Reply, events: asyncio.Queue) -> Any:
-    while True:
+    async def _whole(self, release: Callable[[], object]) -> Any:
         try:
-            event = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
-        except TimeoutError:
-            if await request.is_disconnected():
-                engine.cancel(request_id)
-                return _error(499, "the client closed the connection.")
-            continue
-        if isinstance(event, TokenStep):
-            reply.add(event)
-        elif isinstance(event, Finished):
-            if event.error:
-                return _error(500, event.error, kind="server_error")
-            return JSONResponse(reply.whole(event))
+            while True:
+                try:
+                    event = await asyncio.wait_for(self.events.get(), DISCONNECT_POLL_S)
+                except TimeoutError:
+                    if await self.request.is_disconnected():
+                        self.engine.cancel(self.request_id)
+                        return error_response(499, "the client closed the connection.")
+                    continue
+                if isinstance(event, TokenStep):
+                    self.reply.add(event)
+                elif isinstance(event, Finished) or event is STOPPED:
+                    early = _ended_early(event)
+                    if event is STOPPED:
+                        self.engine.cancel(self.request_id)
+                    if early is not None:
+                        status = 500 if early[1] == "engine_error" else 503
+                        return error_response(status, early[0], kind="server_error", code=early[1])
+                    return JSONResponse(self.reply.whole(event))  # type: ignore[arg-type]
+        finally:
+            release()

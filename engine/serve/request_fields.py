@@ -103,6 +103,9 @@ class ServedRequest:
     prompt and the fields that shape only the answer's transport (an app shows these)."""
     client: str = ""
     """Who sent it (its address and user agent; ``engine.serve.http`` fills it in)."""
+    prompt_tokens: tuple[int, ...] | None = None
+    """The prompt as tokens, when the engine tokenized it before it was submitted (off its
+    own thread: ``ServingEngine.prepare``); None: the engine tokenizes it when it starts it."""
 
 
 NOT_SETTINGS = frozenset({"messages", "prompt", "stream", "stream_options", "model"})
@@ -115,8 +118,8 @@ def read_request(body: Any, chat: bool, max_tokens_limit: int = MAX_TOKENS_RANGE
     if not isinstance(body, Mapping):
         raise FieldError(None, "the request body must be a JSON object.")
     messages, prompt = (_messages(body), "") if chat else ((), _prompt(body))
-    n = body.get("n", 1)
-    if n != 1:
+    n = body.get("n")
+    if n is not None and n != 1:  # null is OpenAI's default, 1
         raise FieldError("n", f"n must be 1: one reply per request, got {n!r}.")
     stream = _flag(body, "stream", False)
     options = body.get("stream_options") or {}
@@ -211,8 +214,21 @@ def _logprobs(body: Mapping[str, Any], chat: bool) -> tuple[int | None, bool]:
     return logprobs, False
 
 
+OPENAI_DEFAULTS: Mapping[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+"""What a request that leaves a field out gets: OpenAI's defaults (its API reference), not
+``SamplingParams``' own (greedy) nor llama.cpp's (temperature 0.8, top_k 40, min_p 0.05, …):
+a client written for OpenAI's API gets the behaviour it was written for. Every other stage
+is off unless asked; ``max_tokens`` is the rest of the context (:func:`_max_tokens`); no
+``seed`` is a random one; no ``stop``, ``logit_bias`` or logprobs."""
+
+
 def _params(body: Mapping[str, Any], top: int, max_tokens_limit: int) -> SamplingParams:
-    values: dict[str, Any] = {"top_logprobs": top}
+    values: dict[str, Any] = {"top_logprobs": top, **OPENAI_DEFAULTS}
     for name in _NUMBERS:
         value = body.get(name)
         if value is None:
@@ -267,7 +283,7 @@ def _max_tokens(body: Mapping[str, Any], limit: int) -> dict[str, Any]:
             return {"max_tokens": limit}
         got = _int(body, name, 1, limit)
         return {"max_tokens": got}
-    return {"max_tokens": min(limit, 4096)}
+    return {"max_tokens": limit}  # OpenAI's and llama.cpp's: until the end of the context
 
 
 def _penalty_window(body: Mapping[str, Any], values: dict[str, Any]) -> dict[str, Any]:

@@ -186,6 +186,8 @@ class Reply:
         }
 
 
-def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict[str, Any]:
+def error_body(
+    message: str, param: str | None = None, kind: str = "invalid_request_error", code: str | None = None
+) -> dict[str, Any]:
     """OpenAI's error object."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -40,6 +40,13 @@ class ServingEngine(Protocol):
         its events to ``sink``, its ``Finished`` last."""
         ...
 
+    def prepare(self, request: ServedRequest) -> ServedRequest:
+        """``request`` made ready to start, on the HTTP server's threads (its prompt tokenized,
+        its grammar compiled: the work no stream should wait for on the engine's thread), or a
+        ``FieldError`` (a prompt past the model's context). An engine that does this work
+        where it starts a request returns ``request`` as it is."""
+        ...
+
     def cancel(self, request_id: int) -> None: ...
 
     def token_bytes(self, token_id: int) -> bytes:

@@ -9,24 +9,33 @@ import time
 
 from engine.serve.address import bind
 from engine.serve.http import make_app
+from engine.serve.limits import ServeLimits
 from engine.serve.seam import ServingEngine
 
 START_TIMEOUT_S = 10.0
 GRACE_S = 2
-"""Seconds a stop waits for open streams (their requests were cancelled) to end."""
+"""Seconds a stop waits for open streams (each ends with an error event) to end."""
 
 
 class ServerThread:
-    """Serves ``engine`` on ``host:port`` from now until :meth:`stop`. The socket is bound
-    here, on the caller's thread: a port in use raises ``OSError`` at once."""
+    """Serves ``engine`` on ``host:port`` from now until :meth:`stop`, within ``limits``. The
+    socket is bound here, on the caller's thread: a port in use raises ``OSError`` at once."""
 
-    def __init__(self, engine: ServingEngine, host: str, port: int, api_key: str | None = None) -> None:
-        import uvicorn
+    def __init__(
+        self,
+        engine: ServingEngine,
+        host: str,
+        port: int,
+        api_key: str | None = None,
+        limits: ServeLimits | None = None,
+    ) -> None:
+        from engine.serve.listener import make_server
 
         sock = bind(host, port)
         self.host, self.port = host, sock.getsockname()[1]
-        config = uvicorn.Config(make_app(engine, api_key), log_level="warning", timeout_graceful_shutdown=GRACE_S)
-        self._server = uvicorn.Server(config)
+        self.limits = limits or ServeLimits()
+        app = make_app(engine, api_key, self.limits, host)
+        self._server = make_server(app, self.limits, app.state.live.stop_all, GRACE_S)
         self._failure: BaseException | None = None
 
         def run() -> None:
@@ -52,5 +61,6 @@ class ServerThread:
         return f"http://{host}:{self.port}/v1"
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving: open streams end with an error event, then the server closes."""
         self._server.should_exit = True
         self._thread.join(timeout)

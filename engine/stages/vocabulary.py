@@ -9,6 +9,7 @@ copied for each row that uses it.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
@@ -42,6 +43,7 @@ class Vocabulary:
         self._eos = sorted(eos)
         self._ll_tokenizer: Any = None
         self._matchers: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, loaded: Any, piece: Callable[[int], str]) -> Vocabulary:
@@ -60,18 +62,28 @@ class Vocabulary:
 
     def matcher(self, grammar: tuple[str, ...]) -> Any:
         """A fresh ``llguidance.LLMatcher`` of ``grammar`` (``(kind, text)``) at its start."""
-        template = self._matchers.get(grammar)
-        if template is None:
-            from llguidance import LLMatcher
+        return self.compile(grammar).deep_copy()
 
-            template = LLMatcher(self.ll_tokenizer(), compiled(*grammar), log_level=0)
-            if template.is_error():
-                raise ValueError(f"the grammar cannot be used with this model's tokenizer: {template.get_error()}")
+    def compile(self, grammar: tuple[str, ...]) -> Any:
+        """``grammar``'s matcher, compiled now unless it is kept, and kept. A server calls it on
+        its own threads, so that the engine's thread finds it compiled: the kept matchers
+        change under a lock, and a compile runs outside it (the engine's thread never waits
+        for another thread's compile)."""
+        with self._lock:
+            template = self._matchers.get(grammar)
+            if template is not None:
+                self._matchers.move_to_end(grammar)
+                return template
+        from llguidance import LLMatcher
+
+        template = LLMatcher(self.ll_tokenizer(), compiled(*grammar), log_level=0)
+        if template.is_error():
+            raise ValueError(f"the grammar cannot be used with this model's tokenizer: {template.get_error()}")
+        with self._lock:
             self._matchers[grammar] = template
             while len(self._matchers) > KEPT_GRAMMARS:
                 self._matchers.popitem(last=False)
-        self._matchers.move_to_end(grammar)
-        return template.deep_copy()
+        return template
 
     def ll_tokenizer(self) -> Any:
         """llguidance's tokenizer of this vocabulary, made at the first call."""

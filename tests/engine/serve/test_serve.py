@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import threading
 import time
 
@@ -18,64 +17,7 @@ import pytest
 
 from engine.api.events import Finished, TokenStep
 from engine.api.params import LLAMA_CPP_SAMPLERS, SamplingParams
-from engine.serve.engine_loop import EngineLoop
-from engine.serve.server_thread import ServerThread
-from engine.session.session import EngineSession
-
-CHAT = [{"role": "user", "content": "Tell me about the sea."}]
-KEY = "test-key-123"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Served:
-    def __init__(self, folder, api_key: str | None = None) -> None:
-        def load() -> EngineSession:
-            session = EngineSession(max_batch_size=8)
-            session.load(str(folder))
-            return session
-
-        self.engine = EngineLoop(load)
-        self.session = self.engine.session
-        self.server = ServerThread(self.engine, "127.0.0.1", 0, api_key)  # port 0: any free one
-        self.port, self.url = self.server.port, self.server.url
-
-    def close(self) -> None:
-        self.server.stop(timeout=30)
-        self.engine.close()
-
-
-@pytest.fixture(scope="module")
-def served(tiny_folder):
-    running = Served(tiny_folder)
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def client(served):
-    return openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0, timeout=120)
-
-
-def local(tiny_folder, params: SamplingParams, messages=CHAT, prompt: str | None = None) -> list[TokenStep]:
-    """The same request run by the engine here, without the server: its steps."""
-    session = EngineSession()
-    session.load(str(tiny_folder))
-    if prompt is None:
-        rid = session.start(messages, params).request_id
-    else:
-        from engine.runtime.prompts import encode_text
-
-        rid = session.scheduler.insert(encode_text(session.scheduler.loaded.tokenizer, prompt), params)
-    steps = []
-    while session.has_work():
-        steps += [e for e in session.step() if isinstance(e, TokenStep) and e.request_id == rid]
-    eos = set(session.info.eos_token_ids)
-    return [s for s in steps if s.token_id not in eos]
+from tests.engine.serve.serving import CHAT, JSON, KEY, Served, free_port, local
 
 
 def test_chat_through_the_openai_sdk_is_the_engines_own_reply(served, client, tiny_folder):
@@ -187,7 +129,7 @@ def test_logitscopes_remote_backend_reproduces_the_local_reply(served, tiny_fold
     ],
 )
 def test_a_bad_body_is_a_400_naming_its_field_and_the_server_goes_on(served, content, param):
-    answer = httpx.post(served.url + "/chat/completions", content=content, timeout=60)
+    answer = httpx.post(served.url + "/chat/completions", content=content, headers=JSON, timeout=60)
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param and error["message"]
@@ -253,6 +195,13 @@ def test_the_command_line_server(tiny_folder):
         timeout=120,
     )
     assert refused.returncode == 2 and "--api-key-env" in refused.stderr and "Traceback" not in refused.stderr
+    limited = subprocess.run(
+        [sys.executable, "-m", "engine", "serve", "--model", str(tiny_folder), "--max-queued", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert limited.returncode == 2 and "--max-queued must be" in limited.stderr
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine", "serve", "--model", str(tiny_folder), "--port", str(port)],
@@ -274,6 +223,8 @@ def test_the_command_line_server(tiny_folder):
             time.sleep(0.2)
         answer = httpx.post(url + "/chat/completions", json={"messages": CHAT, "max_tokens": 3}, timeout=60)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
+        guarded = httpx.post(url + "/chat/completions", json={"messages": CHAT}, headers={"Host": "evil.example"})
+        assert guarded.status_code == 421  # the command's server is guarded as the app's is
         # A port in use is a usage error, said before the model would load.
         taken = subprocess.run(
             [sys.executable, "-m", "engine", "serve", "--model", str(tiny_folder), "--port", str(port)],

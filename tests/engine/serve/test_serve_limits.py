@@ -1,0 +1,160 @@
+"""The server's limits (``engine.serve.limits.ServeLimits``), each hit on purpose over real
+HTTP on 127.0.0.1 with the tiny model and answered in OpenAI's error shape: a body too large
+by its ``Content-Length`` or as it arrives (413), a body too slow (408), half a request line
+(the connection closed), connections past the limit (503), requests past the queue's depth
+(429 with ``Retry-After``), a prompt past the context (400, before tokenizing where its
+size alone says so); and the prompt templated, tokenized and its grammar compiled on the
+server's threads, never the engine's."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import httpx
+import pytest
+
+from engine.serve.limits import ServeLimits
+from tests.engine.serve.serving import CHAT, HANG_GUARD_S, JSON, Served, events_of, is_openai_error, post
+
+SHORT = 0.5
+"""A limit's timeout in these tests: each test waits for its effect, never for the clock."""
+
+
+@pytest.fixture(scope="module")
+def limited(tiny_folder):
+    limits = ServeLimits(max_body_bytes=4_000, header_timeout_s=SHORT, body_timeout_s=SHORT, max_queued=1)
+    running = Served(tiny_folder, limits=limits)
+    yield running
+    running.close()
+
+
+def _connect(running: Served) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", running.port), timeout=HANG_GUARD_S)
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def test_a_body_past_its_size_is_a_413_by_content_length_and_while_read(limited):
+    big = {"messages": [{"role": "user", "content": "x" * 10_000}]}
+    declared = post(limited.url + "/chat/completions", big)
+    assert declared.status_code == 413 and is_openai_error(declared.json())
+
+    def chunks():  # chunked: no Content-Length says the size first
+        for _ in range(10):
+            yield b" " * 1_000
+        yield b"{}"
+
+    streamed = httpx.post(limited.url + "/chat/completions", content=chunks(), headers=JSON, timeout=HANG_GUARD_S)
+    assert "content-length" not in streamed.request.headers
+    assert streamed.status_code == 413 and is_openai_error(streamed.json())
+
+
+def test_a_body_that_does_not_arrive_is_a_408(limited):
+    with _connect(limited) as sock:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"messages": ')  # and nothing more
+        answer = _read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    assert b'"code":"body_timeout"' in body.replace(b" ", b"")
+
+
+def test_half_a_request_line_is_closed(limited):
+    with _connect(limited) as sock:
+        sock.sendall(b"POST /v1/chat/compl")  # and nothing more
+        assert _read_all(sock) == b""  # closed by the server: the socket is free again
+    with _connect(limited) as sock:  # nothing sent at all
+        assert _read_all(sock) == b""
+
+
+def test_connections_past_the_limit_are_a_503(tiny_folder):
+    running = Served(tiny_folder, limits=ServeLimits(max_connections=3))
+    held = [_connect(running) for _ in range(2)]
+    try:
+        answer = httpx.get(running.url + "/models", timeout=HANG_GUARD_S)  # the third connection
+        assert answer.status_code == 503
+        for sock in held:
+            sock.close()
+        while (again := httpx.get(running.url + "/models", timeout=HANG_GUARD_S)).status_code == 503:
+            threading.Event().wait(0.05)  # until the server has seen the two close
+        assert again.status_code == 200
+    finally:
+        running.close()
+
+
+def test_a_request_past_the_queues_depth_is_a_429_with_retry_after(limited):
+    body = {"messages": CHAT, "max_tokens": 400, "stream": True, "logit_bias": limited.no_eos()}
+    with httpx.stream("POST", limited.url + "/chat/completions", json=body, timeout=HANG_GUARD_S) as first:
+        lines = events_of(first.iter_lines())  # kept: a generator dropped closes the stream
+        next(lines)  # held: the one place is taken
+        limited.pause()
+        try:
+            second = post(limited.url + "/chat/completions", {"messages": CHAT, "max_tokens": 2})
+        finally:
+            limited.resume()
+    assert second.status_code == 429 and is_openai_error(second.json())
+    assert int(second.headers["retry-after"]) >= 1
+    while (again := post(limited.url + "/chat/completions", {"messages": CHAT, "max_tokens": 2})).status_code == 429:
+        threading.Event().wait(0.05)  # the first one's place is freed once its cancel is seen
+    assert again.status_code == 200, again.text
+
+
+def test_a_prompt_past_the_context_is_a_400_before_it_is_tokenized(served):
+    tokenized: list[str] = []
+    prompt_for = served.session.prompt_for
+
+    def recording(messages):
+        tokenized.append("chat")
+        return prompt_for(messages)
+
+    served.session.prompt_for = recording
+    try:
+        huge = "word " * 200_000  # 1 MB: more tokens than 512 even at the longest token
+        answer = post(served.url + "/chat/completions", {"messages": [{"role": "user", "content": huge}]})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "messages"
+        assert tokenized == []  # refused from its size alone
+        long = " ".join(f"w{i}" for i in range(600))  # ~1,800 tokens, under the size bound
+        answer = post(served.url + "/completions", {"prompt": long, "max_tokens": 2})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "prompt"
+        assert "context" in answer.json()["error"]["message"]
+    finally:
+        served.session.prompt_for = prompt_for
+
+
+def test_templating_tokenizing_and_the_grammar_run_off_the_engines_thread(served):
+    threads: dict[str, list[str]] = {"template": [], "compile": []}
+    prompt_for = served.session.prompt_for
+    vocabulary = served.session.scheduler.vocabulary
+    compile_grammar = vocabulary.compile
+
+    def recording_prompt(messages):
+        threads["template"].append(threading.current_thread().name)
+        return prompt_for(messages)
+
+    def recording_compile(grammar):
+        if grammar not in vocabulary._matchers:  # a compile, not a kept matcher
+            threads["compile"].append(threading.current_thread().name)
+        return compile_grammar(grammar)
+
+    served.session.prompt_for = recording_prompt
+    vocabulary.compile = recording_compile
+    try:
+        body = {"messages": CHAT, "max_tokens": 4, "grammar": 'root ::= "yes" | "no" | "maybe so"'}
+        answer = post(served.url + "/chat/completions", body)
+        assert answer.status_code == 200, answer.text
+    finally:
+        served.session.prompt_for = prompt_for
+        vocabulary.compile = compile_grammar
+    assert threads["template"] and threads["compile"]
+    assert "logitscope-serve" not in threads["template"] + threads["compile"]  # the engine's thread
