@@ -9,8 +9,6 @@ draft in use unchanged, and an export carries every token's draft record."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -58,27 +56,49 @@ def reply_steps(window):
     return entry.stream, entry.steps
 
 
-def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profile, models, tmp_path):
-    tiny, near, other = models
+def test_a_draft_in_use_is_named_and_saved_for_its_model(qtbot, profile, models):
+    tiny, near, _ = models
     window = open_window(qtbot, profile, str(tiny))
     send(qtbot, window, "the cat", params(window))
     _, plain = reply_steps(window)
     assert all(s.draft is None for s in plain)
     assert not window.central.draft_toggle.isVisible()
-
     dialog = use_draft(qtbot, window, near)
     assert "Draft in use" in dialog.message.text() and "4 tokens per block" in dialog.message.text()
     assert window.draft.label.text().startswith("draft: ")
     assert DraftChoices(window.settings).get(str(tiny)).tokens == 4
-    dialog.close()
-    window.window_actions.new_chat.trigger()  # the same prompt as the plain reply's
-    send(qtbot, window, "the cat", params(window))
-    stream, steps = reply_steps(window)
+    close_window(window)
+
+
+@pytest.fixture
+def drafted(qtbot, profile, models):
+    """The app on the tiny model: a plain greedy reply, then the bfloat16 draft in use (4 tokens
+    a block) and the same prompt in a new chat. Yields the window, the plain reply's steps, and
+    the drafted reply's stream and steps."""
+    tiny, near, _ = models
+    window = open_window(qtbot, profile, str(tiny))
+    try:
+        send(qtbot, window, "the cat", params(window))
+        _, plain = reply_steps(window)
+        use_draft(qtbot, window, near).close()
+        window.window_actions.new_chat.trigger()  # the same prompt as the plain reply's
+        send(qtbot, window, "the cat", params(window))
+        stream, steps = reply_steps(window)
+        yield window, plain, stream, steps
+    finally:
+        close_window(window)
+
+
+def test_a_drafted_reply_is_the_one_the_model_writes_alone(drafted):
+    _, plain, _, steps = drafted
     assert [s.token_id for s in steps] == [s.token_id for s in plain]  # the same reply
     outcomes = [s.draft.outcome for s in steps if s.draft is not None]
     assert Outcome.ACCEPTED in outcomes and (Outcome.REJECTED in outcomes or Outcome.BONUS in outcomes)
 
-    # The chat: the switch appears with such a reply and shades each token by its outcome.
+
+def test_the_chat_shades_each_drafted_token_by_its_outcome(drafted):
+    """The switch appears with such a reply and shades each token by its outcome."""
+    window, _, stream, steps = drafted
     window._redraw_if_dirty()
     assert window.central.draft_toggle.isVisible()
     window.central.color_toggle.setChecked(True)
@@ -86,16 +106,19 @@ def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profi
     assert not window.central.color_toggle.isChecked()  # one colouring at a time
     assert "accepted" in window.central.legend.text() and "bonus" in window.central.legend.text()
     colors = window.central.colors
-    drafted = next(i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.ACCEPTED)
-    assert _shade(window, stream, drafted) == QColor(colors.accepted)
+    drafted_at = next(i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.ACCEPTED)
+    assert _shade(window, stream, drafted_at) == QColor(colors.accepted)
     assert _shade(window, stream, 0) is None  # the first token had no draft
 
-    # The inspector's Draft tab: the proposal, q, p and min(1, p/q).
-    window.model.select((stream, drafted))
-    window._redraw_if_dirty()
-    inspector = window.inspector
+
+def test_the_inspectors_draft_tab_shows_the_proposal_q_p_and_the_acceptance(drafted):
     from app.views.inspector import DRAFT_TAB
 
+    window, _, stream, steps = drafted
+    drafted_at = next(i for i, s in enumerate(steps) if s.draft is not None and s.draft.outcome is Outcome.ACCEPTED)
+    window.model.select((stream, drafted_at))
+    window._redraw_if_dirty()
+    inspector = window.inspector
     assert inspector.tabs.isTabVisible(DRAFT_TAB)
     inspector.tabs.setCurrentIndex(DRAFT_TAB)
     view = inspector.draft_view
@@ -107,16 +130,23 @@ def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profi
     window._redraw_if_dirty()
     assert not inspector.tabs.isTabVisible(DRAFT_TAB) and inspector.tabs.currentIndex() != DRAFT_TAB
 
-    # The timeline's acceptance row, switched on with the draft.
+
+def test_the_timelines_acceptance_row_is_switched_on_with_the_draft(drafted):
+    window, _, _, _ = drafted
     row = next(c for c in window.step_analyses if c.row.__class__.__name__ == "AcceptanceRow")
     assert row.action.isChecked()
     row.refresh()
     assert row.row.plot.isVisible() and "acceptance" in row.row.plot.titleLabel.text
 
-    # An export carries the records.
+
+def test_an_export_carries_every_drafted_tokens_record(qtbot, drafted, tmp_path):
+    import csv
+
     from app.store.export import read_jsonl, write_jsonl
+    from app.store.export_csv import write_csv
     from app.store.export_store import from_store
 
+    window, _, _, steps = drafted
     out = tmp_path / "drafted.jsonl"
 
     def exported() -> list[dict]:  # the reply is saved off the GUI thread once it ends
@@ -126,21 +156,22 @@ def test_a_drafted_reply_in_the_chat_the_inspector_and_the_timeline(qtbot, profi
     qtbot.waitUntil(lambda: bool(exported()), timeout=TIMEOUT)
     back = exported()
     assert {r["draft"]["outcome"] for r in back} >= {"accepted"}
-    assert all(json.dumps(r["draft"]) for r in back)
-    import csv
-
-    from app.store.export_csv import write_csv
-
+    # One record for each drafted token of the reply, in order, with its outcome (the record
+    # is JSON, read back from the file).
+    assert [r["draft"]["outcome"] for r in back] == [str(s.draft.outcome) for s in steps if s.draft is not None]
     write_csv(read_jsonl(out), tmp_path / "drafted.csv")
     with open(tmp_path / "drafted.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert {r["draft_outcome"] for r in rows} >= {"", "accepted"}
 
-    # Refused, with the draft in use unchanged.
+
+def test_a_draft_with_another_vocabulary_is_refused_and_the_draft_in_use_stays(qtbot, drafted, models):
+    """Refused in the engine's words, with the draft in use unchanged."""
+    window, _, _, _ = drafted
+    _, near, other = models
     dialog = use_draft(qtbot, window, other)
     assert "vocabulary" in dialog.message.text()
     assert window.draft.held is not None and window.draft.held.source == str(near)
-    close_window(window)
 
 
 def test_the_saved_draft_is_loaded_again_with_its_model_and_no_draft_forgets_it(qtbot, profile, models):
