@@ -103,6 +103,17 @@ def state_inputs(
     return out
 
 
+SHARED_TOP_N = 20
+"""Rows asking at most this many candidates (OpenAI's most) share their chain's group, packed
+as wide as its widest; a row asking more (llama.cpp's ``n_probs`` takes 100) is packed in a
+group of its own width, so that it widens no other row's pack (each step packs and unpacks
+``2·top_n + 1`` candidates per stage) at the cost of a step for its group."""
+
+
+def _width_class(top_n: int) -> int:
+    return 0 if top_n <= SHARED_TOP_N else top_n
+
+
 class SamplingBatch:
     """Rows in batch order, over one model's ``vocabulary`` (what the stages' state resolves
     against it: DRY's breakers, the grammars' matchers)."""
@@ -297,9 +308,9 @@ class SamplingBatch:
 
     def _plan(self) -> list[_Group]:
         if self._groups is None:
-            by_order: dict[tuple[str, ...], list[int]] = {}
+            by_order: dict[tuple[tuple[str, ...], int], list[int]] = {}
             for row, p in enumerate(self.params):
-                by_order.setdefault(p.samplers, []).append(row)
+                by_order.setdefault((p.samplers, _width_class(p.top_logprobs)), []).append(row)
             whole = len(by_order) == 1
             # What every step reads of the rows' parameters, until they change.
             self._top_n = min(max(p.top_logprobs for p in self.params), self.vocab)
@@ -312,7 +323,8 @@ class SamplingBatch:
                 aliases = group_aliases(params, chain)
                 forms = group_forms(params, chain)
                 greedy, any_greedy = all(p.greedy for p in params), any(p.greedy for p in params)
-                layout = chain_layout(chain, aliases, self._top_n)
+                top_n = min(max(p.top_logprobs for p in params), self.vocab)  # the group's own
+                layout = chain_layout(chain, aliases, top_n)
                 updates = tuple(n for n in chain if STAGES[n].update is not None and (whole or STAGES[n].update_rows))
                 group = _Group(
                     Rows(rows, index),
