@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.api.params import SamplingParams
 from engine.specs.mirostat_v2 import LN2, LOG2_E_FLOAT32, SPEC, next_mu
-from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext, log_softmax
+from engine.stages.base import NEG_INF, Accepted, Inputs, Rows, Stage, StateContext, cpu_forms
 
 
 def apply_mirostat_v2(logits: mx.array, mu: mx.array) -> mx.array:
@@ -30,10 +30,29 @@ def apply_mirostat_v2(logits: mx.array, mu: mx.array) -> mx.array:
 
     logits: [B, V] float32; mu: [B, 1] float32, in bits.
     """
-    surprise_nats = -log_softmax(logits)
     top = mx.max(logits, axis=-1, keepdims=True)
+    surprise_nats = _log_z(logits - top) - (logits - top)
     keep = (surprise_nats <= mu * LN2) | (logits >= top)
     return mx.where(keep, logits, NEG_INF)
+
+
+SUM_BLOCK = 128
+"""Tokens summed together first on a CPU (:func:`_log_z`), as the inspection pack sums its
+Z (``engine.sampling.inspection.BLOCK``)."""
+
+
+def _log_z(shifted: mx.array) -> mx.array:
+    """[B, V] logits less their max -> [B, 1] log Z. On a CPU by blocks of ``SUM_BLOCK``,
+    then the blocks, as the pack sums the Z its reported logprobs are over: MLX's CPU
+    ``logsumexp`` adds the tail of tiny probabilities one by one to the top token's 1.0 and
+    loses those under half its ulp (about 1e-4 nats of log Z on a peaked 49,152-token
+    step), so the cut kept tokens whose reported surprise was above μ. A GPU's reduction is
+    a tree already."""
+    if not cpu_forms():
+        return mx.logsumexp(shifted, axis=-1, keepdims=True)
+    vocab = shifted.shape[-1]
+    blocks = shifted.reshape(shifted.shape[0], -1, SUM_BLOCK if vocab % SUM_BLOCK == 0 else vocab)
+    return mx.log(mx.sum(mx.sum(mx.exp(blocks), axis=-1), axis=-1, keepdims=True))
 
 
 def _apply(logits: mx.array, inputs: Inputs) -> mx.array:
@@ -95,6 +114,13 @@ class MuRows:
 
     def carry(self, row: int) -> Any:
         return self.mus[row]
+
+    def mark(self) -> Any:
+        return list(self.mus), self.stepped, self.ahead, self._held
+
+    def rewind(self, mark: Any) -> None:
+        mus, self.stepped, self.ahead, self._held = mark
+        self.mus = list(mus)
 
     @property
     def advances(self) -> bool:
