@@ -112,9 +112,6 @@ class Request:
     before_switch: tuple[int, SamplingParams] | None = None
     """(the first output index the variant sampled, the settings before it): a branch in
     the thinking takes the thinking's settings."""
-    draft: Any = None
-    """The draft model's caches for this request (``engine.runtime.speculative.DraftCache``),
-    made at its first draft block."""
     draft_stats: DraftStats | None = None
     """Its speculative decoding so far; None: no block was drafted."""
     grammar_stats: GrammarStats | None = None

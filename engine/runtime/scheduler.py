@@ -168,9 +168,8 @@ class Scheduler:
         if draft is not None:
             check_draft_tokens(tokens)
             check_draft(self.loaded, draft, self.cache_kinds)
+        # Another draft's caches (or none) from now on: they live in the drafter.
         self.drafter = None if draft is None else Drafter(self.loaded, draft, tokens, self.text, self.vocabulary)
-        for request in self._live():
-            request.draft = None  # another draft's caches (or none) from now on
 
     def checked(self, params: SamplingParams) -> SamplingParams:
         """``params`` checked as a request takes them, its ``think_variant`` prepared now too

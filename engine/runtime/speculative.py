@@ -12,9 +12,9 @@ index, so where the two distributions are close its proposals are the target's d
 Rows of a batch check their blocks together: the block ends for every row at the first
 position where some row's draw differs from its proposal (or some row finishes), so all
 rows keep the same number of tokens and the batch cache is cut back by one amount. Every
-token kept is still each row's own draw. A request's draft caches live on the request
-(``Request.draft``) and catch up on whatever tokens they missed (a step without a draft, a
-forced token) before the next block.
+token kept is still each row's own draw. The draft's caches and sampling state are a batch
+of their own, row for row the target's (``engine.runtime.draft_rows``): a block is drafted
+for every row at once, and rolls forward with the tokens kept.
 """
 
 from __future__ import annotations
@@ -29,17 +29,10 @@ from mlx_lm.models.cache import make_prompt_cache
 from engine.api.draft import NO_DRAFT_STATS, Coupling, DraftCandidate, DraftRecord, Outcome
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
-from engine.caches import batch as kv
 from engine.models.load import LoadedModel
+from engine.runtime.draft_rows import DraftRows, Proposal
 from engine.runtime.requests import Request
 from engine.runtime.text import TokenText
-from engine.sampling.batch import SamplingBatch
-from engine.sampling.unpack import RowInspection, to_host
-from engine.stages.penalty_counts import leaving_token
-
-DRAFT_TOP = 10
-"""The draft's candidates a record keeps (at least; more when the row asks for more)."""
-CATCH_UP_CHUNK = 512
 
 
 def check_draft(target: LoadedModel, draft: LoadedModel, cache_kinds: Sequence[str]) -> None:
@@ -64,95 +57,29 @@ def check_draft(target: LoadedModel, draft: LoadedModel, cache_kinds: Sequence[s
         )
 
 
-@dataclass
-class DraftCache:
-    """The draft model's caches for one request: they hold its first ``fed`` tokens."""
-
-    caches: list
-    fed: int = 0
-
-
-@dataclass
-class Proposal:
-    """One row's draft block."""
-
-    tokens: list[int]
-    steps: list[RowInspection]
-    """The draft's own inspection of each proposal (its chain, its candidates)."""
-    history: int
-    """The row's context length when the block was drafted (the draft holds it whole after)."""
-
-
 class Drafter:
     """A draft model proposing blocks of ``tokens`` for the rows of one target."""
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel, tokens: int, text: TokenText, vocabulary) -> None:
+    def __init__(
+        self, target: LoadedModel, draft: LoadedModel, tokens: int, text: TokenText | None, vocabulary
+    ) -> None:
         self.target, self.draft, self.tokens = target, draft, tokens
         self.text, self.vocabulary = text, vocabulary
-        self.vocab = target.vocab_size
+        self._rows: DraftRows | None = None
 
-    # Proposing ----------------------------------------------------------------------
-
-    def propose(self, request: Request, carry: dict | None, tokens: int) -> Proposal:
-        """``tokens`` draft tokens for ``request``'s next positions (fewer when the draft
-        proposes an end-of-sequence token: nothing follows it)."""
-        state = request.draft
-        if state is None:
-            state = request.draft = DraftCache(make_prompt_cache(self.draft.model))
-        history = request.history
-        self._catch_up(state, history[:-1])
-        params = request.params
-        top = max(params.top_logprobs, DRAFT_TOP)
-        sampling = SamplingBatch.of(self.vocabulary, params.with_changes(top_logprobs=top), history, carry)
-        last, drafted, steps = history[-1], [], []
-        for j in range(tokens):
-            logits = self._logits(mx.array([[last]]), state)
-            sampled = sampling.sample(logits, [request.next_index + j])
-            step = sampled.unpack(to_host(sampled.packed), 0, top, self.text.piece, sampling.counter(0))
-            drafted.append(step.token_id)
-            steps.append(step)
-            last = step.token_id
-            if last in self.target.eos_token_ids:
-                break
-            sampling.accept([last], [leaving_token(params.penalty_window, history, drafted)], [step])
-        return Proposal(drafted, steps, len(history))
-
-    def _catch_up(self, state: DraftCache, tokens: Sequence[int]) -> None:
-        """Feed the draft what it has not seen of ``tokens`` (a prefix of the history)."""
-        if state.fed > len(tokens):  # cannot happen while blocks settle; start afresh if it did
-            state.caches, state.fed = make_prompt_cache(self.draft.model), 0
-        while state.fed < len(tokens):
-            chunk = tokens[state.fed : state.fed + CATCH_UP_CHUNK]
-            self.draft.model(mx.array([chunk]), cache=state.caches)
-            kv.eval_caches(state.caches)
-            state.fed += len(chunk)
-
-    def _logits(self, inputs: mx.array, state: DraftCache) -> mx.array:
-        """[1, V]: the draft's next-token logits at the target's width (a padded vocabulary
-        is cut or filled with -inf: the token ids are the same)."""
-        logits = self.draft.model(inputs, cache=state.caches)[:, -1, :].astype(mx.float32)
-        state.fed += inputs.shape[1]
-        width = logits.shape[-1]
-        if width > self.vocab:
-            return logits[:, : self.vocab]
-        if width < self.vocab:
-            return mx.concatenate([logits, mx.full((1, self.vocab - width), -mx.inf)], axis=1)
-        return logits
-
-    # Settling ---------------------------------------------------------------------------
+    @property
+    def rows(self) -> DraftRows:
+        """The draft's caches and sampling state, row for row the target's batch (made at
+        the first block)."""
+        if self._rows is None:
+            self._rows = DraftRows(self.draft, self.vocabulary, self.target.vocab_size, self.text.piece)
+        return self._rows
 
     def settle(self, request: Request, proposal: Proposal, kept: Sequence[int], size: int) -> None:
-        """After the target kept ``kept`` tokens of a block that checked the first ``size``
-        proposals: the draft's caches cut back to what it fed of the kept tokens, and the
-        request's figures updated with what was checked (a proposal past ``size`` was never
-        looked at, and a bonus token that happens to equal one is not an acceptance)."""
+        """The request's figures after the target kept ``kept`` tokens of a block that
+        checked the first ``size`` proposals: a proposal past ``size`` was never looked at,
+        and a bonus token that happens to equal one is not an acceptance."""
         matched = _leading_matches(proposal.tokens, kept)
-        valid = proposal.history + min(matched, max(0, len(proposal.tokens) - 1))
-        state = request.draft
-        if state.fed > valid:
-            for cache in state.caches:
-                cache.trim(state.fed - valid)
-            state.fed = valid
         checked = min(len(kept), size)
         stats = request.draft_stats or NO_DRAFT_STATS
         request.draft_stats = stats.plus(checked, min(matched, checked), len(kept))
@@ -209,12 +136,15 @@ def run_block(
     A proposal may be shorter than ``tokens`` (the draft proposed an end of sequence), so
     the pass checks the shortest proposal of the batch: what the target was fed is counted
     here, where it is fed, and the caller cuts its caches by the block's ``surplus``."""
-    proposals = [drafter.propose(r, c, tokens) for r, c in zip(requests, carries, strict=True)]
+    ordered = drafter.rows.sync(requests, carries)
+    proposed = drafter.rows.propose(ordered, tokens, drafter.target.eos_token_ids)
+    drafted = {r.id: p for r, p in zip(ordered, proposed, strict=True)}
+    proposals = [drafted[r.id] for r in requests]
     size = min(len(p.tokens) for p in proposals)
     inputs = mx.array([[r.generated[-1], *p.tokens[:size]] for r, p in zip(requests, proposals, strict=True)])
     logits = forward(inputs)
     events: list[Event] = []
-    kept: list[list[int]] = [[] for _ in requests]
+    kept: list[list[TokenStep]] = [[] for _ in requests]
     rows = {r.id: i for i, r in enumerate(requests)}
     for j in range(size + 1):
         step_events, final = sample(logits[:, j, :])
@@ -223,17 +153,18 @@ def run_block(
         for event in step_events:
             if isinstance(event, TokenStep) and event.request_id in rows:
                 row = rows[event.request_id]
-                kept[row].append(event.token_id)
                 record = _record(proposals[row], j, size, event, target[row])
                 ended |= record.outcome is not Outcome.ACCEPTED
                 event = dataclasses.replace(event, draft=record)
+                kept[row].append(event)
             elif isinstance(event, Finished):
                 ended = True
             events.append(event)
         if ended:
             break
+    drafter.rows.settle(ordered, size, [kept[rows[r.id]] for r in ordered])
     for request, proposal, row_kept in zip(requests, proposals, kept, strict=True):
-        drafter.settle(request, proposal, row_kept, size)
+        drafter.settle(request, proposal, [s.token_id for s in row_kept], size)
     # A row that finished in this block was told its figures before the block was settled.
     stats = {r.id: r.draft_stats for r in requests}
     events = [dataclasses.replace(e, draft=stats[e.request_id]) if isinstance(e, Finished) else e for e in events]

@@ -211,6 +211,18 @@ class SamplingBatch:
             if STAGES[name].update is not None and not state.ahead_held():  # type: ignore[attr-defined]
                 self.version += 1  # the step sampled ahead read a state the host does not hold
 
+    def mark(self) -> dict[str, Any]:
+        """Where every row's state stands now (``RowsState.mark``: not a copy of the
+        histories), for :meth:`rewind`."""
+        return {name: state.mark() for name, state in self.states.items()}
+
+    def rewind(self, mark: Mapping[str, Any]) -> None:
+        """Every row's state back to ``mark``, taken on these same rows with these same
+        parameters: the tokens accepted since are forgotten (a draft's proposals)."""
+        self.version += 1
+        for name, state in self.states.items():
+            state.rewind(mark[name])
+
     # Sampling ---------------------------------------------------------------------
 
     def sample(self, logits: mx.array, indices: Sequence[int], forced: Sequence[int | None] | None = None) -> Sampled:

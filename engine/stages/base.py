@@ -99,6 +99,16 @@ class RowsState(Protocol):
         follows then leaves what was done here. Called only when ``advances``."""
         ...
 
+    def mark(self) -> Any:
+        """Where every row stands now, for :meth:`rewind` (a draft's block proposes tokens
+        and goes back to here): its cost must not grow with the history."""
+        ...
+
+    def rewind(self, mark: Any) -> None:
+        """Every row back to ``mark`` (taken on these same rows): the tokens accepted since
+        are forgotten."""
+        ...
+
 
 class UpdatedOnDevice(Protocol):
     """What a :class:`RowsState` whose next value the compiled step computes from its token
@@ -352,6 +362,12 @@ class StepInputs:
         pass
 
     def set_params(self, row: int, old: SamplingParams, new: SamplingParams, history: Sequence[int]) -> None:
+        pass
+
+    def mark(self) -> Any:
+        return None
+
+    def rewind(self, mark: Any) -> None:
         pass
 
     def accept(self, params: Sequence[SamplingParams], accepted: Sequence[Accepted]) -> None:

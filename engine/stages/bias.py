@@ -80,6 +80,12 @@ class BiasRows:
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
         pass
 
+    def mark(self) -> Any:
+        return None
+
+    def rewind(self, mark: Any) -> None:
+        pass
+
 
 def bias_factor(dense: np.ndarray) -> tuple[mx.array, mx.array]:
     """exp(bias - top) [B, V] and top [B, 1], each row's largest bias (biases are finite:

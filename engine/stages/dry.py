@@ -128,6 +128,15 @@ class DryRows:
     def carry(self, row: int) -> Any:
         return None
 
+    def mark(self) -> Any:
+        return [None if row is None else row.mark() for row in self.rows], self.ahead
+
+    def rewind(self, mark: Any) -> None:
+        marks, self.ahead = mark
+        for row, at in zip(self.rows, marks, strict=True):
+            if row is not None:
+                row.rewind(at)
+
     advances = True  # the host lists each repeat's key before it has the token (``DryRow.pending``)
 
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:

@@ -113,6 +113,15 @@ class DryRow:
     def __len__(self) -> int:
         return self._length
 
+    def mark(self) -> tuple[int, int, int, np.ndarray]:
+        """Where the row stands: its length, its last breaker and the match lengths (a copy
+        of the window's; ``accept`` rewrites them all, so they cannot be recomputed back)."""
+        return self._length, self._head, self._head_tail, self._match[: self._length].copy()
+
+    def rewind(self, mark: tuple[int, int, int, np.ndarray]) -> None:
+        self._length, self._head, self._head_tail, match = mark
+        self._match[: self._length] = match
+
     def accept(self, token: int) -> None:
         """Append ``token``: O(history) vectorized, like llama.cpp's per-step pass."""
         n = self._length

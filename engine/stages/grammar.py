@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
@@ -166,6 +166,14 @@ class GrammarRows:
     def carry(self, row: int) -> Any:
         state = self.rows[row]
         return None if state is None else (state.grammar, state.consumed)
+
+    def mark(self) -> Any:
+        # llguidance's own copy of a matcher's parse state (a rollback cannot undo a token
+        # that left the grammar).
+        return [None if r is None else replace(r, matcher=r.matcher.deep_copy()) for r in self.rows]
+
+    def rewind(self, mark: Any) -> None:
+        self.rows = [None if r is None else replace(r, matcher=r.matcher.deep_copy()) for r in mark]
 
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
         raise NotImplementedError

@@ -162,6 +162,17 @@ class CountRows:
     def carry(self, row: int) -> Any:
         return None
 
+    def mark(self) -> Any:
+        # The device counts are an immutable array: keeping the reference keeps them.
+        device = None if self.device is None else self.device.counts
+        return [len(p) for p in self.positions], device, self.stepped, self._read, self._advanced
+
+    def rewind(self, mark: Any) -> None:
+        lengths, device, self.stepped, self._read, self._advanced = mark
+        for positions, length in zip(self.positions, lengths, strict=True):
+            positions.truncate(length)
+        self.device = None if device is None else PenaltyCounts(device)
+
 
 _none_leaving = device_constant(lambda batch: mx.full((batch, 1), NO_TOKEN, dtype=mx.int32))
 

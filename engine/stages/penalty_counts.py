@@ -53,6 +53,19 @@ class TokenPositions:
         self.tokens.append(token)
         self.length += 1
 
+    def __len__(self) -> int:
+        return self.length
+
+    def truncate(self, length: int) -> None:
+        """Forget every token after the first ``length``: O(tokens forgotten)."""
+        while self.length > length:
+            token = self.tokens.pop()
+            at = self._at[token]
+            at.pop()
+            if not at:
+                del self._at[token]
+            self.length -= 1
+
     def leaving(self, window: int, ahead: int = 0) -> int:
         """The token that leaves a window of ``window`` (0: all) when the next token arrives,
         after ``ahead`` tokens not appended yet (taken on the device): :data:`NO_TOKEN` when

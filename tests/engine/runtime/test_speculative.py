@@ -18,6 +18,7 @@ from engine.api.draft import Coupling, DraftStats, Outcome
 from engine.api.errors import EngineError
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
+from engine.caches import batch as kv
 from engine.models.load import load
 from engine.runtime.scheduler import Scheduler
 from tests.support.drafts import run_requests, token_ids
@@ -123,9 +124,12 @@ def test_caches_cut_back_after_rejections_equal_a_fresh_prefill(tiny, far):
     fresh = make_prompt_cache(tiny.model)
     reference = tiny.model(mx.array([history]), cache=fresh)[0, -1]
     assert mx.allclose(kept, reference, atol=1e-4).item()
-    draft = request.draft
-    assert draft.fed <= len(history) - 1
-    draft_kept = far.model(mx.array([history[draft.fed :]]), cache=draft.caches)[0, -1]
+    rows = scheduler.drafter.rows
+    (row,) = [i for i, rid in enumerate(rows.ids) if rid == request.id]
+    cached = rows.cached[row]
+    assert cached <= len(history) - 1
+    caches = kv.extract_row(rows.caches, row)
+    draft_kept = far.model(mx.array([history[cached:]]), cache=caches)[0, -1]
     draft_fresh = far.model(mx.array([history]), cache=make_prompt_cache(far.model))[0, -1]
     assert mx.allclose(draft_kept, draft_fresh, atol=1e-4).item()
 

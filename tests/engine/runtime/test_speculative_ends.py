@@ -9,11 +9,10 @@ token and number for number: the reference is the same request run without a dra
 from __future__ import annotations
 
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
 
 from engine.api.draft import DraftStats, Outcome
 from engine.api.params import SamplingParams
-from engine.runtime import speculative
+from engine.runtime import draft_rows, speculative
 from engine.runtime.requests import new_request
 from tests.support.drafts import ending_early, run_requests, token_ids
 
@@ -30,17 +29,18 @@ def _same_numbers(drafted, plain) -> None:
         assert [c.logprobs for c in a.top] == [pytest.approx(c.logprobs, abs=1e-5) for c in b.top]
 
 
-def _lengths(monkeypatch) -> list[tuple[int, int]]:
-    """(request id, proposal length) of every proposal the draft makes from now on."""
-    seen: list[tuple[int, int]] = []
-    propose = speculative.Drafter.propose
+def _blocks(monkeypatch, eos) -> list[list[tuple[int, int, bool]]]:
+    """Each block the draft proposes from now on: (request id, proposals, whether the last
+    is an end of sequence) for every row."""
+    seen: list[list[tuple[int, int, bool]]] = []
+    propose = draft_rows.DraftRows.propose
 
-    def spy(self, request, carry, tokens):
-        proposal = propose(self, request, carry, tokens)
-        seen.append((request.id, len(proposal.tokens)))
-        return proposal
+    def spy(self, ordered, tokens, ends):
+        proposals = propose(self, ordered, tokens, ends)
+        seen.append([(r.id, len(p.tokens), p.tokens[-1] in eos) for r, p in zip(ordered, proposals, strict=True)])
+        return proposals
 
-    monkeypatch.setattr(speculative.Drafter, "propose", spy)
+    monkeypatch.setattr(draft_rows.DraftRows, "propose", spy)
     return seen
 
 
@@ -59,16 +59,18 @@ def test_a_draft_proposing_the_end_where_the_target_goes_on_changes_nothing(tiny
     assert all(s.draft.outcome is Outcome.REJECTED for s in refused_ends)
 
 
-def test_rows_whose_proposals_differ_in_length_each_equal_their_reply_alone(tiny, near, monkeypatch):
+def test_rows_whose_draft_ends_at_different_places_each_equal_their_reply_alone(tiny, near, monkeypatch):
+    """One row's draft proposes the end where the others' go on: the block is cut short
+    for every row (the target checks them together), and each row is its own reply."""
     requests = [
         (PROMPTS[0], SamplingParams(max_tokens=30, top_logprobs=3)),
         (PROMPTS[1], SamplingParams(max_tokens=30, top_logprobs=3, temperature=0.8, seed=3, top_k=20)),
         (PROMPTS[2], SamplingParams(max_tokens=30, top_logprobs=3, repetition_penalty=1.3)),
     ]
-    lengths = _lengths(monkeypatch)
+    blocks = _blocks(monkeypatch, tiny.eos_token_ids)
     together, _, _ = run_requests(tiny, requests, draft=ending_early(near, every=5), tokens=4)
-    blocks = [lengths[i : i + 3] for i in range(0, len(lengths) - 2, 3)]
-    assert any(len({n for _, n in block}) > 1 for block in blocks), "no block had proposals of different lengths"
+    cut = [b for b in blocks if len(b) == 3 and len({ends for _, _, ends in b}) > 1 and b[0][1] < 4]
+    assert cut, "no block was cut short by one row's end of sequence while the others went on"
     monkeypatch.undo()
     for req, steps in zip(requests, together, strict=True):
         (alone,), _, _ = run_requests(tiny, [req])
@@ -76,13 +78,13 @@ def test_rows_whose_proposals_differ_in_length_each_equal_their_reply_alone(tiny
 
 
 def test_the_figures_count_only_the_proposals_the_target_checked(tiny, monkeypatch):
-    """The draft is the target itself but for the end it proposes: a row whose proposal
-    was longer than the batch's shortest has proposals nobody checked, and a bonus token
-    equal to one of them; neither is a checked or an accepted proposal."""
+    """The draft is the target itself but for the end it proposes: blocks cut short by
+    one row's end, blocks whose every proposal was accepted and a bonus token; the figures
+    are what the records say was checked and accepted."""
     requests = [(p, SamplingParams(max_tokens=30)) for p in PROMPTS]
-    lengths = _lengths(monkeypatch)
+    blocks = _blocks(monkeypatch, tiny.eos_token_ids)
     steps_of, done_of, _ = run_requests(tiny, requests, draft=ending_early(tiny, every=4), tokens=4)
-    assert len({n for _, n in lengths}) > 1
+    assert len({b[0][1] for b in blocks}) > 1
     for steps, done in zip(steps_of, done_of, strict=True):
         outcomes = [s.draft.outcome for s in steps if s.draft is not None]
         assert done.draft.accepted == outcomes.count(Outcome.ACCEPTED)
@@ -97,7 +99,6 @@ def test_settling_counts_only_the_checked_part_of_a_longer_proposal(tiny):
     that equals the third proposal is not an acceptance, the fourth was never proposed to
     the target."""
     request = new_request(0, [1] * 5, SamplingParams(), tiny.tokenizer.decode)
-    request.draft = speculative.DraftCache(make_prompt_cache(tiny.model))
     drafter = speculative.Drafter(tiny, tiny, 4, None, None)
     drafter.settle(request, speculative.Proposal([7, 8, 9, 10], [], 5), kept=[7, 8, 9], size=2)
     assert request.draft_stats == DraftStats(proposed=2, accepted=2, passes=1, tokens=3)
