@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -69,6 +70,16 @@ class LiveRequests:
         self.limit = limit
         self.queues: dict[int, asyncio.Queue] = {}
         self.stopping = False
+        self._places = itertools.count()
+
+    def take(self) -> int:
+        """A new request's place (its queue), counted from now until :meth:`release`."""
+        place = next(self._places)
+        self.queues[place] = asyncio.Queue()
+        return place
+
+    def release(self, place: int) -> None:
+        self.queues.pop(place, None)
 
     def full(self) -> bool:
         return len(self.queues) >= self.limit
@@ -129,18 +140,17 @@ def make_app(
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
-        key = object()  # the request's place until its queue exists: counted from here
-        live.queues[id(key)] = asyncio.Queue()
+        place = live.take()  # counted from here: reading and preparing it take a while too
         handed_over = False
         try:
-            answer = await _start(request, chat, live.queues[id(key)])
+            answer = await _start(request, chat, live.queues[place])
             if isinstance(answer, _Started):
-                handed_over = True
-                return await answer.respond(lambda: live.queues.pop(id(key), None))
+                handed_over = True  # its answer releases its place when it ends
+                return await answer.respond(lambda: live.release(place))
             return answer
         finally:
             if not handed_over:
-                live.queues.pop(id(key), None)
+                live.release(place)
 
     async def _start(request: Request, chat: bool, events: asyncio.Queue) -> Any:
         try:

@@ -158,3 +158,51 @@ def test_templating_tokenizing_and_the_grammar_run_off_the_engines_thread(served
         vocabulary.compile = compile_grammar
     assert threads["template"] and threads["compile"]
     assert "logitscope-serve" not in threads["template"] + threads["compile"]  # the engine's thread
+
+
+def test_a_stream_goes_on_while_another_requests_prompt_is_templated(served):
+    """The event order, not a time: while one request's templating is held (a 50,000-token
+    prompt's, standing for any), the engine keeps stepping another request's reply."""
+    held, release, left = threading.Event(), threading.Event(), threading.Event()
+    steps = [0]
+    prompt_for, step = served.session.prompt_for, served.session.step
+
+    def holding_prompt(messages):
+        if messages[-1]["content"] == "HOLD":
+            held.set()
+            release.wait(2 * HANG_GUARD_S)  # past the wait below: the hold ends only by release
+            left.set()
+        return prompt_for(messages)
+
+    def counting_step():
+        steps[0] += 1
+        return step()
+
+    served.session.prompt_for, served.session.step = holding_prompt, counting_step
+    answers: list[httpx.Response] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            post(served.url + "/chat/completions", {"messages": [{"role": "user", "content": "HOLD"}], "max_tokens": 2})
+        )
+    )
+    try:
+        body = {"messages": CHAT, "max_tokens": 400, "stream": True, "logit_bias": served.no_eos()}
+        with httpx.stream("POST", served.url + "/chat/completions", json=body, timeout=HANG_GUARD_S) as first:
+            lines = events_of(first.iter_lines())
+            next(lines)
+            asking.start()
+            assert held.wait(HANG_GUARD_S)
+            at_hold = steps[0]
+            guard = threading.Event()
+            for _ in range(int(HANG_GUARD_S / 0.01)):
+                if steps[0] >= at_hold + 3:
+                    break
+                guard.wait(0.01)
+            stepped = steps[0] >= at_hold + 3 and not left.is_set()
+            assert stepped, "the engine stopped stepping while a prompt was templated"
+            release.set()
+        asking.join(HANG_GUARD_S)
+        assert answers and answers[0].status_code == 200, answers
+    finally:
+        release.set()
+        served.session.prompt_for, served.session.step = prompt_for, step
