@@ -4,7 +4,9 @@ The ``profile`` fixture these take (a database path and a ``QSettings``) is in `
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, Qt
+import threading
+
+from PySide6.QtCore import QCoreApplication, QObject, QPoint, Qt, Signal, Slot
 
 from engine.api.params import SamplingParams
 
@@ -54,3 +56,34 @@ def token_point(window, ref) -> QPoint:
     href = window.chat.anchorAt(point)
     assert window.chat.writer.ref_of(href) == ref, (href, ref)
     return point
+
+
+class _Marker(QObject):
+    """Lives on the engine's thread; ``ping`` (queued) sets ``ran`` once that thread gets to it."""
+
+    ping = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran = threading.Event()
+        self.ping.connect(self._mark, Qt.ConnectionType.QueuedConnection)
+
+    @Slot()
+    def _mark(self) -> None:
+        self.ran.set()
+
+
+def drain_engine_thread(qtbot, window, rounds: int = 2) -> None:
+    """Wait until the engine's thread has handled every event queued to it before this call,
+    then deliver to the GUI what it sent meanwhile. A negative check ("a late result is
+    dropped", "nothing was loaded") waits on this, not on a fixed time: whatever the engine's
+    thread would have done has then been done and reached the window. ``rounds`` markers one
+    after another also cover work a handled event queued again (a runner's next piece)."""
+    for _ in range(rounds):
+        marker = _Marker()
+        marker.moveToThread(window.engine.thread)
+        marker.ping.emit()
+        qtbot.waitUntil(marker.ran.is_set, timeout=TIMEOUT)
+        QCoreApplication.sendPostedEvents()
+        QCoreApplication.processEvents()
+        marker.deleteLater()

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, drain_engine_thread, open_window, send  # noqa: E402
 from tests.support.tiny_model import write_tiny_model  # noqa: E402
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park"
@@ -286,10 +286,10 @@ def test_cancel_during_the_load_drops_the_result_and_releases_the_second_model(q
     assert dialog.running and dialog.close_button.text() == "Cancel"
     qtbot.waitUntil(lambda: not dialog.running, timeout=TIMEOUT)
     assert loads and "Cancelled" in dialog.message.text() and dialog.isVisible()
-    qtbot.wait(1500)  # whatever the runner still sends is dropped
+    qtbot.waitUntil(lambda: session_of(window).second_model() is None, timeout=TIMEOUT)
+    drain_engine_thread(qtbot, window)  # whatever the runner still sent has arrived, and is dropped
     assert controller.comparisons.results == {} and controller.comparisons.running is None
     assert not controller.kld_row.plot.isVisible() and not window.status.progress.isVisible()
-    qtbot.waitUntil(lambda: session_of(window).second_model() is None, timeout=TIMEOUT)
 
     # The next comparison runs to its end.
     controller.comparisons.events.loading.disconnect(on_loading)

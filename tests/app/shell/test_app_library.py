@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.model import library_table as words  # noqa: E402
 from tests.app.shell.test_app_welcome_and_files import answer_file_dialog  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, drain_engine_thread, open_window  # noqa: E402
 from tests.support.library_home import build_mac_home  # noqa: E402
 
 POINTING_ELSEWHERE = ("HF_", "HUGGINGFACE_", "XDG_", "OLLAMA_", "LOGITSCOPE_")
@@ -129,7 +129,7 @@ def test_the_library_lists_searches_sorts_and_loads_on_a_mac_like_home(qtbot, pr
     # A double-click on a model that cannot be loaded says why, and loads nothing.
     double_click(qtbot, dialog, "tinyllama:partial")
     assert "is missing" in dialog.status.text() and dialog.isVisible()
-    qtbot.wait(200)
+    drain_engine_thread(qtbot, window)  # a load, had one been asked for, has reached the window
     assert window.model_source == str(tiny_folder) and window.model_info.name == "tiny-llama" and not asked
 
     # A double-click on the cached Hugging Face repo loads it by its repo id, offline, through

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, drain_engine_thread, open_window, send  # noqa: E402
 
 TEXT = "the cat sat on the mat and the dog ran after the ball in the park"
 
@@ -156,7 +156,7 @@ def test_cancel_drops_the_job_and_an_engine_error_is_said(qtbot, profile, tiny_f
     job = controller.read_every_token()
     assert job is not None and job.every and window.status.progress.isVisible()
     qtbot.waitUntil(lambda: lens.running is None, timeout=TIMEOUT)
-    qtbot.wait(500)  # whatever the runner still sends is ignored
+    drain_engine_thread(qtbot, window)  # whatever the runner still sent has arrived, and is ignored
     assert len(lens.results[stream].rows) == 1 and not window.status.progress.isVisible()
     lens.events.position.disconnect(on_position)
 
@@ -168,8 +168,8 @@ def test_cancel_drops_the_job_and_an_engine_error_is_said(qtbot, profile, tiny_f
     view.cancel_button.click()
     window._redraw_if_dirty()
     assert lens.running is None and "Cancelled" in view.message.text() and view.retry_button.isVisible()
-    qtbot.wait(300)
-    assert lens.of(stream).at(5) is None  # its late result, if any, was dropped
+    drain_engine_thread(qtbot, window)  # its late result, if any, has arrived
+    assert lens.of(stream).at(5) is None  # and was dropped
     view.retry_button.click()
     qtbot.waitUntil(lambda: lens.of(stream).at(5) is not None, timeout=TIMEOUT)
     window._redraw_if_dirty()

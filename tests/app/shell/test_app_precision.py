@@ -14,7 +14,7 @@ from app.store.export import records  # noqa: E402
 from app.store.export_store import from_store  # noqa: E402
 from engine.api.kv_quantization import KVQuantization  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, assistant_entries, close_window, open_window, send  # noqa: E402
+from tests.support.app_window import TIMEOUT, assistant_entries, close_window, drain_engine_thread, open_window, send  # noqa: E402
 
 PARAMS = SamplingParams(max_tokens=12, top_logprobs=5)
 
@@ -202,8 +202,8 @@ def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tin
     assert "Checking precision" in window.statusBar().currentMessage()
     window.stop()
     assert window.precision_check.running is None and "stopped" in window.statusBar().currentMessage()
-    qtbot.wait(300)
-    assert window.precision_check.dialog is None  # a late answer of a cancelled check is dropped
+    drain_engine_thread(qtbot, window)  # a late answer of the cancelled check has arrived
+    assert window.precision_check.dialog is None  # and was dropped
     # A failure on the engine's side reaches a dialog, not silence.
     window.precision_check._on_failed(job.tag, RuntimeError("x"))  # not running: ignored
     window.precision_check.checks.running = job  # as if it still ran (app/model/precision_check.py)

@@ -5,8 +5,6 @@ the focus (``QApplication.focusWidget()``), as a person's would."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -17,7 +15,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
 from app.views.chat_panel import MIN_WIDTH  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, drain_engine_thread, open_window  # noqa: E402
 
 
 def press(qtbot, key, modifier=Qt.KeyboardModifier.NoModifier) -> None:
@@ -97,9 +95,11 @@ def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder
     window = open_window(qtbot, profile, str(long_context_folder))
     window.activateWindow()
     window.composer.setFocus()
-    prefill: list[tuple[int, int, float]] = []
+    # Each chunk's report, recorded on the engine's thread as it is sent (not when the GUI
+    # gets to it), so the count at Esc is what the engine had read by then.
+    prefill: list[tuple[int, int]] = []
     window.engine.worker.prefill_progressed.connect(
-        lambda _tag, done, total: prefill.append((done, total, time.perf_counter()))
+        lambda _tag, done, total: prefill.append((done, total)), Qt.ConnectionType.DirectConnection
     )
     # ~20,000 prompt tokens (the tiny tokenizer is nearly byte level): about half a minute here.
     words = " ".join(f"word{i % 97}" for i in range(3000))
@@ -108,20 +108,18 @@ def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder
     press(qtbot, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(prefill) and prefill[-1][0] >= 4000, timeout=TIMEOUT)
     assert prefill[-1][0] < prefill[-1][1] - 4000, "the prefill ended too soon for this test"
-    pressed = time.perf_counter()
+    reported = len(prefill)
     press(qtbot, Qt.Key.Key_Escape)
     shown = window.statusBar().currentMessage()
     assert "stopping" in shown.lower(), shown
-    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
-    elapsed = time.perf_counter() - pressed
-    # The bound issue 11 names is a second: the chunk being read and the one queued behind it
-    # (engine/runtime/prefill.py), each sized to a fraction of a second. A machine busy with
-    # other work (the other test worker) stretches each chunk: the bound is then two of the
-    # chunks this prefill measured before Esc.
-    times = [t for _, _, t in prefill if t <= pressed]
-    slowest = max((b - a for a, b in zip(times[-4:], times[-3:], strict=False)), default=0.0)
-    bound = max(1.0, 2 * slowest)
-    assert elapsed <= bound, f"the reply stopped {elapsed:.2f} s after Esc (chunks took up to {slowest:.2f} s)"
+    qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)  # a hang guard
+    # At once, counted in chunks, not timed (issue 11's second is two chunks, each sized to a
+    # fraction of a second): the cancel lands between two chunks (engine/runtime/prefill.py),
+    # so after Esc at most the chunk being read and one step already queued report; a busy
+    # machine makes each chunk slower, not more of them.
+    after = prefill[reported:]
+    assert len(after) <= 2, f"{len(after)} chunks were read after Esc: {after}"
+    assert prefill[-1][0] < prefill[-1][1], "the prefill ran to its end"
     assert "stopping" not in window.statusBar().currentMessage().lower()
     close_window(window)
 
@@ -142,7 +140,8 @@ def test_loading_a_model_during_a_reply_asks_first(qtbot, profile, tiny_folder, 
     assert window.busy()
     # Cancel: nothing changes.
     click_button(box, "Cancel")
-    qtbot.wait(200)
+    qtbot.waitUntil(lambda: not box.isVisible(), timeout=TIMEOUT)  # the answer was handled
+    drain_engine_thread(qtbot, window)  # a load, had one been asked for, has reached the window
     assert window.busy() and window.model_source == str(tiny_folder) and not window.last_error
     # Load after the reply ends: the reply runs to its end, then the (failing) load.
     window.load_model(missing)
@@ -243,7 +242,7 @@ def test_delete_conversation_asks_and_empty_list_says_so(qtbot, profile, tiny_fo
     box = message_box(qtbot, window.window_actions, "delete_box")
     assert "What is the capital of France?" in box.text()
     click_button(box, "Cancel")
-    qtbot.wait(100)
+    qtbot.waitUntil(lambda: not box.isVisible(), timeout=TIMEOUT)  # the answer was handled (a delete is done in it)
     assert window.model.conversation.id == conversation and window.store.reads.conversation(conversation) is not None
     delete.trigger()
     click_button(message_box(qtbot, window.window_actions, "delete_box"), "Delete")
