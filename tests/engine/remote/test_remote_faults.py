@@ -19,7 +19,10 @@ from engine.api.events import Finished, TokenStep  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from engine.remote.backend import RemoteBackend, RemoteError, RemoteFinished  # noqa: E402
 
-MODELS = ["ok", "cut", "bad", "nolog", "stall", "slow", "midbad"]
+MODELS = ["ok", "cut", "bad", "nolog", "stall", "slow", "midbad", "together"]
+HANG_GUARD_S = 30.0
+"""How long the stand-in holds a reply for an event that never comes: a hang guard, far over
+the milliseconds the awaited event takes on a busy machine."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -73,6 +76,14 @@ class _Handler(BaseHTTPRequestHandler):
         if model == "nolog":
             self._send(self._token(0, logprobs=False))
             return
+        if model == "together":
+            # Held until every request of the test's barrier is open at once: a client that
+            # sends them one after another breaks it (after the hang guard) and gets an error.
+            try:
+                self.server.together.wait()  # type: ignore[attr-defined]
+            except threading.BrokenBarrierError:
+                self._send({"error": {"message": "the requests were never open at once"}})
+                return
         if model == "midbad":
             self._send(self._token(0))
             self._send({"error": {"message": "engine died"}})
@@ -81,7 +92,9 @@ class _Handler(BaseHTTPRequestHandler):
             if model == "cut" and i == 2:
                 return  # the connection closes mid-reply, no finish, no [DONE]
             if model == "stall" and i == 1:
-                time.sleep(3)
+                # Held until the test lets go (the hang guard at most): only the client's own
+                # timeout ends its wait.
+                self.server.let_go.wait(HANG_GUARD_S)  # type: ignore[attr-defined]
                 return
             if model == "slow":
                 time.sleep(0.05)
@@ -99,6 +112,7 @@ def standin():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.requests = []  # type: ignore[attr-defined]
+    server.let_go = threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -113,7 +127,7 @@ def _url(server) -> str:
 def _drive(backend, until=None, limit=10.0):
     events, deadline = [], time.monotonic() + limit
     while backend.has_work():
-        assert time.monotonic() < deadline, "the backend did not finish in time"
+        assert time.monotonic() < deadline, f"hang guard: the backend did not finish in {limit} s"
         events += backend.step()
         if until is not None and until(events):
             break
@@ -246,6 +260,8 @@ def test_a_server_that_ignores_logprobs_is_an_error_not_a_guess(standin):
 
 
 def test_a_stalled_stream_times_out(standin):
+    """The stand-in holds the reply after one token until the test lets go: only the
+    client's 0.5 s timeout can end it (else _drive's hang guard fails the test)."""
     backend = _backend(standin, "stall", timeout=0.5)
     try:
         backend.start(MSG, SamplingParams(max_tokens=3))
@@ -253,9 +269,11 @@ def test_a_stalled_stream_times_out(standin):
         events = _drive(backend)
         waited = time.monotonic() - t0
     finally:
+        standin.let_go.set()
         backend.close()
     done = _finished(events)
-    assert done.text == " t0" and "sent nothing for 0.5 s" in str(done.error) and waited < 2.5
+    assert done.text == " t0" and "sent nothing for 0.5 s" in str(done.error)
+    assert waited >= 0.5  # a 0.5 s timeout cannot fire sooner (no speed asked)
     assert "The reply was cut after 1 token: it is kept." in str(done.error)
 
 
@@ -305,17 +323,18 @@ def test_cancel_closes_the_request_and_branching_sends_the_text(standin):
 
 
 def test_compare_runs_streams_concurrently(standin):
-    backend = _backend(standin, "slow", timeout=5)
+    """The stand-in answers none of the four until all four are open at once (a barrier):
+    requests sent one after another never get there and fail (no timing asked)."""
+    standin.together = threading.Barrier(4, timeout=HANG_GUARD_S / 6)  # under _drive's guard
+    backend = _backend(standin, "together", timeout=HANG_GUARD_S)
     try:
-        t0 = time.monotonic()
         ids = [backend.start(MSG, SamplingParams(max_tokens=10, seed=i)).request_id for i in range(4)]
-        events = _drive(backend)
-        elapsed = time.monotonic() - t0
+        events = _drive(backend, limit=HANG_GUARD_S)
     finally:
         backend.close()
+    assert not standin.together.broken, "the four requests were never open at once"
     for rid in ids:
         assert [e.index for e in events if isinstance(e, TokenStep) and e.request_id == rid] == list(range(10))
-    assert elapsed < 4 * 10 * 0.05  # one after another would take at least 2 s
 
 
 def test_api_key_is_sent_but_never_shown(standin, monkeypatch):
