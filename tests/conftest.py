@@ -90,3 +90,40 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items.sort(
         key=lambda item: HEAVY_FIRST.index(item.path.name) if item.path.name in HEAVY_FIRST else len(HEAVY_FIRST)
     )
+
+
+# A test over a minute says why in its docstring ("Slow: ..."). Durations depend on the
+# machine, so this is a note at the end of the run, never a failure (docs/TESTING.md).
+SLOW_S = 60.0
+_SLOW_WITHOUT_REASON = "slow_without_reason"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.duration > SLOW_S and not has_slow_reason(item):
+        report.user_properties.append((_SLOW_WITHOUT_REASON, round(report.duration, 1)))
+
+
+def has_slow_reason(item) -> bool:
+    """Whether the test's docstring has a paragraph saying why it is slow (``Slow: ...``)."""
+    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+    return "Slow:" in doc
+
+
+_unexplained: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    # Runs where the reports arrive (the controller under xdist), so the note sees every worker's.
+    _unexplained.extend(
+        (report.nodeid, seconds) for key, seconds in report.user_properties if key == _SLOW_WITHOUT_REASON
+    )
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _unexplained:
+        terminalreporter.section(f"tests over {SLOW_S:.0f} s without a 'Slow:' reason in their docstring")
+        for nodeid, seconds in sorted(_unexplained, key=lambda n: -n[1]):
+            terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")

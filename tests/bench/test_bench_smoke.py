@@ -32,6 +32,10 @@ def _bench(args: list[str], timeout: float, script: str | None = None) -> subpro
 
 
 def test_every_figure_runs_in_smoke_mode() -> None:
+    """Every bench figure runs end to end at its smallest size and leaves a result.
+
+    Slow: one ``python -m bench --smoke`` runs every figure, each loading its models; a
+    figure left out would rot unnoticed."""
     run = _bench(["--smoke", "--json"], timeout=400)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout)

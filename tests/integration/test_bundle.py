@@ -47,6 +47,10 @@ def make(target: str, tree: Path, dist: Path, build: Path, timeout: float) -> su
 @pytest.mark.bundle
 @pytest.mark.slow
 def test_bundle_selftest(tmp_path):
+    """The packaged app from a clean copy of the tree, then its own self-test.
+
+    Slow: it builds the whole bundle (PyInstaller over Qt, MLX and mlx-lm) and starts it;
+    nothing smaller shows that the shipped files run."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the git checkout to make a clean copy")
     if shutil.which("make") is None or shutil.which("zip") is None:

@@ -128,7 +128,10 @@ def test_gemma3_half_precision_is_caught_by_the_fidelity_check(gemma_file):
 
 def test_gemma3_sliding_window_layers_past_the_window(gemma, gemma_reference, gemma_meta):
     """Positions beyond the 512-token window: every sliding layer must forget what the
-    reference forgets (a wrong window or layer pattern moves these logprobs)."""
+    reference forgets (a wrong window or layer pattern moves these logprobs).
+
+    Slow: transformers runs Gemma 3 270M in float32 over a prompt longer than its window;
+    a shorter one would not reach past it."""
     config = gemma_reference.config  # transformers' own reading of the file's metadata
     assert gemma.config["sliding_window"] == gemma_meta["gemma3.attention.sliding_window"] == config.sliding_window
     caches = gemma.model.make_cache()

@@ -80,6 +80,10 @@ def check_sampled_reply(url: str, workdir: Path, model: str, seed: int, temperat
 
 
 def test_a_sampled_reply_on_a_cold_server_is_one_request(fresh):
+    """A sampled reply read from a cold server is one request.
+
+    Slow: a fresh ``mlx_lm.server`` on the default model (its start and its cold prompt
+    cache are the subject)."""
     url, workdir, model = fresh
     assert check_sampled_reply(url, workdir, model, seed=11) >= 12  # most, at T 0.7
 

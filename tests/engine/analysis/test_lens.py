@@ -67,6 +67,9 @@ def per_layer_differences(rows, reference: list[np.ndarray]) -> list[float]:
 
 @pytest.mark.slow
 def test_default_model_layer_by_layer_against_transformers(smollm):
+    """The lens on the default model against transformers' hooked float32 run, every layer.
+
+    Slow: transformers runs the default GGUF, dequantized to float32, with a hook per layer."""
     ids = encode_text(smollm.tokenizer, TEXT)
     reference = reference_lens(real_models.transformers_float32(real_models.smollm_gguf()), ids)
     positions = [3, 9, len(ids) - 1]

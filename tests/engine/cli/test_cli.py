@@ -71,6 +71,10 @@ def assert_parity(ours, loaded, prompt_ids):
 
 @pytest.mark.slow
 def test_greedy_matches_mlx_lm_alone_and_batched(smollm):
+    """The CLI's greedy tokens and logprobs equal mlx-lm's own, alone and batched, and for a chat.
+
+    Slow: it starts ``python -m engine`` on the default model once per prompt and once
+    batched, and runs mlx-lm's reference beside it."""
     common = ["--max-tokens", str(STEPS), "--temperature", "0", "--top-logprobs", "5"]
     batched = lines(cli(*[a for p in PROMPTS for a in ("--prompt", p)], *common))
     for i, prompt in enumerate(PROMPTS):

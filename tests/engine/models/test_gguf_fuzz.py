@@ -243,6 +243,9 @@ def run_specs(specs: list[dict], folder: Path, timeout: float = 600) -> tuple[di
 
 
 def test_fuzzed_gguf_files_never_crash(tmp_path):
+    """FUZZ_FILES malformed GGUFs, each opened in a subprocess of its own: refused with a reason, never a crash.
+
+    Slow: a process per file (a crash must not take the test with it), each importing MLX."""
     from engine.models.load import default_model_path
 
     start = time.perf_counter()

@@ -898,5 +898,9 @@ def summary(failures: Sequence[str] = ()) -> str:
 
 
 def test_engine_fuzz() -> None:
+    """The engine's stateful fuzz campaign at the size ``make test`` runs (the long one is ``make fuzz``).
+
+    Slow: each example drives a real scheduler on the tiny model through many rule calls;
+    fewer examples stop finding the ordering bugs it exists for."""
     run_state_machine_as_test(EngineMachine, settings=fuzz_settings())
     print("\n" + summary())
