@@ -122,3 +122,12 @@ def test_a_wrong_field_is_refused_naming_it(body, param, words):
     with pytest.raises(FieldError, match=words) as caught:
         read_request(body, chat=True)
     assert caught.value.param == param
+
+
+def test_a_field_left_out_or_null_takes_openais_default():
+    for fields in ({}, {"temperature": None, "top_p": None, "n": None, "max_tokens": None}):
+        params = read_request({"messages": CHAT, **fields}, chat=True, max_tokens_limit=100_000).params
+        assert (params.temperature, params.top_p, params.presence_penalty, params.frequency_penalty) == (1.0, 1.0, 0, 0)
+        assert not params.greedy and params.max_tokens == 100_000  # the rest of the context, as OpenAI's
+        assert (params.top_k, params.min_p, params.seed, params.stop, params.logit_bias) == (0, 0.0, None, (), {})
+    assert chat(temperature=0).params.greedy  # asked for: greedy
