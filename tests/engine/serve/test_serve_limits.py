@@ -23,8 +23,16 @@ SHORT = 0.5
 
 @pytest.fixture(scope="module")
 def limited(tiny_folder):
-    limits = ServeLimits(max_body_bytes=4_000, header_timeout_s=SHORT, body_timeout_s=SHORT, max_queued=1)
-    running = Served(tiny_folder, limits=limits)
+    running = Served(tiny_folder, limits=ServeLimits(max_body_bytes=4_000, max_queued=1))
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def impatient(tiny_folder):
+    """Short header and body timeouts, for the tests that wait for them alone (another test's
+    request could meet them on a busy machine)."""
+    running = Served(tiny_folder, limits=ServeLimits(header_timeout_s=SHORT, body_timeout_s=SHORT))
     yield running
     running.close()
 
@@ -57,8 +65,8 @@ def test_a_body_past_its_size_is_a_413_by_content_length_and_while_read(limited)
     assert streamed.status_code == 413 and is_openai_error(streamed.json())
 
 
-def test_a_body_that_does_not_arrive_is_a_408(limited):
-    with _connect(limited) as sock:
+def test_a_body_that_does_not_arrive_is_a_408(impatient):
+    with _connect(impatient) as sock:
         head = (
             "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
@@ -70,11 +78,11 @@ def test_a_body_that_does_not_arrive_is_a_408(limited):
     assert b'"code":"body_timeout"' in body.replace(b" ", b"")
 
 
-def test_half_a_request_line_is_closed(limited):
-    with _connect(limited) as sock:
+def test_half_a_request_line_is_closed(impatient):
+    with _connect(impatient) as sock:
         sock.sendall(b"POST /v1/chat/compl")  # and nothing more
         assert _read_all(sock) == b""  # closed by the server: the socket is free again
-    with _connect(limited) as sock:  # nothing sent at all
+    with _connect(impatient) as sock:  # nothing sent at all
         assert _read_all(sock) == b""
 
 
