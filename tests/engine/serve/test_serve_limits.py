@@ -214,3 +214,46 @@ def test_a_stream_goes_on_while_another_requests_prompt_is_templated(served):
     finally:
         release.set()
         served.session.prompt_for, served.session.step = prompt_for, step
+
+
+def test_n_probs_100_beside_a_row_asking_5_leaves_its_reply_as_it_is_alone(served):
+    """Decoded in the same steps as a request asking llama.cpp's ``n_probs`` 100, a request
+    asking 5 gets exactly its reply alone: tokens, logprobs and candidates (its pack is its
+    own width: ``tests/engine/sampling/test_pack_width.py``)."""
+    url = served.url + "/chat/completions"
+    five = {"messages": CHAT, "max_tokens": 12, "temperature": 0.8, "seed": 7, "logprobs": True, "top_logprobs": 5}
+    wide = {"messages": CHAT, "max_tokens": 12, "temperature": 0.8, "seed": 8, "n_probs": 100}
+    alone = post(url, five).json()
+    arrived = threading.Event()
+    submitted: list[object] = []
+    submit = served.engine.submit
+
+    def counting(request, sink):
+        submitted.append(request)
+        if len(submitted) == 2:
+            arrived.set()
+        return submit(request, sink)
+
+    answers: dict[str, httpx.Response] = {}
+    askers = [
+        threading.Thread(target=lambda k=k, b=b: answers.__setitem__(k, post(url, b)))
+        for k, b in (("five", five), ("wide", wide))
+    ]
+    served.engine.submit = counting
+    served.engine.peak_batch = 0
+    served.pause()  # both reach the engine before either is decoded
+    try:
+        for asker in askers:
+            asker.start()
+        assert arrived.wait(HANG_GUARD_S)
+    finally:
+        served.resume()
+        served.engine.submit = submit
+        for asker in askers:
+            asker.join(HANG_GUARD_S)
+    assert served.engine.peak_batch >= 2  # decoded side by side
+    beside = answers["five"].json()["choices"][0]
+    assert beside["message"] == alone["choices"][0]["message"]
+    assert beside["logprobs"] == alone["choices"][0]["logprobs"]
+    probs = answers["wide"].json()["completion_probabilities"]
+    assert len(probs[0]["top_logprobs"]) == 100
