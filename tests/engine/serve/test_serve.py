@@ -223,7 +223,9 @@ def test_the_command_line_server(tiny_folder):
             time.sleep(0.2)
         answer = httpx.post(url + "/chat/completions", json={"messages": CHAT, "max_tokens": 3}, timeout=60)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
-        guarded = httpx.post(url + "/chat/completions", json={"messages": CHAT}, headers={"Host": "evil.example"})
+        guarded = httpx.post(
+            url + "/chat/completions", json={"messages": CHAT}, headers={"Host": "evil.example"}, timeout=60
+        )
         assert guarded.status_code == 421  # the command's server is guarded as the app's is
         # A port in use is a usage error, said before the model would load.
         taken = subprocess.run(
