@@ -85,7 +85,9 @@ class EngineLoop:
             size = len(request.prompt.encode()) + sum(len(m["content"].encode()) for m in request.messages)
             if size > context * self._longest_token():
                 raise FieldError(param, f"the prompt is longer than the model's context ({context:,} tokens).")
-        with self._tokenizing:  # the HTTP threads one at a time; the engine's thread only decodes
+        # One template at a time among the HTTP threads; the engine's thread only reads the
+        # tokenizer meanwhile, which a fast (Rust) tokenizer takes from several threads.
+        with self._tokenizing:
             if request.chat:
                 tokens = self.session.prompt_for(list(request.messages))
             else:
