@@ -79,6 +79,7 @@ FIGURES = [
     "grammar_cost",
     "serve_cost",
     "host_step",
+    "draft_block",
 ]
 
 
@@ -214,6 +215,9 @@ def plan() -> dict[str, Figure]:
         ),
         "grammar_cost": lambda run: lazy("grammar_cost", "grammar_cost")(
             run.model(), **run.small(sizes=(1,), large_vocab=None, steps=2, rounds=1)
+        ),
+        "draft_block": lambda run: lazy("draft_block", "draft_block_cost")(
+            run.synthetic(), **run.small(histories=(20, 60), blocks=3)
         ),
         # A smoke run serves the smoke llama and leaves mlx_lm.server out (its start is slow).
         "serve_cost": lambda run: lazy("serve_cost", "serve_cost")(

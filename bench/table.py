@@ -204,4 +204,15 @@ def table(r: dict) -> str:
             f"mlx_lm.server {peer} tok/s | {d['served_over_local']} of local (>= 0.95), "
             f"{d.get('served_over_mlx_lm_server', '—')} of mlx_lm.server (>= 1.0)"
         )
+    if "draft_block" in r:
+        for name, d in r["draft_block"].items():
+            if name == "goal":
+                continue
+            short, long = (k for k in d if k.isdigit())
+            lines.append(
+                f"27 a draft block's draft side, {name}, history {int(short):,} / {int(long):,} | "
+                f"{d[short]['draft_ms']} / {d[long]['draft_ms']} ms (a state made afresh: "
+                f"{d[short]['rebuild_ms']} / {d[long]['rebuild_ms']} ms) | — | {d['draft_ratio']} "
+                f"(<= {r['draft_block']['goal']['draft_ratio_at_most']}, with the penalties)"
+            )
     return "\n".join(lines)

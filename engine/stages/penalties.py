@@ -108,8 +108,11 @@ class CountRows:
             self._advanced = False
             self._read = False
             return
-        if self.device is not None and not self._read:
-            self.device = None  # no chain read them for this token: made afresh when one does
+        if self.device is not None and not self._read and not any(SPEC.active(p) for p in params):
+            # No chain read them for this token and no row uses them: made afresh when one
+            # does. A row that uses them keeps them counted through tokens no step read for
+            # (a draft's kept tokens, taken one after another), at O(1) each.
+            self.device = None
         elif self.stepped is not None:
             self.device = PenaltyCounts(self.stepped)
         elif self.device is not None:
