@@ -22,7 +22,8 @@ class ServeLimits:
     max_body_bytes: int = 8 * 1024 * 1024
     """A request body's size (413): 8 MiB holds a prompt filling a 1M-token context."""
     max_connections: int = 64
-    """Connections and requests at once (uvicorn's ``limit_concurrency``: a 503 past it)."""
+    """Connections, or requests being answered, at once (as uvicorn's ``limit_concurrency``
+    counts; a 503 with ``Retry-After`` past it, ``engine.serve.listener``)."""
     max_queued: int = 32
     """Completion requests the server holds at once, being written or waiting for a row of
     the batch (429 with ``Retry-After`` past it)."""

@@ -20,15 +20,41 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from engine.serve.guard import error_response
 from engine.serve.limits import ServeLimits
 
 
 class HeaderTimedH11(H11Protocol):
     """uvicorn's h11 protocol, with a deadline for a request's line and headers: armed while
     the connection waits for a request and has begun one, or has just opened (an idle kept-alive
-    connection is uvicorn's keep-alive timeout's)."""
+    connection is uvicorn's keep-alive timeout's). Past ``max_connections`` a request is a 503
+    in OpenAI's shape with ``Retry-After`` (uvicorn's own ``limit_concurrency`` answers plain
+    text), counted as uvicorn counts: connections, and requests being answered."""
 
     header_timeout_s = ServeLimits.header_timeout_s
+    max_connections = ServeLimits.max_connections
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limit_concurrency = None  # checked by ``_limited`` instead, in OpenAI's shape
+        self.app = self._limited(self.app)
+
+    def _limited(self, app: Any) -> Any:
+        async def limited(scope: Any, receive: Any, send: Any) -> None:
+            # Its own task is counted already: uvicorn checks before it makes it.
+            if len(self.connections) > self.max_connections or len(self.tasks) > self.max_connections:
+                refusal = error_response(
+                    503,
+                    f"the server is answering {self.max_connections} connections already; try again shortly.",
+                    kind="server_error",
+                    code="too_many_connections",
+                    headers={"Retry-After": "1", "Connection": "close"},
+                )
+                await refusal(scope, receive, send)
+                return
+            await app(scope, receive, send)
+
+        return limited
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._headers_due: asyncio.TimerHandle | None = None
@@ -76,12 +102,12 @@ class Server(uvicorn.Server):
 def make_server(app: Any, limits: ServeLimits, on_stop: Callable[[], None], grace_s: float | None = None) -> Server:
     """A uvicorn server of ``app`` under ``limits``; ``grace_s``: how long a stop waits for
     open responses (None: as long as they take)."""
-    protocol = type("LimitedH11", (HeaderTimedH11,), {"header_timeout_s": limits.header_timeout_s})
+    settings = {"header_timeout_s": limits.header_timeout_s, "max_connections": limits.max_connections}
+    protocol = type("LimitedH11", (HeaderTimedH11,), settings)
     config = uvicorn.Config(
         app,
         http=protocol,
         log_level="warning",
-        limit_concurrency=limits.max_connections,
         timeout_keep_alive=int(max(1, round(limits.keep_alive_s))),
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=None if grace_s is None else int(max(1, round(grace_s))),

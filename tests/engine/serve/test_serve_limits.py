@@ -88,10 +88,11 @@ def test_half_a_request_line_is_closed(impatient):
 
 def test_connections_past_the_limit_are_a_503(tiny_folder):
     running = Served(tiny_folder, limits=ServeLimits(max_connections=3))
-    held = [_connect(running) for _ in range(2)]
+    held = [_connect(running) for _ in range(3)]
     try:
-        answer = httpx.get(running.url + "/models", timeout=HANG_GUARD_S)  # the third connection
-        assert answer.status_code == 503
+        answer = httpx.get(running.url + "/models", timeout=HANG_GUARD_S)  # the fourth connection
+        assert answer.status_code == 503 and is_openai_error(answer.json())
+        assert int(answer.headers["retry-after"]) >= 1
         for sock in held:
             sock.close()
         while (again := httpx.get(running.url + "/models", timeout=HANG_GUARD_S)).status_code == 503:
