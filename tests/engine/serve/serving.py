@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -22,6 +23,14 @@ KEY = "test-key-123"
 JSON = {"Content-Type": "application/json"}
 HANG_GUARD_S = 120
 """A hang guard, not a speed assert: far above what any request here takes."""
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition`` (polled), failing as a hang guard past ``HANG_GUARD_S``."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not condition():
+        assert time.monotonic() < deadline, f"hang guard: {what} never happened"
+        threading.Event().wait(0.01)
 
 
 def free_port() -> int:

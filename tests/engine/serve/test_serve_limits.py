@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from engine.serve.limits import ServeLimits
-from tests.engine.serve.serving import CHAT, HANG_GUARD_S, JSON, Served, events_of, is_openai_error, post
+from tests.engine.serve.serving import CHAT, HANG_GUARD_S, JSON, Served, events_of, is_openai_error, post, until
 
 SHORT = 0.5
 """A limit's timeout in these tests: each test waits for its effect, never for the clock."""
@@ -95,9 +95,8 @@ def test_connections_past_the_limit_are_a_503(tiny_folder):
         assert int(answer.headers["retry-after"]) >= 1
         for sock in held:
             sock.close()
-        while (again := httpx.get(running.url + "/models", timeout=HANG_GUARD_S)).status_code == 503:
-            threading.Event().wait(0.05)  # until the server has seen the two close
-        assert again.status_code == 200
+        # The server sees the three close, then answers again.
+        until(lambda: httpx.get(running.url + "/models", timeout=HANG_GUARD_S).status_code == 200, "a 200 again")
     finally:
         running.close()
 
@@ -114,9 +113,11 @@ def test_a_request_past_the_queues_depth_is_a_429_with_retry_after(limited):
             limited.resume()
     assert second.status_code == 429 and is_openai_error(second.json())
     assert int(second.headers["retry-after"]) >= 1
-    while (again := post(limited.url + "/chat/completions", {"messages": CHAT, "max_tokens": 2})).status_code == 429:
-        threading.Event().wait(0.05)  # the first one's place is freed once its cancel is seen
-    assert again.status_code == 200, again.text
+    # The first one's place is freed once its client's leaving is seen: a 200 again.
+    until(
+        lambda: post(limited.url + "/chat/completions", {"messages": CHAT, "max_tokens": 2}).status_code == 200,
+        "the first request's place freed",
+    )
 
 
 def test_a_prompt_past_the_context_is_a_400_before_it_is_tokenized(served):
@@ -200,15 +201,10 @@ def test_a_stream_goes_on_while_another_requests_prompt_is_templated(served):
             lines = events_of(first.iter_lines())
             next(lines)
             asking.start()
-            assert held.wait(HANG_GUARD_S)
+            assert held.wait(HANG_GUARD_S), "hang guard: the held request never reached its template"
             at_hold = steps[0]
-            guard = threading.Event()
-            for _ in range(int(HANG_GUARD_S / 0.01)):
-                if steps[0] >= at_hold + 3:
-                    break
-                guard.wait(0.01)
-            stepped = steps[0] >= at_hold + 3 and not left.is_set()
-            assert stepped, "the engine stopped stepping while a prompt was templated"
+            until(lambda: steps[0] >= at_hold + 3, "three engine steps while another request's prompt was held")
+            assert not left.is_set()  # the hold stood all along: it ends only by release
             release.set()
         asking.join(HANG_GUARD_S)
         assert answers and answers[0].status_code == 200, answers
@@ -246,7 +242,7 @@ def test_n_probs_100_beside_a_row_asking_5_leaves_its_reply_as_it_is_alone(serve
     try:
         for asker in askers:
             asker.start()
-        assert arrived.wait(HANG_GUARD_S)
+        assert arrived.wait(HANG_GUARD_S), "hang guard: the two requests never reached the engine"
     finally:
         served.resume()
         served.engine.submit = submit

@@ -12,19 +12,22 @@ import httpx
 import openai
 import pytest
 
-from tests.engine.serve.serving import CHAT, HANG_GUARD_S, JSON, Served, events_of, is_openai_error, post
+from tests.engine.serve.serving import CHAT, HANG_GUARD_S, JSON, Served, events_of, is_openai_error, post, until
 
 
-def test_404_405_and_a_nested_body_are_in_openais_error_shape(served):
-    missing = httpx.get(served.url + "/nothing", timeout=HANG_GUARD_S)
-    assert missing.status_code == 404 and is_openai_error(missing.json())
-    wrong = httpx.get(served.url + "/chat/completions", timeout=HANG_GUARD_S)
-    assert wrong.status_code == 405 and is_openai_error(wrong.json())
-    nested = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError
-    deep = httpx.post(served.url + "/chat/completions", content=nested, headers=JSON, timeout=HANG_GUARD_S)
-    assert deep.status_code == 400 and is_openai_error(deep.json())
-    broken = httpx.post(served.url + "/completions", content=b"\xff\xfe{", headers=JSON, timeout=HANG_GUARD_S)
-    assert broken.status_code == 400 and is_openai_error(broken.json())
+@pytest.mark.parametrize(
+    ("method", "path", "content", "status"),
+    [
+        ("GET", "/nothing", None, 404),
+        ("GET", "/chat/completions", None, 405),
+        ("POST", "/chat/completions", b"[" * 100_000 + b"]" * 100_000, 400),  # json.loads: RecursionError
+        ("POST", "/completions", b"\xff\xfe{", 400),  # not UTF-8
+    ],
+    ids=["404", "405", "nested", "undecodable"],
+)
+def test_an_error_is_in_openais_error_shape_and_the_server_goes_on(served, method, path, content, status):
+    answer = httpx.request(method, served.url + path, content=content, headers=JSON, timeout=HANG_GUARD_S)
+    assert answer.status_code == status and is_openai_error(answer.json())
     assert post(served.url + "/chat/completions", {"messages": CHAT, "max_tokens": 2}).status_code == 200
 
 
@@ -137,9 +140,7 @@ def test_a_whole_reply_cut_by_a_stop_is_an_error_status(tiny_folder):
     try:
         asking.start()
         running.pause()  # the reply cannot finish first
-        while not running.engine.busy():  # the request reached the engine
-            assert asking.is_alive()
-            threading.Event().wait(0.01)
+        until(running.engine.busy, "the request reaching the engine")
         running.server.stop(timeout=HANG_GUARD_S)
         asking.join(HANG_GUARD_S)
         assert answers[0].status_code == 503 and is_openai_error(answers[0].json())
