@@ -42,10 +42,10 @@ from engine.remote.events import (
     token_step,
 )
 from engine.remote.listing import ServerListing, ask_server, pick_model, served_model_info
-from engine.remote.pieces import CUT, piece_size
+from engine.remote.pieces import CUT, FIRST_PIECE, PIECE
 from engine.remote.reasoning import phased_tokens
 from engine.remote.request_writer import RequestWriter
-from engine.remote.resume import MAX_OVERLAP, drop_overlap, resume_body
+from engine.remote.resume import MAX_OVERLAP, cut_to_canonical, drop_overlap, resume_body
 from engine.remote.servers import KINDS, STAGE_CHOICES
 from engine.remote.stream import CHUNK, DONE, ERROR, PROGRESS, Job, Transport
 from engine.remote.wire import RemoteError, WireToken
@@ -64,7 +64,8 @@ class RemoteBackend:
     reply where it is asked for whole; ``engine.remote.pieces``).
     ``chat_template``: a local tokenizer folder whose template renders chats client-side
     so a server that cannot continue an assistant message (mlx_lm.server) still can be
-    continued through ``/v1/completions``.
+    continued through ``/v1/completions``. ``piece_tokens``: the tokens a reply asked for
+    in pieces keeps from its first piece, then from each later one (``engine.remote.pieces``).
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class RemoteBackend:
         chat_template: str | None = None,
         poll_s: float = 0.02,
         transport: httpx.AsyncBaseTransport | None = None,
+        piece_tokens: tuple[int, int] = (FIRST_PIECE, PIECE),
     ) -> None:
         if stage not in STAGE_CHOICES:
             raise EngineError(f"stage must be one of {', '.join(STAGE_CHOICES)}, got {stage!r}.")
@@ -98,6 +100,7 @@ class RemoteBackend:
         self._timeouts = (timeout, connect_timeout, retries, transport)
         self._writer = RequestWriter(stage, chat, chat_template)  # what a request says, and refuses
         self._poll_s = poll_s
+        self._piece_tokens = piece_tokens  # the first piece's tokens, then each later one's
         self._transport: Transport | None = None
         self._requests: dict[int, RemoteRequest] = {}
         self._pending: list[Event] = []
@@ -267,8 +270,8 @@ class RemoteBackend:
             req.overlap = self._writer.overlap(req) if req.params.greedy and req.pieces and not req.whole else ()
             if req.overlap:
                 path, body = resume_body(self._writer.body, req)
-            size, asked = piece_size(req.pieces), body["max_tokens"] - len(req.overlap)
-            if not req.whole and asked > size and len(req.overlap) <= MAX_OVERLAP:  # engine.remote.pieces
+            size, asked = self._piece_tokens[min(req.pieces, 1)], body["max_tokens"] - len(req.overlap)
+            if not (req.whole or req.rest_whole) and asked > size and len(req.overlap) <= MAX_OVERLAP:  # .pieces
                 body["max_tokens"], keep = len(req.overlap) + size + 1, len(req.overlap) + size
             req.pieces += 1
         job = Job(req.id, req.generation, path, body, kind.streams_logprobs, kind.name == "mlx_lm", read_chosen, keep)
@@ -318,7 +321,10 @@ class RemoteBackend:
                 self._finish(req, FinishReason.ERROR, error)
                 return
             req.overlap = ()
-            for token, phase in phased_tokens(payload, req):
+            tokens = phased_tokens(payload, req)
+            if payload.finish_reason == CUT and not req.params.greedy:
+                tokens = cut_to_canonical(req, payload, tokens, self._writer.canonical)
+            for token, phase in tokens:
                 self._pending.append(self._token_step(req, token, phase))
             if req.pieces <= 1:  # a later piece's prompt holds the reply so far
                 read_usage(req, payload.usage)

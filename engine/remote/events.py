@@ -53,6 +53,12 @@ class RemoteRequest:
     """The reply's (id, text) received, while they spell ``prefix`` (``engine.remote.resume``)."""
     overlap: tuple[tuple[int | None, str], ...] = ()
     """Tokens the next piece repeats first, to be checked and dropped (``engine.remote.resume``)."""
+    keys: set[tuple[int | None, ...]] = field(default_factory=set)
+    """The reply's ids that each sampled piece left as a prompt-cache key on the server: a
+    prompt exactly equal to one kills mlx_lm.server's generation thread (``engine.remote.pieces``)."""
+    rest_whole: str = ""
+    """Why the rest of a reply begun in pieces is asked for in one request ("" while in
+    pieces: ``engine.remote.resume.cut_to_canonical``)."""
     phase: str | None = None
     """The phase of the reply's last token: None until the server sent reasoning
     (``engine.remote.reasoning``)."""

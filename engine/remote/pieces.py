@@ -6,7 +6,10 @@ kept, and a server stopped mid-reply would lose it all. So the reply is asked fo
 tokens at a time, each piece continuing the reply so far (the first through the chat
 endpoint, the rest as text through ``/v1/completions``, the chat rendered here by
 ``engine.remote.template``); the server's prompt cache holds the reply so far, so a piece
-prefills one token. The timeout bounds one piece. docs/REMOTE.md has the measurements.
+prefills one token. The timeout bounds one piece. A piece continues only from a text that
+the server's tokenizer encodes back to exactly the tokens received (``engine.remote.resume``),
+so a tokenizer must be readable here, for the chat and for plain text alike.
+docs/REMOTE.md has the measurements.
 
 Each piece but the last asks for one token more than it keeps (``keep``): mlx_lm.server
 0.32.2 stores a finished request's tokens as a prompt-cache key, and a prompt exactly equal
@@ -40,15 +43,16 @@ def whole_reason(kind: ServerKind, params: SamplingParams, chat: bool, template_
             f"{kind.title} counts penalties over the tokens a request generates, not those its "
             "prompt cache held: a reply in pieces would be penalized differently"
         )
+    if not chat and template_problem:
+        return (
+            "a piece is continued from the reply's text only where the server's tokenizer "
+            f"encodes it back to the tokens received, and {template_problem}"
+        )
     if chat and template_problem:
         return f"the model's chat template cannot be rendered here to continue the reply: {template_problem}"
     if chat and thinks:
         return "a reasoning model: its thinking is not sent back as text, so it could not be continued"
     return ""
-
-
-def piece_size(pieces_so_far: int) -> int:
-    return FIRST_PIECE if pieces_so_far == 0 else PIECE
 
 
 def keep_first(chunk: WireChunk, keep: int) -> bool:
@@ -58,6 +62,7 @@ def keep_first(chunk: WireChunk, keep: int) -> bool:
         return False
     dropped = b"".join(e.raw for e in chunk.entries[keep:]).decode("utf-8", "replace")
     kept = b"".join(e.raw for e in chunk.entries[:keep]).decode("utf-8", "replace")
+    chunk.cut = tuple(e.token_id for e in chunk.entries[keep:])
     del chunk.entries[keep:]
     if dropped and chunk.text.endswith(dropped):
         chunk.text = chunk.text[: -len(dropped)]

@@ -18,7 +18,7 @@ from engine.remote.fields import reasoning_refusals
 from engine.remote.kind import NO_CONTINUE, ServerKind
 from engine.remote.pieces import whole_reason
 from engine.remote.resume import canonical_prefix
-from engine.remote.servers import build_request, stage_for, unsupported
+from engine.remote.servers import build_request, plain_prompt, stage_for, unsupported
 from engine.remote.structured import grammar_refusals
 from engine.remote.template import ChatTemplate
 
@@ -92,8 +92,12 @@ class RequestWriter:
     def prepare(self) -> None:
         """Read the chat template now (once connected), where a reply may need it, so the
         first reply does not wait for it."""
-        if self._needs_template() and not self.require_kind().streams_logprobs:
+        if self.require_kind().streams_logprobs:
+            return
+        if self._needs_template():
             self._can_render()
+        elif not self.chat:  # a plain reply in pieces checks its text with the tokenizer
+            self._template.encoder(self.model or "")
 
     def _needs_template(self) -> bool:
         kind = self.require_kind()
@@ -109,11 +113,25 @@ class RequestWriter:
         """The reply's tokens after the longest start whose text encodes to exactly its
         tokens (``engine.remote.resume``): () where all do, or where it cannot be told."""
         tokens = req.tokens
-        if not self._can_render() or "".join(x for _, x in tokens) != req.prefix:
+        if "".join(x for _, x in tokens) != req.prefix:
             return ()
-        tok = self._template.tokenizer(self.model or "")
-        j = canonical_prefix(tok, self._render(req.messages), tokens)
-        return tuple(tokens[j:])
+        j = self.canonical(req, tokens)
+        return () if j is None else tuple(tokens[j:])
+
+    def canonical(self, req: RemoteRequest, tokens: Sequence[tuple[int | None, str]]) -> int | None:
+        """How many of the reply's ``tokens`` (id, text, from its start) the text a piece
+        sends encodes to exactly (``engine.remote.resume.canonical_prefix``): the chat
+        rendered here, or the plain prompt (``/v1/completions``, which the server encodes
+        as it is), then their texts; None where no tokenizer is readable here."""
+        if self.chat:
+            if not self._can_render():
+                return None
+            tok, base = self._template.tokenizer(self.model or ""), self._render(req.messages)
+        else:
+            tok, base = self._template.encoder(self.model or ""), plain_prompt(req.messages)
+            if tok is None:
+                return None
+        return canonical_prefix(tok, base, tokens)
 
     def whole_reason(self, params: SamplingParams) -> str:
         """Why a reply under ``params`` is asked for whole ("" when in pieces:
@@ -122,7 +140,9 @@ class RequestWriter:
         if kind.streams_logprobs:
             return whole_reason(kind, params, self.chat, "", False)
         problem, thinks = "", False
-        if self._needs_template():
+        if not self.chat and self._template.encoder(self.model or "") is None:
+            problem = self._template.problem
+        elif self._needs_template():
             problem = "" if self._can_render() else self._template.problem
             thinks = not problem and self.enable_thinking is not False and self._template.thinks(self.model or "")
         return whole_reason(kind, params, self.chat, problem, thinks)

@@ -4,11 +4,13 @@ A piece continues the reply as text (``/v1/completions`` takes a string and enco
 the server sees the tokenizer's own split of that text. Where the model wrote a split of
 its own (SmolLM2 writes ``"\\n\\n"`` as two ``"\\n"`` tokens, which the text encodes as one)
 the continuation would be conditioned on other tokens than the reply's, and a greedy reply
-could differ from the server's own whole reply. So, for a greedy reply whose template is
-read here, the next piece continues from the longest start of the reply whose text encodes
-to exactly its tokens, and asks the server again for the tokens after it (the *overlap*):
-greedy, they come back the same and are dropped; more than ``MAX_OVERLAP`` and the rest of
-the reply is asked for in one request (no piece would stream any more).
+could differ from the server's own whole reply. So, for a greedy reply whose tokenizer is
+read here (after the rendered chat, or the plain prompt of ``/v1/completions``), the next
+piece continues from the longest start of the reply whose text encodes to exactly its
+tokens, and asks the server again for the tokens after it (the *overlap*): greedy, they
+come back the same and are dropped; more than ``MAX_OVERLAP`` and the rest of the reply is
+asked for in one request (no piece would stream any more). A sampled piece is cut there
+instead (:func:`cut_to_canonical`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.remote.events import RemoteRequest
-from engine.remote.wire import WireChunk
+from engine.remote.wire import TextDecoder, WireChunk, WireToken
 
 MAX_OVERLAP = 64
 
@@ -73,3 +75,41 @@ def resume_body(
         return body(req)
     finally:
         req.prefix, req.index = full, index
+
+
+def cut_to_canonical(
+    req: RemoteRequest,
+    chunk: WireChunk,
+    tokens: list[tuple[WireToken, str | None]],
+    canonical: Callable[[RemoteRequest, Sequence[tuple[int | None, str]]], int | None],
+) -> list[tuple[WireToken, str | None]]:
+    """A sampled piece's ``tokens`` up to where the reply's text still encodes to exactly
+    its tokens, the rest dropped before anyone sees them, so the next piece continues from
+    the reply's own tokens (a drawn token cannot be asked for again, as a greedy overlap
+    is: dropped, it is drawn anew, from the same distribution). A token whose id the server
+    did not name cannot be checked: the piece stops before it. Where not one token more can
+    be kept, nothing is, and the rest of the reply is asked for in one request
+    (``req.rest_whole`` says why). A cut never ends the reply on ids the server holds as a
+    prompt-cache key (``req.keys``: such a prompt would leave it nothing to prefill).
+    ``canonical``: the request writer's."""
+    before = [t for t, _ in req.tokens]
+    req.keys.add(tuple(before + [t.token_id for t, _ in tokens] + list(chunk.cut)))
+    if any(phase is not None for _, phase in tokens) or "".join(x for _, x in req.tokens) != req.prefix:
+        return tokens  # a reasoning reply is asked for whole: no later piece
+    received = req.tokens + [(t.token_id, t.text) for t, _ in tokens]
+    named = next((i for i, (t, _) in enumerate(received) if t is None), len(received))
+    if named < len(req.tokens):
+        return tokens  # a branch's forced text without ids: it cannot be told
+    j = canonical(req, received[:named])
+    if j is None or (j == len(received) and tuple(t for t, _ in received) not in req.keys):
+        return tokens
+    kept = max(0, j - len(req.tokens))
+    while kept > 0 and tuple(t for t, _ in received[: len(req.tokens) + kept]) in req.keys:
+        kept -= 1
+    req.decoder = TextDecoder()  # a text that encodes to its tokens holds no split character
+    if kept == 0:
+        req.rest_whole = (
+            f"the reply from token {req.index} could not be continued from a text that encodes "
+            "back to the tokens drawn, and a drawn token cannot be asked for again"
+        )
+    return tokens[:kept]

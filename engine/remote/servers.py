@@ -173,6 +173,11 @@ def logprob_fields(kind: ServerKind, endpoint: str, top_logprobs: int, stage: st
     return body
 
 
+def plain_prompt(messages: Sequence[Mapping[str, str]]) -> str:
+    """The text a plain-text request (``/v1/completions``) sends before the reply."""
+    return "\n\n".join(m["content"] for m in messages if m.get("content"))
+
+
 def build_request(
     kind: ServerKind,
     params: SamplingParams,
@@ -195,7 +200,7 @@ def build_request(
     body["model"] = model
     text_prompt = None
     if not chat:
-        text_prompt = "\n\n".join(m["content"] for m in messages if m.get("content")) + prefix
+        text_prompt = plain_prompt(messages) + prefix
     elif prefix and kind.continue_chat not in (CONTINUE_FINAL_MESSAGE, ASSISTANT_PREFILL):
         if render is None:
             raise EngineError(

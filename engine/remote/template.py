@@ -24,6 +24,7 @@ class ChatTemplate:
     def __init__(self, folder: str | None) -> None:
         self._folder = folder
         self._tokenizer: Any = None
+        self._encoder: Any = None  # the tokenizer, with or without a chat template
         self._tried = ""
         self._thinks: bool | None = None
         self.problem = ""
@@ -40,9 +41,16 @@ class ChatTemplate:
             self._tokenizer = _load(source, local_folder=bool(self._folder))
         except Exception as exc:  # any unreadable tokenizer: the reply is asked for whole, said why
             self.problem = f"its tokenizer is not readable here ({source}: {type(exc).__name__}: {exc})"[:300]
+        self._encoder = self._tokenizer
         if self._tokenizer is not None and not getattr(self._tokenizer, "chat_template", None):
             self.problem, self._tokenizer = f"{source} has no chat template", None
         return self._tokenizer
+
+    def encoder(self, model: str) -> Any:
+        """The tokenizer for ``model`` to encode plain text (``/v1/completions``), a chat
+        template or not; None when none is readable here (``problem`` says why)."""
+        self.tokenizer(model)
+        return self._encoder
 
     def render(self, model: str, messages: Sequence[Mapping[str, str]], enable_thinking: bool | None = None) -> str:
         """The chat's prompt text with the assistant's turn opened, as the server would encode

@@ -78,6 +78,9 @@ class WireChunk:
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
     has_logprobs: bool = False
+    cut: tuple[int | None, ...] = ()
+    """The ids of the tokens a piece generated past those it keeps (``engine.remote.pieces``):
+    mlx_lm.server holds all of them as a prompt-cache key (``engine.remote.resume``)."""
 
 
 def _token_id(entry: Mapping[str, Any]) -> int | None:
@@ -170,30 +173,39 @@ class TextDecoder:
 
 def assign_texts(entries: Sequence[WireEntry], server_text: str, decoder: TextDecoder) -> list[WireToken]:
     """Each token's delta, laid along ``server_text`` (the module docstring says how)."""
+    decoded = [decoder(e.raw) for e in entries]  # in order: the decoder holds a split character
     if len(entries) == 1:
-        texts = [server_text]
-        decoder(entries[0].raw)  # keep the decoder's state in step
+        texts = [decoded[0] if _dropped_space(decoded[0], server_text) else server_text]
     else:
+        # The tokens keep a leading space the server's text dropped (as the local engine's
+        # do), so that the reply continued from their texts is the one the tokens spell.
+        full = (" " if _dropped_space("".join(decoded), server_text) else "") + server_text
         texts, pos = [], 0
-        for e in entries:
-            t = decoder(e.raw)
-            bare = t.lstrip(" ")
-            if pos == 0 and bare and not server_text.startswith(t) and server_text.startswith(bare):
-                # mlx-lm's detokenizer drops the reply's leading space; the token keeps it
-                # (as the local engine's does), so the text continues correctly.
-                texts.append(t)
-                pos += len(bare)
-            elif t and server_text.startswith(t, pos):
+        for t in decoded:
+            if t and full.startswith(t, pos):
                 texts.append(t)
                 pos += len(t)
             else:
                 texts.append("")
-        if texts and pos < len(server_text):
-            texts[-1] += server_text[pos:]
+        if texts and pos < len(full):
+            texts[-1] += full[pos:]
     return [
         WireToken(e.token_id, t, e.raw.decode("utf-8", "replace"), e.logprob, e.top)
         for e, t in zip(entries, texts, strict=True)
     ]
+
+
+def _dropped_space(tokens_text: str, server_text: str) -> bool:
+    """Whether ``server_text`` is ``tokens_text`` less its first space: mlx-lm's detokenizer
+    drops the first space of each answer (``trim_space``), a lone space token included."""
+
+    def agree(a: str, b: str) -> bool:
+        n = min(len(a), len(b))
+        return a[:n] == b[:n]
+
+    if not server_text:  # a lone space, the answer's only text: held, then dropped
+        return tokens_text == " "
+    return tokens_text.startswith(" ") and agree(tokens_text[1:], server_text) and not agree(tokens_text, server_text)
 
 
 def server_message(body: bytes) -> str:

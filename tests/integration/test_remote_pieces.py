@@ -1,6 +1,7 @@
 """A reply from the real ``mlx_lm.server`` (default model) asked for in pieces
-(``engine.remote.pieces``): it streams, a reply longer than the timeout still arrives (the
-timeout bounds one piece), and a server stopped mid-reply leaves every token received."""
+(``engine.remote.pieces``): it streams, it is the server's one-request reply on both
+endpoints, and a server stopped mid-reply leaves every token received. Every timeout here
+is a hang guard: the pieces are forced by their size (``piece_tokens``), never by a clock."""
 
 from __future__ import annotations
 
@@ -34,11 +35,11 @@ def _backend(url: str, timeout: float):
     return backend
 
 
-def _run(backend, params, on_step=None):
+def _run(backend, params, on_step=None, messages=CHAT):
     """(steps, finished, seconds to the first token, seconds to the end)."""
     from engine.api.events import Finished, TokenStep
 
-    rid = backend.start(CHAT, params).request_id
+    rid = backend.start(messages, params).request_id
     steps, done, t0, first = [], None, time.monotonic(), None
     while backend.has_work():
         assert time.monotonic() - t0 < 600
@@ -53,21 +54,34 @@ def _run(backend, params, on_step=None):
     return steps, done, first, time.monotonic() - t0
 
 
-def test_a_reply_longer_than_the_timeout_streams_in_pieces_equal_to_one_request(server):
-    """Before: one whole request, "sent nothing for 10 s" and 0 tokens; now each piece fits."""
+def test_a_reply_in_pieces_streams_and_equals_one_request(server):
+    """A reply the server sends only when done is asked for in pieces (a first of 8 tokens,
+    then of 32), so it streams and a timeout bounds one piece. The pieces are forced by
+    their size, not by a race with the clock: the timeout is a hang guard (on a busy
+    machine a 10 s timeout once failed the first piece)."""
+    from engine.api.events import TokenStep
     from engine.api.params import SamplingParams
 
     url, _proc, workdir = server
-    backend = _backend(url, timeout=10)
+    backend = _backend(url, timeout=600)
     params = SamplingParams(max_tokens=120, top_logprobs=2)
+    firsts: list[int] = []  # the tokens of each step() that returned some
+
+    def step_counted(step=backend.step):
+        events = step()
+        if any(isinstance(e, TokenStep) for e in events):
+            firsts.append(sum(isinstance(e, TokenStep) for e in events))
+        return events
+
+    backend.step = step_counted
     try:
         before = posts(workdir)
-        steps, done, first, total = _run(backend, params)
+        steps, done, _, _ = _run(backend, params)
     finally:
         backend.close()
     assert done.error is None and done.finish_reason == "length" and len(steps) == 120
     assert posts(workdir) - before == 1 + (120 - 8 + 31) // 32  # a first piece of 8, then of 32
-    assert first < total / 3  # it streamed: the first token long before the end
+    assert firsts[0] == 8  # it streamed: the first piece's tokens came before the rest was asked for
     assert done.prompt_tokens > 0 and done.text == "".join(s.text for s in steps)
     # The same reply asked for whole, as mlx_lm.server's own answer: token for token.
     assert [s.token_id for s in steps] == _whole_ids(url, backend, params)
@@ -89,7 +103,7 @@ def test_a_reply_whose_tokens_its_text_does_not_spell_is_still_the_servers_own(t
     from engine.api.params import SamplingParams
 
     with mlx_lm_server_process(tiny_folder, tmp_path) as (url, _proc):
-        backend = _backend(url, timeout=60)
+        backend = _backend(url, timeout=600)  # a hang guard
         params = SamplingParams(max_tokens=100, top_logprobs=1)
         try:
             steps, done, _, _ = _run(backend, params)
@@ -103,7 +117,7 @@ def test_a_server_stopped_mid_reply_keeps_every_token_received(server):
     from engine.api.params import SamplingParams
 
     url, proc, _ = server
-    backend = _backend(url, timeout=30)
+    backend = _backend(url, timeout=600)  # a hang guard
 
     def stop_after_some(steps):
         if len(steps) >= 20 and proc.poll() is None:
@@ -142,7 +156,7 @@ def test_a_llamacpp_server_stopped_mid_reply_keeps_every_token_received(tmp_path
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), "llama.cpp's server did not start"
-        backend = _backend(url, timeout=30)
+        backend = _backend(url, timeout=600)  # a hang guard
 
         def stop_after_some(steps):
             if len(steps) >= 10 and proc.poll() is None:
@@ -160,3 +174,112 @@ def test_a_llamacpp_server_stopped_mid_reply_keeps_every_token_received(tmp_path
     assert done.finish_reason == "error" and done.generated_tokens == len(steps)
     assert done.text == "".join(s.text for s in steps)
     assert f"The reply was cut after {len(steps)} tokens: all {len(steps)} are kept." in done.error
+
+
+# --- a reply in pieces is the server's one-request reply, on both endpoints ---------------
+
+ENDPOINT_CASES = [
+    # (chat, prompt, what the reply's tokens must show); pieces of one token: every token
+    # is a piece's boundary, so a boundary falls inside each character of several tokens.
+    (False, "Water boils at", ("space", "digit", "multibyte")),  # " ", "1", "0", "0", "Â°", "C"
+    (False, "The first man on the moon landed in 19", ("digit",)),
+    (False, "English: good morning\nJapanese:", ("space", "split")),
+    (True, "What is 12 times 12? Answer with the number only.", ("digit",)),
+    (True, "Translate to Japanese: good morning", ("split",)),
+    (True, "Write the degree sign and then the euro sign.", ("multibyte",)),
+]
+
+
+def _shows(steps, what: str) -> bool:
+    """Whether the reply's tokens show ``what``: it begins with a space or a digit, holds a
+    token of several bytes, or a character split across tokens (a token of no text of its own)."""
+    text = "".join(s.text for s in steps)
+    return {
+        "space": text.startswith(" "),
+        "digit": text.lstrip(" ")[:1].isdigit(),
+        "multibyte": any(len(s.text.encode()) > len(s.text) for s in steps),
+        "split": any(s.text == "" for s in steps[:-1]) and any(ord(c) > 127 for s in steps for c in s.text),
+    }[what]
+
+
+@pytest.mark.parametrize(("chat", "prompt", "shows"), ENDPOINT_CASES)
+def test_a_reply_in_pieces_is_the_servers_one_request_reply_on_both_endpoints(server, chat, prompt, shows):
+    """Each piece continues from a text the server's tokenizer encodes back to exactly the
+    tokens received (the leading space mlx-lm's detokenizer drops kept; a split character
+    asked for again): token ids and logprobs are those of one whole request."""
+    from engine.api.events import Finished, TokenStep
+    from engine.api.params import SamplingParams
+    from engine.remote.backend import RemoteBackend
+
+    url, _proc, workdir = server
+    # The timeout is a hang guard: the pieces are forced by their size, not by a clock.
+    backend = RemoteBackend(url, timeout=600, chat=chat, piece_tokens=(1, 1))
+    backend.load("")
+    params, messages = SamplingParams(max_tokens=10, top_logprobs=3), [{"role": "user", "content": prompt}]
+    try:
+        before = posts(workdir)
+        rid = backend.start(messages, params).request_id
+        events = []
+        while backend.has_work():
+            events += backend.step()
+        asked = posts(workdir) - before
+        whole = _whole_reply(url, backend, params, messages, chat)
+    finally:
+        backend.close()
+    steps = [e for e in events if isinstance(e, TokenStep) and e.request_id == rid]
+    (done,) = [e for e in events if isinstance(e, Finished)]
+    assert done.error is None and asked >= len(steps) > 1  # a piece per token, a split character asked again
+    for what in shows:
+        assert _shows(steps, what), (what, [s.text for s in steps])
+    assert [s.token_id for s in steps] == [t for t, _ in whole]
+    assert [s.logprobs[0] for s in steps] == [lp for _, lp in whole]
+    assert done.text == "".join(s.text for s in steps)
+
+
+def _whole_reply(url: str, backend, params, messages, chat: bool) -> list[tuple[int, float]]:
+    """The server's own greedy reply to one whole request: (id, logprob) of each step's most
+    likely token."""
+    from engine.remote.servers import KINDS, build_request
+
+    path, body = build_request(KINDS["mlx_lm"], params, messages, "", 0, backend.models[0], chat, "auto", None)
+    answer = httpx.post(url + path, json=body, timeout=600).json()["choices"][0]
+    best = [max(e["top_logprobs"], key=lambda a: a["logprob"]) for e in answer["logprobs"]["content"]]
+    return [(b["id"], b["logprob"]) for b in best]
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_a_sampled_reply_continues_only_from_text_that_encodes_to_its_tokens(server, chat, monkeypatch):
+    """A drawn token cannot be asked for again: a sampled piece keeps its tokens only up to
+    where the reply's text encodes back to exactly them (SmolLM2 often writes a blank line
+    as two newline tokens, which the text encodes as one), so every later piece's prompt is
+    the prompt followed by exactly the tokens shown; where no token more can be kept, the
+    rest is one request."""
+    from transformers import AutoTokenizer
+
+    import engine.remote.backend as remote_backend
+    from engine.api.params import SamplingParams
+    from engine.remote.backend import RemoteBackend
+    from engine.remote.template import ChatTemplate
+
+    url, _proc, _ = server
+    sent = []  # each request's body, as the backend sends it
+    job = remote_backend.Job
+    monkeypatch.setattr(remote_backend, "Job", lambda *args: sent.append(args[3]) or job(*args))
+    messages = [{"role": "user", "content": "List five fruits, one per paragraph, each with a short sentence."}]
+    backend = RemoteBackend(url, timeout=600, chat=chat, piece_tokens=(3, 3))  # the timeout: a hang guard
+    backend.load("")
+    try:
+        steps, done, _, _ = _run(backend, SamplingParams(temperature=1.0, max_tokens=60), messages=messages)
+    finally:
+        backend.close()
+    assert done.error is None and done.text == "".join(s.text for s in steps)
+    model = backend.models[0]
+    tok = AutoTokenizer.from_pretrained(model)
+    base = ChatTemplate(None).render(model, messages) if chat else messages[0]["content"]
+    ids, texts = [s.token_id for s in steps], [s.text for s in steps]
+    later = [b["prompt"] for b in sent if "prompt" in b and b["prompt"] != base]
+    assert later  # unseeded: how many pieces before one is asked whole varies
+    for prompt in later:
+        assert prompt.startswith(base)
+        spelled = [n for n in range(len(ids) + 1) if "".join(texts[:n]) == prompt[len(base) :]]
+        assert any(tok(prompt)["input_ids"] == tok(base)["input_ids"] + ids[:n] for n in spelled), prompt
