@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QLabel  # noqa: E402
 
 from app.model import keys  # noqa: E402
 from app.views.connect_dialog import item_enabled  # noqa: E402
+from tests.support.app_window import TIMEOUT  # noqa: E402
 
 
 @pytest.fixture
@@ -76,8 +77,9 @@ def test_the_models_advice_is_readable_the_server_said_what_it_can_do_and_the_mo
     qtbot.waitExposed(dialog)
     qtbot.mouseClick(dialog.list_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: HUB_CACHE_HINT in dialog.server_label.text() and not dialog.probing)
-    qtbot.wait(50)
-    assert _fully_shown(dialog.server_label)
+    # Laid out: the label's wrapped lines fit once the dialog has taken the new text in (a
+    # cut label never fits, and fails after the wait's guard).
+    qtbot.waitUntil(lambda: _fully_shown(dialog.server_label), timeout=TIMEOUT)
     # What the server can and cannot do, from its kind's own data, before any reply.
     assert dialog.abilities.isVisible() and _fully_shown(dialog.abilities)
     for sentence in abilities("mlx_lm"):
