@@ -38,7 +38,7 @@ Importable without MLX: the app uses it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -326,8 +326,12 @@ def _rate(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def done_record(done: Finished, request: int) -> dict[str, Any]:
-    """A ``done`` line: how request ``request`` ended (unknown numbers are null)."""
+def done_record(done: Finished, request: int, prompt_token_ids: Sequence[int] | None = None) -> dict[str, Any]:
+    """A ``done`` line: how request ``request`` ended (unknown numbers are null).
+    ``prompt_token_ids``: the prompt as the model read it, where it is known here (a local
+    model): with the tokens' ids it is the history every stage with state counted, so the
+    records alone replay each step's penalties and DRY (docs/ENGINE.md)."""
+    prompt = {} if prompt_token_ids is None else {"prompt_token_ids": [int(t) for t in prompt_token_ids]}
     return {
         "type": RecordType.DONE.value,
         "request": request,
@@ -339,6 +343,7 @@ def done_record(done: Finished, request: int) -> dict[str, Any]:
         "generation_tps": _rate(done.generation_tps),
         **stats_fields(done.draft),
         **grammar_fields(done.grammar),
+        **prompt,
     }
 
 

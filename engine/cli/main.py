@@ -183,7 +183,8 @@ def generate(args: argparse.Namespace) -> int:
             if isinstance(event, TokenStep):
                 out.write(json.dumps(token_record(event, order[event.request_id])) + "\n")
             elif isinstance(event, Finished):
-                out.write(json.dumps(done_record(event, order[event.request_id])) + "\n")
+                i = order[event.request_id]
+                out.write(json.dumps(done_record(event, i, prompts[0 if variants else i])) + "\n")
             elif isinstance(event, Divergence):
                 out.write(json.dumps(divergence_record(event, order)) + "\n")
         out.flush()
