@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 pytest.importorskip("httpx")
 
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, settle  # noqa: E402
 from tests.support.local_server import mlx_lm_server  # noqa: E402
 
 STAGE = "server reports: penalties"  # the connection's (status bar): what mlx_lm.server reports
@@ -44,7 +44,7 @@ def connected(qtbot, profile, tiny_folder, url: str):
     window.resize(1500, 900)
     send(qtbot, window, "hello there", GREEDY)
     window._redraw_if_dirty()
-    qtbot.wait(100)
+    settle(window)
     window.local_heights = plot_heights(window)
     window.connect_remote(RemoteSpec(url, ""))
     qtbot.waitUntil(lambda: window.model_info.backend == "remote" or bool(window.last_error), timeout=TIMEOUT)
@@ -58,7 +58,7 @@ def test_the_timeline_caption_leaves_the_plots_their_height(qtbot, profile, tiny
     send(qtbot, window, "hello again", GREEDY)
     assert not window.last_error, window.last_error
     window._redraw_if_dirty()
-    qtbot.wait(100)
+    settle(window)
     window.grab().save("/tmp/remote-1500.png")
     remote = plot_heights(window)
     assert all(r >= h - 2 for r, h in zip(remote, window.local_heights, strict=True)), (window.local_heights, remote)
@@ -74,7 +74,7 @@ def test_the_status_bar_keeps_the_servers_stage_whole(qtbot, profile, tiny_folde
     """At 800 px the status bar cut its label to "server reports: p…"."""
     window = connected(qtbot, profile, tiny_folder, server)
     window.resize(800, 600)
-    qtbot.wait(150)
+    settle(window)
     window.grab().save("/tmp/remote-800.png")
     label = window.status.model_label
     shown = shown_text(label)

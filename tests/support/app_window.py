@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from PySide6.QtCore import QCoreApplication, QObject, QPoint, Qt, Signal, Slot
+from PySide6.QtWidgets import QWidget
 
 from engine.api.params import SamplingParams
 
@@ -87,3 +88,25 @@ def drain_engine_thread(qtbot, window, rounds: int = 2) -> None:
         QCoreApplication.sendPostedEvents()
         QCoreApplication.processEvents()
         marker.deleteLater()
+
+
+def settle(*widgets: QWidget) -> None:
+    """Lay ``widgets`` out now, where a test would wait a fixed time for the event loop to get
+    there: deliver the posted events (resizes, layout requests) and the window system's, and
+    activate each widget's layout, until a round moves none of them or their children (a fixed
+    point, however slow the machine; at most 20 rounds)."""
+
+    def geometry() -> list:
+        return [(w.geometry().getRect(), [c.geometry().getRect() for c in w.findChildren(QWidget)]) for w in widgets]
+
+    before = None
+    for _ in range(20):
+        QCoreApplication.sendPostedEvents()
+        QCoreApplication.processEvents()
+        for widget in widgets:
+            if widget.layout() is not None:
+                widget.layout().activate()
+        now = geometry()
+        if now == before:
+            return
+        before = now

@@ -19,6 +19,7 @@ from tests.support.app_window import (  # noqa: E402
     live_steps,
     open_window,
     send,
+    settle,
     token_point,
 )
 
@@ -253,7 +254,7 @@ def test_hover_timeline_click_and_presets(qtbot, profile, tiny_folder):
     assert "p(final)" in tip and tip.count("<br>") == 5
     # Clicking a point of the timeline selects that token.
     plot = window.timeline.prob_plot
-    qtbot.wait(100)  # let the plot lay out and autorange before mapping coordinates
+    settle(window)  # the plot laid out and autoranged before mapping coordinates
     x, y = steps[7].index, math.exp(steps[7].logprob)
     scene = plot.vb.mapViewToScene(QPointF(x, y))
     view_pos = window.timeline.view.mapFromScene(scene)

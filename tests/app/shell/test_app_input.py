@@ -17,7 +17,7 @@ from app.model.chat import ChatModel  # noqa: E402
 from app.store.store import Store  # noqa: E402
 from app.views.param_fields import ERROR_STYLE  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, settle  # noqa: E402
 
 VOCAB = 300
 
@@ -279,7 +279,7 @@ def test_compare_tabs_are_short_and_all_fit(qtbot, tmp_path):
     base = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repetition_penalty=1.1, seed=7)
     for i, temperature in enumerate((0.7, 0.9, 1.3)):
         panel.variant_controls[i].set_params(SamplingParams(**{**base, "temperature": temperature}))
-    qtbot.wait(50)
+    settle(panel)
     bar = panel.tabs
     texts = [bar.tabText(i) for i in range(3)]
     for i, temperature in enumerate(("0.7", "0.9", "1.3")):

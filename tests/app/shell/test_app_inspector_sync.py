@@ -21,7 +21,7 @@ from app.views.inspector_labels import elide  # noqa: E402
 from app.views.theme import LIGHT  # noqa: E402
 from engine.api.events import Candidate, TokenStep  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, settle  # noqa: E402
 from tests.support.chain_steps import chain_step  # noqa: E402
 
 BARS_TAB = 1
@@ -178,7 +178,8 @@ def test_inspector_stays_in_step_while_a_reply_streams_and_after_a_branch(qtbot,
     qtbot.waitUntil(lambda: inspector.step is not first, timeout=TIMEOUT)
     assert selected_ids(inspector) <= {chosen_id}
     inspector.tabs.setCurrentIndex(0)  # the chain tab while tokens stream, then back
-    qtbot.wait(150)
+    on_chain_tab = inspector.step
+    qtbot.waitUntil(lambda: inspector.step is not on_chain_tab or not window.busy(), timeout=TIMEOUT)
     inspector.tabs.setCurrentIndex(BARS_TAB)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()
@@ -267,7 +268,7 @@ def test_hundred_candidates_stay_readable(qtbot, inspector):
     for n in (100, 24, 12):
         step = wide_step(n, top_k=n * 2 // 5)
         inspector.show_step(step)
-        qtbot.wait(50)
+        settle(inspector)
         inspector.grab().save(f"/tmp/inspector-{n}.png")
         # Names on the axis never overprint: shown rows are at least a line apart.
         rows = [r for r, name in enumerate(bar_rows(inspector)) if name]
@@ -309,7 +310,7 @@ def test_axis_titles_never_overlap(qtbot, inspector, width):
     inspector.tabs.setCurrentIndex(BARS_TAB)
     inspector.log_scale.setChecked(True)  # a short title first ("log10 p")
     inspector.show_step(chain_step())
-    qtbot.wait(50)
+    settle(inspector)
     bars, effect = inspector.bars.bars_plot, inspector.bars.effect_plot
     for log in (False, True, False):
         inspector.log_scale.setChecked(log)  # the title changes; the plots keep their size
@@ -341,7 +342,7 @@ def test_chain_names_are_whole_after_a_token_with_shorter_names(qtbot, inspector
     long = [" cap", "officia", " laborum", " Constantinople", *short[4:]]
     for names in (short, long):
         inspector.show_step(renamed(chain_step(), names))
-        qtbot.wait(20)
+        settle(inspector)
         rows = inspector.chain_view.verticalHeader()
         model = inspector.chain_view.chain_model
         shown = [model.headerData(r, Qt.Orientation.Vertical) for r in range(model.rowCount())]

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.shell.window import MainWindow  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window, send  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, settle  # noqa: E402
 
 
 def token_title(window) -> str:
@@ -23,9 +23,9 @@ def token_title(window) -> str:
 def test_the_timeline_comes_back_as_tall_as_it_was_with_its_title(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(800, 700)
-    qtbot.wait(150)
+    settle(window)
     window.resizeDocks([window.timeline_dock], [180], Qt.Orientation.Vertical)
-    qtbot.wait(150)
+    settle(window)
     assert window.timeline_dock.height() == 180 and token_title(window) == "token"
     close_window(window)
     # A window manager maps a restored window at a size of its own first (here a short one),
@@ -36,9 +36,9 @@ def test_the_timeline_comes_back_as_tall_as_it_was_with_its_title(qtbot, profile
     window.resize(800, 560)
     window.show()
     qtbot.waitUntil(lambda: window.model_info is not None, timeout=TIMEOUT)
-    qtbot.wait(150)
+    settle(window)
     window.resize(800, 700)
-    qtbot.wait(150)
+    settle(window)
     assert window.timeline_dock.height() == 180, window.timeline_dock.height()
     assert token_title(window) == "token"
     close_window(window)
@@ -52,7 +52,7 @@ def test_reset_layout_gives_every_timeline_row_a_readable_height(qtbot, profile,
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(1400, 860)  # the default size
     send(qtbot, window, "Hi", SamplingParams(max_tokens=8, seed=1))
-    qtbot.wait(150)
+    settle(window)
     for row, plot in window.timeline.rows.plots:  # p, H and two rows more (the lens's, a surprise row)
         if row in (4, 5):
             plot.show()
@@ -78,12 +78,12 @@ def test_sliders_keep_a_usable_width_at_1000_by_700(qtbot, profile, tiny_folder)
     # Issue 35: at 1000×700 the mirostat τ slider collapsed to a square.
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(1000, 700)
-    qtbot.wait(150)
+    settle(window)
     chain = window.controls.chain
     widths = {}
     for stage in ("mirostat_v2", "temperature", "dry"):
         chain.select_stage(stage)
-        qtbot.wait(50)
+        settle(window)
         for name, field in window.controls.fields.items():
             if field.isVisibleTo(window) and field.slider.isVisibleTo(window):
                 widths[name] = field.slider.width()

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from engine.api.reasoning import ANSWER, THINKING  # noqa: E402
 from tests.app.shell.test_app_compare import link_point  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, open_window, send, token_point  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, open_window, send, settle, token_point  # noqa: E402
 
 BUDGET = 5
 
@@ -218,7 +218,7 @@ def test_the_reasoning_row_is_whole_at_800x600(qtbot, window):
     row, panel = window.panel.reasoning, window.panel
     qtbot.mouseClick(row.answer_switch, Qt.MouseButton.LeftButton, pos=box_point(row.answer_switch))
     qtbot.mouseClick(row.phase_tabs, Qt.MouseButton.LeftButton, pos=row.phase_tabs.tabRect(1).center())
-    qtbot.wait(100)
+    settle(window)
     window.grab().save("/tmp/reasoning-800x600.png")
     assert panel.stack.currentWidget() is panel.answer_controls
     # The Answer tab starts as a copy of the thinking's settings.

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (  # noqa: E402
     QWidget,
 )
 
-from tests.support.app_window import close_window, open_window  # noqa: E402
+from tests.support.app_window import close_window, open_window, settle  # noqa: E402
 
 CONTROLS = (QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QListWidget, QPlainTextEdit, QSlider, QTabBar)
 CHAT_TEXT_HEIGHT = 250  # the least height of the chat's text area at 800×600 (issue 24, point 23)
@@ -31,7 +31,7 @@ SIZES = ((800, 600), (1500, 900))
 
 def resized(qtbot, window, width: int, height: int) -> None:
     window.resize(width, height)
-    qtbot.wait(150)
+    settle(window)
     assert (window.width(), window.height()) == (width, height)
 
 
@@ -68,13 +68,13 @@ def test_sampling_dock_and_chat_at_800x600(qtbot, profile, tiny_folder):
         resized(qtbot, window, width, height)
         for compare in (False, True):
             window.panel.set_compare(compare, 3)
-            qtbot.wait(100)
+            settle(window)
             scroll = window.panel.stack.currentWidget().scroll
             window.grab().save(f"/tmp/small-window-{width}-{compare}.png")
             assert not scroll.horizontalScrollBar().isVisible(), (width, compare, window.controls_dock.width())
             assert cut_controls(window) == [], (width, compare)
         window.panel.set_compare(False)
-        qtbot.wait(50)
+        settle(window)
         assert window.chat.height() >= CHAT_TEXT_HEIGHT, (width, window.chat.height(), window.timeline_dock.height())
         assert window.timeline.height() >= window.timeline.minimumHeight() > 0
     close_window(window)
@@ -112,7 +112,7 @@ def test_a_scored_texts_third_row_gets_room(qtbot, profile, tiny_folder):
     assert scoring.score_text("The hat in the tin is the hat of the man in the hat. " * 3)
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     window._redraw_if_dirty()
-    qtbot.wait(150)
+    settle(window)
     assert scoring.surprisal_plot.isVisible()
     window.grab().save("/tmp/score-rows.png")
     line = QFontMetrics(window.timeline.font()).height()
@@ -126,7 +126,7 @@ def test_a_scored_texts_third_row_gets_room(qtbot, profile, tiny_folder):
     assert window.timeline_dock.height() > before
     window.model.new_chat()  # no scored text shown: the row goes, and the room it took
     window._redraw_if_dirty()
-    qtbot.wait(150)
+    settle(window)
     assert not scoring.surprisal_plot.isVisible()
     assert abs(window.timeline_dock.height() - before) <= 2, (window.timeline_dock.height(), before)
     close_window(window)

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from app.shell.layout import INSPECTOR_MIN_WIDTH, INSPECTOR_WIDTH, SAMPLING_MIN_WIDTH, TIMELINE_MIN_HEIGHT  # noqa: E402
 from app.views.chat_panel import MIN_WIDTH  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
-from tests.support.app_window import TIMEOUT, close_window, drain_engine_thread, open_window  # noqa: E402
+from tests.support.app_window import TIMEOUT, close_window, drain_engine_thread, open_window, settle  # noqa: E402
 
 
 def press(qtbot, key, modifier=Qt.KeyboardModifier.NoModifier) -> None:
@@ -194,11 +194,11 @@ def test_loading_display_and_failed_load(qtbot, profile, tiny_folder, tmp_path):
 def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     window.resize(1500, 900)
-    qtbot.wait(100)
+    settle(window)
     inspector, sampling = window.inspector_dock.width(), window.controls_dock.width()
     for width, height in ((1000, 700), (800, 600)):
         window.resize(width, height)
-        qtbot.wait(100)
+        settle(window)
         assert (window.width(), window.height()) == (width, height)
         # The docks give way; the chat keeps a usable width, the timeline its plots.
         assert window.central.width() >= MIN_WIDTH, window.central.width()
@@ -209,7 +209,7 @@ def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):
             assert not window.controls.scroll.horizontalScrollBar().isVisible(), window.controls_dock.width()
     # Enlarging again gives the docks back the room they gave up.
     window.resize(1500, 900)
-    qtbot.wait(100)
+    settle(window)
     assert abs(window.inspector_dock.width() - inspector) <= 10, (window.inspector_dock.width(), inspector)
     assert abs(window.controls_dock.width() - sampling) <= 10, (window.controls_dock.width(), sampling)
     # Reset layout brings back the default arrangement, even after a dock was floated or closed.
@@ -217,7 +217,7 @@ def test_small_windows_and_reset_layout(qtbot, profile, tiny_folder):
     window.inspector_dock.setFloating(True)
     window.timeline_dock.close()
     action_named(menu_named(window, "View"), "Reset layout").trigger()
-    qtbot.wait(100)
+    settle(window)
     assert not window.inspector_dock.isFloating() and window.timeline_dock.isVisible()
     assert window.dockWidgetArea(window.inspector_dock) == Qt.DockWidgetArea.RightDockWidgetArea
     assert abs(window.inspector_dock.width() - INSPECTOR_WIDTH) <= 10, window.inspector_dock.width()

@@ -15,6 +15,7 @@ from PySide6.QtGui import QImage, QPainter  # noqa: E402
 
 from app.views.theme import LIGHT  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
+from tests.support.app_window import settle  # noqa: E402
 from tests.support.chain_steps import chain_step  # noqa: E402
 
 ENTROPY_RANGES = {"0–2.4 nats": (0.0, 2.4), "0–0.3 nats": (0.0, 0.3), "1.00–1.03 nats": (1.0, 1.03)}
@@ -69,7 +70,7 @@ def test_value_labels_never_overprint_on_short_plots(qtbot, timeline, span):
     timeline.set_steps(steps_with_entropies(*ENTROPY_RANGES[span]), 3)
     for height in (max(timeline.minimumHeight(), 100), 140, 170, 200, 260):
         timeline.resize(1400, height)
-        qtbot.wait(30)
+        settle(timeline)
         for plot in shown_plots(timeline):
             axis = plot.getAxis("left")
             rects = sorted(drawn_labels(axis), key=lambda r: r.top())
@@ -83,7 +84,7 @@ def test_titles_fit_their_rows(qtbot, timeline):
     timeline.set_steps(steps_with_entropies(0.0, 2.4), 3)
     for height in (max(timeline.minimumHeight(), 100), 200, 400):
         timeline.resize(1400, height)
-        qtbot.wait(30)
+        settle(timeline)
         for plot in shown_plots(timeline):
             axis = plot.getAxis("left")
             title = axis.label.mapRectToScene(axis.label.boundingRect())
@@ -100,7 +101,7 @@ def test_token_numbers_only_under_the_lowest_row(qtbot, timeline):
     row = SurprisalRow(timeline)
     for shown in (False, True):
         row.show(steps if shown else None)
-        qtbot.wait(20)
+        settle(timeline)
         plots = shown_plots(timeline)
         assert plots[-1] is (row.plot if shown else timeline.entropy_plot)
         for plot in plots:
@@ -115,7 +116,7 @@ def test_a_change_marker_can_be_hovered(qtbot, timeline):
     changed = SamplingParams(temperature=1.2, top_k=7, seed=3)
     steps = [chain_step(index=i, params=changed if i >= 5 else None) for i in range(20)]
     timeline.set_steps(steps, 3)
-    qtbot.wait(30)
+    settle(timeline)
     (line,) = timeline.change_lines
     scene = timeline.view.scene()
     vb = timeline.prob_plot.vb
@@ -137,7 +138,7 @@ def test_an_exported_timeline_is_readable(qtbot, timeline, tmp_path):
 
     timeline.resize(1400, 160)
     timeline.set_steps(steps_with_entropies(0.0, 2.4), 3)
-    qtbot.wait(30)
+    settle(timeline)
     before = timeline.view.size()
     for name in ("t.png", "t.svg"):
         save_plot(timeline.view, tmp_path / name)
@@ -159,7 +160,7 @@ def test_the_p_axis_has_its_ticks_whole_points_and_labels_off_the_points(qtbot, 
     steps = [chain_step(index=i, params=changed if i >= 10 else greedy, logits=sure) for i in range(20)]
     timeline.set_steps(steps, 3)
     timeline.resize(1400, 200)  # the timeline's default height
-    qtbot.wait(50)
+    settle(timeline)
     p = timeline.series.p
     assert len(p) == len(steps) and (p == 1.0).all(), p  # every point at 1.0
     axis = timeline.prob_plot.getAxis("left")
