@@ -277,8 +277,10 @@ def test_a_sampled_reply_continues_only_from_text_that_encodes_to_its_tokens(ser
     tok = AutoTokenizer.from_pretrained(model)
     base = ChatTemplate(None).render(model, messages) if chat else messages[0]["content"]
     ids, texts = [s.token_id for s in steps], [s.text for s in steps]
-    later = [b["prompt"] for b in sent if "prompt" in b and b["prompt"] != base]
-    assert later  # unseeded: how many pieces before one is asked whole varies
+    # Every request after the first continues the reply (unseeded, how many pieces come
+    # before one is asked whole varies: from the start where the first token's id is unnamed).
+    later = [b["prompt"] for b in sent[1:]]
+    assert later or len(steps) <= 3
     for prompt in later:
         assert prompt.startswith(base)
         spelled = [n for n in range(len(ids) + 1) if "".join(texts[:n]) == prompt[len(base) :]]
