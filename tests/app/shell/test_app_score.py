@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -86,35 +87,44 @@ def whole_text_of(window, branch) -> str | None:
     return prompt_less_text(window.model, message, branch)
 
 
-class SlowScoring:
-    """An EngineSession whose scoring takes 50 ms a chunk, so a cancel lands mid-way."""
+class HeldScoring:
+    """An EngineSession whose scoring holds at its second chunk until the test lets go
+    (``let_go``), so a cancel sent meanwhile lands mid-way whatever the machine's speed (the
+    hold ends at TIMEOUT at most: a hang guard)."""
+
+    let_go = threading.Event()
 
     def __new__(cls):
-        import time
-
         from engine.api.events import PrefillProgress
         from engine.session.session import EngineSession
 
-        class Slow(EngineSession):
+        class Held(EngineSession):
             def score_text(self, *args, **kwargs):
+                chunks = 0
                 for event in super().score_text(*args, **kwargs):
                     if isinstance(event, PrefillProgress):
-                        time.sleep(0.05)
+                        chunks += 1
+                        if chunks == 2:  # the first chunk's tokens are out
+                            cls.let_go.wait(TIMEOUT / 1000)
                     yield event
 
-        return Slow(prefill_chunk=16)
+        return Held(prefill_chunk=16)
 
 
 def test_score_cancel(qtbot, profile, tiny_folder):
     """Esc / Stop mid-way: the tokens scored so far stay, as a cancelled branch."""
     from PySide6.QtCore import Qt
 
-    window = open_window(qtbot, profile, str(tiny_folder), session_factory=SlowScoring)
-    scoring = window.score_controller()
-    assert scoring.score_text(TEXT)
-    qtbot.waitUntil(lambda: any(len(r.steps) > 0 for r in window.model.replies.values()), timeout=TIMEOUT)
-    assert window.status.progress.isVisible()  # prefill progress while it runs
-    qtbot.keyClick(window.composer, Qt.Key.Key_Escape)
+    HeldScoring.let_go.clear()
+    window = open_window(qtbot, profile, str(tiny_folder), session_factory=HeldScoring)
+    try:
+        scoring = window.score_controller()
+        assert scoring.score_text(TEXT)
+        qtbot.waitUntil(lambda: any(len(r.steps) > 0 for r in window.model.replies.values()), timeout=TIMEOUT)
+        assert window.status.progress.isVisible()  # prefill progress while it runs
+        qtbot.keyClick(window.composer, Qt.Key.Key_Escape)  # the cancel is queued to the held engine
+    finally:
+        HeldScoring.let_go.set()
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)
     cancelled = scored_branch(window)
     assert cancelled.finish_reason == "cancelled" and 0 < len(cancelled.steps) < 150
