@@ -19,7 +19,7 @@ from engine.api.events import Finished, TokenStep  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from engine.remote.backend import RemoteBackend, RemoteError, RemoteFinished  # noqa: E402
 
-MODELS = ["ok", "cut", "bad", "nolog", "stall", "slow", "midbad", "together"]
+MODELS = ["ok", "cut", "bad", "nolog", "stall", "slow", "midbad", "together", "held"]
 HANG_GUARD_S = 30.0
 """How long the stand-in holds a reply for an event that never comes: a hang guard, far over
 the milliseconds the awaited event takes on a busy machine."""
@@ -98,6 +98,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if model == "slow":
                 time.sleep(0.05)
+            if model == "held" and i == 3:
+                # Three tokens out, then held until the test lets go (the hang guard at most):
+                # whatever the test does then happens mid-reply, however slow the machine.
+                self.server.held.wait(HANG_GUARD_S)  # type: ignore[attr-defined]
             try:
                 self._send(self._token(i))
             except OSError:
@@ -278,14 +282,18 @@ def test_a_stalled_stream_times_out(standin):
 
 
 def test_a_live_change_continues_from_the_text_so_far(standin):
-    backend = _backend(standin, "slow", timeout=5)
+    """The reply is held after three tokens until the change is made: it lands mid-reply."""
+    standin.held = threading.Event()
+    backend = _backend(standin, "held", timeout=HANG_GUARD_S)
     try:
         rid = backend.start(MSG, SamplingParams(max_tokens=12, top_logprobs=1)).request_id
         events = _drive(backend, until=lambda ev: sum(isinstance(e, TokenStep) for e in ev) >= 3)
         n_before = len(standin.requests)
         backend.update_params(rid, SamplingParams(max_tokens=12, temperature=0.5, top_logprobs=1))
+        standin.held.set()
         events += _drive(backend)
     finally:
+        standin.held.set()
         backend.close()
     steps = [e for e in events if isinstance(e, TokenStep)]
     assert [s.index for s in steps] == list(range(12))
