@@ -122,13 +122,6 @@ class MuRows:
         mus, self.stepped, self.ahead, self._held = mark
         self.mus = list(mus)
 
-    def mark(self) -> Any:
-        return list(self.mus), self.stepped, self.ahead, self._held
-
-    def rewind(self, mark: Any) -> None:
-        mus, self.stepped, self.ahead, self._held = mark
-        self.mus = list(mus)
-
     @property
     def advances(self) -> bool:
         """Only after a step that computed μ after its tokens."""
