@@ -5,6 +5,8 @@ the focus (``QApplication.focusWidget()``), as a person's would."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -91,8 +93,35 @@ def test_composer_has_focus_for_enter(qtbot, profile, tiny_folder):
 # 7. Esc during a long prefill stops within a second and says so at once --------------------------
 
 
+class HeldPrefill:
+    """An EngineSession that, once its prefill has reported 4,000 tokens, holds its next step
+    until the test lets go (``let_go``): Esc goes in mid-prefill however fast or slow the
+    machine (TIMEOUT bounds the hold: a hang guard)."""
+
+    let_go = threading.Event()
+
+    def __new__(cls):
+        from engine.api.events import PrefillProgress
+        from engine.session.session import EngineSession
+
+        class Held(EngineSession):
+            hold = False
+
+            def step(self):
+                if self.hold:
+                    self.hold = False
+                    cls.let_go.wait(TIMEOUT / 1000)
+                events = super().step()
+                if not cls.let_go.is_set() and any(isinstance(e, PrefillProgress) and e.done >= 4000 for e in events):
+                    self.hold = True
+                return events
+
+        return Held()
+
+
 def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder):
-    window = open_window(qtbot, profile, str(long_context_folder))
+    HeldPrefill.let_go.clear()
+    window = open_window(qtbot, profile, str(long_context_folder), session_factory=HeldPrefill)
     window.activateWindow()
     window.composer.setFocus()
     # Each chunk's report, recorded on the engine's thread as it is sent (not when the GUI
@@ -109,8 +138,11 @@ def test_escape_stops_a_long_prefill_at_once(qtbot, profile, long_context_folder
     qtbot.waitUntil(lambda: bool(prefill) and prefill[-1][0] >= 4000, timeout=TIMEOUT)
     assert prefill[-1][0] < prefill[-1][1] - 4000, "the prefill ended too soon for this test"
     reported = len(prefill)
-    press(qtbot, Qt.Key.Key_Escape)
-    shown = window.statusBar().currentMessage()
+    try:
+        press(qtbot, Qt.Key.Key_Escape)  # the engine's next step is held: the cancel is queued first
+        shown = window.statusBar().currentMessage()
+    finally:
+        HeldPrefill.let_go.set()
     assert "stopping" in shown.lower(), shown
     qtbot.waitUntil(lambda: not window.busy(), timeout=TIMEOUT)  # a hang guard
     # At once, counted in chunks, not timed (issue 11's second is two chunks, each sized to a
