@@ -80,6 +80,7 @@ FIGURES = [
     "serve_cost",
     "host_step",
     "draft_block",
+    "serve_soak",
 ]
 
 
@@ -141,6 +142,13 @@ class Run:
         from bench.common import default_model
 
         return self._once("default", default_model)
+
+    def synthetic_folder(self) -> str:
+        """The folder :meth:`synthetic` loads (written first): for a figure that loads its own."""
+        self.synthetic()
+        if self.smoke:
+            return str(self.scratch / "smoke-llama")
+        return str(Path(tempfile.gettempdir()) / "logitscope-bench-synthetic")
 
     def synthetic(self) -> LoadedModel:
         """The synthetic llama with the default tokenizer; the smoke llama in a smoke run."""
@@ -218,6 +226,9 @@ def plan() -> dict[str, Figure]:
         ),
         "draft_block": lambda run: lazy("draft_block", "draft_block_cost")(
             run.synthetic(), **run.small(histories=(20, 60), blocks=3)
+        ),
+        "serve_soak": lambda run: lazy("serve_soak", "serve_soak")(
+            run.synthetic_folder(), **run.small(rounds=2, tokens=4)
         ),
         # A smoke run serves the smoke llama and leaves mlx_lm.server out (its start is slow).
         "serve_cost": lambda run: lazy("serve_cost", "serve_cost")(

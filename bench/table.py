@@ -215,4 +215,12 @@ def table(r: dict) -> str:
                 f"{d[short]['rebuild_ms']} / {d[long]['rebuild_ms']} ms) | — | {d['draft_ratio']} "
                 f"(<= {r['draft_block']['goal']['draft_ratio_at_most']}, with the penalties)"
             )
+    if "serve_soak" in r:
+        d = r["serve_soak"]
+        lines.append(
+            f"28 served under a mixed load, {d['rounds']} rounds of {d['clients_per_round']} clients | RSS "
+            f"{d['rss_mib'][0]} -> {d['rss_mib'][-1]} MiB, MLX active {d['mlx_active_mib'][0]} -> "
+            f"{d['mlx_active_mib'][-1]} MiB | — | growth from round 2: RSS {d['rss_growth']}, MLX "
+            f"{d['mlx_active_growth']} (<= {d['goal']['growth_at_most']})"
+        )
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, FinishReason, TokenStep
 from engine.runtime.prompts import encode_text
+from engine.serve.freed_memory import give_back_freed_memory
 from engine.serve.request_fields import FieldError, ServedRequest
 from engine.serve.seam import Sink, deliver
 from engine.session.session import EngineSession
@@ -131,12 +132,17 @@ class EngineLoop:
             loaded.set_exception(exc)
             return
         loaded.set_result(session)
+        served = False  # requests ran since the memory they freed was last given back
         while self._running:
             busy = session.has_work()
+            served |= busy
             try:
                 command = self._commands.get(block=not busy, timeout=None if busy else IDLE_WAIT_S)
             except queue.Empty:
                 command = None
+                if served:  # idle for IDLE_WAIT_S after a burst
+                    give_back_freed_memory()
+                    served = False
             while command is not None:
                 self._do(command)
                 try:
