@@ -219,6 +219,8 @@ class MainWindow(QMainWindow):
     def _connect_worker(self) -> None:
         worker = self.engine.worker
         worker.prefill_progressed.connect(self._on_prefill)  # a method of this QObject: queued
+        worker.job_finished.connect(self._on_job_ended)
+        worker.job_rejected.connect(self._on_job_ended)
         # After the loader's own slots: the model in use is the new one when these run.
         worker.model_loaded.connect(self._on_model_loaded)
         worker.model_failed.connect(self._on_model_failed)
@@ -331,6 +333,9 @@ class MainWindow(QMainWindow):
 
     def _on_prefill(self, tag: int, done: int, total: int) -> None:
         self.status.prefill_progressed(tag, done, total)
+
+    def _on_job_ended(self, tag: int, _end: object) -> None:
+        self.status.request_ended(tag)  # its prefill, if the bar shows it, is over
 
     def _on_model_loaded(self, _info) -> None:
         # The actions follow the new backend's capabilities already (ModelLoading._on_loaded).

@@ -36,6 +36,7 @@ class StatusWidgets:
         self.bar = bar
         self.model: ChatModel | None = None
         self._first: dict[StreamKey, tuple[float, int]] = {}  # stream -> (time, tokens) at its first new token
+        self._prefilling: int | None = None  # the request whose prefill the progress bar shows
         self.model_label = FittedLabel("No model")
         self.speed_label = QLabel("")
         self.memory_label = QLabel("")
@@ -124,15 +125,25 @@ class StatusWidgets:
         if self.progress.format() == STOPPING:
             self.progress.setFormat("")
 
-    def prefill_progressed(self, _tag: int, done: int, total: int) -> None:
+    def prefill_progressed(self, tag: int, done: int, total: int) -> None:
         if done >= total:
             self.progress.hide()
+            self._prefilling = None
             return
+        self._prefilling = tag
         if self.progress.format() != STOPPING:
             self.progress.setFormat(f"prefill {done}/{total}")
         self.progress.setRange(0, 100)
         self.progress.setValue(int(100 * done / max(total, 1)))
         self.progress.show()
+
+    def request_ended(self, tag: int) -> None:
+        """The worker's request ``tag`` ended (finished, cancelled, refused), shown or not: a
+        prefill of it the bar shows is over (a served reply of a conversation not open ends
+        with no ``reply_finished``; Stop serving cancels one in its prefill)."""
+        if tag == self._prefilling:
+            self._prefilling = None
+            self.progress.hide()
 
     def reply_finished(self, finished: Finished) -> None:
         """The engine's figures for the reply that ended; only those it measured (a compare

@@ -249,3 +249,32 @@ def test_closing_the_app_while_it_serves(qtbot, profile, tiny_folder):
         assert branch.finish_reason == "interrupted" and 0 < len(branch.steps) < limit
     finally:
         close_window(window)
+
+
+def test_stop_serving_in_a_prefill_clears_the_status_bar(qtbot, profile, long_context_folder):
+    """Issue 51 #8: Stop serving while a served request's prompt is read lists it as
+    cancelled and takes its "prefill done/total" off the status bar (its conversation is not
+    open, so no reply of the chat ends to clear it)."""
+    window = open_window(qtbot, profile, str(long_context_folder))
+    try:
+        url = start_serving(window)
+        seen: list[tuple[int, int]] = []
+
+        def on_prefill(_tag: int, done: int, total: int) -> None:
+            seen.append((done, total))
+            if len(seen) == 1 and done < total:
+                window.serving.stop()  # on the GUI thread, as the menu's Stop serving
+
+        window.engine.worker.prefill_progressed.connect(on_prefill)
+        body = {"prompt": " ".join(f"word{i % 97}" for i in range(1000)), "max_tokens": 4, "stream": True}
+        call = in_background(lambda: httpx.post(f"{url}/completions", json=body, timeout=60))
+        served = window.model.served
+        qtbot.waitUntil(lambda: bool(served.rows) and served.rows[0].finish_reason is not None, timeout=TIMEOUT)
+        call["thread"].join(30)  # a hang guard: the client's answer came
+        assert seen and seen[-1][0] < seen[-1][1], "the prompt was read whole before the stop: no prefill to clear"
+        assert served.rows[0].finish_reason == "cancelled"
+        assert window.serving.list.tree.topLevelItem(0).text(STATE) == "cancelled"
+        assert not window.status.progress.isVisible(), window.status.progress.format()
+    finally:
+        window.serving.stop()
+        close_window(window)
