@@ -6,9 +6,10 @@ Logitscope stage under llama.cpp's server field names (``top_k``, ``min_p``,
 ``mirostat*``, ``samplers``, ``n_probs``, ``post_sampling_probs``, ``grammar``,
 ``json_schema``), so a client written for llama.cpp's server works unchanged. Every field is
 checked here, and the request refused with a :class:`FieldError` naming the field as the
-client sent it, before anything reaches the engine; fields a client adds that no server
-here reads (``user``, ``cache_prompt``, …) are left alone, as OpenAI's and llama.cpp's
-servers leave them.
+client sent it, before anything reaches the engine. No field that would change the answer
+is left unread: one the server does not implement, or does not know (a misspelling), is
+refused (``engine.serve.known_fields``); only fields that change nothing a client receives
+(``user``, ``cache_prompt``, …) are left alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.params import MAX_STOP_STRINGS, MAX_TOKENS_RANGE, SamplingParams, SamplingParamsError
+from engine.serve.known_fields import check_known
 
 MAX_TOP_LOGPROBS = 20
 """OpenAI's limit for ``top_logprobs`` (llama.cpp's ``n_probs`` takes up to 100)."""
@@ -117,6 +119,9 @@ def read_request(body: Any, chat: bool, max_tokens_limit: int = MAX_TOKENS_RANGE
     context)."""
     if not isinstance(body, Mapping):
         raise FieldError(None, "the request body must be a JSON object.")
+    refused = check_known(body, chat)
+    if refused is not None:
+        raise FieldError(*refused)
     messages, prompt = (_messages(body), "") if chat else ((), _prompt(body))
     n = body.get("n")
     if n is not None and n != 1:  # null is OpenAI's default, 1
@@ -151,6 +156,10 @@ def _messages(body: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or message.get("role") not in ("system", "user", "assistant", "developer"):
             raise FieldError(f"messages[{i}]", "each message needs a role: system, user or assistant.")
+        extra = next((k for k, v in message.items() if k not in ("role", "content") and v not in (None, [], "")), None)
+        if extra is not None:
+            why = f"a message's {extra} is not implemented: role and content are read."
+            raise FieldError(f"messages[{i}].{extra}", why)
         role = "system" if message["role"] == "developer" else message["role"]
         out.append({"role": role, "content": _content(message.get("content"), f"messages[{i}].content")})
     return tuple(out)
