@@ -14,6 +14,7 @@ statistics and the export records are the engine's own
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
 from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
 from app.model.streams import StreamKey
 from engine.api.kld_records import statistics, summary_record, token_record
+from engine.api.kld_stats import UNCERTAINTY_MIN_TOKENS
 from engine.api.kv_quantization import KV_OFF
 from engine.api.precision import AUTO
 
@@ -149,11 +151,19 @@ class Comparison:
         p99 = s["kld_percentiles"].get("p99", 0.0)
         return (
             f"{self.base.label} vs {self.second.label}: "
-            f"mean KLD {num(s['kld_mean'])} ± {num(s['kld_mean_se'])} nats · 99th pct {num(p99)} · "
+            f"mean KLD {num(s['kld_mean'])} {plus_minus(s['kld_mean_se'])} nats · 99th pct {num(p99)} · "
             f"max {num(s['kld_max'])} · same top {100 * s['same_top']:.1f}% · "
             f"RMS Δp {100 * s['dp_rms']:.2f}% · PPL {num(s['ppl_base'])} vs {num(s['ppl_model'])} "
             f"(ratio {s['ppl_ratio']:.4f}) · {s['tokens']} tokens"
         )
+
+
+def plus_minus(se: float | None, form: Callable[[float], str] | None = None) -> str:
+    """ "± <se>" in ``form`` (``num`` unless given); where the summary has no uncertainty (under
+    ``UNCERTAINTY_MIN_TOKENS`` tokens: llama-perplexity's rule), it says so rather than "± 0"."""
+    if se is None:
+        return f"(± needs {UNCERTAINTY_MIN_TOKENS} tokens)"
+    return f"± {(form or num)(se)}"
 
 
 def num(value: float) -> str:

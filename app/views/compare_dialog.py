@@ -21,7 +21,7 @@ from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import CHOICE_TIPS as KV_TIPS
 from app.model.kv_cache import CHOICES as KV_CHOICES
 from app.model.kv_cache import OFF
-from app.model.model_compare import CompareSettings, Comparison, num
+from app.model.model_compare import CompareSettings, Comparison, num, plus_minus
 from app.model.textfmt import escape, visible
 from app.views.file_dialogs import Folders
 from app.views.model_dialogs import JobDialog, SourcePicker, precision_choice
@@ -33,6 +33,10 @@ KV_TIP = (
 )
 
 
+def _percent(decimals: int):
+    return lambda value: f"{100 * value:.{decimals}f}%"
+
+
 def result_html(c: Comparison) -> str:
     """The summary as a small table (rich text), the worst tokens under it."""
     s = c.stats
@@ -41,12 +45,12 @@ def result_html(c: Comparison) -> str:
         ("Running model", escape(c.base.label)),
         ("Compared with", escape(c.second.label)),
         ("Tokens", str(s["tokens"])),
-        ("Mean KLD", f"{num(s['kld_mean'])} ± {num(s['kld_mean_se'])} nats"),
+        ("Mean KLD", f"{num(s['kld_mean'])} {plus_minus(s['kld_mean_se'])} nats"),
         ("Median · 99th pct · max", f"{num(s['kld_median'])} · {num(pct.get('p99', 0.0))} · {num(s['kld_max'])}"),
-        ("Same most likely token", f"{100 * s['same_top']:.1f}% ± {100 * s['same_top_se']:.1f}%"),
-        ("RMS Δp", f"{100 * s['dp_rms']:.2f}% ± {100 * s['dp_rms_se']:.2f}%"),
+        ("Same most likely token", f"{100 * s['same_top']:.1f}% {plus_minus(s['same_top_se'], _percent(1))}"),
+        ("RMS Δp", f"{100 * s['dp_rms']:.2f}% {plus_minus(s['dp_rms_se'], _percent(2))}"),
         ("PPL running · compared", f"{num(s['ppl_base'])} · {num(s['ppl_model'])}"),
-        ("PPL ratio", f"{s['ppl_ratio']:.4f} ± {s['ppl_ratio_se']:.4f}"),
+        ("PPL ratio", f"{s['ppl_ratio']:.4f} {plus_minus(s['ppl_ratio_se'], '{:.4f}'.format)}"),
     )
     cells = "".join(f"<tr><td>{k}&nbsp;&nbsp;</td><td><b>{v}</b></td></tr>" for k, v in rows)
     pieces = {r.index: escape(visible(c.piece(r.token_id))) for r in c.worst()}

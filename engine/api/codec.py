@@ -104,7 +104,7 @@ class Style:
 
 CLI = Style(digits=5, derived=True, full=False, versioned=False)
 """``python -m engine generate`` / ``score``: the contract tests and scripts read."""
-EXPORT = Style(digits=5, derived=True, full=True, versioned=False)
+EXPORT = Style(digits=None, derived=True, full=True, versioned=False)
 """The app's JSON Lines exports: the CLI's record and what rebuilds the step."""
 STORE = Style(digits=None, derived=False, full=True, versioned=True)
 """The app's database: every value as computed, nothing written twice."""

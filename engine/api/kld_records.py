@@ -3,8 +3,10 @@
 
 Plain shaping of :class:`engine.api.results.TokenKLD` rows (read by attribute, so this module
 imports no MLX: the app's Compare models export uses it on the GUI thread). Numbers are
-rounded like every CLI record (``engine.api.codec.CLI``: 5 decimals, ``null`` for what is not
-finite). The statistics are :func:`engine.api.kld_stats.summarize`'s.
+written as the floats they are (``engine.api.codec.STORE``'s numbers: ``null`` for what is not
+finite, never rounded): two precisions of one model differ by KL divergences of 1e-7, which
+the 5 decimals of a generation record would write as 0. The statistics are
+:func:`engine.api.kld_stats.summarize`'s.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from engine.api.codec import CLI
+from engine.api.codec import STORE
 from engine.api.kld_stats import summarize
 
 Piece = Callable[[int], str]
@@ -23,19 +25,19 @@ def token_record(row: Any, piece: Piece) -> dict:
     """A ``TokenKLD`` as a ``token`` record; ``piece(token_id)`` names each token."""
 
     def top(entries) -> list[dict]:
-        return [{"token_id": t, "text": piece(t), "logprob": CLI.number(lp)} for t, lp in entries]
+        return [{"token_id": t, "text": piece(t), "logprob": STORE.number(lp)} for t, lp in entries]
 
     return {
         "type": "token",
         "index": row.index,
         "token_id": row.token_id,
         "text": piece(row.token_id),
-        "kld": CLI.number(row.kld),
+        "kld": STORE.number(row.kld),
         "same_top": row.same_top,
-        "p_base": CLI.number(math.exp(row.logprob_base)),
-        "p_model": CLI.number(math.exp(row.logprob_model)),
-        "logprob_base": CLI.number(row.logprob_base),
-        "logprob_model": CLI.number(row.logprob_model),
+        "p_base": STORE.number(math.exp(row.logprob_base)),
+        "p_model": STORE.number(math.exp(row.logprob_model)),
+        "logprob_base": STORE.number(row.logprob_base),
+        "logprob_model": STORE.number(row.logprob_model),
         "top_base": top(row.top_base),
         "top_model": top(row.top_model),
     }
@@ -60,7 +62,7 @@ def summary_record(rows: Sequence[Any], about: Mapping[str, Any], interrupted: b
 
 def rounded(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: CLI.number(v) for k, v in value.items()}
+        return {k: STORE.number(v) for k, v in value.items()}
     if isinstance(value, float):
-        return CLI.number(value)
+        return STORE.number(value)
     return value

@@ -4,7 +4,9 @@ Pure NumPy over the per-token values, with llama.cpp's definitions
 (``tools/perplexity/perplexity.cpp``), so its tables and ours can be read side by side:
 
 - ``mean_and_uncertainty``: the mean and its standard error ``sqrt(var / (n − 1))``, with
-  ``var = E[x²] − E[x]²`` (0 when ``n <= 10``);
+  ``var = E[x²] − E[x]²`` (0 when ``n <= 10``, llama.cpp's convention); the summary writes
+  every uncertainty made from it as None (JSON null) under ``UNCERTAINTY_MIN_TOKENS``
+  tokens, where llama-perplexity prints a 0 that reads as a measured precision;
 - percentiles interpolate linearly between sorted values at ``fraction · (n − 1)``
   (NumPy's default), the median is the middle value or the mean of the two middle ones;
 - perplexity is ``exp(mean NLL)`` with uncertainty ``ppl · se``; ``ln(PPL(model) /
@@ -26,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+UNCERTAINTY_MIN_TOKENS = 11
+"""Tokens from which llama-perplexity computes a standard error (``n > 10``)."""
 KLD_PERCENTILES = (99.9, 99.0, 95.0, 90.0, 10.0, 5.0, 1.0, 0.1)
 DP_PERCENTILES = (99.9, 99.0, 95.0, 90.0, 75.0, 25.0, 10.0, 5.0, 1.0, 0.1)
 
@@ -76,33 +80,39 @@ def summarize(
     top = float(np.mean(same_top)) if n else 1.0
     kld_mean, kld_se = mean_and_uncertainty(k)
     dp_mean, dp_se = mean_and_uncertainty(dp)
+    known = n >= UNCERTAINTY_MIN_TOKENS
+
+    def se(value: float) -> float | None:
+        return value if known else None
+
     return {
         "tokens": n,
         "kld_mean": kld_mean,
-        "kld_mean_se": kld_se,
+        "kld_mean_se": se(kld_se),
         "kld_median": float(np.median(k)) if n else 0.0,
         "kld_max": float(k.max()) if n else 0.0,
         "kld_min": float(k.min()) if n else 0.0,
         "kld_percentiles": _percentiles(k, KLD_PERCENTILES),
         "same_top": top,
-        "same_top_se": math.sqrt(top * (1.0 - top) / (n - 1)) if n > 1 else 0.0,
+        "same_top_se": se(math.sqrt(top * (1.0 - top) / (n - 1)) if n > 1 else 0.0),
         "dp_mean": dp_mean,
-        "dp_mean_se": dp_se,
+        "dp_mean_se": se(dp_se),
         "dp_rms": rms,
-        "dp_rms_se": 0.5 / rms * mse_se if rms > 0 else 0.0,
+        "dp_rms_se": se(0.5 / rms * mse_se if rms > 0 else 0.0),
         "dp_max": float(dp.max()) if n else 0.0,
         "dp_min": float(dp.min()) if n else 0.0,
         "dp_median": float(np.median(dp)) if n else 0.0,
         "dp_percentiles": _percentiles(dp, DP_PERCENTILES),
         "ppl_base": ppl_b,
-        "ppl_base_se": ppl_b * lb_se,
+        "ppl_base_se": se(ppl_b * lb_se),
         "ppl_model": ppl_m,
-        "ppl_model_se": ppl_m * lm_se,
+        "ppl_model_se": se(ppl_m * lm_se),
         "ppl_ratio": math.exp(ratio_ln),
-        "ppl_ratio_se": math.exp(ratio_ln) * ratio_ln_se,
+        "ppl_ratio_se": se(math.exp(ratio_ln) * ratio_ln_se),
         "ln_ppl_ratio": ratio_ln,
-        "ln_ppl_ratio_se": ratio_ln_se,
+        "ln_ppl_ratio_se": se(ratio_ln_se),
         "ppl_diff": ppl_m - ppl_b,
-        "ppl_diff_se": math.sqrt(max((ppl_m * lm_se) ** 2 + (ppl_b * lb_se) ** 2 - 2.0 * ppl_m * ppl_b * cov, 0.0)),
+        "ppl_diff_se": se(math.sqrt(max((ppl_m * lm_se) ** 2 + (ppl_b * lb_se) ** 2 - 2.0 * ppl_m * ppl_b * cov, 0.0))),
+        "uncertainty_min_tokens": UNCERTAINTY_MIN_TOKENS,
         "nll_correlation": cov / (lm_se * lb_se) if lm_se > 0 and lb_se > 0 else None,
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from engine.api.codec import CLI
 from engine.api.events import Candidate, Divergence, Finished, FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 from tests.support.chain_steps import chain_step
@@ -43,3 +44,13 @@ def cli_lines() -> list[tuple[str, object]]:
         ("score_done", ScoreDone(0, 12, 3.25, 1.7, 55.0)),
         ("divergence", Divergence(4, 2, ((4, 6),), (0.123456789,), (None,))),
     ]
+
+
+def to_cli(value):
+    """``value`` with every float rounded as the CLI's records round them (an export keeps
+    them whole)."""
+    if isinstance(value, float):
+        return CLI.number(value)
+    if isinstance(value, dict):
+        return {k: to_cli(v) for k, v in value.items()}
+    return [to_cli(v) for v in value] if isinstance(value, list) else value
