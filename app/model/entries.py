@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from app.model.scored import is_scored, score_context
 from app.model.seeds import reply_seed
 from app.model.streams import CompareRun, Reply, StreamKey, branch_key
 from app.model.structured import heading_note
@@ -72,6 +73,9 @@ class ChatEntry:
     """For a compare run: every column is done (it can be kept)."""
     seed: int | None = None
     """The seed the reply was written with (shown, with "reuse")."""
+    context: str = ""
+    """A text scored without a prompt: its first token, the context the rest was read from,
+    shown before the scored tokens and unscored (``app.model.scored.score_context``)."""
 
     def header(self) -> tuple:
         """Everything drawn besides the token bodies."""
@@ -171,8 +175,10 @@ def build_entries(
     singles = {r.message_id: r for r in replies if r.run is None}
     runs = {r.run.message_id: r.run for r in replies if r.run is not None}
     by_stream = {r.key: r for r in replies}
+    user_turn = ""
     for message in thread:
         if message.role == "user":
+            user_turn = message.content
             entries.append(ChatEntry("user", message.content, key=("user", message.id), message_id=message.id))
             continue
         key = ("assistant", message.id)
@@ -193,6 +199,7 @@ def build_entries(
                     stream=reply.key,
                     message_id=message.id,
                     seed=reply_seed(reply.params, reply.steps),
+                    context=_context(user_turn, reply.steps),
                 )
             )
             continue
@@ -224,9 +231,17 @@ def build_entries(
                 message_id=message.id,
                 kept=kept,
                 seed=reply_seed(branch.params, branch.steps),
+                context=_context(user_turn, branch.steps),
             )
         )
     return entries
+
+
+def _context(user_turn: str, steps: Sequence[TokenStep]) -> str:
+    """The unscored first token of a text scored without a prompt ("" for anything else)."""
+    if not steps or not is_scored(steps[0]):
+        return ""
+    return score_context(user_turn, "".join(s.text for s in steps[:64]))
 
 
 def context_before(thread: list[Message], message_index: int, system: str) -> tuple[dict[str, str], ...]:

@@ -89,6 +89,23 @@ def score_label(text: str) -> str:
     return SCORE_LABEL + text.strip().splitlines()[0][:50]
 
 
+def score_context(user_turn: str, scored: str) -> str:
+    """The text before a prompt-less scored text's first scored token: its first token,
+    the context it was read from and which has no probability of its own ("The" of "The
+    Eiffel Tower is…"). Read from the user turn (``score_label``: the start of the text's
+    first line) and the scored tokens' text so far, which may be only their start while
+    the text streams. "" for a turn that is no such label or a text scored whole (a BOS
+    was its context)."""
+    if not user_turn.startswith(SCORE_LABEL) or not scored:
+        return ""
+    line = user_turn[len(SCORE_LABEL) :]
+    for k in range(len(line)):
+        rest = line[k:]
+        if scored.startswith(rest) or rest.startswith(scored):
+            return line[:k]
+    return ""
+
+
 def score_prompt(user_turn: str) -> str | None:
     """The prompt a scored text answers, read back from its user turn (None: scored without one)."""
     return None if user_turn.startswith(SCORE_LABEL) or user_turn == IMPORTED_LABEL else user_turn

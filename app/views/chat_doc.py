@@ -40,6 +40,7 @@ from app.views.chat_sections import (
     column_block,
     column_cell_format,
     columns_format,
+    context_format,
     header_block,
     insert_token,
     section_blocks,
@@ -147,7 +148,7 @@ class ChatDocument:
 
     def _compatible(self, section: Section, entry: ChatEntry) -> bool:
         old = section.entry
-        if old.key != entry.key or old.role != entry.role:
+        if old.key != entry.key or old.role != entry.role or old.context != entry.context:
             return False
         if old.role not in ("assistant", "compare"):
             return section.header == entry.header()
@@ -208,6 +209,8 @@ class ChatDocument:
         self._write_header(cursor, section)
         if entry.role == "assistant" and entry.stream is not None:
             cursor.insertBlock(block(left=8), QTextCharFormat())
+            if entry.context:  # a scored text's first token: the context, before its scored tokens
+                cursor.insertText(entry.context, context_format(self.colors))
             anchor = QTextCursor(self.doc)
             anchor.setPosition(cursor.position())
             anchor.setKeepPositionOnInsert(True)

@@ -193,6 +193,22 @@ def column_cell_format(fmt: QTextCharFormat, colors: Colors) -> QTextCharFormat:
 # Tokens --------------------------------------------------------------------------------------
 
 
+CONTEXT_HREF = "ctx:"
+CONTEXT_TIP = (
+    "The text's first token: the context the rest was read from. The model gives it no "
+    "probability, so it is not scored (not shaded, not in the perplexity)."
+)
+
+
+def context_format(colors: Colors) -> QTextCharFormat:
+    """A scored text's first token, shown as what it is: the context, not scored (muted,
+    italic, never shaded; a link only so that hovering it says so)."""
+    fmt = char(colors, italic=True, color=colors.muted)
+    fmt.setAnchor(True)
+    fmt.setAnchorHref(CONTEXT_HREF)
+    return fmt
+
+
 def token_format(
     href: str, step: TokenStep, selected: bool, colored: bool, colors: Colors, by_draft: bool = False
 ) -> QTextCharFormat:

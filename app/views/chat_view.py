@@ -28,7 +28,7 @@ from app.model.structured import record_words, wanted_text
 from app.model.textfmt import escape, percent, prob, visible
 from app.model.thinking import forced_by_budget, mark_thinking, phase_title, phase_word
 from app.views.chat_doc import ChatDocument
-from app.views.chat_sections import DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
+from app.views.chat_sections import CONTEXT_HREF, CONTEXT_TIP, DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
 from app.views.theme import LIGHT, Colors, probability_color
 from app.views.throttle import RedrawClock, Throttler, own_clock
 from engine.api.events import TokenStep
@@ -154,6 +154,8 @@ class ChatView(QTextBrowser):
             if ref is not None:
                 self.token_clicked.emit(ref)
             return
+        if href == CONTEXT_HREF:  # a scored text's context token: nothing to select
+            return
         values = [int(v) for v in rest.split(":")]
         if kind == "think":
             self.writer.toggle_thinking(*values)
@@ -195,6 +197,8 @@ class ChatView(QTextBrowser):
             QToolTip.showText(event.globalPosition().toPoint(), tooltip_for(step), self)
         elif self.anchorAt(event.position().toPoint()).startswith("seed:"):
             QToolTip.showText(event.globalPosition().toPoint(), SEED_TIP, self)
+        elif self.anchorAt(event.position().toPoint()) == CONTEXT_HREF:
+            QToolTip.showText(event.globalPosition().toPoint(), CONTEXT_TIP, self)
         else:
             QToolTip.hideText()
         super().mouseMoveEvent(event)
