@@ -77,3 +77,40 @@ def test_a_draft_with_another_vocabulary_is_refused_naming_why(tiny_folder, tmp_
     proc = cli("--model", str(tiny_folder), "--prompt", "x", "--draft-model", str(other), check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert "does not share" in proc.stderr and "vocabulary" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def far_folder(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("far") / "m", seed=1)
+
+
+@pytest.mark.parametrize(("which", "seen"), [("near_folder", "accepted"), ("far_folder", "rejected")])
+def test_the_greedy_draft_records_replay_every_decision_from_the_records_alone(tiny_folder, which, seen, request):
+    """What a bug report's exported reply must let a reader redo: from each token record and
+    its ``draft`` record alone, the draft's proposal is its most likely candidate, the model's
+    draw its own most likely one, and the proposal was kept exactly where the two agree; the
+    blocks run from position 0 to their first rejection or their bonus."""
+    args = ["--model", str(tiny_folder), "--prompt", "the cat", "--max-tokens", "30", "--top-logprobs", "3"]
+    draft = request.getfixturevalue(which)
+    drafted = by_request(lines(cli(*args, "--draft-model", str(draft), "--num-draft-tokens", "3")), 0)
+    outcomes, previous = [], None
+    for token in drafted:
+        record = token.get("draft")
+        if record is None:  # a step without a block
+            previous = None
+            continue
+        assert record["coupling"] == "greedy" and record["drawn_token_id"] == token["token_id"]
+        assert token["token_id"] == max(token["top"], key=lambda c: c["raw_logprob"])["token_id"]
+        if previous is None or previous["outcome"] != "accepted":
+            assert record["position"] == 0
+        else:
+            assert (record["position"], record["block"]) == (previous["position"] + 1, previous["block"])
+        if record["outcome"] == "bonus":
+            assert record["position"] == record["block"] and record["token_id"] is None
+        else:
+            proposal = max(record["top"], key=lambda c: c["logprob"])["token_id"]
+            assert record["token_id"] == proposal
+            assert (record["outcome"] == "accepted") == (proposal == token["token_id"])
+        outcomes.append(record["outcome"])
+        previous = record
+    assert seen in outcomes
