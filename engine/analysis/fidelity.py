@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from engine.analysis.kl import kl_divergences
 from engine.api.errors import EngineError
 from engine.api.results import TokenFidelity
 from engine.caches import batch as kv
@@ -30,8 +31,7 @@ TOP = 5
 
 def compare(running: np.ndarray, reference: np.ndarray, targets: Sequence[int], start: int) -> list[TokenFidelity]:
     """Rows of two ``[T, V]`` float32 logprob arrays, position ``t`` predicting ``targets[t]``."""
-    p = np.exp(reference)
-    kld = np.sum(p * (reference - running), axis=-1)
+    kld = kl_divergences(reference, running)
     top = np.argsort(-reference, axis=-1)[:, :TOP]
     diff = np.abs(np.take_along_axis(running, top, -1) - np.take_along_axis(reference, top, -1)).max(-1)
     agree = np.argmax(running, -1) == top[:, 0]
@@ -41,7 +41,7 @@ def compare(running: np.ndarray, reference: np.ndarray, targets: Sequence[int], 
             TokenFidelity(
                 index=start + t,
                 token_id=int(token),
-                kld=max(0.0, float(kld[t])),  # rounding can make a zero divergence slightly negative
+                kld=float(kld[t]),
                 top5_max_diff=float(diff[t]),
                 top_agrees=bool(agree[t]),
                 logprob=float(running[t, token]),

@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.analysis.fidelity import raw_logprobs
+from engine.analysis.kl import kl_divergences
 from engine.api.errors import EngineError
 from engine.api.results import TokenKLD
 from engine.caches import batch as kv
@@ -30,7 +31,7 @@ FORMAT_VERSION = 1
 
 def compare(base: np.ndarray, model: np.ndarray, targets: Sequence[int], start: int, top: int = 5) -> list[TokenKLD]:
     """Rows of two ``[T, V]`` float32 logprob arrays; row ``t`` predicts ``targets[t]``."""
-    kld = np.sum(np.exp(base) * (base - model), axis=-1, dtype=np.float64)
+    kld = kl_divergences(base, model)
     best_b = np.argsort(-base, axis=-1, kind="stable")[:, :top]
     best_m = np.argsort(-model, axis=-1, kind="stable")[:, :top]
     rows = []
@@ -39,7 +40,7 @@ def compare(base: np.ndarray, model: np.ndarray, targets: Sequence[int], start: 
             TokenKLD(
                 index=start + t,
                 token_id=int(token),
-                kld=max(0.0, float(kld[t])),  # rounding can make a zero divergence slightly negative
+                kld=float(kld[t]),
                 same_top=bool(np.argmax(base[t]) == np.argmax(model[t])),
                 logprob_base=float(base[t, token]),
                 logprob_model=float(model[t, token]),

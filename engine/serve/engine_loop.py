@@ -4,21 +4,25 @@ own callback (which hands them to the event loop that waits for them).
 
 Every request joins the one running batch (continuous batching): a request that arrives while
 others decode is prefilled a chunk per step beside them, as in the app. A cancel (the client
-went away) takes effect at the next step.
+went away) takes effect at the next step. A prompt to score (a completion's ``echo``) goes
+through the engine's scoring path (``EngineSession.score_tokens``, what ``python -m engine
+score`` runs), one chunk of it between two steps of the batch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from engine.api.errors import EngineError
-from engine.api.events import Event, Finished, FinishReason, TokenStep
+from engine.api.events import Event, Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
+from engine.api.params import SamplingParams
 from engine.runtime.prompts import encode_text
 from engine.serve.freed_memory import give_back_freed_memory
 from engine.serve.request_fields import FieldError, ServedRequest
@@ -32,6 +36,14 @@ IDLE_WAIT_S = 0.5
 @dataclass(frozen=True)
 class _Start:
     request: ServedRequest
+    sink: Sink
+    started: Future
+
+
+@dataclass(frozen=True)
+class _Score:
+    tokens: tuple[int, ...]
+    params: SamplingParams
     sink: Sink
     started: Future
 
@@ -51,6 +63,8 @@ class EngineLoop:
     def __init__(self, load: Callable[[], EngineSession]) -> None:
         self._commands: queue.Queue = queue.Queue()
         self._sinks: dict[int, Sink] = {}
+        self._scoring: dict[int, tuple[Iterator[Event], Sink]] = {}
+        self._score_ids = itertools.count(-1, -1)  # never a scheduler's id
         self._running = True
         self._tokenizing = threading.Lock()
         self._longest: int | None = None
@@ -68,6 +82,14 @@ class EngineLoop:
         """Start ``request``; each of its events goes to ``sink`` (on the engine's thread)."""
         started: Future = Future()
         self._commands.put(_Start(request, sink, started))
+        return started
+
+    def score(self, tokens: Sequence[int], params: SamplingParams, sink: Sink) -> Future:
+        """Score ``tokens`` (its first token the context) through the engine's scoring path:
+        its id (negative) through the future, then a ``TokenStep`` per scored token and a
+        ``ScoreDone`` to ``sink``, or a ``Finished`` with its error."""
+        started: Future = Future()
+        self._commands.put(_Score(tuple(tokens), params, sink, started))
         return started
 
     def cancel(self, request_id: int) -> None:
@@ -89,7 +111,9 @@ class EngineLoop:
         # One template at a time among the HTTP threads; the engine's thread only reads the
         # tokenizer meanwhile, which a fast (Rust) tokenizer takes from several threads.
         with self._tokenizing:
-            if request.chat:
+            if request.prompt_tokens is not None:  # the client sent token ids (checked in range)
+                tokens = list(request.prompt_tokens)
+            elif request.chat:
                 tokens = self.session.prompt_for(list(request.messages))
             else:
                 tokens = encode_text(self.session.scheduler.loaded.tokenizer, request.prompt)
@@ -112,8 +136,8 @@ class EngineLoop:
         return self._longest
 
     def busy(self) -> bool:
-        """Whether a request is being written (or waits to be)."""
-        return bool(self._sinks)
+        """Whether a request is being written or scored (or waits to be)."""
+        return bool(self._sinks) or bool(self._scoring)
 
     def close(self) -> None:
         self._running = False
@@ -134,7 +158,7 @@ class EngineLoop:
         loaded.set_result(session)
         served = False  # requests ran since the memory they freed was last given back
         while self._running:
-            busy = session.has_work()
+            busy = session.has_work() or bool(self._scoring)
             served |= busy
             try:
                 command = self._commands.get(block=not busy, timeout=None if busy else IDLE_WAIT_S)
@@ -151,6 +175,8 @@ class EngineLoop:
                     command = None
             if not self._running:
                 break
+            for score_id in list(self._scoring):
+                self._score_chunk(score_id)
             if session.has_work():
                 # The scheduler contains a step's own errors; anything else ends every request
                 # (each client is told), not the thread.
@@ -174,8 +200,41 @@ class EngineLoop:
         error = f"{type(exc).__name__}: {exc}"
         return [Finished(rid, FinishReason.ERROR, 0, 0, None, None, 0.0, "", error=error) for rid in list(self._sinks)]
 
-    def _do(self, command: _Start | _Cancel) -> None:
+    def _score_chunk(self, score_id: int) -> None:
+        """One chunk of a scoring: its events up to the next chunk's progress, or its end."""
+        events, sink = self._scoring[score_id]
+        try:
+            for event in events:
+                if isinstance(event, PrefillProgress):
+                    return
+                with contextlib.suppress(RuntimeError):  # its event loop is gone: so is its client
+                    sink(event)
+                if isinstance(event, ScoreDone):
+                    break
+        except Exception as exc:  # noqa: BLE001 - one scoring's failure ends it alone
+            error = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(RuntimeError):
+                sink(Finished(score_id, FinishReason.ERROR, 0, 0, None, None, 0.0, "", error=error))
+        del self._scoring[score_id]
+
+    def _do(self, command: _Start | _Score | _Cancel) -> None:
+        if isinstance(command, _Score):
+            score_id = next(self._score_ids)
+            try:
+                events = self.session.score_tokens(command.tokens, command.params, request_id=score_id)
+            except Exception as exc:  # noqa: BLE001 - the engine's refusal goes back to the client
+                command.started.set_exception(exc)
+                return
+            self._scoring[score_id] = (iter(events), command.sink)
+            command.started.set_result(score_id)
+            return
         if isinstance(command, _Cancel):
+            scoring = self._scoring.pop(command.request_id, None)
+            if scoring is not None:
+                close = getattr(scoring[0], "close", None)
+                if close is not None:
+                    close()
+                return
             if command.request_id in self._sinks:
                 with contextlib.suppress(EngineError):  # already ended: nothing to cancel
                     self.session.cancel(command.request_id)

@@ -20,6 +20,7 @@ import dataclasses
 import itertools
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from starlette.routing import Route
 from engine.api.errors import EngineError
 from engine.api.events import Finished, FinishReason, TokenStep
 from engine.api.params import SamplingParamsError
+from engine.serve import choices
 from engine.serve.guard import LocalOnly, error_response, http_error, server_error
 from engine.serve.limits import LimitError, ServeLimits, read_body
 from engine.serve.request_fields import FieldError, ServedRequest, read_request
@@ -144,7 +146,7 @@ def make_app(
         handed_over = False
         try:
             answer = await _start(request, chat, live.queues[place])
-            if isinstance(answer, _Started):
+            if isinstance(answer, _Started | _Many):
                 handed_over = True  # its answer releases its place when it ends
                 return await answer.respond(lambda: live.release(place))
             return answer
@@ -172,6 +174,15 @@ def make_app(
         except (EngineError, SamplingParamsError) as exc:
             return error_response(400, str(exc), getattr(exc, "field", None))
         served = dataclasses.replace(served, client=_client(request))
+        if not served.single:  # several prompts or choices, token ids, echo: answered whole
+            try:
+                choices.check_engine(engine, served)
+                prepared = await run_in_threadpool(choices.prepare, engine, served, engine.token_bytes)
+            except FieldError as exc:
+                return error_response(400, str(exc), exc.param)
+            except (EngineError, SamplingParamsError) as exc:
+                return error_response(400, str(exc), getattr(exc, "field", None))
+            return _Many(engine, request, prepared, served.model or info.name, info.eos_token_ids)
         loop = asyncio.get_running_loop()
         try:
             request_id = await asyncio.wrap_future(
@@ -279,5 +290,42 @@ class _Started:
                         status = 500 if early[1] == "engine_error" else 503
                         return error_response(status, early[0], kind="server_error", code=early[1])
                     return JSONResponse(self.reply.whole(event))  # type: ignore[arg-type]
+        finally:
+            release()
+
+
+@dataclasses.dataclass
+class _Many:
+    """A completions request of several prompts or choices, token ids or ``echo``
+    (``engine.serve.choices``): answered whole once every part ended."""
+
+    engine: ServingEngine
+    request: Request
+    prepared: choices.Prepared
+    model: str
+    eos: tuple[int, ...]
+
+    async def respond(self, release: Callable[[], object]) -> Any:
+        try:
+            try:
+                got = await choices.run(self.engine, self.prepared, self.request.is_disconnected, DISCONNECT_POLL_S)
+            except choices.Failed as exc:
+                status = {"client_closed": 499, "engine_error": 500}.get(exc.code, 503)
+                return error_response(status, str(exc), kind="server_error", code=exc.code)
+            except (EngineError, SamplingParamsError) as exc:  # the engine refused a part
+                return error_response(400, str(exc), getattr(exc, "field", None))
+            ident = f"cmpl-{secrets.token_hex(8)}"
+
+            def frame(listed: list[dict[str, Any]]) -> dict[str, Any]:
+                return {
+                    "id": ident,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": self.model,
+                    "choices": listed,
+                }
+
+            body = choices.answer(self.prepared, got, self.engine.token_bytes, self.eos, frame)
+            return JSONResponse(body)
         finally:
             release()

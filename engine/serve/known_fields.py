@@ -15,6 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+
+class FieldError(ValueError):
+    """A request the server refuses (HTTP 400): ``param`` names the field as the client sent it."""
+
+    def __init__(self, param: str | None, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 BOTH = frozenset(
     {
         "model",
@@ -62,7 +71,7 @@ BOTH = frozenset(
 """Implemented on both endpoints."""
 
 CHAT_ONLY = frozenset({"messages", "top_logprobs"})
-COMPLETIONS_ONLY = frozenset({"prompt"})
+COMPLETIONS_ONLY = frozenset({"prompt", "echo"})
 
 IGNORED: Mapping[str, str] = {
     "user": "an end user's id for the provider's abuse monitoring; the answer does not depend on it",
@@ -115,7 +124,6 @@ class Refused:
 
 _NO_TOOL = 'null, "none" or "auto"'
 REFUSED: Mapping[str, Refused] = {
-    "echo": Refused("echo is not implemented yet: the prompt's own logprobs are not written", _off, "null or false"),
     "best_of": Refused("best_of is not implemented: one reply per row is written", _none_or_one, "null or 1"),
     "suffix": Refused("suffix (fill-in-the-middle) is not implemented", _empty, 'null or ""'),
     "tools": Refused("tools are not implemented (no tool calls are parsed)", _empty, "null or []"),
@@ -164,4 +172,14 @@ def check_known(body: Mapping[str, Any], chat: bool) -> tuple[str, str] | None:
     return None
 
 
-__all__ = ["BOTH", "CHAT_ONLY", "COMPLETIONS_ONLY", "IGNORED", "REFUSED", "Refused", "check_known", "implemented"]
+__all__ = [
+    "BOTH",
+    "CHAT_ONLY",
+    "COMPLETIONS_ONLY",
+    "FieldError",
+    "IGNORED",
+    "REFUSED",
+    "Refused",
+    "check_known",
+    "implemented",
+]

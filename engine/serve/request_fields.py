@@ -14,14 +14,15 @@ refused (``engine.serve.known_fields``); only fields that change nothing a clien
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.params import MAX_STOP_STRINGS, MAX_TOKENS_RANGE, SamplingParams, SamplingParamsError
-from engine.serve.known_fields import check_known
+from engine.serve.grammar_fields import read_grammar
+from engine.serve.known_fields import FieldError, check_known
+from engine.serve.prompts import Prompt, read_n, read_prompts, scoring_only
 
 MAX_TOP_LOGPROBS = 20
 """OpenAI's limit for ``top_logprobs`` (llama.cpp's ``n_probs`` takes up to 100)."""
@@ -71,14 +72,6 @@ _NUMBERS = (
 _INTEGERS = ("top_k", "dry_allowed_length", "dry_penalty_last_n")
 
 
-class FieldError(ValueError):
-    """A request the server refuses (HTTP 400): ``param`` names the field as the client sent it."""
-
-    def __init__(self, param: str | None, message: str) -> None:
-        super().__init__(message)
-        self.param = param
-
-
 @dataclass(frozen=True)
 class ServedRequest:
     """What one request asks of the engine."""
@@ -107,7 +100,22 @@ class ServedRequest:
     """Who sent it (its address and user agent; ``engine.serve.http`` fills it in)."""
     prompt_tokens: tuple[int, ...] | None = None
     """The prompt as tokens, when the engine tokenized it before it was submitted (off its
-    own thread: ``ServingEngine.prepare``); None: the engine tokenizes it when it starts it."""
+    own thread: ``ServingEngine.prepare``), or the client sent token ids; None: the engine
+    tokenizes it when it starts it."""
+    prompts: tuple[Prompt, ...] = ()
+    """A completion's prompts as sent (``engine.serve.prompts``): strings or token ids, each
+    a row of the batch; ``prompt`` is the first when it is a string."""
+    n: int = 1
+    """Choices per prompt (completions)."""
+    echo: bool = False
+    """The prompt's tokens come back first, with their logprobs (the engine's scoring path)."""
+    generate: bool = True
+    """False: ``max_tokens`` 0 with ``echo``, the prompt scored and nothing written."""
+
+    @property
+    def single(self) -> bool:
+        """One reply to one text prompt, written: what every engine serves (the app's too)."""
+        return self.chat or (self.n == 1 and not self.echo and self.generate and self.prompts == (self.prompt,))
 
 
 NOT_SETTINGS = frozenset({"messages", "prompt", "stream", "stream_options", "model"})
@@ -122,11 +130,17 @@ def read_request(body: Any, chat: bool, max_tokens_limit: int = MAX_TOKENS_RANGE
     refused = check_known(body, chat)
     if refused is not None:
         raise FieldError(*refused)
-    messages, prompt = (_messages(body), "") if chat else ((), _prompt(body))
-    n = body.get("n")
-    if n is not None and n != 1:  # null is OpenAI's default, 1
-        raise FieldError("n", f"n must be 1: one reply per request, got {n!r}.")
+    prompts = () if chat else read_prompts(body)
+    n = read_n(body, chat, len(prompts))
+    echo = not chat and _flag(body, "echo", False)
+    generate = not scoring_only(body, echo)
+    messages = _messages(body) if chat else ()
+    prompt = prompts[0] if prompts and isinstance(prompts[0], str) else ""
+    if not generate:  # checked as one token; nothing is written
+        body = {k: v for k, v in body.items() if k not in ("max_completion_tokens", "n_predict")} | {"max_tokens": 1}
     stream = _flag(body, "stream", False)
+    if stream and not (chat or (n == 1 and echo is False and len(prompts) == 1 and isinstance(prompts[0], str))):
+        raise FieldError("stream", "stream is taken with one text prompt, n 1 and no echo: answered whole otherwise.")
     options = body.get("stream_options") or {}
     if not isinstance(options, Mapping):
         raise FieldError("stream_options", "stream_options must be an object.")
@@ -145,6 +159,10 @@ def read_request(body: Any, chat: bool, max_tokens_limit: int = MAX_TOKENS_RANGE
         llama_cpp_probs=llama_cpp_probs,
         model=model if isinstance(model, str) else "",
         sent={k: v for k, v in body.items() if k not in NOT_SETTINGS},
+        prompts=prompts,
+        n=n,
+        echo=echo,
+        generate=generate,
     )
 
 
@@ -176,15 +194,6 @@ def _content(content: Any, where: str) -> str:
             raise FieldError(where, "only text parts are taken (this model reads text).")
         return "".join(str(p.get("text", "")) for p in content)
     raise FieldError(where, "a message's content must be a string or a list of text parts.")
-
-
-def _prompt(body: Mapping[str, Any]) -> str:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str) or not prompt:
-        raise FieldError("prompt", "prompt must be a non-empty string (one prompt per request).")
-    return prompt
 
 
 def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -264,7 +273,7 @@ def _params(body: Mapping[str, Any], top: int, max_tokens_limit: int) -> Samplin
             raise FieldError("dry_sequence_breakers", "dry_sequence_breakers must be a list of strings.")
         values["dry_sequence_breakers"] = tuple(breakers)
     values["samplers"] = _samplers(body)
-    values["grammar"] = _grammar(body)
+    values["grammar"] = read_grammar(body)
     try:
         return SamplingParams(**values)
     except SamplingParamsError as exc:
@@ -367,35 +376,6 @@ def _samplers(body: Mapping[str, Any]) -> tuple[str, ...]:
         if stage not in out:
             out.append(stage)
     return tuple(out)
-
-
-def _grammar(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """OpenAI's ``response_format``, llama.cpp's ``json_schema`` and ``grammar`` (GBNF)."""
-    fmt = body.get("response_format")
-    if fmt is not None:
-        if not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise FieldError("response_format", "response_format's type must be text, json_object or json_schema.")
-        if fmt["type"] == "json_object":
-            return ("json", "")
-        if fmt["type"] == "json_schema":
-            spec = fmt.get("json_schema")
-            schema = spec.get("schema") if isinstance(spec, Mapping) else None
-            if not isinstance(schema, Mapping):
-                raise FieldError(
-                    "response_format", "a json_schema response_format needs json_schema.schema, an object."
-                )
-            return ("json_schema", json.dumps(schema))
-    schema = body.get("json_schema")
-    if schema is not None:
-        if not isinstance(schema, Mapping):
-            raise FieldError("json_schema", "json_schema must be a JSON schema object.")
-        return ("json_schema", json.dumps(schema))
-    grammar = body.get("grammar")
-    if grammar is not None and grammar != "":
-        if not isinstance(grammar, str):
-            raise FieldError("grammar", "grammar must be a GBNF grammar, a string.")
-        return ("gbnf", grammar)
-    return ()
 
 
 __all__ = ["FieldError", "ServedRequest", "read_request"]

@@ -225,6 +225,21 @@ class EngineSession:
             scheduler.loaded, context, targets, params, scheduler.vocabulary, scheduler.text, chunk, 0, request_id
         )
 
+    def score_tokens(
+        self, tokens: Sequence[int], params: SamplingParams, chunk: int | None = None, request_id: int = 0
+    ):
+        """Score a prompt given as tokens as :meth:`score_text` scores a text without a
+        prompt (its first token the context, every later one scored): a served request's
+        ``echo``. A generator, like :meth:`score_text`."""
+        from engine.analysis.score import score
+
+        scheduler = self.scheduler
+        ids = list(tokens)
+        chunk = self._teacher_chunk(chunk)
+        return score(
+            scheduler.loaded, ids[:1], ids[1:], params, scheduler.vocabulary, scheduler.text, chunk, 0, request_id
+        )
+
     def check_fidelity(self, messages: Messages, output: Sequence[int | None], chunk: int = 64):
         """A reply (its prompt ``messages`` and tokens ``output``) teacher-forced in the running
         precision and in float32 (:func:`engine.analysis.fidelity.check`): a generator of one

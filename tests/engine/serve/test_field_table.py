@@ -17,7 +17,6 @@ from tests.support.paths import ROOT
 
 # A value of each refused field that is not its neutral one: what a client asking for it sends.
 ASKING = {
-    "echo": True,  # until implemented: the prompt's logprobs are not written, and lm-eval would read wrong ones
     "best_of": 2,
     "suffix": " the end.",
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
@@ -38,8 +37,6 @@ ASKING = {
     "return_tokens": True,
     "lora": [{"id": 0, "scale": 1.0}],
 }
-UNREFUSED: set[str] = set()
-"""Refused fields implemented since (their tests are the endpoint's own)."""
 
 
 def body_for(chat: bool, **fields) -> dict:
@@ -47,11 +44,11 @@ def body_for(chat: bool, **fields) -> dict:
 
 
 def test_every_refused_field_has_a_value_that_asks_for_it():
-    assert set(ASKING) | UNREFUSED >= set(REFUSED)
+    assert set(ASKING) == set(REFUSED)
 
 
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
-@pytest.mark.parametrize("name", sorted(set(REFUSED) - UNREFUSED))
+@pytest.mark.parametrize("name", sorted(REFUSED))
 def test_each_refused_field_is_a_400_naming_it_over_http(served, name, chat):
     path = "/chat/completions" if chat else "/completions"
     answer = post(served.url + path, body_for(chat, max_tokens=2, **{name: ASKING[name]}))
@@ -119,5 +116,5 @@ def test_the_docs_table_is_the_servers_table():
     ours |= {n: ("chat", "implemented") for n in CHAT_ONLY}
     ours |= {n: ("completions", "implemented") for n in COMPLETIONS_ONLY}
     ours |= {n: ("both", "ignored") for n in IGNORED}
-    ours |= {n: ("completions" if n == "echo" else "both", "refused") for n in REFUSED}
+    ours |= {n: ("both", "refused") for n in REFUSED}
     assert table == ours
