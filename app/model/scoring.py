@@ -9,6 +9,7 @@ the dialogs and the timeline overlays are views (``app/views/score_views.py``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from app.model.reply_analysis import Refusal
 from app.model.reply_checks import branch_of, prompt_less_text
 from app.model.scored import ReplayJob, ReplayRun, is_scored, replay_job, score_prompt, start_score
 from app.model.served import RAW_PROMPT
-from app.model.streams import Reply, StreamKey, TokenRef
+from app.model.streams import Reply, StreamKey, TokenRef, branch_key
 from engine.api.events import FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 
@@ -45,6 +46,18 @@ def score_words(done: ScoreDone) -> str:
         f"perplexity {done.perplexity:.2f} · {done.mean_surprisal_bits:.2f} bits/token · "
         f"{done.tokens} tokens at {done.tokens_per_second:.1f} tok/s"
     )
+
+
+def saved_score_words(steps: list[TokenStep]) -> str:
+    """The status bar's words for a saved scored text whose ``ScoreDone`` this session never
+    saw (opened from an export, or scored in an earlier session): its perplexity and mean
+    surprisal from its tokens' raw logprobs, as scoring computes them
+    (``engine.analysis.score``), and no speed, which was not measured here."""
+    nll = [-s.raw_logprob for s in steps if s.raw_logprob is not None]
+    if not nll:
+        return ""
+    mean = sum(nll) / len(nll)
+    return f"perplexity {math.exp(mean):.2f} · {mean / math.log(2):.2f} bits/token · {len(nll)} tokens"
 
 
 def replay_words(result: Replay) -> str:
@@ -98,6 +111,18 @@ class Scoring:
         if found is None or not found.steps or not all(s.forced for s in found.steps):
             return None
         return found.steps if found.finish_reason == FinishReason.SCORED or is_scored(found.steps[0]) else None
+
+    def conversation_figures(self) -> str:
+        """The figures of the scored text the open conversation ends with ("" when it ends
+        with anything else, or a scored text cancelled or interrupted): its own
+        ``ScoreDone``'s words when it was scored in this session, else those its saved tokens
+        give (:func:`saved_score_words`)."""
+        message = self.model.last_assistant()
+        branch = message.branch if message is not None else None
+        if branch is None or branch.finish_reason != FinishReason.SCORED or not branch.steps:
+            return ""
+        done = self.done_of.get(branch_key(branch.id))
+        return score_words(done) if done is not None else saved_score_words(branch.steps)
 
     def score_finished(self, tag: int, done: ScoreDone) -> bool:
         """The worker's ``ScoreDone``: True for a scored text's (kept as ``last_done``),

@@ -73,13 +73,12 @@ class ScoreController(QObject):
         events = context.model.events
         events.selection_changed.connect(self._on_selection)
         # A scored text's figures are its conversation's and its model's: gone with either.
-        events.conversation_changed.connect(self._clear_figures)
         # Scoring switches the colours on to show the scored text; that is not the person's
         # choice: it goes with the conversation (it stayed on for every later chat) and is
         # not saved, unless they touch the switch themselves meanwhile.
         self.colour_forced = False
         parts.color_toggle.toggled.connect(self._on_colour_toggled)
-        events.conversation_changed.connect(self._give_colour_back)
+        events.conversation_changed.connect(self._on_conversation)
         worker.model_loaded.connect(self._clear_figures)  # a slot of this object: queued to the GUI thread
         for name in ("selection_changed", "entries_changed", "stream_renamed"):
             getattr(events, name).connect(lambda *_: self.draw_surprisal())
@@ -119,10 +118,19 @@ class ScoreController(QObject):
     def _on_colour_toggled(self, _on: bool) -> None:
         self.colour_forced = False  # the person's own choice from now on
 
-    def _give_colour_back(self, *_args) -> None:
-        """Another conversation: the colours scoring switched on go off again."""
+    def _on_conversation(self, _conversation=None) -> None:
+        """Another conversation: the colours scoring switched on go off again, and the last
+        one's figures go. One that ends with a scored text (opened from the list or from
+        an export) is shown as scoring showed it: its perplexity beside the status bar and
+        the tokens coloured."""
         if self.colour_forced:
             self.parts.color_toggle.setChecked(False)  # clears the flag
+        figures = self.scoring.conversation_figures()
+        self.perplexity_label.setText(figures)
+        toggle = self.parts.color_toggle
+        if figures and not toggle.isChecked():
+            toggle.setChecked(True)
+            self.colour_forced = True
 
     def colour_choice(self) -> bool:
         """The colour switch as the person set it (what is saved between sessions)."""

@@ -194,10 +194,15 @@ def to_store(data: ExportData, store, title_prefix: str = "") -> int:
     conversation; returns its id. A scored text becomes one user turn and its scored reply."""
     from app.store.serialize import steps_to_json
 
-    conv = store.writes.new_conversation(data.system_prompt, title_prefix + (data.title or "Imported"))
+    title = data.title
+    if data.score is not None:
+        user_turn, text = scored_turn(data.score.text, data.score.prompt, data.score.steps)
+        # An export of a scored text has no title of its own: the one scoring gave it (the
+        # user turn's first line, as any conversation's), not "Imported".
+        title = title or (user_turn.strip().splitlines() or [""])[0][:60]
+    conv = store.writes.new_conversation(data.system_prompt, title_prefix + (title or "Imported"))
     if data.score is not None:
         s = data.score
-        user_turn, text = scored_turn(s.text, s.prompt, s.steps)
         user = store.writes.add_user_message(conv.id, user_turn, None)
         reply = store.writes.add_assistant_message(conv.id, user.id)
         name, source = data.model.get("name", ""), data.model.get("source")
