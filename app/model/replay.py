@@ -34,6 +34,10 @@ class Replay:
     where the original settings kept it: a scored text's token the original chain removed
     too (a text is given, not drawn) is no change."""
     removed_by: dict[int, str] = field(default_factory=dict)
+    removed_too: list[int] = field(default_factory=list)
+    """Positions whose token the new settings remove and the original settings removed too
+    (a scored text's given token): no change, but the curve is at 0 there, so they are
+    counted and marked apart from :attr:`removed`."""
     differs: list[int] = field(default_factory=list)
     """Positions where the new settings' most likely token is not the original settings'."""
     new_top: list[int] = field(default_factory=list)
@@ -50,9 +54,9 @@ def compare(original: list[TokenStep], replayed: list[TokenStep], params: Sampli
         lp = new.logprobs[-1]
         out.chosen_prob.append(math.exp(lp) if lp != -math.inf else 0.0)
         chosen = next((c for c in new.top if c.token_id == new.token_id), None)
-        if lp == -math.inf and old.logprobs[-1] != -math.inf:
-            out.removed.append(new.index)
+        if lp == -math.inf:
             out.removed_by[new.index] = chosen.removed_by if chosen is not None and chosen.removed_by else "?"
+            (out.removed if old.logprobs[-1] != -math.inf else out.removed_too).append(new.index)
         top = top_token(new)
         out.new_top.append(top)
         if top != top_token(old):

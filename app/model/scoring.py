@@ -63,13 +63,18 @@ def saved_score_words(steps: list[TokenStep]) -> str:
 def replay_words(result: Replay) -> str:
     """What a replay found, said when it finishes (the status bar, the timeline's legend):
     at how many of the reply's tokens the new settings' most likely token is the original
-    settings', at how many it is not, and how many of the reply's tokens they would remove."""
+    settings', at how many it is not, how many of the reply's tokens they would remove that
+    its own settings kept, and how many both remove."""
     total, differs, removed = len(result.steps), len(result.differs), len(result.removed)
     first = result.first_change
     where = "no change" if first is None else f"first change at token {first}"
+    too = len(result.removed_too)
+    # Tokens removed under both settings (a scored text's, given) change nothing, but the
+    # curve is at 0 there: said, so that "removed 0" never stands beside a curve at 0.
+    both = f", and {too} removed under the reply's own settings too" if too else ""
     return (
         f"Replay finished: same most likely token at {total - differs} of {total} tokens, "
-        f"differs at {differs}, removed {removed} ({where})."
+        f"differs at {differs}, removed {removed}{both} ({where})."
     )
 
 

@@ -63,16 +63,18 @@ class ScoreTextDialog(QDialog):
         self.text.setPlainText(Path(path).read_text(encoding="utf-8", errors="replace"))
 
 
-REPLAY_RED, REPLAY_ORANGE = "#d62728", "#ff7f0e"
+REPLAY_RED, REPLAY_ORANGE, REPLAY_PINK = "#d62728", "#ff7f0e", "#e8a0a0"
 REPLAY_LEGEND = (
     f"Replay: <span style='color:{REPLAY_RED}'>╌╌</span> p under the current settings (red dashes)"
     f" · <span style='color:{REPLAY_RED}'>✕</span> they would remove the token"
+    f" · <span style='color:{REPLAY_PINK}'>✕</span> removed under the reply's own settings too"
     f" · <span style='color:{REPLAY_ORANGE}'>▲</span> their most likely token differs"
 )
 REPLAY_TIP = (
     "The reply's own tokens re-scored under the current settings (Chat → Replay): the red dashed"
     " curve is each token's probability after their last stage, ✕ at 0 marks a token they would"
-    " have removed, ▲ at the top a position where their most likely token is not the one the"
+    " have removed (pale where the reply's own settings removed it too: a scored text's given"
+    " token, no change), ▲ at the top a position where their most likely token is not the one the"
     " reply's own settings made most likely."
 )
 
@@ -84,8 +86,9 @@ class ReplayOverlay:
     def __init__(self, timeline: TimelineWidget) -> None:
         self.prob = pg.PlotDataItem([], [], pen=pg.mkPen(REPLAY_RED, width=1.5, style=Qt.PenStyle.DashLine))
         self.removed = pg.ScatterPlotItem([], [], symbol="x", size=11, pen=pg.mkPen(REPLAY_RED, width=2))
+        self.removed_too = pg.ScatterPlotItem([], [], symbol="x", size=9, pen=pg.mkPen(REPLAY_PINK, width=1.5))
         self.differs = pg.ScatterPlotItem([], [], symbol="t1", size=10, brush=pg.mkBrush(REPLAY_ORANGE))
-        for item in (self.prob, self.removed, self.differs):
+        for item in (self.prob, self.removed_too, self.removed, self.differs):
             timeline.prob_plot.addItem(item)
         # On the timeline's toolbar, above the plots: one line where there is room, wrapped
         # (never widening the timeline) where there is not.
@@ -101,12 +104,13 @@ class ReplayOverlay:
         x = np.array([s.index for s in r.steps], float)
         self.prob.setData(x, np.array(r.chosen_prob, float))
         self.removed.setData(np.array(r.removed, float), np.zeros(len(r.removed)))
+        self.removed_too.setData(np.array(r.removed_too, float), np.zeros(len(r.removed_too)))
         self.differs.setData(np.array(r.differs, float), np.full(len(r.differs), 1.02))
         self.legend.setToolTip(f"{found}\n\n{REPLAY_TIP}" if found else REPLAY_TIP)
         self.legend.show()
 
     def clear(self) -> None:
-        for item in (self.prob, self.removed, self.differs):
+        for item in (self.prob, self.removed, self.removed_too, self.differs):
             item.setData([], [])
         self.legend.hide()
 
