@@ -33,12 +33,16 @@ def cli_score(folder, text: str) -> list[dict]:
     return [r for r in map(json.loads, out.splitlines()) if r["type"] == "token"]
 
 
-def scored(served, text: str) -> list[TokenStep]:
-    """The engine's scoring path in process (what the CLI runs), unrounded."""
+def scored(tiny_folder, text: str) -> list[TokenStep]:
+    """The engine's scoring path in process (what the CLI runs), unrounded, on this thread's
+    own session (MLX's streams belong to the thread that made them)."""
     from engine.analysis.score import score
     from engine.runtime.prompts import scored_text
+    from engine.session.session import EngineSession
 
-    scheduler = served.session.scheduler
+    session = EngineSession()
+    session.load(str(tiny_folder))
+    scheduler = session.scheduler
     context, targets = scored_text(scheduler.loaded.tokenizer, text, None)
     params = SamplingParams(temperature=0.0, top_logprobs=1)
     events = score(scheduler.loaded, context, targets, params, scheduler.vocabulary, scheduler.text)
@@ -58,7 +62,7 @@ def test_echo_scores_the_prompt_with_the_numbers_of_engine_score(served, client,
     records = cli_score(tiny_folder, TEXT)
     assert len(lp.token_logprobs) == len(records) + 1 == len(tokens_of(served, TEXT))
     assert max(abs(a - r["raw_logprob"]) for a, r in zip(lp.token_logprobs[1:], records, strict=True)) <= 5e-6
-    steps = scored(served, TEXT)  # unrounded: exactly
+    steps = scored(tiny_folder, TEXT)  # unrounded: exactly
     assert lp.token_logprobs[1:] == [s.logprob_at("raw") for s in steps]
     assert [max(t.values()) for t in lp.top_logprobs[1:]] == [max(s.logprob_at("raw", c) for c in s.top) for s in steps]
     assert answer.usage.prompt_tokens == len(records) + 1 and answer.usage.completion_tokens == 0
