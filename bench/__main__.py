@@ -81,6 +81,7 @@ FIGURES = [
     "host_step",
     "draft_block",
     "serve_soak",
+    "serve_burst",
 ]
 
 
@@ -229,6 +230,9 @@ def plan() -> dict[str, Figure]:
         ),
         "serve_soak": lambda run: lazy("serve_soak", "serve_soak")(
             run.synthetic_folder(), **run.small(rounds=2, tokens=4)
+        ),
+        "serve_burst": lambda run: lazy("serve_burst", "serve_burst")(
+            run.tiny_folder(), **run.small(requests=6, keep=3, idle_s=0.1)
         ),
         # A smoke run serves the smoke llama and leaves mlx_lm.server out (its start is slow).
         "serve_cost": lambda run: lazy("serve_cost", "serve_cost")(

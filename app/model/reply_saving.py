@@ -22,6 +22,10 @@ from engine.api.events import Finished, FinishReason, TokenStep
 
 def save_reply(chat: ChatState, journal: Any, reply: Reply, finished: Finished) -> None:
     """``reply`` as the newest branch of its message, made the active one."""
+    if reply.served_in is not None and not chat.shows(reply):  # a burst of them: off the GUI thread
+        chat.unanswered.pop(reply.message_id, None)
+        chat.served.save_reply(reply, finished, journal)
+        return
     branch = chat.store.writes.add_branch(
         reply.message_id,
         reply.steps,

@@ -35,18 +35,28 @@ from typing import Any
 from app.model.entries import context_before
 from app.model.events import EventEmitter, EventGroup
 from app.model.seeds import with_seed
+from app.model.served_writer import (
+    DELETE_BATCH,
+    KEEP_DEFAULT,
+    InlineWriter,
+    ServedWriter,
+    count_deletable,
+    delete_request,
+    delete_served,
+    finish_request,
+    prune_served,
+    save_branch,
+    store_request,
+)
 from app.model.streams import Reply
 from app.store.served_log import ServedRow
 from app.store.store import Message
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
-from engine.api.params import SamplingParams
 from engine.serve.request_fields import ServedRequest
 
 COMPLETION_PROMPT = "Completion of: "
 """How a ``/v1/completions`` request's raw prompt reads as its conversation's user turn."""
-CLIENT = "client"
-"""The model and backend recorded for an assistant turn the client sent (its text, no steps)."""
 RAW_PROMPT = (
     "This reply continues a raw prompt (/v1/completions), which a chat turn cannot stand for: "
     "it can be inspected, not continued, replayed or analysed again."
@@ -88,6 +98,13 @@ class ServedRequests:
         self.open: ServedRow | None = None
         """The open conversation's request, if it is a served one (:meth:`opened`)."""
         self._messages: tuple[dict[str, str], ...] = ()  # what its client sent, exactly
+        self.writer: InlineWriter | ServedWriter = InlineWriter(chat.store)
+        """Where the requests are written (``use_writer``: the shell's, off the GUI thread)."""
+        self.keep = KEEP_DEFAULT
+        """The retention: the newest ``keep`` served requests stay (0: all)."""
+        self._first_live_id = chat.store.served.next_id()
+        """Rows from here on are this run's: one not ended is being written, never pruned."""
+        self.closed = False
 
     def opened(self, conversation_id: int | None) -> None:
         """The chat opened ``conversation_id`` (None: a new chat): its request, read from the
@@ -121,8 +138,9 @@ class ServedRequests:
     # A request arrives -------------------------------------------------------------------
 
     def arrive(self, request: ServedRequest, sink: Callable[[Event], None], started: Future) -> None:
-        """Store ``request`` as a conversation and start its reply (or refuse it through
-        ``started`` when no model that can serve is in use)."""
+        """Store ``request`` as a conversation (on the writer's thread) and start its reply
+        once it is stored; or refuse it through ``started`` when no model that can serve is
+        in use."""
         if started.cancelled():  # its client gave up while it crossed over
             return
         info = self.chat.in_use.info
@@ -130,52 +148,35 @@ class ServedRequests:
         if why:
             refuse(started, EngineError(f"serve: {why}"))
             return
-        store = self.chat.store
-        system, turns = conversation_of(request)
-        asked = next((text.strip() for role, text in reversed(turns) if role == "user" and text.strip()), "")
-        title = asked.splitlines()[0][:60] if asked else "Served request"
-        conversation = None
-        try:
-            conversation = store.writes.new_conversation(system, title)
-            message = self._write_turns(conversation.id, turns)
-            row = store.served.add(
-                conversation.id,
-                message.id,
-                request.client,
-                "chat" if request.chat else "completion",
-                info.name,
-                request.sent,
-                request.messages,
-            )
-        except Exception as exc:  # the store refused (a full disk, a locked file): the client is told
-            if conversation is not None:
-                with contextlib.suppress(Exception):
-                    store.writes.delete_conversation(conversation.id)
-            refuse(started, exc)
-            self.chat.events.status(f"A served request could not be stored: {exc}")
+        shown = conversation_of(request)
+        self.writer.submit(
+            lambda store: store_request(store, request, info.name, shown),
+            lambda result: self._stored(request, sink, started, result),
+        )
+
+    def _stored(
+        self, request: ServedRequest, sink: Callable[[Event], None], started: Future, result: ServedRow | Exception
+    ) -> None:
+        """The writer stored ``request`` (``result``: its row), or could not (the client is told)."""
+        if self.closed:
             return
-        reply = Reply(self.chat.generation.new_id(), message.id, with_seed(request.params), served_in=conversation.id)
+        if isinstance(result, Exception):  # the store refused (a full disk, a locked file)
+            refuse(started, result)
+            self.chat.events.status(f"A served request could not be stored: {result}")
+            return
+        row = result
+        if started.done():  # its client gave up (or the server stopped) while it was written
+            self.writer.submit(lambda store: delete_request(store, row.conversation_id))
+            return
+        reply = Reply(
+            self.chat.generation.new_id(), row.message_id, with_seed(request.params), served_in=row.conversation_id
+        )
         self.chat.replies[reply.id] = reply
         self.rows.insert(0, row)
         self.live[reply.id] = row
         self.count += 1
         self.events.added(row)
         self.chat.events.job_submitted(ServedJob(reply.id, replace(request, params=reply.params), sink, started))
-
-    def _write_turns(self, conversation_id: int, turns: Sequence[tuple[str, str]]) -> Message:
-        """The client's turns as messages (its assistant turns branches of their text); the
-        reply's message last."""
-        writes = self.chat.store.writes
-        after_branch, user = None, None
-        for role, content in turns:
-            if role == "user":
-                user = writes.add_user_message(conversation_id, content, after_branch)
-                continue
-            said = writes.add_assistant_message(conversation_id, user.id)
-            branch = writes.add_branch(said.id, [], content, None, CLIENT, SamplingParams(), "[]", backend=CLIENT)
-            writes.set_active_branch(said.id, branch.id)
-            after_branch = branch.id
-        return writes.add_assistant_message(conversation_id, user.id)
 
     # The worker's reports ----------------------------------------------------------------
 
@@ -184,7 +185,7 @@ class ServedRequests:
         row = self.live.pop(tag, None)
         if row is None:
             return
-        self.chat.store.writes.delete_conversation(row.conversation_id)
+        self.writer.submit(lambda store: delete_request(store, row.conversation_id))
         self.count -= 1
         self.forget(row.conversation_id)
 
@@ -198,9 +199,87 @@ class ServedRequests:
         row = self.live.pop(tag, None)
         if row is None:
             return
-        row.finish_reason = str(finished.finish_reason.value)
-        self.chat.store.served.finish(row.id, row.finish_reason, row.tokens)
+        row.finish_reason = reason = str(finished.finish_reason.value)
+        tokens = row.tokens
+        self.writer.submit(lambda store: finish_request(store, row.id, reason, tokens))
         self.events.changed(row)
+        self.prune()
+
+    def save_reply(self, reply: Reply, finished: Finished, journal: Any) -> None:
+        """A served reply of a conversation not open, saved as its message's branch on the
+        writer's thread (its steps serialized there); the stream journal's rows of it go once
+        it is written (the journal's queue takes the word from any thread)."""
+        steps, model, params, message_id = list(reply.steps), self.chat.model_name, reply.params, reply.message_id
+
+        def work(store: Any) -> int:
+            branch_id = save_branch(store, message_id, steps, finished, model, params)
+            if journal is not None:
+                journal.saved(reply.id, branch_id)
+            return branch_id
+
+        self.writer.submit(work, lambda result: self._failed(result, "saved"))
+
+    def _failed(self, result: object, what: str) -> None:
+        if isinstance(result, Exception) and not self.closed:
+            self.chat.events.status(f"A served reply could not be {what}: {result}")
+
+    # Retention and deletion ----------------------------------------------------------------
+
+    def protected(self) -> frozenset[int]:
+        """Conversations neither the retention nor a deletion takes: the requests being
+        written and the open conversation."""
+        open_id = self.chat.conversation.id if self.chat.conversation is not None else None
+        live = {r.conversation_id for r in self.live.values()}
+        return frozenset(live | ({open_id} if open_id is not None else set()))
+
+    def set_keep(self, keep: int) -> None:
+        """Keep the newest ``keep`` served requests (0: all); older ones go now."""
+        self.keep = max(0, int(keep))
+        self.prune()
+
+    def prune(self) -> None:
+        """The retention, on the writer's thread: the rows that went leave the list."""
+        keep, protected, first = self.keep, self.protected(), self._first_live_id
+        if keep > 0:
+            self.writer.submit(lambda store: prune_served(store, keep, protected, first), self._gone)
+
+    def deletable(self) -> int:
+        """How many served requests *Delete served requests…* would delete (read on this thread)."""
+        return count_deletable(self.chat.store, self.protected(), self._first_live_id)
+
+    def delete_some(self, then: Callable[[int | Exception], None], limit: int = DELETE_BATCH) -> None:
+        """One step of *Delete served requests…*: the oldest ``limit`` that may go; ``then``
+        gets how many may still go (or the error)."""
+        protected, first = self.protected(), self._first_live_id
+
+        def done(result: tuple[list[int], int] | Exception) -> None:
+            if isinstance(result, Exception):
+                then(result)
+                return
+            self._gone(result[0])
+            then(result[1])
+
+        self.writer.submit(lambda store: delete_served(store, protected, first, limit), done)
+
+    def _gone(self, result: list[int] | Exception) -> None:
+        if self.closed:
+            return
+        if isinstance(result, Exception):
+            self.chat.events.status(f"Served requests could not be deleted: {result}")
+            return
+        gone = set(result)
+        for row in [r for r in self.rows if r.id in gone]:
+            self.rows.remove(row)
+            self.events.removed(row.id)
+
+    def use_writer(self, writer: InlineWriter | ServedWriter) -> None:
+        """Write through ``writer`` from now on (the shell's thread of its own)."""
+        self.writer = writer
+
+    def close(self) -> None:
+        """The app closes: the writes submitted are done, and nothing more is reported."""
+        self.closed = True
+        self.writer.close()
 
 
 def refuse(started: Future, exc: BaseException) -> None:

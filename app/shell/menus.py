@@ -85,6 +85,7 @@ def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
     server_menu.addActions([parts.serving.start_action, parts.serving.stop_action])
     server_menu.addSeparator()
     server_menu.addAction(parts.serving.list_action)
+    server_menu.addActions([parts.serving.cleanup.keep_action, parts.serving.cleanup.delete_action])
 
     view_menu = bar.addMenu("&View")
     theme_menu = view_menu.addMenu("Theme")

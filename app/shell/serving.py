@@ -24,6 +24,8 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QDockWidget, QLabel
 
 from app.model.served import refuse
+from app.model.served_writer import ServedWriter
+from app.shell.served_cleanup import ServedCleanup
 from app.views.serve_dialog import ServeChoice, ServeDialog
 from app.views.served_list import ServedList
 from engine.api.backend import ModelInfo
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from app.shell.context import ShellContext
+    from engine.serve.limits import ServeLimits
     from engine.serve.server_thread import ServerThread
 
 NO_MODEL = "Load a model first: the server serves the model in use."
@@ -74,6 +77,16 @@ class AppEngine(QObject):
         self.cancel_requested.emit(request_id)
 
 
+class _Poster(QObject):
+    """Calls handed over from another thread, run on the GUI thread (a queued signal)."""
+
+    posted = Signal(object)
+
+    def __init__(self, parent: QObject) -> None:
+        super().__init__(parent)
+        self.posted.connect(lambda call: call(), Qt.ConnectionType.QueuedConnection)
+
+
 class ServingController(QObject):
     def __init__(
         self, context: ShellContext, dock_beside: QDockWidget, open_conversation: Callable[[int], None]
@@ -81,12 +94,19 @@ class ServingController(QObject):
         super().__init__(context.parent)
         self.context = context
         self.served = context.model.served
+        # Served requests are written on a thread of their own: a burst leaves the window free.
+        self.poster = _Poster(self)
+        self.served.use_writer(ServedWriter(context.model.store.path, self.poster.posted.emit, context.model.store))
+        self.cleanup = ServedCleanup(context, self.served)
+        """Server → Keep served requests…, Delete served requests… (the retention)."""
         worker = context.link.engine.worker
         self.engine = AppEngine(lambda: context.in_use.info, worker.token_bytes)
         self.engine.arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
         self.engine.cancel_requested.connect(worker.cancel, Qt.ConnectionType.QueuedConnection)
         worker.model_loaded.connect(self._on_model_loaded)
         self.server: ServerThread | None = None
+        self.limits: ServeLimits | None = None
+        """What the server takes at most (None: ``ServeLimits``' defaults; a bench raises them)."""
         self.choice: ServeChoice | None = None
         self.dialog: ServeDialog | None = None
         self.label = QLabel("")
@@ -142,7 +162,7 @@ class ServingController(QObject):
         if self.server is not None:
             return False
         try:
-            self.server = ServerThread(self.engine, choice.host, choice.port, choice.api_key)
+            self.server = ServerThread(self.engine, choice.host, choice.port, choice.api_key, self.limits)
         except OSError as exc:
             message = f"Could not start serving: {exc}"
             self.context.status.show_message(message, 8000)
@@ -172,6 +192,11 @@ class ServingController(QObject):
         self._update_label()
         self.context.status.show_message("Stopped serving.")
         self.context.actions.refresh()
+
+    def close(self) -> None:
+        """The window closes: the writes submitted are done (before the store closes)."""
+        self.stop()
+        self.served.close()
 
     # The model layer's reports ----------------------------------------------------------------
 

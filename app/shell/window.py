@@ -431,6 +431,7 @@ class MainWindow(QMainWindow):
             self.shutdown_seconds = time.perf_counter() - started
             for view in (self.chat, self.inspector, self.timeline):
                 self.model.events.disconnect_owner(view)
+            self.serving.close()  # the served requests' writes submitted are done
             self.background.wait()  # replies whose steps are still being serialized
             self.journal.close()
             self.store.close()

@@ -68,6 +68,13 @@ class ServedLog:
         )
         self.db.commit()
 
+    def next_id(self) -> int:
+        """The id the next request will have at least (rows from it on are this run's)."""
+        return self.db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM served").fetchone()[0]
+
+    def count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM served").fetchone()[0]
+
     def recent(self, limit: int = 500) -> list[ServedRow]:
         """The ``limit`` requests served last, the newest first (a deleted conversation's go
         with it)."""

@@ -96,12 +96,15 @@ class ServedList(QWidget):
         if item is None:
             return
         self._rows[row.id] = row
-        values = (time_words(row.created_at), row.client or "unknown client", str(row.tokens), state_words(row, live))
-        for column, text in enumerate(values):
-            item.setText(column, text)
-        tip = f"{endpoint_of(row)} · {row.model}\nSettings sent: {json.dumps(row.sent, indent=2)}"
-        for column in range(len(COLUMNS)):
-            item.setToolTip(column, tip)
+        if not item.text(0):  # what never changes, once: under a burst a row changes with every token
+            item.setText(0, time_words(row.created_at))
+            item.setText(1, row.client or "unknown client")
+            tip = f"{endpoint_of(row)} · {row.model}\nSettings sent: {json.dumps(row.sent, indent=2)}"
+            for column in range(len(COLUMNS)):
+                item.setToolTip(column, tip)
+        for column, text in ((2, str(row.tokens)), (3, state_words(row, live))):
+            if item.text(column) != text:
+                item.setText(column, text)
         if item is self.tree.currentItem():
             self._show_details(item)
 
