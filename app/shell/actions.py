@@ -48,6 +48,9 @@ class _Rule:
     """Put before the reason in the disabled item's tips (an item whose own tip already
     names the action says the bare reason)."""
     says: Says
+    label: Callable[[str], str] | None = None
+    """The item's text for a reason (``""``: its own): a reason the person must see without
+    hovering, in the menu item itself."""
 
 
 class Actions(QObject):
@@ -79,6 +82,7 @@ class Actions(QObject):
         checkable: bool = False,
         prefix: str = NOT_AVAILABLE,
         says: Says = "tips",
+        label: Callable[[str], str] | None = None,
     ) -> QAction:
         """A new action calling ``slot`` when triggered (a checkable one: when toggled, with
         the new state), under the rule given."""
@@ -94,7 +98,7 @@ class Actions(QObject):
         else:
             action.triggered.connect(lambda _=False: slot())
         if capability or needs is not None:
-            self.bind(action, capability, needs, prefix=prefix, says=says)
+            self.bind(action, capability, needs, prefix=prefix, says=says, label=label)
         return action
 
     def bind(
@@ -105,11 +109,16 @@ class Actions(QObject):
         *,
         prefix: str = NOT_AVAILABLE,
         says: Says = "tips",
+        label: Callable[[str], str] | None = None,
     ) -> None:
         """Put an existing item (a panel's control doing an action's job too, a submenu)
-        under a rule."""
+        under a rule; ``label``: the action's text for a reason (``""``: its own)."""
         tips = item.menuAction() if isinstance(item, QMenu) else item
-        self._rules.append(_Rule(item, capability, needs, tips.toolTip(), tips.statusTip(), prefix, says))
+        rule = _Rule(item, capability, needs, tips.toolTip(), tips.statusTip(), prefix, says)
+        if label is not None and isinstance(item, QAction):
+            own = item.text()
+            rule.label = lambda why: label(why) or own
+        self._rules.append(rule)
         self._apply_one(self._rules[-1])
 
     def apply(self, capabilities: Capabilities) -> None:
@@ -145,3 +154,5 @@ class Actions(QObject):
         said = f"{rule.prefix}{why}" if why and rule.says != "nothing" else ""
         tips.setToolTip(said or rule.tooltip)
         tips.setStatusTip(said if said and rule.says == "tips" else rule.status_tip)
+        if rule.label is not None and isinstance(rule.item, QAction):
+            rule.item.setText(rule.label(why))

@@ -47,8 +47,16 @@ class AnalysisController(QObject):
         for emitter in (events.started, events.finished, events.failed, events.cancelled):
             emitter.connect(context.actions.refresh_after)  # a running job may refuse another
 
-    def add_action(self, text: str, slot: Callable[[], object], tooltip: str, needs: Callable[[], str]) -> QAction:
-        """An action under the analysis's rule: its capability, and ``needs`` of the state."""
+    def add_action(
+        self,
+        text: str,
+        slot: Callable[[], object],
+        tooltip: str,
+        needs: Callable[[], str],
+        label: Callable[[str], str] | None = None,
+    ) -> QAction:
+        """An action under the analysis's rule: its capability, and ``needs`` of the state
+        (``label``: its text for a reason the menu item itself must show)."""
         return self.context.actions.add(
             text,
             slot,
@@ -57,6 +65,7 @@ class AnalysisController(QObject):
             tooltip=tooltip,
             status_tip=tooltip,
             prefix="",  # its tooltip names the action: a disabled one says the bare reason
+            label=label,
         )
 
     # The worker -----------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
     chat_menu.addActions([scoring.replay, scoring.branch])
 
     model_menu = bar.addMenu("&Models")
+    model_menu.setToolTipsVisible(True)  # a greyed-out item's tooltip is its reason
     model_menu.addAction(parts.library.action)
     model_menu.addSeparator()
     model_menu.addActions([loader.default_action, loader.folder_action, loader.gguf_action, loader.repo_action])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal, Slot
 
-from app.model.precision_check import FidelityCheck, PrecisionChecks, PrecisionJob
+from app.model.precision_check import ALREADY_FLOAT32, FidelityCheck, PrecisionChecks, PrecisionJob
 from app.model.reply_analysis import Refusal
 from app.shell.analysis_controller import AnalysisController
 from app.shell.stepped_runner import SteppedRunner
@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 CHUNK = 32  # tokens per forward pass: the progress and a cancel move at this step
 ACTION_TEXT = "Check precision…"
 ACTION_TIP = "Compare the selected reply's logprobs in this precision with float32's, token by token."
+FLOAT32_TEXT = "Check precision… (already float32: choose float16 in Precision above)"
+"""The item's text while the model computes in float32: greyed out, the reason must show
+without a hover (its tooltip says it whole, ``ALREADY_FLOAT32``)."""
+
+
+def action_text(why: str) -> str:
+    """The menu item's text for the reason it is disabled ("": its own)."""
+    return FLOAT32_TEXT if why == ALREADY_FLOAT32 else ""
 
 
 class FidelityRunner(SteppedRunner):
@@ -82,7 +90,7 @@ class PrecisionCheck(AnalysisController):
         events.progressed.connect(lambda done, total: self._show_progress(done, total))
         events.finished.connect(self._show_result)
         events.failed.connect(self._show_failure)
-        self.action = self.add_action(ACTION_TEXT, self.start, ACTION_TIP, self.checks.unavailable)
+        self.action = self.add_action(ACTION_TEXT, self.start, ACTION_TIP, self.checks.unavailable, action_text)
         """Models → Check precision… (the Precision menu lays it out)."""
 
     @property
