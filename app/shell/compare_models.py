@@ -103,6 +103,7 @@ class CompareModels(AnalysisController):
             self.context.parent,
             running_precision=info.precision,
             folders=self.context.folders,
+            device=info.device,
         )
         self.dialog.compare_requested.connect(self.start)
         self.dialog.cancel_requested.connect(self.cancel)

@@ -91,7 +91,13 @@ class DraftModelController(QObject):
         sources = list(dict.fromkeys(["default", *self._recent()]))
         words = in_use_words(self.held) if self.held is not None else ""
         self.dialog = DraftModelDialog(
-            model_label(info), sources, self.choices.get(info.source), words, self.context.parent, self.context.folders
+            model_label(info),
+            sources,
+            self.choices.get(info.source),
+            words,
+            self.context.parent,
+            self.context.folders,
+            device=info.device,
         )
         self.dialog.use_requested.connect(self.use)
         self.dialog.release_requested.connect(self.release)

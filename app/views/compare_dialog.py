@@ -24,7 +24,7 @@ from app.model.kv_cache import OFF
 from app.model.model_compare import CompareSettings, Comparison, num, plus_minus
 from app.model.textfmt import escape, visible
 from app.views.file_dialogs import Folders
-from app.views.model_dialogs import JobDialog, SourcePicker, precision_choice
+from app.views.model_dialogs import JobDialog, SourcePicker, cpu_bfloat16_note, precision_choice
 
 SOURCE_TIP = "A model folder, a .gguf file, a Hugging Face repo id, or default (the bundled model)."
 KV_TIP = (
@@ -70,11 +70,13 @@ class CompareModelsDialog(JobDialog):
         parent: QWidget | None = None,
         running_precision: str = "",
         folders: Folders | None = None,
+        device: str = "",
     ) -> None:
         """``running``: the running model's label; ``sources``: the choices offered first
         (the running model's own source first); ``precision``: the one chosen at first;
         ``running_precision``: what the running model computes in (set when a quantized KV
-        cache is chosen for its own source); ``folders``: where its file dialogs open."""
+        cache is chosen for its own source); ``folders``: where its file dialogs open; ``device``:
+        MLX's (``ModelInfo.device``: on ``cpu``, bfloat16 is said to be slow)."""
         super().__init__(parent)
         self.running_source = sources[0] if sources else ""
         self.running_precision = running_precision
@@ -96,6 +98,8 @@ class CompareModelsDialog(JobDialog):
         form.addRow("Second model", self.picker)
         self.precision = precision_choice(precision)
         form.addRow("Precision", self.precision)
+        self.slow_note = cpu_bfloat16_note(self.precision, device)
+        form.addRow(self.slow_note)
         self.kv = QComboBox()
         for bits in KV_CHOICES:
             self.kv.addItem(KV_LABELS[bits], bits)

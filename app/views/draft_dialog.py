@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QDialogButtonBox, QFormLayout, QLabel, QSpinBox, Q
 from app.model.draft import DraftChoice
 from app.model.textfmt import escape
 from app.views.file_dialogs import Folders
-from app.views.model_dialogs import JobDialog, SourcePicker, precision_choice
+from app.views.model_dialogs import JobDialog, SourcePicker, cpu_bfloat16_note, precision_choice
 from engine.api.draft import DEFAULT_DRAFT_TOKENS, MAX_DRAFT_TOKENS
 
 SOURCE_TIP = (
@@ -42,9 +42,11 @@ class DraftModelDialog(JobDialog):
         in_use: str = "",
         parent: QWidget | None = None,
         folders: Folders | None = None,
+        device: str = "",
     ) -> None:
         """``running``: the running model's label; ``sources``: choices offered; ``current``:
-        the draft saved for it (the form starts there); ``in_use``: the draft proposing now."""
+        the draft saved for it (the form starts there); ``in_use``: the draft proposing now;
+        ``device``: MLX's (``ModelInfo.device``: on ``cpu``, bfloat16 is said to be slow)."""
         super().__init__(parent)
         self.setWindowTitle("Draft model")
         layout = QVBoxLayout(self)
@@ -61,6 +63,8 @@ class DraftModelDialog(JobDialog):
         form.addRow("Draft model", self.picker)
         self.precision = precision_choice(current.precision if current else "auto")
         form.addRow("Precision", self.precision)
+        self.slow_note = cpu_bfloat16_note(self.precision, device)
+        form.addRow(self.slow_note)
         self.tokens = QSpinBox()
         self.tokens.setRange(1, MAX_DRAFT_TOKENS)
         self.tokens.setValue(current.tokens if current else DEFAULT_DRAFT_TOKENS)

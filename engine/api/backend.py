@@ -97,6 +97,10 @@ class ModelInfo:
     thinking_switch: bool = False
     """Whether the chat template has the ``enable_thinking`` switch
     (``Backend.set_enable_thinking``)."""
+    device: str = ""
+    """Local only: MLX's device, ``cpu`` or ``gpu`` ("" for a remote server). MLX's CPU has
+    no fast bfloat16 (a bfloat16 model there runs at a small fraction of its speed), which the
+    app's dialogs say before a bfloat16 draft or comparison is started."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,6 +123,7 @@ class EngineSession:
             kv=loaded.kv,
             reasoning=scheduler.reasoning,
             thinking_switch=has_thinking_switch(loaded.tokenizer),
+            device="cpu" if mx.default_device() == mx.cpu else "gpu",
         )
         return self.info
 
