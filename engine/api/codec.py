@@ -326,11 +326,15 @@ def _rate(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def done_record(done: Finished, request: int, prompt_token_ids: Sequence[int] | None = None) -> dict[str, Any]:
+def done_record(
+    done: Finished, request: int, prompt_token_ids: Sequence[int] | None = None, grammar: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """A ``done`` line: how request ``request`` ended (unknown numbers are null).
     ``prompt_token_ids``: the prompt as the model read it, where it is known here (a local
     model): with the tokens' ids it is the history every stage with state counted, so the
-    records alone replay each step's penalties and DRY (docs/ENGINE.md)."""
+    records alone replay each step's penalties and DRY (docs/ENGINE.md); ``grammar``: the
+    request's ``(kind, text)``, written in the grammar object, so that they replay its
+    matcher too."""
     prompt = {} if prompt_token_ids is None else {"prompt_token_ids": [int(t) for t in prompt_token_ids]}
     return {
         "type": RecordType.DONE.value,
@@ -342,7 +346,7 @@ def done_record(done: Finished, request: int, prompt_token_ids: Sequence[int] | 
         "prompt_tps": _rate(done.prompt_tps),
         "generation_tps": _rate(done.generation_tps),
         **stats_fields(done.draft),
-        **grammar_fields(done.grammar),
+        **grammar_fields(done.grammar, grammar),
         **prompt,
     }
 

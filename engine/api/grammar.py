@@ -108,12 +108,16 @@ def decode_grammar(data: Mapping[str, Any] | None) -> GrammarRecord | None:
     )
 
 
-def grammar_fields(stats: GrammarStats | None) -> dict[str, Any]:
-    """The ``done`` record's grammar figures (none without a grammar)."""
+def grammar_fields(stats: GrammarStats | None, spec: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``done`` record's grammar figures (none without a grammar); ``spec``: the
+    request's ``(kind, text)``, where the writer knows it, so that the records alone let a
+    reader rebuild the matcher and redo every step's kept set."""
     if stats is None:
         return {}
+    written = {"kind": spec[0], "text": spec[1]} if len(spec) == 2 else {}
     return {
         "grammar": {
+            **written,
             "tokens": stats.tokens,
             "removed_raw": round(stats.removed_raw, 6),
             "log_kept": round(stats.log_kept, 6) if math.isfinite(stats.log_kept) else None,

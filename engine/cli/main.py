@@ -184,7 +184,8 @@ def generate(args: argparse.Namespace) -> int:
                 out.write(json.dumps(token_record(event, order[event.request_id])) + "\n")
             elif isinstance(event, Finished):
                 i = order[event.request_id]
-                out.write(json.dumps(done_record(event, i, prompts[0 if variants else i])) + "\n")
+                grammar = (variants[i] if variants else params).grammar
+                out.write(json.dumps(done_record(event, i, prompts[0 if variants else i], grammar)) + "\n")
             elif isinstance(event, Divergence):
                 out.write(json.dumps(divergence_record(event, order)) + "\n")
         out.flush()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 
 SCHEMA = {
     "type": "object",
@@ -87,3 +88,54 @@ def test_refusals_are_usage_errors_with_the_librarys_message(tiny_folder, tmp_pa
         proc = engine("generate", *model, *flags)
         assert proc.returncode == 2 and proc.stdout == "", (flags, proc.stderr)
         assert words in proc.stderr and "Traceback" not in proc.stderr, (flags, proc.stderr)
+
+
+def test_each_steps_kept_set_replays_from_the_records_with_llguidance(tiny_folder):
+    """What a bug report's records must let a reader redo: from the ``done`` record's grammar
+    (kind and text) and the tokens' ids alone, llguidance's own matcher, built here on the
+    model's tokenizer, allows exactly what each step kept — the survivors' count, each
+    candidate removed by the grammar or not, the kept candidates' logprobs renormalized over
+    the mass the grammar left — and says the output complete where the records do."""
+    import math
+
+    import llguidance
+    import llguidance.hf
+    import llguidance.numpy
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    variants = {
+        "regex": {"grammar": ["regex", "[a-z]{2}-[0-9]{1,3}"]},
+        "gbnf": {"grammar": ["gbnf", 'root ::= "yes" | "no" | "maybe " [0-9]']},
+        "schema": {"grammar": ["json_schema", json.dumps(SCHEMA)], "seed": 9},
+    }
+    flags = [f for v in variants.values() for f in ("--variant", json.dumps(v))]
+    model = ("--model", str(tiny_folder), "--prompt", "answer", "--max-tokens", "60", "--temperature", "0.9")
+    out = records(engine("generate", *model, "--seed", "3", "--top-logprobs", "6", *flags))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_folder))
+    for request in range(len(variants)):
+        tokens = [r for r in out if r["type"] == "token" and r["request"] == request]
+        (done,) = [r for r in out if r["type"] == "done" and r["request"] == request]
+        vocab = tokens[0]["survivors"]["raw"]
+        ll = llguidance.hf.from_tokenizer(
+            tokenizer, n_vocab=vocab, eos_token=tokenizer.convert_tokens_to_ids("<|im_end|>")
+        )
+        matcher = llguidance.LLMatcher(ll, llguidance.grammar_from(done["grammar"]["kind"], done["grammar"]["text"]))
+        assert not matcher.is_error(), matcher.get_error()
+        for token in tokens:
+            bits = llguidance.numpy.allocate_token_bitmask(1, vocab)
+            llguidance.numpy.fill_next_token_bitmask(matcher, bits, 0)
+            allowed = set(np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little")[:vocab]).tolist())
+            assert token["survivors"]["grammar"] == token["grammar"]["allowed"] == len(allowed)
+            assert token["token_id"] in allowed
+            for c in token["top"]:
+                assert (c["removed_by"] == "grammar") == (c["token_id"] not in allowed), (token["index"], c)
+            # The kept candidates move by one shift, -log of the raw mass the grammar kept (its
+            # 5 decimals say little of that mass where nearly all of it was removed).
+            shifts = [c["logprobs"]["grammar"] - c["raw_logprob"] for c in token["top"] if c["token_id"] in allowed]
+            assert max(shifts) - min(shifts) <= 3e-5
+            kept_raw = 1.0 - token["grammar"]["removed_raw"]
+            if kept_raw > 0.1:
+                assert shifts[0] == pytest.approx(-math.log(kept_raw), abs=5e-4)
+            assert matcher.consume_token(token["token_id"])
+        assert matcher.is_accepting() == done["grammar"]["complete"] is True
