@@ -164,7 +164,7 @@ class EngineLoop:
                 command = self._commands.get(block=not busy, timeout=None if busy else IDLE_WAIT_S)
             except queue.Empty:
                 command = None
-                if served:  # idle for IDLE_WAIT_S after a burst
+                if served and not busy:  # idle for IDLE_WAIT_S after a burst (never between steps)
                     give_back_freed_memory()
                     served = False
             while command is not None:
