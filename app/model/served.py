@@ -46,6 +46,7 @@ from app.model.served_writer import (
     finish_request,
     prune_served,
     save_branch,
+    store_refusal,
     store_request,
 )
 from app.model.streams import Reply
@@ -54,6 +55,7 @@ from app.store.store import Message
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
 from engine.serve.request_fields import ServedRequest
+from engine.serve.seam import Refused
 
 COMPLETION_PROMPT = "Completion of: "
 """How a ``/v1/completions`` request's raw prompt reads as its conversation's user turn."""
@@ -153,6 +155,24 @@ class ServedRequests:
             lambda store: store_request(store, request, info.name, shown),
             lambda result: self._stored(request, sink, started, result),
         )
+
+    def refused(self, refusal: Refused) -> None:
+        """The server refused a request with a 400 before it became a conversation: it is
+        listed too, with its error (written on the writer's thread)."""
+        info = self.chat.in_use.info
+        model = info.name if info is not None else ""
+        self.writer.submit(lambda store: store_refusal(store, refusal, model), self._refusal_stored)
+
+    def _refusal_stored(self, result: ServedRow | Exception) -> None:
+        if self.closed:
+            return
+        if isinstance(result, Exception):
+            self.chat.events.status(f"A refused request could not be listed: {result}")
+            return
+        self.rows.insert(0, result)
+        self.count += 1
+        self.events.added(result)
+        self.prune()
 
     def _stored(
         self, request: ServedRequest, sink: Callable[[Event], None], started: Future, result: ServedRow | Exception

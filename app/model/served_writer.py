@@ -29,6 +29,7 @@ from app.store.store import Message, Store
 from engine.api.events import Finished, TokenStep
 from engine.api.params import SamplingParams
 from engine.serve.request_fields import ServedRequest
+from engine.serve.seam import Refused
 
 CLIENT = "client"
 """The model and backend recorded for an assistant turn the client sent (its text, no steps)."""
@@ -92,6 +93,19 @@ def save_branch(
     return branch.id
 
 
+def store_refusal(store: Store, refused: Refused, model: str) -> ServedRow:
+    """A request refused with a 400 before it reached the engine, as a row of its own."""
+    body = refused.body if isinstance(refused.body, dict) else {}
+    key = "messages" if refused.chat else "prompt"
+    sent = {k: v for k, v in body.items() if k not in ("messages", "prompt", "stream")}
+    said = body.get(key)
+    messages = said if isinstance(said, list) else ([] if said is None else [said])
+    where = f" ({refused.param})" if refused.param and refused.param not in refused.message else ""
+    return store.served.add_refused(
+        refused.client, "chat" if refused.chat else "completion", model, sent, messages, refused.message + where
+    )
+
+
 def finish_request(store: Store, served_id: int, finish_reason: str, tokens: int) -> None:
     store.served.finish(served_id, finish_reason, tokens)
 
@@ -105,7 +119,10 @@ def _removable(protected: Collection[int], first_live_id: int) -> str:
     """The rows that may go: ended, or left unended by an earlier run (interrupted); not a
     conversation in ``protected``."""
     ids = ",".join(str(int(c)) for c in protected) or "NULL"
-    return f"(finish_reason IS NOT NULL OR id < {int(first_live_id)}) AND conversation_id NOT IN ({ids})"
+    return (
+        f"(finish_reason IS NOT NULL OR id < {int(first_live_id)})"
+        f" AND (conversation_id IS NULL OR conversation_id NOT IN ({ids}))"
+    )
 
 
 def prune_served(store: Store, keep: int, protected: Collection[int], first_live_id: int) -> list[int]:
@@ -137,12 +154,13 @@ def count_deletable(store: Store, protected: Collection[int], first_live_id: int
     return count
 
 
-def _delete_rows(store: Store, rows: Sequence[tuple[int, int]]) -> list[int]:
-    """Each row's conversation (its row goes with it: ON DELETE CASCADE), in one transaction."""
+def _delete_rows(store: Store, rows: Sequence[tuple[int, int | None]]) -> list[int]:
+    """Each row with its conversation (a refused request has none), in one transaction."""
     if not rows:
         return []
     with store.db:
-        store.db.executemany("DELETE FROM conversations WHERE id = ?", [(c,) for _, c in rows])
+        store.db.executemany("DELETE FROM conversations WHERE id = ?", [(c,) for _, c in rows if c is not None])
+        store.db.executemany("DELETE FROM served WHERE id = ?", [(r,) for r, _ in rows])
     return [row_id for row_id, _ in rows]
 
 

@@ -31,6 +31,7 @@ from app.views.served_list import ServedList
 from engine.api.backend import ModelInfo
 from engine.serve.address import is_local
 from engine.serve.request_fields import ServedRequest
+from engine.serve.seam import Refused
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,6 +51,7 @@ class AppEngine(QObject):
     and the worker only through queued signals."""
 
     arrived = Signal(object, object, object)  # ServedRequest, sink, Future
+    refused = Signal(object)  # engine.serve.seam.Refused: a 400 before it became a request
     cancel_requested = Signal(int)  # the request's id: its reply's tag (the worker's ``cancel``)
 
     def __init__(self, info: Callable[[], ModelInfo | None], token_bytes: Callable[[int], bytes]) -> None:
@@ -102,6 +104,7 @@ class ServingController(QObject):
         worker = context.link.engine.worker
         self.engine = AppEngine(lambda: context.in_use.info, worker.token_bytes)
         self.engine.arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
+        self.engine.refused.connect(self._on_refused, Qt.ConnectionType.QueuedConnection)
         self.engine.cancel_requested.connect(worker.cancel, Qt.ConnectionType.QueuedConnection)
         worker.model_loaded.connect(self._on_model_loaded)
         self.server: ServerThread | None = None
@@ -162,7 +165,9 @@ class ServingController(QObject):
         if self.server is not None:
             return False
         try:
-            self.server = ServerThread(self.engine, choice.host, choice.port, choice.api_key, self.limits)
+            self.server = ServerThread(
+                self.engine, choice.host, choice.port, choice.api_key, self.limits, self.engine.refused.emit
+            )
         except OSError as exc:
             message = f"Could not start serving: {exc}"
             self.context.status.show_message(message, 8000)
@@ -208,6 +213,11 @@ class ServingController(QObject):
         self.served.arrive(request, sink, started)
 
     @Slot(object)
+    def _on_refused(self, refusal: Refused) -> None:
+        """A request refused with a 400 before it became a conversation: listed with its error."""
+        self.served.refused(refusal)
+
+    @Slot(object)
     def _on_model_loaded(self, info: ModelInfo) -> None:
         """A server connected in the model's place cannot be served from here: serving stops
         and says why (a model loaded instead is served from its next request on)."""
@@ -216,7 +226,7 @@ class ServingController(QObject):
             self.context.status.show_message(f"Stopped serving: {why}", 8000)
 
     def _on_added(self, row) -> None:
-        self.list.add_row(row, True)
+        self.list.add_row(row, row.finish_reason is None)  # a refused one came ended
         self._update_label()
 
     def _on_changed(self, row) -> None:

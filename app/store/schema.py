@@ -83,8 +83,8 @@ CREATE TABLE IF NOT EXISTS live_steps (
 SERVED_SCHEMA = """
 CREATE TABLE IF NOT EXISTS served (
     id INTEGER PRIMARY KEY,
-    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    conversation_id INTEGER REFERENCES conversations(id) ON DELETE CASCADE,
+    message_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
     client TEXT NOT NULL,
     endpoint TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -92,10 +92,14 @@ CREATE TABLE IF NOT EXISTS served (
     messages TEXT NOT NULL DEFAULT '[]',
     created_at REAL NOT NULL,
     finish_reason TEXT,
-    tokens INTEGER NOT NULL DEFAULT 0
+    tokens INTEGER NOT NULL DEFAULT 0,
+    error TEXT
 );
 """
-SCHEMA_VERSION = 8
+SERVED_V8_COLUMNS = (
+    "id, conversation_id, message_id, client, endpoint, model, sent, messages, created_at, finish_reason, tokens"
+)
+SCHEMA_VERSION = 9
 """1: the first release (it left ``user_version`` at 0), token steps in format 1.
 2: token steps keyed by stage name (token records of version 2; each record names its
 version, :mod:`engine.api.codec` reads every one, so later record versions need no migration).
@@ -120,7 +124,10 @@ steps (``app.model.reply_origin``)).
 reply message, its client, endpoint (``chat`` or ``completion``) and model, its settings as
 the client sent them (JSON), its messages exactly as sent (JSON: what the model is sent again
 for its reply), when it came, and how it ended (NULL while it is written, or after a crash)
-with its token count (``app.store.served_log``)."""
+with its token count (``app.store.served_log``).
+9: a served request refused with a 400 is listed too (issue 51, #10): ``served`` rows
+without a conversation or message (NULL), their ``error`` the message the client got,
+``finish_reason`` ``refused``."""
 INTERRUPTED = FinishReason.INTERRUPTED
 
 
@@ -170,6 +177,14 @@ def _add_served(db: sqlite3.Connection) -> None:
     db.execute(SERVED_SCHEMA)
 
 
+def _served_refusals(db: sqlite3.Connection) -> None:
+    """Rebuilt (SQLite cannot drop a NOT NULL): conversation and message may be NULL, and an error."""
+    db.execute("ALTER TABLE served RENAME TO served_v8")
+    db.execute(SERVED_SCHEMA)
+    db.execute(f"INSERT INTO served({SERVED_V8_COLUMNS}) SELECT {SERVED_V8_COLUMNS} FROM served_v8")
+    db.execute("DROP TABLE served_v8")
+
+
 # MIGRATIONS[v] turns a version-v database into version v + 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _steps_v1_to_v2,
@@ -179,6 +194,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: _add_precision,
     6: _add_backend,
     7: _add_served,
+    8: _served_refusals,
 }
 
 

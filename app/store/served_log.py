@@ -21,8 +21,9 @@ from typing import Any
 @dataclass
 class ServedRow:
     id: int
-    conversation_id: int
-    message_id: int
+    conversation_id: int | None
+    """None: a request refused with a 400, which became no conversation."""
+    message_id: int | None
     client: str
     endpoint: str
     """``chat`` (``/v1/chat/completions``) or ``completion`` (``/v1/completions``)."""
@@ -33,6 +34,8 @@ class ServedRow:
     finish_reason: str | None = None
     """How it ended; None while it is written (or when a crash interrupted it)."""
     tokens: int = 0
+    error: str | None = None
+    """A refused request's error, as its client got it."""
 
 
 class ServedLog:
@@ -61,6 +64,22 @@ class ServedLog:
         )
         self.db.commit()
         return ServedRow(cur.lastrowid, conversation_id, message_id, client, endpoint, model, now, json.loads(text))
+
+    def add_refused(
+        self, client: str, endpoint: str, model: str, sent: Mapping[str, Any], messages: Sequence[Any], error: str
+    ) -> ServedRow:
+        """A request refused with a 400 (``REFUSED``), kept with its error and no conversation."""
+        now = time.time()
+        text = json.dumps(dict(sent), default=str)
+        cur = self.db.execute(
+            "INSERT INTO served(client, endpoint, model, sent, messages, created_at, finish_reason, error)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (client, endpoint, model, text, json.dumps(list(messages), default=str), now, REFUSED, error),
+        )
+        self.db.commit()
+        row = ServedRow(cur.lastrowid, None, None, client, endpoint, model, now, json.loads(text), REFUSED)
+        row.error = error
+        return row
 
     def finish(self, served_id: int, finish_reason: str, tokens: int) -> None:
         self.db.execute(
@@ -94,11 +113,13 @@ class ServedLog:
         return tuple({str(k): str(v) for k, v in m.items()} for m in value) if ok else ()
 
 
-_COLUMNS = "id, conversation_id, message_id, client, endpoint, model, created_at, sent, finish_reason, tokens"
+_COLUMNS = "id, conversation_id, message_id, client, endpoint, model, created_at, sent, finish_reason, tokens, error"
+REFUSED = "refused"
+"""How a request refused with a 400 ended (``ServedRow.finish_reason``)."""
 
 
 def _row(row: tuple) -> ServedRow:
-    return ServedRow(*row[:7], _loaded(row[7], {}), row[8], row[9])
+    return ServedRow(*row[:7], _loaded(row[7], {}), row[8], row[9], row[10])
 
 
 def _loaded(text: str, empty: Any) -> Any:

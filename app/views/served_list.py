@@ -1,8 +1,9 @@
 """The Served list: every request the app's server answered, the newest first — when it
-came, its client, its tokens so far and how it ended, one row each (the list lives in a
-narrow dock); under the list, the selected request's endpoint, model and settings as the
-client sent them, in full. A click opens its conversation (a request still being written
-streams there like a local reply). The list only shows; ``app.shell.serving`` fills it from
+came, its client, its tokens so far and how it ended (*refused* for a 400), one row each
+(the list lives in a narrow dock); under the list, the selected request's endpoint, model
+and settings as the client sent them, in full, and a refused one's error. A click opens its
+conversation (a request still being written streams there like a local reply; a refused one
+has none). The list only shows; ``app.shell.serving`` fills it from
 ``app.model.served`` and opens what is clicked.
 """
 
@@ -100,6 +101,8 @@ class ServedList(QWidget):
             item.setText(0, time_words(row.created_at))
             item.setText(1, row.client or "unknown client")
             tip = f"{endpoint_of(row)} · {row.model}\nSettings sent: {json.dumps(row.sent, indent=2)}"
+            if row.error:
+                tip += f"\nRefused: {row.error}"
             for column in range(len(COLUMNS)):
                 item.setToolTip(column, tip)
         for column, text in ((2, str(row.tokens)), (3, state_words(row, live))):
@@ -111,7 +114,7 @@ class ServedList(QWidget):
     def select_conversation(self, conversation_id: int | None) -> None:
         """Make the row of ``conversation_id`` current (the conversation open), if it has one."""
         for row_id, row in self._rows.items():
-            if row.conversation_id == conversation_id:
+            if conversation_id is not None and row.conversation_id == conversation_id:
                 self.tree.setCurrentItem(self._items[row_id])
                 return
 
@@ -130,11 +133,13 @@ class ServedList(QWidget):
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
         row = self._row_of(item)
         if row is not None:
+            refused = f"\nRefused (400): {row.error}" if row.error else ""
             self.details.setText(
                 f"{endpoint_of(row)} · {row.model}\nSent: {settings_text(row.sent)}\nFrom: {row.client or 'unknown'}"
+                + refused
             )
 
     def _open(self, item: QTreeWidgetItem, _column: int = 0) -> None:
         row = self._row_of(item)
-        if row is not None:
+        if row is not None and row.conversation_id is not None:  # a refused request has none: its details say why
             self.opened.emit(row.conversation_id)

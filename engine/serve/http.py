@@ -40,7 +40,7 @@ from engine.serve.guard import LocalOnly, error_response, http_error, server_err
 from engine.serve.limits import LimitError, ServeLimits, read_body
 from engine.serve.request_fields import FieldError, ServedRequest, read_request
 from engine.serve.responses import Reply, error_body
-from engine.serve.seam import ServingEngine
+from engine.serve.seam import Refused, ServingEngine
 
 DISCONNECT_POLL_S = 0.25
 RETRY_AFTER_S = 1
@@ -107,13 +107,19 @@ def _ended_early(event: Finished | object) -> tuple[str, str] | None:
 
 
 def make_app(
-    engine: ServingEngine, api_key: str | None = None, limits: ServeLimits | None = None, bound: str = "127.0.0.1"
+    engine: ServingEngine,
+    api_key: str | None = None,
+    limits: ServeLimits | None = None,
+    bound: str = "127.0.0.1",
+    on_refused: Callable[[Refused], object] | None = None,
 ) -> Starlette:
     """The server's application over ``engine``; ``api_key``: the bearer token every request
     must carry (None: none is asked, and only this machine's clients are answered);
     ``limits``: what it takes at most; ``bound``: the address it listens on (a ``Host`` it
-    answers besides the loopback names). ``app.state.live`` is its :class:`LiveRequests`
-    (``stop_all`` on a stop)."""
+    answers besides the loopback names); ``on_refused``: told of each completion request
+    refused with a 400 before it reached ``engine.submit`` (a body that is not JSON, a wrong
+    field), on the server's event loop (the app lists it). ``app.state.live`` is its
+    :class:`LiveRequests` (``stop_all`` on a stop)."""
     limits = limits or ServeLimits()
     live = LiveRequests(limits.max_queued)
 
@@ -144,17 +150,21 @@ def make_app(
             )
         place = live.take()  # counted from here: reading and preparing it take a while too
         handed_over = False
+        seen: dict[str, Any] = {}
         try:
-            answer = await _start(request, chat, live.queues[place])
+            answer = await _start(request, chat, live.queues[place], seen)
             if isinstance(answer, _Started | _Many):
                 handed_over = True  # its answer releases its place when it ends
                 return await answer.respond(lambda: live.release(place))
+            if on_refused is not None and answer.status_code == 400 and "submitted" not in seen:
+                error = json.loads(answer.body)["error"]
+                on_refused(Refused(_client(request), chat, seen.get("body"), error["message"], error.get("param")))
             return answer
         finally:
             if not handed_over:
                 live.release(place)
 
-    async def _start(request: Request, chat: bool, events: asyncio.Queue) -> Any:
+    async def _start(request: Request, chat: bool, events: asyncio.Queue, seen: dict[str, Any]) -> Any:
         try:
             raw = await read_body(request, limits)
         except LimitError as exc:  # the rest of the body is not read: the connection cannot go on
@@ -165,6 +175,7 @@ def make_app(
             return error_response(400, f"the request body is not valid JSON: {exc}.")
         except RecursionError:
             return error_response(400, "the request body is not valid JSON: it is nested too deeply.")
+        seen["body"] = body
         info = engine.info  # read per request: an app's model in use can change while it serves
         try:  # off the event loop and the engine's thread: templating, tokenizing, a grammar
             served = await run_in_threadpool(read_request, body, chat, info.context_length or 1_000_000)
@@ -184,6 +195,7 @@ def make_app(
                 return error_response(400, str(exc), getattr(exc, "field", None))
             return _Many(engine, request, prepared, served.model or info.name, info.eos_token_ids)
         loop = asyncio.get_running_loop()
+        seen["submitted"] = True  # a refusal from here on is the engine's own, which it knows of
         try:
             request_id = await asyncio.wrap_future(
                 engine.submit(served, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))

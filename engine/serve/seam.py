@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from engine.api.backend import ModelInfo
 from engine.api.events import Event, Finished, ScoreDone
@@ -15,6 +16,18 @@ from engine.serve.request_fields import ServedRequest
 
 Sink = Callable[[Event], None]
 """Where a request's events go, called on the engine's thread."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A completion request refused with a 400 before the engine was given it: who sent it,
+    to which endpoint, its body when it was JSON (else None), and the error it was sent."""
+
+    client: str
+    chat: bool
+    body: Any
+    message: str
+    param: str | None = None
 
 
 def deliver(sinks: dict[int, Sink], event: Event) -> bool:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from engine.serve.address import bind
 from engine.serve.http import make_app
 from engine.serve.limits import ServeLimits
-from engine.serve.seam import ServingEngine
+from engine.serve.seam import Refused, ServingEngine
 
 START_TIMEOUT_S = 10.0
 GRACE_S = 2
@@ -18,7 +19,8 @@ GRACE_S = 2
 
 
 class ServerThread:
-    """Serves ``engine`` on ``host:port`` from now until :meth:`stop`, within ``limits``. The
+    """Serves ``engine`` on ``host:port`` from now until :meth:`stop`, within ``limits``
+    (``on_refused``: ``engine.serve.http.make_app``'s). The
     socket is bound here, on the caller's thread: a port in use raises ``OSError`` at once."""
 
     def __init__(
@@ -28,13 +30,14 @@ class ServerThread:
         port: int,
         api_key: str | None = None,
         limits: ServeLimits | None = None,
+        on_refused: Callable[[Refused], object] | None = None,
     ) -> None:
         from engine.serve.listener import make_server
 
         sock = bind(host, port)
         self.host, self.port = host, sock.getsockname()[1]
         self.limits = limits or ServeLimits()
-        app = make_app(engine, api_key, self.limits, host)
+        app = make_app(engine, api_key, self.limits, host, on_refused)
         self._server = make_server(app, self.limits, app.state.live.stop_all, GRACE_S)
         self._failure: BaseException | None = None
 

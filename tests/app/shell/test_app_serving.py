@@ -2,7 +2,8 @@
 and httpx) on 127.0.0.1: a served request is a conversation in the Served list, streaming
 live; opened, it streams in the chat, its tokens carry what the client was sent; the app's
 own reply runs beside it; a client that goes away cancels its request; a bad body is a 400
-that changes nothing; a served reply branches like any other; the list survives a restart."""
+that is listed, refused, and makes no conversation; a served reply branches like any other;
+the list survives a restart."""
 
 from __future__ import annotations
 
@@ -149,7 +150,9 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):
             in_background(lambda: httpx.post(f"{url}/chat/completions", json={"messages": messages, "top_k": "x"})),
         )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_k"
-        assert len(served.rows) == 1
+        # It is listed, refused with its error, and becomes no conversation.
+        qtbot.waitUntil(lambda: len(served.rows) == 2, timeout=TIMEOUT)
+        assert served.rows[0].finish_reason == "refused" and served.rows[0].conversation_id is None
         # A client that goes away cancels its request; the reply so far is kept. (Every client
         # call runs off the GUI thread: a request reaches the engine through it.)
         body = {"messages": messages, "max_tokens": 400, "logit_bias": no_eos, "stream": True}
@@ -163,7 +166,7 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):
         assert any(line.startswith("data: {") for line in left)
         qtbot.waitUntil(lambda: not served.live, timeout=TIMEOUT)
         assert served.rows[0].finish_reason == "cancelled" and 0 < served.rows[0].tokens < 400
-        assert "2 requests" in window.serving.label.text()
+        assert "3 requests" in window.serving.label.text()
         # A completion: its raw prompt is inspectable, not continued as if it were a chat turn.
         text = wait_for(
             qtbot,
@@ -195,9 +198,9 @@ def test_a_served_conversation_in_the_app(qtbot, profile, tiny_folder):
     window = open_window(qtbot, profile, str(tiny_folder))
     try:
         rows = window.model.served.rows
-        assert [r.endpoint for r in rows] == ["completion", "chat", "chat"]
-        assert [r.finish_reason for r in rows] == ["length", "cancelled", "length"]
-        assert window.serving.list.row_count() == 3
+        assert [r.endpoint for r in rows] == ["completion", "chat", "chat", "chat"]
+        assert [r.finish_reason for r in rows] == ["length", "cancelled", "refused", "length"]
+        assert window.serving.list.row_count() == 4
         assert json.loads(json.dumps(rows[-1].sent))["top_k"] == 20
         # A port in use is said where it was asked for, and nothing starts.
         from app.views.serve_dialog import ServeChoice
@@ -277,4 +280,69 @@ def test_stop_serving_in_a_prefill_clears_the_status_bar(qtbot, profile, long_co
         assert not window.status.progress.isVisible(), window.status.progress.format()
     finally:
         window.serving.stop()
+        close_window(window)
+
+
+def test_requests_refused_with_a_400_are_listed_with_their_error(qtbot, profile, tiny_folder):
+    """Issue 51 #10: every request appears in the Served list, a 400 too (a misspelled field,
+    a body that is not JSON, a wrong value sent by the openai SDK): State *refused*, its error
+    below the list, no conversation to open, kept after a restart."""
+    window = open_window(qtbot, profile, str(tiny_folder))
+    try:
+        url = start_serving(window)
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=60)
+        hello = [{"role": "user", "content": "hello"}]
+        misspelled = wait_for(
+            qtbot,
+            in_background(lambda: httpx.post(f"{url}/chat/completions", json={"messages": hello, "temprature": 0.5})),
+        )
+        assert misspelled.status_code == 400
+        not_json = wait_for(
+            qtbot,
+            in_background(
+                lambda: httpx.post(
+                    f"{url}/completions", content=b'{"prompt": ', headers={"Content-Type": "application/json"}
+                )
+            ),
+        )
+        assert not_json.status_code == 400
+
+        def sdk() -> BaseException:
+            try:
+                client.chat.completions.create(model="tiny", messages=hello, extra_body={"top_k": "x"})
+            except openai.BadRequestError as exc:
+                return exc
+            raise AssertionError("the request was not refused")
+
+        assert wait_for(qtbot, in_background(sdk)).status_code == 400
+        served = window.model.served
+        qtbot.waitUntil(lambda: len(served.rows) == 3, timeout=TIMEOUT)
+        top_k, broken, typo = served.rows
+        assert {r.finish_reason for r in served.rows} == {"refused"}
+        assert all(r.conversation_id is None for r in served.rows)
+        assert "temprature" in typo.error and typo.endpoint == "chat" and typo.sent == {"temprature": 0.5}
+        assert "not valid JSON" in broken.error and broken.endpoint == "completion"
+        assert "top_k" in top_k.error and top_k.client.endswith(client.user_agent)
+        assert window.store.reads.conversations() == []
+        assert "3 requests" in window.serving.label.text()
+        tree = window.serving.list.tree
+        assert [tree.topLevelItem(i).text(STATE) for i in range(3)] == ["refused"] * 3
+        # Clicked, it opens nothing (it has no conversation); the details say why it was refused.
+        opened: list[int] = []
+        window.serving.list.opened.connect(opened.append)
+        tree.setCurrentItem(tree.topLevelItem(2))
+        tree.itemClicked.emit(tree.topLevelItem(2), 0)
+        assert opened == [] and window.model.conversation is None
+        assert (
+            "Refused (400)" in window.serving.list.details.text() and "temprature" in window.serving.list.details.text()
+        )
+        assert "temprature" in tree.topLevelItem(2).toolTip(0)
+    finally:
+        window.serving.stop()
+        close_window(window)
+    window = open_window(qtbot, profile, str(tiny_folder))
+    try:
+        assert [r.finish_reason for r in window.model.served.rows] == ["refused"] * 3
+        assert window.serving.list.row_count() == 3
+    finally:
         close_window(window)
