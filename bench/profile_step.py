@@ -31,7 +31,7 @@ def greedy(loaded) -> SamplingParams:
 def profile(loaded, batch: int, repeats: int = 7, prompt_ids: list[int] | None = None) -> dict:
     # No speculative decode: it launches the next forward pass inside step(), which the next
     # "forward" measurement would then wait for (two passes counted as one, a step as less).
-    scheduler = Scheduler(loaded, max_batch_size=batch, prefill_chunk=512, speculate=False)
+    scheduler = Scheduler(loaded, max_batch_size=batch, prefill_chunk=512, sample_ahead=False)
     words = PROMPT.split()
     for i in range(batch):
         ids = prompt_ids if prompt_ids is not None else loaded.tokenizer.encode(" ".join(words[i % 5 :]))

@@ -109,7 +109,7 @@ def _state_arrays(sampling) -> list[mx.array]:
 
 def ours(loaded: LoadedModel, batch: int, settings: dict) -> dict:
     """Our step's graph after the logits, at ``batch`` rows sharing ``settings``."""
-    scheduler = Scheduler(loaded, max_batch_size=batch, prefill_chunk=512, speculate=False)
+    scheduler = Scheduler(loaded, max_batch_size=batch, prefill_chunk=512, sample_ahead=False)
     prompt = loaded.tokenizer.encode(PROMPT)
     for i in range(batch):
         params = SamplingParams(seed=i, max_tokens=10_000, top_logprobs=10, logit_bias=no_eos(loaded), **settings)

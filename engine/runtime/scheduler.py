@@ -61,7 +61,7 @@ class Scheduler:
         prefill_chunk: int | None = 128,
         prefix_cache_entries: int = 8,
         history_records: int = 256,
-        speculate: bool = True,
+        sample_ahead: bool = True,
     ) -> None:
         sizes = [("max_batch_size", max_batch_size)] + ([("prefill_chunk", prefill_chunk)] if prefill_chunk else [])
         if prefill_chunk is not None and not prefill_chunk:
@@ -107,7 +107,7 @@ class Scheduler:
         self.continuations = Continuations(self, self.queue)
         """Requests made from others (branch, continue, fork): ``branch`` and the rest forward there."""
         self._prefilling: list[Request] = []  # the group whose prefill chunk runs now
-        self.speculate = speculate
+        self.sample_ahead = sample_ahead
         self.drafter: Drafter | None = None
         """A draft model proposing blocks the target checks in one pass (``set_draft``), or None."""
         self._last_final: mx.array | None = None  # the last sampled step's final logits
@@ -317,8 +317,8 @@ class Scheduler:
         The next step is queued whole before this one is read back (``engine.runtime.lookahead``).
         Its sampling is kept only while nothing it assumed changed (a live change, a join, a
         switch of settings or a forced token: its logits are sampled again), so a change
-        applies from the next token and a speculated token is never reported. New rows
-        waiting to join turn speculation off for a step.
+        applies from the next token and a token sampled ahead is never reported. New rows
+        waiting to join turn sampling ahead off for a step.
         """
         logits, ahead = self._lookahead.take(self._sampling.version)
         if logits is None and self.drafter is not None:
@@ -332,12 +332,12 @@ class Scheduler:
             for request in self._active:
                 request.fed += 1
         ahead_ok = (
-            self.speculate
+            self.sample_ahead
             and self.drafter is None
             and not self.queue.waiting
             and not all(self._last_step(r) for r in self._active)
         )
-        events = self._sample(self._active, logits, self._sampling, speculate=ahead_ok, ahead=ahead)
+        events = self._sample(self._active, logits, self._sampling, sample_ahead=ahead_ok, ahead=ahead)
         self._drop_finished(events)
         return events
 
@@ -386,11 +386,11 @@ class Scheduler:
         requests: list[Request],
         logits: mx.array,
         sampling: SamplingBatch,
-        speculate: bool = False,
+        sample_ahead: bool = False,
         ahead: Sampled | None = None,
     ) -> list[Event]:
         """Sample ``logits`` (or take ``ahead``, this step sampled during the last one, unless
-        a token is forced), queue the next step when ``speculate``, read this one back and
+        a token is forced), queue the next step when ``sample_ahead``, read this one back and
         accept its tokens."""
         forced = [next_forced(r) for r in requests]
         carries = [sampling.carry(row) for row in range(len(requests))]
@@ -404,7 +404,7 @@ class Scheduler:
         if pairs:  # the divergences ride along in the step's one transfer
             js = pair_divergences(sampled.final, pairs)
             packed_device = mx.concatenate([packed_device, js])
-        if speculate:
+        if sample_ahead:
             mx.async_eval(packed_device)
             ahead_by = sampling if not pairs and sampling is self._sampling else None
             self._lookahead.queue(self.model, self._batch, self.kv, requests, sampled.tokens, ahead_by)

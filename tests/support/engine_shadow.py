@@ -191,10 +191,10 @@ class Replay:
     skipped: str | None = None
 
 
-def replay(loaded: LoadedModel, spec: Spec, prefill_chunk: int, speculate: bool, limit: int | None) -> Replay:
+def replay(loaded: LoadedModel, spec: Spec, prefill_chunk: int, sample_ahead: bool, limit: int | None) -> Replay:
     """``spec`` run alone on a fresh scheduler: the same start and the same update_params at
     the same output indices. ``limit``: stop after that many tokens (a cancelled request)."""
-    scheduler = Scheduler(loaded, prefill_chunk=prefill_chunk, speculate=speculate)
+    scheduler = Scheduler(loaded, prefill_chunk=prefill_chunk, sample_ahead=sample_ahead)
     if spec.kind in ("insert", "fork") or (spec.kind == "fork_from" and not spec.earlier):
         rid = scheduler.insert(spec.base, spec.params)
     elif spec.kind in ("branch", "continue"):

@@ -205,7 +205,7 @@ def test_an_unpadded_batch_decodes_through_mlx_lms_own_graph(tiny):
     from mlx_lm.models.cache import make_prompt_cache
 
     prompt = tiny.tokenizer.encode("The cat sat on the mat")
-    scheduler = Scheduler(tiny, prefill_chunk=512, speculate=False)
+    scheduler = Scheduler(tiny, prefill_chunk=512, sample_ahead=False)
     no_eos = {t: -100.0 for t in tiny.eos_token_ids}
     scheduler.insert(prompt, SamplingParams(max_tokens=20, logit_bias=no_eos))
     while not scheduler._active:

@@ -218,7 +218,7 @@ class EngineMachine(RuleBasedStateMachine):
         prefill_chunk=st.sampled_from([1, 2, 3, 5, 8, 128]),
         prefix_cache_entries=st.sampled_from([0, 1, 2, 8]),
         history_records=st.sampled_from([1, 2, 3, 256]),
-        speculate=st.booleans(),
+        sample_ahead=st.booleans(),
         first=st.integers(1, 3),
         data=st.data(),
     )
@@ -858,7 +858,7 @@ class EngineMachine(RuleBasedStateMachine):
             chosen = zlib.crc32(repr((spec.id, spec.base, spec.tokens)).encode()) < REPLAY_FRACTION * 2**32
             if limit == 0 or not chosen:
                 continue
-            solo = replay(self.loaded, spec, self.config["prefill_chunk"], self.config["speculate"], limit)
+            solo = replay(self.loaded, spec, self.config["prefill_chunk"], self.config["sample_ahead"], limit)
             if solo.skipped:
                 OUTCOMES[f"replay skipped: {solo.skipped}"] += 1
                 continue

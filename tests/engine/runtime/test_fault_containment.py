@@ -42,7 +42,7 @@ def test_a_failing_step_ends_only_its_requests_and_the_next_request_works(tiny, 
     ref_id = reference.insert(prompt, params)
     expected = tokens(drain(reference), ref_id)
 
-    scheduler = Scheduler(tiny, prefill_chunk=8, speculate=False)
+    scheduler = Scheduler(tiny, prefill_chunk=8, sample_ahead=False)
     flaky = Flaky(tiny.model, fail_at)
     scheduler.model = flaky
     first = [scheduler.insert(prompt, params), scheduler.insert(prompt[:5], params)]

@@ -267,10 +267,10 @@ def test_continue_output_equals_branch(tiny, prompt):
     assert not scheduler.has_work()
 
 
-def scripted_run(tiny, prompt, speculate: bool):
+def scripted_run(tiny, prompt, sample_ahead: bool):
     """Joins, a cancel, a live parameter change and an EOS finish, step by step."""
     (eos,) = tiny.eos_token_ids
-    scheduler = Scheduler(tiny, speculate=speculate, prefill_chunk=5)
+    scheduler = Scheduler(tiny, sample_ahead=sample_ahead, prefill_chunk=5)
     a = scheduler.insert(prompt, SAMPLED.with_changes(max_tokens=20))
     b = scheduler.insert(prompt[:5], SamplingParams(max_tokens=14, top_logprobs=4))
     events = []
@@ -296,14 +296,14 @@ def scripted_run(tiny, prompt, speculate: bool):
     ], c
 
 
-def test_speculative_decode_changes_nothing(tiny, prompt):
-    plain, c = scripted_run(tiny, prompt, speculate=False)
-    ahead, _ = scripted_run(tiny, prompt, speculate=True)
+def test_sampling_ahead_changes_nothing(tiny, prompt):
+    plain, c = scripted_run(tiny, prompt, sample_ahead=False)
+    ahead, _ = scripted_run(tiny, prompt, sample_ahead=True)
     assert ahead == plain
     assert any(kind == "Finished" and rid == c for kind, rid, *_ in plain)
 
 
-def pipelined_run(tiny, prompt, speculate: bool, monkeypatch) -> tuple[list, int]:
+def pipelined_run(tiny, prompt, sample_ahead: bool, monkeypatch) -> tuple[list, int]:
     """Penalties over a short window (their counts taken on the device ahead), a stop
     string, a live change, a cancel, a join and a row whose chain holds DRY (its repeats
     keyed before the token, finished on the device ahead): every event whole, and how many
@@ -311,13 +311,13 @@ def pipelined_run(tiny, prompt, speculate: bool, monkeypatch) -> tuple[list, int
     taken = []
     original = Scheduler._sample
 
-    def spy(self, requests, logits, sampling, speculate=False, ahead=None):
+    def spy(self, requests, logits, sampling, sample_ahead=False, ahead=None):
         taken.append(ahead is not None)
-        return original(self, requests, logits, sampling, speculate, ahead)
+        return original(self, requests, logits, sampling, sample_ahead, ahead)
 
     monkeypatch.setattr(Scheduler, "_sample", spy)
     window = SAMPLED.with_changes(presence_penalty=0.5, frequency_penalty=0.3, penalty_window=3, max_tokens=18)
-    scheduler = Scheduler(tiny, speculate=speculate, prefill_chunk=64)
+    scheduler = Scheduler(tiny, sample_ahead=sample_ahead, prefill_chunk=64)
     a = scheduler.insert(prompt, window)
     b = scheduler.insert(prompt[:4], window.with_changes(seed=5, stop=("ab",), top_logprobs=6))
     events = []

@@ -52,9 +52,9 @@ def _rows() -> list[tuple[str, bool, SamplingParams]]:
     ]
 
 
-def _generate(smollm, speculate: bool) -> list[list[TokenStep]]:
+def _generate(smollm, sample_ahead: bool) -> list[list[TokenStep]]:
     tok = smollm.tokenizer
-    scheduler = Scheduler(smollm, speculate=speculate)
+    scheduler = Scheduler(smollm, sample_ahead=sample_ahead)
     ids = []
     for text, chat, params in _rows():
         prompt = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
@@ -104,12 +104,12 @@ def _misplaced(steps: list[TokenStep]) -> list[tuple[int, int, float, float]]:
 
 @pytest.fixture(scope="module")
 def replies(smollm) -> dict[bool, list[list[TokenStep]]]:
-    return {speculate: _generate(smollm, speculate) for speculate in (False, True)}
+    return {sample_ahead: _generate(smollm, sample_ahead) for sample_ahead in (False, True)}
 
 
-@pytest.mark.parametrize("speculate", [False, True], ids=["in-turn", "sampled-ahead"])
-def test_each_kept_set_is_the_one_mu_replayed_from_the_records_gives(replies, speculate):
-    rows = replies[speculate]
+@pytest.mark.parametrize("sample_ahead", [False, True], ids=["in-turn", "sampled-ahead"])
+def test_each_kept_set_is_the_one_mu_replayed_from_the_records_gives(replies, sample_ahead):
+    rows = replies[sample_ahead]
     assert [len(r) for r in rows] == [TOKENS] * len(rows)
     for row, steps in enumerate(rows[:-1]):
         assert _misplaced(steps) == [], f"row {row}"

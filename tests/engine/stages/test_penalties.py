@@ -175,12 +175,12 @@ def test_candidate_counts_are_the_window_counts_with_penalties_on_or_off(tiny):
 WINDOWS = (1, 2, 3, 0)
 
 
-def _penalised_run(tiny, speculate: bool, two_groups: bool) -> list[list[int]]:
+def _penalised_run(tiny, sample_ahead: bool, two_groups: bool) -> list[list[int]]:
     """Rows with windows of 1, 2, 3 and all, finishing apart, one joining late and one
     changing its window live; after every step the device's counts must equal a NumPy
     recount of the running rows' histories. Returns each row's tokens (the extra row's apart)."""
     prompt = tiny.tokenizer.encode("abcabcabc abc")
-    scheduler = Scheduler(tiny, speculate=speculate)
+    scheduler = Scheduler(tiny, sample_ahead=sample_ahead)
 
     def params(i: int, window: int) -> SamplingParams:
         return SamplingParams(
@@ -219,7 +219,7 @@ def test_counts_the_step_updates_equal_a_recount_and_the_scattered_counts(tiny):
     """The compiled step's own update of the counts (``next_counts``, a whole-batch group),
     sampled ahead or not, equals a recount after every step, and draws the same tokens as
     counts scattered in (two groups)."""
-    whole = _penalised_run(tiny, speculate=True, two_groups=False)
-    assert whole == _penalised_run(tiny, speculate=False, two_groups=False)
-    assert whole == _penalised_run(tiny, speculate=True, two_groups=True)
+    whole = _penalised_run(tiny, sample_ahead=True, two_groups=False)
+    assert whole == _penalised_run(tiny, sample_ahead=False, two_groups=False)
+    assert whole == _penalised_run(tiny, sample_ahead=True, two_groups=True)
     assert sum(map(len, whole)) > 60

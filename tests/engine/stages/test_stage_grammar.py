@@ -258,8 +258,8 @@ def test_in_a_batch_each_row_is_what_it_is_alone(tiny, prompt):
 def test_pipelined_or_not_the_same_reply(tiny, prompt):
     params = json_params(max_tokens=25, temperature=1.0, seed=7, repetition_penalty=1.2)
     replies = []
-    for speculate in (True, False):
-        scheduler = Scheduler(tiny, speculate=speculate)
+    for sample_ahead in (True, False):
+        scheduler = Scheduler(tiny, sample_ahead=sample_ahead)
         rid = scheduler.insert(prompt, params)
         replies.append([(s.token_id, s.grammar.allowed) for s in steps_of(run(scheduler), rid)])
     assert replies[0] == replies[1]

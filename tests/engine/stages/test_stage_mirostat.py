@@ -322,7 +322,7 @@ def test_cli_generate_and_score_run_mirostat(tiny_folder):
 
 
 def _mirostat_run(
-    tiny, speculate: bool, shift: float = 0.0, two_groups: bool = False
+    tiny, sample_ahead: bool, shift: float = 0.0, two_groups: bool = False
 ) -> tuple[list[list[TokenStep]], dict[str, int]]:
     """Rows with their own τ, η and lengths, one joining late and one changing τ and η live;
     after every step each row's μ must be the host fold (``next_mu``) of its reported
@@ -330,7 +330,7 @@ def _mirostat_run(
     sampled ahead reads), to see the host's check discard such a step. Returns each row's
     steps and how many steps were sampled ahead and how many of those were used."""
     prompt = tiny.tokenizer.encode("the cat sat on the mat, the cat sat")
-    scheduler = Scheduler(tiny, speculate=speculate)
+    scheduler = Scheduler(tiny, sample_ahead=sample_ahead)
     mus = scheduler._sampling.states["mirostat_v2"]
     seen = {"ahead": 0, "held": 0}
     sample_ahead, updated, accept = SamplingBatch.sample_ahead, MuRows.updated, MuRows.accept
@@ -392,13 +392,13 @@ def test_mu_computed_on_the_device_samples_the_next_step_ahead_and_is_the_hosts(
     float32 operations, so a mirostat chain is sampled ahead; the host checks the μ it read
     and samples the step again where a rounding of log Z differs. Either way every token,
     logprob and cut is the one of a run that never samples ahead."""
-    plain, none = _mirostat_run(tiny, speculate=False)
-    ahead, seen = _mirostat_run(tiny, speculate=True)
+    plain, none = _mirostat_run(tiny, sample_ahead=False)
+    ahead, seen = _mirostat_run(tiny, sample_ahead=True)
     assert _figures(ahead) == _figures(plain)
     assert none["ahead"] == 0 and sum(map(len, plain)) > 60
     assert seen["ahead"] > 15 and seen["held"] >= 0.8 * seen["ahead"], seen
     # A μ the host does not hold is never used: every step sampled ahead is sampled again.
-    shifted, missed = _mirostat_run(tiny, speculate=True, shift=3.0)
+    shifted, missed = _mirostat_run(tiny, sample_ahead=True, shift=3.0)
     assert _figures(shifted) == _figures(plain)
     assert missed["ahead"] > 0 and missed["held"] == 0, missed
 
@@ -408,11 +408,11 @@ def test_mu_of_a_step_in_several_groups_is_joined_in_batch_order(tiny):
     is computed in the mirostat group and joined with the other rows' in batch order
     (``Stage.update_rows``), so the batch is still sampled ahead, and reports what a run
     that never samples ahead reports."""
-    plain, _ = _mirostat_run(tiny, speculate=False, two_groups=True)
-    ahead, seen = _mirostat_run(tiny, speculate=True, two_groups=True)
+    plain, _ = _mirostat_run(tiny, sample_ahead=False, two_groups=True)
+    ahead, seen = _mirostat_run(tiny, sample_ahead=True, two_groups=True)
     assert _figures(ahead) == _figures(plain)
     assert seen["ahead"] > 15 and seen["held"] >= 0.8 * seen["ahead"], seen
-    shifted, missed = _mirostat_run(tiny, speculate=True, shift=3.0, two_groups=True)
+    shifted, missed = _mirostat_run(tiny, sample_ahead=True, shift=3.0, two_groups=True)
     assert _figures(shifted) == _figures(plain)
     assert missed["held"] == 0, missed
 
