@@ -118,7 +118,7 @@ def delete_request(store: Store, conversation_id: int) -> None:
 def _removable(protected: Collection[int], first_live_id: int) -> str:
     """The rows that may go: ended, or left unended by an earlier run (interrupted); not a
     conversation in ``protected``."""
-    ids = ",".join(str(int(c)) for c in protected) or "NULL"
+    ids = ",".join(str(int(c)) for c in protected) or "-1"  # NOT IN (NULL) would match nothing
     return (
         f"(finish_reason IS NOT NULL OR id < {int(first_live_id)})"
         f" AND (conversation_id IS NULL OR conversation_id NOT IN ({ids}))"

@@ -83,8 +83,12 @@ def test_a_burst_is_written_off_the_gui_thread_within_the_retention(qtbot, profi
         assert len(served.rows) == KEEP and window.serving.list.row_count() == KEEP
         assert {r.finish_reason for r in served.rows} == {"length"}
         assert [r.id for r in served.rows] == sorted((r.id for r in served.rows), reverse=True)
+        # A smaller retention set with nothing open and nothing being written applies at once.
+        window.serving.cleanup.set_keep(2)
+        settle(qtbot, window, BURST)
+        assert stored(db) == (2, 2) and len(served.rows) == 2
         # The setting is kept for the next start.
-        assert int(window.settings.value("serving/keep_requests")) == KEEP
+        assert int(window.settings.value("serving/keep_requests")) == 2
     finally:
         window.serving.stop()
         close_window(window)
