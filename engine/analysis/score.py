@@ -40,6 +40,7 @@ from engine.sampling.unpack import CountOf, to_host, unpack_row, untrusted
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, StateContext
+from engine.stages.grammar import GrammarFacts
 from engine.stages.vocabulary import Vocabulary
 
 ScoreEvent = TokenStep | PrefillProgress | ScoreDone
@@ -168,7 +169,7 @@ class _PositionState:
         position reached: a run of positions is unpacked after it advanced through them)."""
         return self.states["penalties"].counter(0, end=position)
 
-    def advance(self, step: TokenStep | None = None) -> tuple[bool, bool] | None:
+    def advance(self, step: TokenStep | None = None) -> GrammarFacts | None:
         """Move to the next position: the token at this one joins the history (with the
         step that scored it, for states that read it). Returns the grammar's facts after it
         (``engine.sampling.batch.grammar_facts``)."""

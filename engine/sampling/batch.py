@@ -29,7 +29,7 @@ from engine.sampling.unpack import CountOf, RowInspection
 from engine.specs import row_chain
 from engine.stages import STAGES
 from engine.stages.base import Accepted, Rows, RowsState, StateContext, device_constant
-from engine.stages.grammar import GrammarRows
+from engine.stages.grammar import GrammarFacts, GrammarRows
 from engine.stages.vocabulary import Vocabulary
 
 _Recorded = TypeVar("_Recorded", RowInspection, TokenStep)
@@ -74,18 +74,18 @@ def new_states(
     return out
 
 
-def grammar_facts(states: Mapping[str, RowsState], row: int) -> tuple[bool, bool] | None:
+def grammar_facts(states: Mapping[str, RowsState], row: int) -> GrammarFacts | None:
     """:meth:`engine.stages.grammar.GrammarRows.facts` of row ``row`` (None: no grammar)."""
     grammar = states.get("grammar")
     return grammar.facts(row) if isinstance(grammar, GrammarRows) else None
 
 
-def with_facts(inspection: _Recorded, facts: tuple[bool, bool] | None) -> _Recorded:
+def with_facts(inspection: _Recorded, facts: GrammarFacts | None) -> _Recorded:
     """``inspection`` (a row's, or a scored token's step) with its grammar record completed
     by :func:`grammar_facts`."""
     if inspection.grammar is None or facts is None:
         return inspection
-    return replace(inspection, grammar=replace(inspection.grammar, accepting=facts[0], left=facts[1]))
+    return replace(inspection, grammar=replace(inspection.grammar, accepting=facts.accepting, left=facts.left))
 
 
 def state_inputs(

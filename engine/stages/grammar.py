@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import mlx.core as mx
 import numpy as np
@@ -95,6 +95,15 @@ def _removed(kept: float, log_z: float) -> float:
     if kept == -math.inf:
         return 1.0
     return min(1.0, max(0.0, -math.expm1(kept - log_z)))
+
+
+class GrammarFacts(NamedTuple):
+    """What a row's grammar says after its last token."""
+
+    accepting: bool
+    """The output so far is complete under the grammar."""
+    left: bool
+    """A forced token the grammar forbids came: it keeps every token from there on."""
 
 
 @dataclass
@@ -178,11 +187,10 @@ class GrammarRows:
     def advance(self, tokens: mx.array, leaving: Sequence[int | None]) -> None:
         raise NotImplementedError
 
-    def facts(self, row: int) -> tuple[bool, bool] | None:
-        """Row ``row``'s grammar after its last token: whether the output is complete under
-        it, and whether a forced token left it (None: the row has no grammar)."""
+    def facts(self, row: int) -> GrammarFacts | None:
+        """Row ``row``'s grammar after its last token (None: the row has no grammar)."""
         state = self.rows[row]
-        return None if state is None else (state.accepting(), state.left)
+        return None if state is None else GrammarFacts(state.accepting(), state.left)
 
 
 def _row(ctx: StateContext, params: SamplingParams, history: Sequence[int], carry: Any) -> GrammarRow | None:
