@@ -81,8 +81,9 @@ class ServedCleanup:
         box = QMessageBox(
             QMessageBox.Icon.Warning,
             "Delete served requests",
-            f"Delete {count} served request{'s' if count != 1 else ''} and {'their' if count != 1 else 'its'} "
-            "conversation? Requests being written and the open conversation stay. This cannot be undone.",
+            f"Delete {count} served request{'s' if count != 1 else ''} and "
+            f"{'their conversations' if count != 1 else 'its conversation'}? Requests being written and the open "
+            "conversation stay. This cannot be undone.",
             QMessageBox.StandardButton.Cancel,
             self.context.parent,
         )
