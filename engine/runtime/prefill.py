@@ -46,7 +46,7 @@ class PromptReader:
     call: the scheduler's ``model`` is the one that runs)."""
 
     def __init__(self, kv_setting: KVQuantization, chunks: ChunkSizer, store: kv.PrefixStore, checkpoint: bool) -> None:
-        self.kv, self.chunks, self.store = kv_setting, chunks, store
+        self.kv_quantization, self.chunks, self.store = kv_setting, chunks, store
         self.checkpoint = checkpoint
         """Keep each prompt's end in the store: the model's caches cannot be cut back (a
         wrapped window, recurrent state), so a branch prefills only what follows it."""
@@ -66,7 +66,7 @@ class PromptReader:
             if request.caches is None:
                 request.reused, request.caches = self.store.lookup(request.prompt)
                 if request.caches is None:
-                    request.caches = kv.new_request_cache(model, self.kv)
+                    request.caches = kv.new_request_cache(model, self.kv_quantization)
                 request.prefilled = request.reused
             self._ready_at = time.perf_counter()
             chunk = self._build(model, request, busy)
@@ -90,7 +90,7 @@ class PromptReader:
         start = request.prefilled
         tokens = request.prompt[start : start + self.chunks.size(busy=busy)]
         logits = model(mx.array(tokens)[None], cache=request.caches)
-        kv.after_forward(request.caches, self.kv)
+        kv.after_forward(request.caches, self.kv_quantization)
         request.prefilled += len(tokens)
         request.fed = request.prefilled
         # Wait on the caches as this chunk leaves them, never on its logits: a chunk before

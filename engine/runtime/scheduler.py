@@ -77,7 +77,7 @@ class Scheduler:
                 "(batched: KVCache, RotatingKVCache, ArraysCache, CacheList)."
             )
         check_kinds(caches, loaded.kv)
-        self.kv = loaded.kv
+        self.kv_quantization = loaded.kv
         """The model's KV-cache quantization, fixed for this scheduler (its caches and prefix store)."""
         self.cache_kinds = kv.kinds(caches)
         self.loaded = loaded
@@ -93,7 +93,7 @@ class Scheduler:
         self.prefix_store = kv.PrefixStore(prefix_cache_entries)
         # Sliding windows wrap and recurrent state cannot be cut back: keep prompt ends.
         checkpoint = self.cache_kinds != ["KVCache"]
-        self.prompts = PromptReader(self.kv, self.chunks, self.prefix_store, checkpoint)
+        self.prompts = PromptReader(self.kv_quantization, self.chunks, self.prefix_store, checkpoint)
         """Reads the prompt of the request at the head of the queue, a chunk per step."""
         self.queue = RequestQueue(history_records)
         self._active: list[Request] = []
@@ -328,7 +328,7 @@ class Scheduler:
         if logits is None:
             inputs = mx.array([[r.generated[-1]] for r in self._active])
             logits = self.model(inputs, cache=self._batch)[:, -1, :]
-            kv.after_batch_forward(self._batch, self.kv)
+            kv.after_batch_forward(self._batch, self.kv_quantization)
             for request in self._active:
                 request.fed += 1
         ahead_ok = (
@@ -407,7 +407,7 @@ class Scheduler:
         if sample_ahead:
             mx.async_eval(packed_device)
             ahead_by = sampling if not pairs and sampling is self._sampling else None
-            self._lookahead.queue(self.model, self._batch, self.kv, requests, sampled.tokens, ahead_by)
+            self._lookahead.queue(self.model, self._batch, self.kv_quantization, requests, sampled.tokens, ahead_by)
         host = to_host(packed_device)  # the one transfer
         top_ns = [r.params.top_logprobs for r in requests]
         inspections = sampled.unpack_all(host, top_ns, self.text.piece, sampling.counters())

@@ -377,7 +377,7 @@ def test_the_session_loads_with_the_setting_and_keeps_its_model_on_a_refusal(fol
 
     session = EngineSession(prefill_chunk=8)
     info = session.load(str(folder), kv=KVQuantization(4, 32))
-    assert info.kv == KVQuantization(4, 32) and session.scheduler.kv == info.kv
+    assert info.kv == KVQuantization(4, 32) and session.scheduler.kv_quantization == info.kv
     scheduler = session.scheduler
     with pytest.raises(EngineError, match="RotatingKVCache"):
         session.load(str(write_tiny_arch(tmp_path / "gemma", "gemma3_text")), kv=KVQuantization(8, 32))
