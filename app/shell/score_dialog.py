@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Slot
-from PySide6.QtWidgets import QAbstractButton, QLabel, QWidget
+from PySide6.QtWidgets import QAbstractButton, QWidget
 
 from app.model.reply_analysis import Refusal
 from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, Scoring, replay_words, score_words
 from app.shell.context import ShellContext
 from app.views.file_dialogs import EXPORTS, PLOTS
+from app.views.fitting import FittedLabel
 from app.views.inspector import InspectorWidget
 from app.views.plot_export import save_plot
 from app.views.sampling_panel import SamplingPanel
@@ -62,7 +63,7 @@ class ScoreController(QObject):
         self.context, self.parts = context, parts
         self.status = context.status
         self.scoring = scoring
-        self.perplexity_label = QLabel("")
+        self.perplexity_label = FittedLabel("")  # the perplexity alone where the bar is narrow
         context.status.bar.addPermanentWidget(self.perplexity_label)
         worker = context.link.engine.worker
         worker.score_finished.connect(self._on_score_finished)
@@ -99,6 +100,10 @@ class ScoreController(QObject):
     def _clear_figures(self, _what=None) -> None:
         self.perplexity_label.setText("")
 
+    def _show_figures(self, text: str) -> None:
+        """A scored text's figures; in a narrow status bar its perplexity alone."""
+        self.perplexity_label.set_forms([text, text.split(" · ")[0]] if text else [""])
+
     def score_text(self, text: str, prompt: str | None = None) -> bool:
         if self.context.in_use.info is None:
             self.status.show_message("The model is still loading.")
@@ -126,7 +131,7 @@ class ScoreController(QObject):
         if self.colour_forced:
             self.parts.color_toggle.setChecked(False)  # clears the flag
         figures = self.scoring.conversation_figures()
-        self.perplexity_label.setText(figures)
+        self._show_figures(figures)
         toggle = self.parts.color_toggle
         if figures and not toggle.isChecked():
             toggle.setChecked(True)
@@ -144,7 +149,7 @@ class ScoreController(QObject):
         if not self.scoring.score_finished(tag, done):
             return
         text = score_words(done)
-        self.perplexity_label.setText(text)
+        self._show_figures(text)
         self.status.show_message(f"Scored: {text}", 10000)
 
     # Replay --------------------------------------------------------------------------------

@@ -8,7 +8,10 @@ model no longer shown go (issue 24).
 
 The model's label gives way first in a narrow window, shortest last: a server's keeps
 ``server reports: <stage>`` whole (``app.model.remote_labels.label_forms``), the rest of it
-in its tooltip.
+in its tooltip; a local model's keeps its name whole, its precision going first (it read
+"SmolLM…loat32"). A message is drawn in the room left of the permanent widgets, elided with
+"…" and a gap before them (Qt's own cut it mid-word against the model's name,
+"…2 forcSmolLM2-135M…"); its whole text is the bar's ``currentMessage()`` and its tooltip.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
+from PySide6.QtCore import QEvent, QObject, QRect, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QProgressBar, QSizeGrip, QStatusBar, QStyle, QStyleOption, QWidget
 
 from app.model.remote_labels import label_forms
 from app.model.structured import finished_words
@@ -29,6 +34,73 @@ if TYPE_CHECKING:
 
 STOPPING = "Stopping…"
 RATE_AFTER_S = 0.25
+MESSAGE_GAP = 12
+"""Pixels between the end of a message and the first permanent widget."""
+MESSAGE_ROOM = 200
+"""The least width a message keeps: the fields give way (to their shorter forms) first."""
+
+
+def model_forms(name: str) -> list[str]:
+    """The model label's forms, longest first: a server's as ``label_forms`` gives them; a
+    local ``<name> · <precision>`` keeps the name whole and drops the precision first."""
+    forms = label_forms(name)
+    if len(forms) == 1 and " · " in name:
+        forms.append(name.rsplit(" · ", 1)[0])
+    return forms
+
+
+def message_rect(bar: QStatusBar) -> QRect:
+    """Where the bar's message may go: from its left edge to a gap before the leftmost
+    visible permanent widget (a message hides the others)."""
+    right = bar.width() - MESSAGE_GAP
+    for child in bar.findChildren(QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly):
+        if child.objectName() == "message_room":
+            continue  # the message's own room
+        if child.isVisible() and not isinstance(child, QSizeGrip) and not child.isWindow():
+            right = min(right, child.x() - MESSAGE_GAP)
+    left = 6
+    return QRect(left, 0, max(0, right - left), bar.height())
+
+
+class MessagePainter(QObject):
+    """Draws the status bar's message elided to the room it has (QStatusBar's own paint,
+    the panel and the item frames, with the message elided)."""
+
+    def __init__(self, bar: QStatusBar) -> None:
+        super().__init__(bar)
+        self.bar = bar
+        bar.installEventFilter(self)
+        bar.messageChanged.connect(self._on_message)
+
+    def _on_message(self, text: str) -> None:
+        rect = message_rect(self.bar)
+        fits = self.bar.fontMetrics().horizontalAdvance(text) <= rect.width()
+        self.bar.setToolTip("" if fits else text)
+
+    def shown_message(self) -> str:
+        """The message as drawn: elided where it does not fit."""
+        rect = message_rect(self.bar)
+        return self.bar.fontMetrics().elidedText(self.bar.currentMessage(), Qt.TextElideMode.ElideRight, rect.width())
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is not self.bar or event.type() != QEvent.Type.Paint or not self.bar.currentMessage():
+            return False
+        bar = self.bar
+        painter = QPainter(bar)
+        option = QStyleOption()
+        option.initFrom(bar)
+        bar.style().drawPrimitive(QStyle.PrimitiveElement.PE_PanelStatusBar, option, painter, bar)
+        for child in bar.findChildren(QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly):
+            if child.isVisible() and not isinstance(child, QSizeGrip) and child.objectName() != "message_room":
+                frame = QStyleOption()
+                frame.rect = child.geometry().adjusted(-2, -1, 2, 1)
+                frame.palette = bar.palette()
+                bar.style().drawPrimitive(QStyle.PrimitiveElement.PE_FrameStatusBarItem, frame, painter, child)
+        painter.setPen(bar.palette().windowText().color())
+        flags = int(Qt.AlignmentFlag.AlignLeading | Qt.AlignmentFlag.AlignVCenter) | int(Qt.TextFlag.TextSingleLine)
+        painter.drawText(message_rect(bar), flags, self.shown_message())
+        painter.end()
+        return True
 
 
 class StatusWidgets:
@@ -38,15 +110,22 @@ class StatusWidgets:
         self._first: dict[StreamKey, tuple[float, int]] = {}  # stream -> (time, tokens) at its first new token
         self._prefilling: int | None = None  # the request whose prefill the progress bar shows
         self.model_label = FittedLabel("No model")
-        self.speed_label = QLabel("")
+        self.speed_label = FittedLabel("")
         self.memory_label = QLabel("")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
         self.progress.setRange(0, 100)
         self.progress.setTextVisible(True)
         self.progress.hide()
+        # The first permanent widget, stretching: the room a message keeps however many
+        # fields the bar holds (a QStatusBar gives its message only what they leave).
+        self.message_room = QWidget()
+        self.message_room.setObjectName("message_room")
+        self.message_room.setMinimumWidth(MESSAGE_ROOM)
+        bar.addPermanentWidget(self.message_room, 1)
         for widget in (self.model_label, self.speed_label, self.progress, self.memory_label):
             bar.addPermanentWidget(widget)
+        self.messages = MessagePainter(bar)
 
     def bind(self, model: ChatModel) -> None:
         """The speed follows the model's replies: live while one streams, the engine's
@@ -101,7 +180,7 @@ class StatusWidgets:
         self._show_model(name, message)
 
     def _show_model(self, name: str, message: str) -> None:
-        self.model_label.set_forms(label_forms(name))
+        self.model_label.set_forms(model_forms(name))
         self.progress.hide()
         if message:
             self.bar.showMessage(message, 4000)
@@ -160,7 +239,8 @@ class StatusWidgets:
             parts.append(f"prompt {finished.prompt_tps:.1f} tok/s")
         if finished.generated_tokens > 0 and finished.generation_tps > 0:
             parts.append(f"generation {finished.generation_tps:.1f} tok/s")
-        self.speed_label.setText(" · ".join(parts))
+        # In a narrow window the generation speed stays, the prompt's goes first.
+        self.speed_label.set_forms([" · ".join(parts), *parts[-1:]])
         if finished.grammar is not None:
             self.show_message(finished_words(finished.grammar), 15_000)
 
