@@ -45,6 +45,7 @@ from app.model.served_writer import (
     delete_served,
     finish_request,
     prune_served,
+    refuse_stored,
     save_branch,
     store_refusal,
     store_request,
@@ -205,9 +206,10 @@ class ServedRequests:
         row = self.live.pop(tag, None)
         if row is None:
             return
-        self.writer.submit(lambda store: delete_request(store, row.conversation_id))
-        self.count -= 1
         self.forget(row.conversation_id)
+        self.count -= 1
+        # Listed still, as a refused request with the error its client got (its conversation goes).
+        self.writer.submit(lambda store: refuse_stored(store, row, str(exc)), self._refusal_stored)
 
     def on_token(self, tag: int, step: TokenStep) -> None:
         row = self.live.get(tag)

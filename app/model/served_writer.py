@@ -106,6 +106,15 @@ def store_refusal(store: Store, refused: Refused, model: str) -> ServedRow:
     )
 
 
+def refuse_stored(store: Store, row: ServedRow, error: str) -> ServedRow:
+    """A stored request the engine refused when it started it: its conversation goes, and it
+    stays listed as a refused request with ``error``."""
+    messages = store.served.messages_of(row.id)
+    if row.conversation_id is not None:
+        store.writes.delete_conversation(row.conversation_id)  # its row goes with it
+    return store.served.add_refused(row.client, row.endpoint, row.model, row.sent, messages, error)
+
+
 def finish_request(store: Store, served_id: int, finish_reason: str, tokens: int) -> None:
     store.served.finish(served_id, finish_reason, tokens)
 

@@ -118,14 +118,18 @@ def test_a_refused_or_deleted_request_leaves_nothing(chat):
     row = chat.served.rows[0]
     chat.generation.on_job_rejected(job.tag, ValueError("no"))
     chat.served.on_job_rejected(job.tag, ValueError("no"))
-    assert chat.store.reads.conversations() == [] and chat.served.rows == [] and removed == [row.id]
+    assert chat.store.reads.conversations() == [] and removed == [row.id]
+    (refused,) = chat.served.rows  # listed still, with the error its client got (issue 51 #10)
+    assert refused.finish_reason == "refused" and refused.error == "no" and refused.conversation_id is None
+    chat.served.rows.clear()
     # Deleting a served conversation takes its row out of the list too.
     job, _ = serve(chat, {"messages": GREETING[2:3], "max_tokens": 4})
     finish(chat, job.tag)
     row = chat.served.rows[0]
     chat.open_conversation(row.conversation_id)
     chat.delete_conversation()
-    assert chat.served.rows == [] and removed[-1] == row.id and chat.store.served.recent() == []
+    assert chat.served.rows == [] and removed[-1] == row.id
+    assert [r.finish_reason for r in chat.store.served.recent()] == ["refused"]
     # A client that gave up before it was stored leaves nothing either.
     request = read_request({"messages": GREETING[2:3]}, True, 512)
     gone: Future = Future()

@@ -285,8 +285,9 @@ def test_stop_serving_in_a_prefill_clears_the_status_bar(qtbot, profile, long_co
 
 def test_requests_refused_with_a_400_are_listed_with_their_error(qtbot, profile, tiny_folder):
     """Issue 51 #10: every request appears in the Served list, a 400 too (a misspelled field,
-    a body that is not JSON, a wrong value sent by the openai SDK): State *refused*, its error
-    below the list, no conversation to open, kept after a restart."""
+    a body that is not JSON, a wrong value sent by the openai SDK, a token id the engine
+    refuses when it starts the request): State *refused*, its error below the list, no
+    conversation to open, kept after a restart."""
     window = open_window(qtbot, profile, str(tiny_folder))
     try:
         url = start_serving(window)
@@ -315,34 +316,40 @@ def test_requests_refused_with_a_400_are_listed_with_their_error(qtbot, profile,
             raise AssertionError("the request was not refused")
 
         assert wait_for(qtbot, in_background(sdk)).status_code == 400
+        # Refused by the engine when it starts it (a token id outside the vocabulary): its
+        # conversation goes, and it is listed as refused all the same.
+        outside = {"messages": hello, "logit_bias": {"99999": 5}, "max_tokens": 2}
+        late = wait_for(qtbot, in_background(lambda: httpx.post(f"{url}/chat/completions", json=outside)))
+        assert late.status_code == 400
         served = window.model.served
-        qtbot.waitUntil(lambda: len(served.rows) == 3, timeout=TIMEOUT)
-        top_k, broken, typo = served.rows
+        qtbot.waitUntil(lambda: len(served.rows) == 4 and served.rows[0].finish_reason == "refused", timeout=TIMEOUT)
+        assert "99999" in served.rows[0].error and served.rows[0].sent["logit_bias"] == {"99999": 5}
+        _late, top_k, broken, typo = served.rows
         assert {r.finish_reason for r in served.rows} == {"refused"}
         assert all(r.conversation_id is None for r in served.rows)
         assert "temprature" in typo.error and typo.endpoint == "chat" and typo.sent == {"temprature": 0.5}
         assert "not valid JSON" in broken.error and broken.endpoint == "completion"
         assert "top_k" in top_k.error and top_k.client.endswith(client.user_agent)
         assert window.store.reads.conversations() == []
-        assert "3 requests" in window.serving.label.text()
+        assert "4 requests" in window.serving.label.text()
         tree = window.serving.list.tree
-        assert [tree.topLevelItem(i).text(STATE) for i in range(3)] == ["refused"] * 3
+        assert [tree.topLevelItem(i).text(STATE) for i in range(4)] == ["refused"] * 4
         # Clicked, it opens nothing (it has no conversation); the details say why it was refused.
         opened: list[int] = []
         window.serving.list.opened.connect(opened.append)
-        tree.setCurrentItem(tree.topLevelItem(2))
-        tree.itemClicked.emit(tree.topLevelItem(2), 0)
+        tree.setCurrentItem(tree.topLevelItem(3))
+        tree.itemClicked.emit(tree.topLevelItem(3), 0)
         assert opened == [] and window.model.conversation is None
         assert (
             "Refused (400)" in window.serving.list.details.text() and "temprature" in window.serving.list.details.text()
         )
-        assert "temprature" in tree.topLevelItem(2).toolTip(0)
+        assert "temprature" in tree.topLevelItem(3).toolTip(0)
     finally:
         window.serving.stop()
         close_window(window)
     window = open_window(qtbot, profile, str(tiny_folder))
     try:
-        assert [r.finish_reason for r in window.model.served.rows] == ["refused"] * 3
-        assert window.serving.list.row_count() == 3
+        assert [r.finish_reason for r in window.model.served.rows] == ["refused"] * 4
+        assert window.serving.list.row_count() == 4
     finally:
         close_window(window)
