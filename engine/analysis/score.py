@@ -220,23 +220,7 @@ def _score_rows(logits, rows, indices, full, state, text, decoder) -> list[Token
         inspection = unpack_row(packed_rows[i], layout, params.top_logprobs, own_chain, text.piece, count_of)
         token = full[p]
         steps.append(
-            TokenStep(
-                request_id=0,
-                index=0,
-                position=p,
-                token_id=token,
-                text=decoder.add(token),
-                piece=text.piece(token),
-                chain=inspection.chain,
-                logprobs=inspection.logprobs,
-                entropies=inspection.entropies,
-                survivors=inspection.survivors,
-                top=inspection.top,
-                params=params,
-                forced=True,
-                rank=int(host[-n + i]),
-                grammar=inspection.grammar,
-            )
+            inspection.step(0, 0, p, decoder.add(token), text.piece(token), params, forced=True, rank=int(host[-n + i]))
         )
     if n == 1:
         facts.append(state.advance(steps[0]))

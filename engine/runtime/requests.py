@@ -241,23 +241,7 @@ def accept_token(
         reason = FinishReason.LENGTH
     if reason is not None and stop is None:
         delta += request.stop_text.add(request.decoder.flush())[0] + request.stop_text.flush()
-    step = TokenStep(
-        request_id=request.id,
-        index=index,
-        position=position,
-        token_id=token,
-        text=delta,
-        piece=piece(token),
-        chain=inspection.chain,
-        logprobs=inspection.logprobs,
-        entropies=inspection.entropies,
-        survivors=inspection.survivors,
-        top=inspection.top,
-        params=request.params,
-        forced=forced,
-        phase=phase,
-        grammar=inspection.grammar,
-    )
+    step = inspection.step(request.id, index, position, delta, piece(token), request.params, forced=forced, phase=phase)
     if inspection.grammar is not None:
         request.grammar_stats = (request.grammar_stats or NO_GRAMMAR_STATS).plus(index, inspection.grammar)
     return step, reason, stop

@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-from engine.api.events import Candidate, ChainValues
+from engine.api.events import Candidate, ChainValues, TokenStep
 from engine.api.grammar import GrammarRecord
+from engine.api.params import SamplingParams
 from engine.sampling.inspection import STATS, UNTRUSTED_Z, PackLayout
 from engine.stages.grammar import STATISTICS, grammar_record
 
@@ -33,6 +35,30 @@ class RowInspection(ChainValues):
     grammar: GrammarRecord | None = None
     """What the grammar did, where it ran for the row (``accepting`` and ``left`` are the
     state's: :meth:`engine.sampling.batch.SamplingBatch.with_state` adds them)."""
+
+    def step(
+        self, request_id: int, index: int, position: int, text: str, piece: str, params: SamplingParams, **more: Any
+    ) -> TokenStep:
+        """The token's ``TokenStep``: this inspection, and where and what the token is
+        (``more``: ``forced``, ``rank``, ``phase``); the one place a step is built from a
+        row, for a generated token (``engine.runtime.requests``) and a scored one
+        (``engine.analysis.score``)."""
+        return TokenStep(
+            request_id=request_id,
+            index=index,
+            position=position,
+            token_id=self.token_id,
+            text=text,
+            piece=piece,
+            chain=self.chain,
+            logprobs=self.logprobs,
+            entropies=self.entropies,
+            survivors=self.survivors,
+            top=self.top,
+            params=params,
+            grammar=self.grammar,
+            **more,
+        )
 
 
 @dataclass(frozen=True, slots=True)
