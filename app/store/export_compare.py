@@ -5,11 +5,12 @@ docs/EXPORT.md lists the fields."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from app.store.export_csv import write_rows
 
 COMPARE_CSV_COLUMNS = (
     "index",
@@ -60,14 +61,7 @@ def compare_csv_rows(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, An
 def write_compare(records: list[dict[str, Any]], path: str | Path) -> int:
     """JSON Lines, or CSV when ``path`` ends in ``.csv``; returns the records (rows) written."""
     if str(path).lower().endswith(".csv"):
-        n = 0
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COMPARE_CSV_COLUMNS)
-            writer.writeheader()
-            for row in compare_csv_rows(records):
-                writer.writerow({k: "" if v is None else v for k, v in row.items()})
-                n += 1
-        return n
+        return write_rows(compare_csv_rows(records), COMPARE_CSV_COLUMNS, path)
     with open(path, "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")

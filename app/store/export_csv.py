@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +107,18 @@ def _cell(value: Any) -> Any:
     return int(value) if isinstance(value, bool) else value
 
 
-def write_csv(recs: Iterable[dict[str, Any]], path: str | Path) -> int:
+def write_rows(rows: Iterable[dict[str, Any]], columns: Sequence[str], path: str | Path) -> int:
+    """``rows`` as a CSV file with a header of ``columns`` (an unknown value: an empty cell);
+    returns the rows written. Every CSV export writes through here."""
     n = 0
     with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=list(columns))
         writer.writeheader()
-        for row in csv_rows(recs):
+        for row in rows:
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
             n += 1
     return n
+
+
+def write_csv(recs: Iterable[dict[str, Any]], path: str | Path) -> int:
+    return write_rows(csv_rows(recs), CSV_COLUMNS, path)
