@@ -18,7 +18,13 @@ from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa:
 
 KEEP = 5
 BURST = 12
-SERVED_WRITES = ("INSERT INTO SERVED", "UPDATE SERVED", "INSERT INTO CONVERSATIONS", "INSERT INTO MESSAGES")
+SERVED_WRITES = (
+    "INSERT INTO SERVED",
+    "UPDATE SERVED",
+    "INSERT INTO CONVERSATIONS",
+    "INSERT INTO MESSAGES",
+    "INSERT INTO BRANCHES",
+)
 
 
 def burst(url: str, count: int) -> list[int]:
