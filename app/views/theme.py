@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pyqtgraph as pg
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QToolTip
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,9 @@ def apply_theme(app: QApplication, name: str) -> Colors:
     else:
         colors = DARK if name == "dark" else LIGHT
     app.setPalette(mute_disabled_labels(palette, colors))
+    # Tooltips keep a palette of their own, the platform's, which the application's does not
+    # reach: the dark theme's light tooltip text stood on the light default base.
+    QToolTip.setPalette(palette)
     pg.setConfigOptions(background=colors.background, foreground=colors.foreground, antialias=True)
     return colors
 

@@ -164,6 +164,7 @@ class TimelineWidget(QWidget):
         self.selection_line.setPen(pg.mkPen(colors.chosen, width=1))
         self.phase.set_colors(colors)
         self.run.set_colors(colors)
+        self.rows.set_colors(colors.foreground)
         if self.run_mode:
             self._redraw_run()
         else:

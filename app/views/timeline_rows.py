@@ -64,6 +64,15 @@ class PlotRows:
         self.fit()
         return plot
 
+    def set_colors(self, foreground: str) -> None:
+        """A new theme: the rows' titles and axis labels in its text colour. pyqtgraph reads
+        its foreground when a label's text is set, so a row's title (the draft-acceptance
+        legend) kept the theme it was drawn in."""
+        for _, plot in self.plots:
+            plot.titleLabel.setText(plot.titleLabel.text, color=foreground)
+            for name in ("left", "bottom"):
+                plot.getAxis(name).setTextPen(pg.mkPen(foreground))
+
     def shown(self) -> list[pg.PlotItem]:
         return [plot for _, plot in self.plots if plot.isVisible()]
 
