@@ -179,6 +179,8 @@ class ModelLoader(QObject):
     def _start(self, source: str, send: Callable[[], None]) -> None:
         self.in_use.source = source
         self.status.loading(source)
+        if self.in_use.info is None:  # the welcome says so from the start, not at the first progress
+            self.model.set_welcome_state(loading_words(-1))
         send()
 
     # Worker events ----------------------------------------------------------------------------

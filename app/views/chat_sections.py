@@ -89,7 +89,9 @@ def section_blocks(entry: ChatEntry, colors: Colors) -> list[Block]:
             (block(left=8), [(entry.text, char(colors))]),
         ]
     if entry.role == "welcome":
-        lines = entry.text.splitlines()
+        # The bullets, then the state line, which may be empty (nothing said yet): split on
+        # every newline, or an empty state drew the last bullet as the state.
+        lines = entry.text.split("\n")
         blocks: list[Block] = [(block(bottom=6), [("Welcome to Logitscope", char(colors, bold=True, px=17))])]
         blocks += [(block(left=12, bottom=6), [("•  " + line, char(colors))]) for line in lines[:-1]]
         blocks.append((block(top=4), [(lines[-1] if lines else "", char(colors, bold=True, color=colors.final))]))
