@@ -270,3 +270,43 @@ def test_a_schema_7_database_gains_the_served_list(tmp_path):
     store.writes.delete_conversation(served.id)
     assert store.served.recent() == []
     store.close()
+
+
+FIXTURE_V8 = DATA / "store_v8.sqlite3"
+
+
+def test_a_schema_8_database_keeps_its_served_requests_and_takes_refused_ones(tmp_path):
+    """Schema 8 (the release before refused requests were listed, tests/data/make_store_v8.py):
+    two served requests, one finished and one a crash interrupted. The table is rebuilt (a
+    request may now have no conversation, and an error): every row comes back as it was,
+    still tied to its conversation, with no error; a refused request is stored beside them;
+    deleting the conversation still takes its rows with it."""
+    from app.store.served_log import REFUSED
+
+    path = tmp_path / "logitscope.sqlite3"
+    shutil.copy(FIXTURE_V8, path)
+    assert user_version(path) == 8
+    store = Store(path)
+    assert store.migrated_from == 8 and user_version(path) == SCHEMA_VERSION
+    assert user_version(backup_path(path, 8)) == 8
+    (conversation,) = store.reads.conversations()
+    interrupted, finished = store.served.recent()
+    assert (finished.id, interrupted.id) == (1, 2)
+    assert {finished.conversation_id, interrupted.conversation_id} == {conversation.id}
+    assert (finished.endpoint, finished.finish_reason, finished.tokens, finished.error) == (
+        "/v1/chat/completions",
+        "stop",
+        3,
+        None,
+    )
+    assert finished.sent["seed"] == 4 and finished.client == "127.0.0.1 · curl/8.5"
+    assert store.served.messages_of(finished.id) == ({"role": "user", "content": "What is the capital of Spain?"},)
+    assert (interrupted.finish_reason, interrupted.tokens, interrupted.sent) == (None, 0, {"prompt": "a"})
+    assert store.served.of_conversation(conversation.id).id in (1, 2)
+    refused = store.served.add_refused("127.0.0.1", "chat", "tiny", {"temprature": 1}, [], "temprature: unknown")
+    assert [r.id for r in store.served.recent()] == [refused.id, 2, 1]
+    assert store.served.recent()[0].finish_reason == REFUSED and store.served.recent()[0].error
+    store.writes.delete_conversation(conversation.id)
+    assert [r.id for r in store.served.recent()] == [refused.id]
+    assert store.integrity() == "ok"
+    store.close()
