@@ -120,6 +120,14 @@ def reset_layout(docks: Docks, status: StatusWidgets) -> None:
     for dock, area in arrangement:
         docks.window.addDockWidget(area, dock)
         dock.show()
+    # A dock the window tabs beside the sampling panel (Served, while serving): tabbed with
+    # it again. Sampling, removed and added back, was placed below it (stacked, ~170 px).
+    placed = {dock for dock, _ in arrangement}
+    left = Qt.DockWidgetArea.LeftDockWidgetArea
+    for dock in docks.window.findChildren(QDockWidget):
+        if dock not in placed and not dock.isFloating() and docks.window.dockWidgetArea(dock) == left:
+            docks.window.tabifyDockWidget(docks.controls_dock, dock)
+    docks.controls_dock.raise_()
     default_sizes(docks)
     status.show_message("The default layout is back.")
 
