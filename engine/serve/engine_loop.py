@@ -220,7 +220,8 @@ class EngineLoop:
     def _do(self, command: _Start | _Score | _Cancel) -> None:
         if isinstance(command, _Score):
             score_id = next(self._score_ids)
-            try:
+            try:  # the model's own checks now, not at the generator's first chunk: a refusal, not a failure
+                command.params.verify(self.session.scheduler.loaded.vocab_size)
                 events = self.session.score_tokens(command.tokens, command.params, request_id=score_id)
             except Exception as exc:  # noqa: BLE001 - the engine's refusal goes back to the client
                 command.started.set_exception(exc)

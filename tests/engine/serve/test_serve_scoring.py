@@ -140,6 +140,7 @@ def test_token_ids_are_checked_naming_the_prompt(served, prompt, param, words):
         ({"prompt": TEXT, "n": 0}, "n"),
         ({"prompt": TEXT, "n": 300}, "n"),
         ({"prompt": TEXT, "echo": "yes"}, "echo"),
+        ({"prompt": TEXT, "echo": True, "max_tokens": 0, "logit_bias": {"999999": 1}}, "logit_bias"),
     ],
 )
 def test_what_scoring_cannot_take_is_refused_naming_it(served, body, param):
