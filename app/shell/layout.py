@@ -233,6 +233,11 @@ class DockMemory(QObject):
         window has room); a row gone gives back what its coming took."""
         added, self.timeline_rows = count - self.timeline_rows, count
         dock = self.parts.timeline_dock
+        if not self.window.isVisible():
+            # Not laid out yet (a start: the saved layout restored, the last conversation
+            # opened): the dock's height is not the one it will have, and resizing from it
+            # replaced the restored height (180 px at quit came back ~70 px).
+            return
         size, along = self.extent(dock)
         if added == 0 or along != Qt.Orientation.Vertical or not self.docked(dock):
             return
