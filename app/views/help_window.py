@@ -2,8 +2,9 @@
 
 The README (what a user needs first) opens in a window of its own; its links to
 ``docs/*.md`` (the app, the engine, servers, exports, benchmarks) open in the same window,
-with its screenshots, and a web link opens in the browser. Qt renders the Markdown itself
-(``QTextBrowser`` takes ``.md`` sources as Markdown). The packaged app carries the same
+with its screenshots (scaled to the page's width, :class:`HelpBrowser`), and a web link
+opens in the browser. Qt renders the Markdown itself (``QTextBrowser`` takes ``.md``
+sources as Markdown). The packaged app carries the same
 files (``packaging/logitscope.spec``: ``help/``), found by :func:`help_root`.
 """
 
@@ -12,11 +13,62 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices, QKeySequence
+from PySide6.QtCore import QSize, QUrl
+from PySide6.QtGui import QDesktopServices, QImageReader, QKeySequence, QResizeEvent, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
 HELP_START = "README.md"
+IMAGE_MARGIN = 8
+"""Pixels a screenshot keeps free of the page's right edge."""
+
+
+class HelpBrowser(QTextBrowser):
+    """A QTextBrowser that draws a page's images no wider than the page: Qt draws them at
+    their own size, so the README's 1400 px screenshots were cropped at the window's edge."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sizes: dict[str, QSize] = {}
+        self.sourceChanged.connect(lambda _url: self.fit_images())
+
+    def natural_size(self, name: str) -> QSize:
+        """The image ``name`` (relative to the page) at its own size (invalid: not found)."""
+        path = self.source().resolved(QUrl(name)).toLocalFile()
+        if path not in self._sizes:
+            self._sizes[path] = QImageReader(path).size()
+        return self._sizes[path]
+
+    def fit_images(self) -> None:
+        """Every image of the page at most as wide as the page, its proportions kept."""
+        room = max(1, self.viewport().width() - 2 * int(self.document().documentMargin()) - IMAGE_MARGIN)
+        found = []
+        block = self.document().begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                if fragment.charFormat().isImageFormat():
+                    found.append((fragment.position(), fragment.length(), fragment.charFormat().toImageFormat()))
+                it += 1
+            block = block.next()
+        cursor = QTextCursor(self.document())
+        for position, length, image in found:
+            natural = self.natural_size(image.name())
+            if not natural.isValid():
+                continue
+            width = min(natural.width(), room)
+            if abs(image.width() - width) < 1:
+                continue
+            image.setWidth(width)
+            image.setHeight(natural.height() * width / natural.width())
+            cursor.setPosition(position)
+            cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+            cursor.setCharFormat(image)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self.fit_images()
 
 
 def help_root() -> Path:
@@ -35,7 +87,7 @@ class HelpWindow(QWidget):
         self.root = root or help_root()
         self.setWindowTitle("Logitscope Help")
         self.resize(900, 700)
-        self.browser = QTextBrowser()
+        self.browser = HelpBrowser()
         self.browser.setOpenLinks(False)  # every link goes through _on_link
         self.browser.setSearchPaths([str(self.root)])
         self.browser.anchorClicked.connect(self._on_link)
