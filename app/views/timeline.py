@@ -36,7 +36,7 @@ from app.model.scored import is_scored
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from app.views.theme import LIGHT, Colors
 from app.views.throttle import RedrawClock, own_clock
-from app.views.timeline_marks import change_marker, fit_p_range, label_place
+from app.views.timeline_marks import LABEL_PLACES, change_marker, fit_p_range, label_place
 from app.views.timeline_origin import OriginLabels
 from app.views.timeline_phase import PhaseMarks
 from app.views.timeline_rows import PlotRows
@@ -85,6 +85,7 @@ class TimelineWidget(QWidget):
         self.entropy_plot = self.rows.add(1, "H last stage")
         fit_p_range(self.prob_plot)
         self.prob_plot.vb.sigResized.connect(lambda _vb: fit_p_range(self.prob_plot))  # pixels of margin
+        self.prob_plot.vb.sigResized.connect(self._place_change_labels)  # a label's reach is in pixels
         self.prob_curve = self.prob_plot.plot([], [])
         self.prob_points = pg.ScatterPlotItem(size=7)
         self.prob_plot.addItem(self.prob_points)
@@ -337,18 +338,34 @@ class TimelineWidget(QWidget):
         if [line.value() for line in self.change_lines] != [series.x[i] - 0.5 for i in series.changes]:
             self._draw_changes(series)
         self._set_x_range(x)
+        self._place_change_labels()
 
     def _draw_changes(self, series: StreamSeries) -> None:
         steps = series.steps
         for line in self.change_lines:
             self.prob_plot.removeItem(line)
         self.change_lines = []
-        low, high = self.prob_plot.vb.viewRange()[1]
         for i in series.changes:
-            place = label_place(series.p[max(i - 2, 0) : i + 2], low, high)  # the points beside the label
-            line = change_marker(steps[i - 1].params, steps[i].params, steps[i].index, self.colors, place)
+            line = change_marker(steps[i - 1].params, steps[i].params, steps[i].index, self.colors)
             self.prob_plot.addItem(line)
             self.change_lines.append(line)
+
+    def _place_change_labels(self, *_args) -> None:
+        """Each change's label where it covers the fewest points, at the plot's present size
+        and token range, measured as drawn at each place: placed once, a label came to sit on
+        the points the reply added after it (``timeline_marks.label_place``)."""
+        series, vb = getattr(self, "series", None), self.prob_plot.vb
+        if not getattr(self, "change_lines", None) or series is None or series.n == 0 or vb.width() <= 1:
+            return
+        (x_low, x_high), (y_low, y_high) = vb.viewRange()
+        pad_x, pad_y = 3 * (x_high - x_low) / vb.width(), 3 * (y_high - y_low) / max(vb.height(), 1.0)
+        for line in self.change_lines:
+            boxes = {}
+            for place in LABEL_PLACES:
+                line.label.setPosition(place)
+                box = vb.mapSceneToView(line.label.mapRectToScene(line.label.boundingRect())).boundingRect()
+                boxes[place] = (box.left() - pad_x, box.right() + pad_x, box.top() - pad_y, box.bottom() + pad_y)
+            line.label.setPosition(label_place(series.x, series.p, boxes))
 
     def _set_x_range(self, x: np.ndarray) -> None:
         """Show every token (``token_range``); the axis is set only when its range changes."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyqtgraph as pg
 
 from app.model.timeline_series import answer_base, change_label, params_diff, variant_applied
@@ -85,12 +86,25 @@ def fit_p_range(plot: pg.PlotItem) -> None:
     plot.setYRange(-pad, 1 + pad, padding=0)
 
 
-def label_place(near: Sequence[float], low: float, high: float) -> float:
-    """Where along a change line (a fraction of the height) its label is farthest from the
-    points ``near`` it (p values; the y range ``low``–``high``): the top unless points are
-    there (issue 35: the label sat on points at 1.0)."""
-    fractions = [(p - low) / (high - low) for p in near]
-    return max(LABEL_PLACES, key=lambda place: min((abs(place - f) for f in fractions), default=1.0))
+def label_place(
+    x: Sequence[float], p: Sequence[float], boxes: Mapping[float, tuple[float, float, float, float]]
+) -> float:
+    """The place along a change line (a fraction of its height, a key of ``boxes``) where
+    its label covers the fewest points (``x`` tokens, ``p`` values), then stays farthest from
+    them. ``boxes``: the label's rectangle at each place, in the plot's coordinates (left,
+    right, bottom, top), as pyqtgraph draws it there: it slides a vertical line's label
+    across the line as well as along it. (Issue 35: the label sat on points at 1.0; issue 51:
+    on points a few tokens away, which a label reaches on a long reply.)"""
+    xs, ps = np.asarray(x, float), np.asarray(p, float)
+
+    def cost(place: float) -> tuple[int, float]:
+        left, right, bottom, top = boxes[place]
+        beside = (xs >= left) & (xs <= right)
+        covered = beside & (ps >= bottom) & (ps <= top)
+        middle = (bottom + top) / 2
+        return int(np.count_nonzero(covered)), -float(np.abs(ps[beside] - middle).min(initial=np.inf))
+
+    return min(boxes, key=cost)
 
 
 def change_marker(
