@@ -209,8 +209,7 @@ class ChatDocument:
         self._write_header(cursor, section)
         if entry.role == "assistant" and entry.stream is not None:
             cursor.insertBlock(block(left=8), QTextCharFormat())
-            if entry.context:  # a scored text's first token: the context, before its scored tokens
-                cursor.insertText(entry.context, context_format(self.colors))
+            cursor.insertText(entry.context, context_format(self.colors))  # a scored text's context
             anchor = QTextCursor(self.doc)
             anchor.setPosition(cursor.position())
             anchor.setKeepPositionOnInsert(True)

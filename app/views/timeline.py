@@ -36,7 +36,7 @@ from app.model.scored import is_scored
 from app.model.timeline_series import LAST_STAGE, StreamSeries, nearest, token_range
 from app.views.theme import LIGHT, Colors
 from app.views.throttle import RedrawClock, own_clock
-from app.views.timeline_marks import LABEL_PLACES, change_marker, fit_p_range, label_place
+from app.views.timeline_marks import change_marker, fit_p_range, place_labels
 from app.views.timeline_origin import OriginLabels
 from app.views.timeline_phase import PhaseMarks
 from app.views.timeline_rows import PlotRows
@@ -351,21 +351,10 @@ class TimelineWidget(QWidget):
             self.change_lines.append(line)
 
     def _place_change_labels(self, *_args) -> None:
-        """Each change's label where it covers the fewest points, at the plot's present size
-        and token range, measured as drawn at each place: placed once, a label came to sit on
-        the points the reply added after it (``timeline_marks.label_place``)."""
-        series, vb = getattr(self, "series", None), self.prob_plot.vb
-        if not getattr(self, "change_lines", None) or series is None or series.n == 0 or vb.width() <= 1:
-            return
-        (x_low, x_high), (y_low, y_high) = vb.viewRange()
-        pad_x, pad_y = 3 * (x_high - x_low) / vb.width(), 3 * (y_high - y_low) / max(vb.height(), 1.0)
-        for line in self.change_lines:
-            boxes = {}
-            for place in LABEL_PLACES:
-                line.label.setPosition(place)
-                box = vb.mapSceneToView(line.label.mapRectToScene(line.label.boundingRect())).boundingRect()
-                boxes[place] = (box.left() - pad_x, box.right() + pad_x, box.top() - pad_y, box.bottom() + pad_y)
-            line.label.setPosition(label_place(series.x, series.p, boxes))
+        """Each change's label off the points, at the plot's present size and token range."""
+        series = getattr(self, "series", None)
+        if getattr(self, "change_lines", None) and series is not None and series.n:
+            place_labels(self.change_lines, self.prob_plot.vb, series.x, series.p)
 
     def _set_x_range(self, x: np.ndarray) -> None:
         """Show every token (``token_range``); the axis is set only when its range changes."""

@@ -107,6 +107,23 @@ def label_place(
     return min(boxes, key=cost)
 
 
+def place_labels(lines: Sequence[pg.InfiniteLine], vb: pg.ViewBox, x: Sequence[float], p: Sequence[float]) -> None:
+    """Each change line's label where it covers the fewest points, measured as drawn at each
+    place at the plot's present size and token range: placed once, a label came to sit on
+    the points the reply added after it (:func:`label_place`)."""
+    if vb.width() <= 1 or vb.height() <= 1:
+        return  # not laid out yet
+    (x_low, x_high), (y_low, y_high) = vb.viewRange()
+    pad_x, pad_y = 3 * (x_high - x_low) / vb.width(), 3 * (y_high - y_low) / vb.height()
+    for line in lines:
+        boxes = {}
+        for place in LABEL_PLACES:
+            line.label.setPosition(place)
+            box = vb.mapSceneToView(line.label.mapRectToScene(line.label.boundingRect())).boundingRect()
+            boxes[place] = (box.left() - pad_x, box.right() + pad_x, box.top() - pad_y, box.bottom() + pad_y)
+        line.label.setPosition(label_place(x, p, boxes))
+
+
 def change_marker(
     before: SamplingParams, after: SamplingParams, index: int, colors: Colors, place: float = LABEL_PLACES[0]
 ) -> pg.InfiniteLine:
