@@ -195,7 +195,6 @@ def measure(length: int, tokens: int = 400, rate: float = 200.0, idle_s: float =
 
 
 def _measure(app, window, conversation: int, tokens: int, rate: float, idle_s: float) -> dict:
-    from PySide6.QtCore import QElapsedTimer, QTimer
 
     from app.__main__ import settle_memory
 
@@ -215,23 +214,7 @@ def _measure(app, window, conversation: int, tokens: int, rate: float, idle_s: f
     drawn_before = window.chat.writer.tokens_drawn
     baseline = timer_gaps(app, idle_s)
 
-    gaps: list[float] = []
-    cpu_gaps: list[float] = []
-    clock = QElapsedTimer()
-    timer = QTimer()
-    timer.setInterval(10)
-    last = [0, 0.0]
-
-    def tick() -> None:
-        now, cpu_now = clock.nsecsElapsed(), time.thread_time()
-        gaps.append((now - last[0]) / 1e6)
-        cpu_gaps.append((cpu_now - last[1]) * 1000)
-        last[0], last[1] = now, cpu_now
-
-    timer.timeout.connect(tick)
-    clock.start()
-    last[1] = time.thread_time()
-    timer.start()
+    gaps = GapTimer()
     cpu = time.thread_time()
     wall = time.perf_counter()
     window.composer.setPlainText("And then?")
@@ -246,15 +229,13 @@ def _measure(app, window, conversation: int, tokens: int, rate: float, idle_s: f
     window._redraw_if_dirty()
     cpu = time.thread_time() - cpu
     wall = time.perf_counter() - wall
-    timer.stop()
+    gaps.stop()
     saved = len(window.thread_messages[-1].branch.steps)
     if saved != tokens:
         raise BenchError(f"the reply was saved with {saved} of its {tokens} tokens")
     return {
         "ms_per_token": round(1000 * cpu / tokens, 3),
-        "max_gap_ms": round(max(gaps), 1),
-        "p99_gap_ms": round(sorted(gaps)[int(0.99 * (len(gaps) - 1))], 1),
-        "max_gap_cpu_ms": round(max(cpu_gaps), 1),
+        **gaps.figures(),
         "idle_max_gap_ms": round(max(baseline), 1),
         "open_ms": round(open_ms),
         "tokens_drawn": window.chat.writer.tokens_drawn - drawn_before,
@@ -269,6 +250,42 @@ def settle(app, seconds: float) -> None:
     while time.perf_counter() < end:
         app.processEvents()
         time.sleep(0.01)
+
+
+class GapTimer:
+    """A 10 ms timer on the GUI thread from now until :meth:`stop`: each gap between two
+    ticks (wall, ms) and the GUI thread's own CPU time in it (ms)."""
+
+    def __init__(self) -> None:
+        from PySide6.QtCore import QElapsedTimer, QTimer
+
+        self.gaps: list[float] = []
+        self.cpu_gaps: list[float] = []
+        self._clock = QElapsedTimer()
+        self._timer = QTimer()
+        self._timer.setInterval(10)
+        self._timer.timeout.connect(self._tick)
+        self._clock.start()
+        self._last = (0, time.thread_time())
+        self._timer.start()
+
+    def _tick(self) -> None:
+        now, cpu_now = self._clock.nsecsElapsed(), time.thread_time()
+        self.gaps.append((now - self._last[0]) / 1e6)
+        self.cpu_gaps.append((cpu_now - self._last[1]) * 1000)
+        self._last = (now, cpu_now)
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def figures(self) -> dict[str, float]:
+        """The largest gap, the 99th percentile and the most GUI CPU between two ticks."""
+        gaps = self.gaps
+        return {
+            "max_gap_ms": round(max(gaps), 1),
+            "p99_gap_ms": round(sorted(gaps)[int(0.99 * (len(gaps) - 1))], 1),
+            "max_gap_cpu_ms": round(max(self.cpu_gaps), 1),
+        }
 
 
 def timer_gaps(app, seconds: float) -> list[float]:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from bench.guard import BenchError, wait_for
-from bench.gui_scaling import timer_gaps
+from bench.gui_scaling import GapTimer, timer_gaps
 
 LOAD_LIMIT_S = 120.0
 CLIENTS = """
@@ -89,7 +89,6 @@ def measure(folder: str | Path, requests: int, tokens: int, keep: int, idle_s: f
 
 
 def _measure(app, window, db: Path, requests: int, tokens: int, keep: int, idle_s: float, off_gui: bool) -> dict:
-    from PySide6.QtCore import QElapsedTimer, QTimer
 
     from app.model.served_writer import InlineWriter
     from app.views.serve_dialog import ServeChoice
@@ -116,23 +115,7 @@ def _measure(app, window, db: Path, requests: int, tokens: int, keep: int, idle_
         text=True,
     )
     statuses: list[int] = []
-    gaps: list[float] = []
-    cpu_gaps: list[float] = []
-    clock = QElapsedTimer()
-    timer = QTimer()
-    timer.setInterval(10)
-    last = [0, 0.0]
-
-    def tick() -> None:
-        now, cpu_now = clock.nsecsElapsed(), time.thread_time()
-        gaps.append((now - last[0]) / 1e6)
-        cpu_gaps.append((cpu_now - last[1]) * 1000)
-        last[0], last[1] = now, cpu_now
-
-    timer.timeout.connect(tick)
-    clock.start()
-    last[1] = time.thread_time()
-    timer.start()
+    gaps = GapTimer()
     wall = time.perf_counter()
     reader = threading.Thread(target=lambda: statuses.extend(json.loads(clients.communicate("go\n")[0] or "[]")))
     reader.start()
@@ -148,7 +131,7 @@ def _measure(app, window, db: Path, requests: int, tokens: int, keep: int, idle_
 
     wait_for(window, ended, f"the burst of {requests} requests", 120 + requests)
     wall = time.perf_counter() - wall
-    timer.stop()
+    gaps.stop()
     window.serving.stop()
     if statuses.count(200) != requests:
         raise BenchError(f"of {requests} requests, {requests - statuses.count(200)} were not answered with 200")
@@ -157,9 +140,7 @@ def _measure(app, window, db: Path, requests: int, tokens: int, keep: int, idle_
     con.close()
     return {
         "requests": requests,
-        "max_gap_ms": round(max(gaps), 1),
-        "p99_gap_ms": round(sorted(gaps)[int(0.99 * (len(gaps) - 1))], 1),
-        "max_gap_cpu_ms": round(max(cpu_gaps), 1),
+        **gaps.figures(),
         "idle_max_gap_ms": round(max(baseline), 1),
         "served_rows": rows,
         "seconds": round(wall, 2),
