@@ -85,13 +85,15 @@ class DraftRows:
             self.ids, self.cached, self.known = ([v[row] for row in keep] for v in (self.ids, self.cached, self.known))
         by_id = {r.id: (r, c) for r, c in zip(requests, carries, strict=True)}
         pending = {by_id[rid][0].history_length - n for rid, n in zip(self.ids, self.cached, strict=True)}
-        if len(pending) > 1:  # cannot happen while every step adds as much to every row: read all again
+        stand = next(iter(pending), 1)  # what every row leaves out of the caches
+        joining = [(r, c) for r, c in zip(requests, carries, strict=True) if r.id not in self.ids]
+        # Rows that do not leave out as much (cannot happen while every step adds as much to every
+        # row), or a new one too short to leave it out: every row is read in again, leaving one.
+        if len(pending) > 1 or any(r.history_length <= stand for r, _ in joining):
             self._clear()
-            pending = set()
-        for request, carry in zip(requests, carries, strict=True):
-            if request.id not in self.ids:
-                self._join(request, carry, next(iter(pending), 1))
-                pending = pending or {1}
+            stand, joining = 1, list(zip(requests, carries, strict=True))
+        for request, carry in joining:
+            self._join(request, carry, stand)
         ordered = [by_id[rid][0] for rid in self.ids]
         if any(k != r.history_length for k, r in zip(self.known, ordered, strict=True)):
             # A step without a block (the last token, a forced one): the state is made again.
@@ -108,10 +110,9 @@ class DraftRows:
         return ordered
 
     def _join(self, request: Request, carry: dict | None, pending: int) -> None:
+        """``request`` read in as a row of its own, all its context but the last ``pending``
+        tokens in the caches."""
         history = request.history
-        if len(history) <= pending:  # too short to stand with the others: every row read again
-            self._clear()
-            pending = 1
         caches = kv.new_request_cache(self.draft.model)
         head = history[: len(history) - pending]
         for start in range(0, len(head), CATCH_UP_CHUNK):

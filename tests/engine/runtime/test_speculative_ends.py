@@ -140,3 +140,35 @@ def test_a_reply_ending_inside_a_block_leaves_the_other_rows_as_alone(tiny):
             alone_done.text,
             alone_done.stop,
         )
+
+
+def test_a_one_token_prompt_joining_after_a_bonus_block_is_its_own_reply(tiny):
+    """After a bonus token every row leaves its last two tokens out of the draft's caches; a
+    row joining then with a context of two (a one-token prompt and its first token) cannot
+    leave as much, and every row is read in again: both replies stay their own."""
+    from engine.api.events import TokenStep
+    from engine.runtime.scheduler import Scheduler
+
+    params = SamplingParams(max_tokens=24)
+    scheduler = Scheduler(tiny, prefill_chunk=512)
+    scheduler.set_draft(tiny, 3)  # the model drafting for itself: every block ends with a bonus
+    first = scheduler.insert(tiny.tokenizer.encode(PROMPTS[0]), params)
+    steps: dict[int, list[TokenStep]] = {first: []}
+    while not any(s.draft is not None and s.draft.outcome is Outcome.BONUS for s in steps[first]):
+        steps[first] += [e for e in scheduler.step() if isinstance(e, TokenStep)]
+    one = [tiny.tokenizer.encode(PROMPTS[1])[0]]
+    second = scheduler.insert(one, params)
+    steps[second] = []
+    while scheduler.has_work():
+        for event in scheduler.step():
+            if isinstance(event, TokenStep):
+                steps[event.request_id].append(event)
+    assert any(s.draft is not None for s in steps[second])
+    (alone,), _, _ = run_requests(tiny, [(PROMPTS[0], params)])
+    _same_numbers(steps[first], alone)
+    lone = Scheduler(tiny, prefill_chunk=512)
+    rid = lone.insert(one, params)
+    reference = []
+    while lone.has_work():
+        reference += [e for e in lone.step() if isinstance(e, TokenStep) and e.request_id == rid]
+    _same_numbers(steps[second], reference)
