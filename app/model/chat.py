@@ -291,6 +291,7 @@ class ChatModel:
             return False
         self.generation.stop(served=False)  # a served reply goes on: its client waits for it
         self.background.wait()  # replies still being written to the store
+        self.served.settle(conversation_id)  # and a served one, on its writer's thread
         self.conversation = conversation
         self.system_prompt = conversation.system_prompt
         self.thread = self.store.reads.thread(conversation_id)

@@ -55,9 +55,12 @@ from app.store.served_log import ServedRow
 from app.store.store import Message
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
+from engine.api.params import SamplingParams
 from engine.serve.request_fields import ServedRequest
 from engine.serve.seam import Refused
 
+INSPECTED = SamplingParams().top_logprobs
+"""Candidates a served reply is inspected at, at least (a client that asks no logprobs too)."""
 COMPLETION_PROMPT = "Completion of: "
 """How a ``/v1/completions`` request's raw prompt reads as its conversation's user turn."""
 RAW_PROMPT = (
@@ -107,7 +110,15 @@ class ServedRequests:
         """The retention: the newest ``keep`` served requests stay (0: all)."""
         self._first_live_id = chat.store.served.next_id()
         """Rows from here on are this run's: one not ended is being written, never pruned."""
+        self._saving: dict[int, int] = {}
+        """Conversations whose served reply is being saved on the writer's thread (how many)."""
         self.closed = False
+
+    def settle(self, conversation_id: int) -> None:
+        """``conversation_id`` is about to be read: a served reply of it still being saved is
+        saved first (read before that, it would show its reply unanswered for good)."""
+        if self._saving.get(conversation_id):
+            self.writer.wait()
 
     def opened(self, conversation_id: int | None) -> None:
         """The chat opened ``conversation_id`` (None: a new chat): its request, read from the
@@ -189,9 +200,7 @@ class ServedRequests:
         if started.done():  # its client gave up (or the server stopped) while it was written
             self.writer.submit(lambda store: delete_request(store, row.conversation_id))
             return
-        reply = Reply(
-            self.chat.generation.new_id(), row.message_id, with_seed(request.params), served_in=row.conversation_id
-        )
+        reply = Reply(self.chat.generation.new_id(), row.message_id, inspected(request), served_in=row.conversation_id)
         self.chat.replies[reply.id] = reply
         self.rows.insert(0, row)
         self.live[reply.id] = row
@@ -239,7 +248,18 @@ class ServedRequests:
                 journal.saved(reply.id, branch_id)
             return branch_id
 
-        self.writer.submit(work, lambda result: self._failed(result, "saved"))
+        conversation = reply.served_in
+        if conversation is not None:
+            self._saving[conversation] = self._saving.get(conversation, 0) + 1
+
+        def then(result: object) -> None:
+            if conversation is not None:
+                left = self._saving.pop(conversation, 1) - 1
+                if left:
+                    self._saving[conversation] = left
+            self._failed(result, "saved")
+
+        self.writer.submit(work, then)
 
     def _failed(self, result: object, what: str) -> None:
         if isinstance(result, Exception) and not self.closed:
@@ -302,6 +322,15 @@ class ServedRequests:
         """The app closes: the writes submitted are done, and nothing more is reported."""
         self.closed = True
         self.writer.close()
+
+
+def inspected(request: ServedRequest) -> SamplingParams:
+    """The settings a served request runs under in the app: the client's, with a concrete seed,
+    inspected at least as deep as a reply of the app's own (``INSPECTED``): the Chain tab shows
+    the whole chain whatever the client asked to see; its answer is cut to the client's own
+    ``top_logprobs`` (``engine.serve.responses`` reads ``request.logprobs``, not these)."""
+    params = with_seed(request.params)
+    return params if params.top_logprobs >= INSPECTED else params.with_changes(top_logprobs=INSPECTED)
 
 
 def refuse(started: Future, exc: BaseException) -> None:
