@@ -3,12 +3,15 @@ against transformers' float32 run of the same GGUF file (Gemma 3 270M Q4_K_M and
 default SmolLM2-135M Q4_1), top-5 logprobs at every position, greedy paths, and the
 files' own conventions (BOS, chat template, end of turn, sliding-window layers).
 
+transformers' numbers are computed once and kept (``tests/support/references.py``: made by
+``python -m tests.data.make_transformers_references``, checked against the installed file's
+SHA-256 and the token ids asked about); the engine's are computed here.
+
 Only Gemma 3 and llama have real small files installable here: no Qwen or Phi weights
 are packaged in the registry this project may use (docs/ENGINE.md, "Precision")."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from engine.analysis.fidelity import check
@@ -22,6 +25,7 @@ from engine.models.load import load
 from engine.runtime.prompts import encode_chat, encode_text
 from engine.runtime.scheduler import Scheduler
 from tests.support import real_models
+from tests.support.references import Greedy, TopRows, reference, top_rows
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +34,14 @@ TEXT = (
     "and about two million people live in the city itself."
 )
 CHAT = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is the capital of Italy?"}]
+LLAMA_CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, top_logprobs=10)
+
+
+def sliding_ids(tokenizer) -> list[int]:
+    """620 tokens of a text: positions 590..618 are past Gemma 3's 512-token window."""
+    words = ("river stone light market winter garden paper window music letter " * 70).split()
+    return encode_text(tokenizer, " ".join(words))[:620]
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +50,10 @@ def gemma_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def gemma_meta(gemma_file):
-    keys = ("gemma3.attention.sliding_window", "tokenizer.ggml.tokens", "tokenizer.ggml.bos_token_id")
-    return real_models.gguf_metadata(gemma_file, (*keys, "tokenizer.ggml.add_bos_token"))
+def gemma_meta(gemma_reference):
+    """The file's metadata as gguf-py reads it (kept with the reference: gguf-py takes 15 s
+    here to parse Gemma's 262,144 token strings), and where its special tokens are."""
+    return gemma_reference.meta["gguf"]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +63,7 @@ def gemma(gemma_file):
 
 @pytest.fixture(scope="module")
 def gemma_reference(gemma_file):
-    return real_models.transformers_float32(gemma_file)
+    return reference("gemma3", gemma_file)
 
 
 def engine_raw_logprobs(loaded, ids: list[int], first: int = 1) -> list[dict[int, float]]:
@@ -64,14 +76,14 @@ def engine_raw_logprobs(loaded, ids: list[int], first: int = 1) -> list[dict[int
     return [{c.token_id: s.logprob_at("raw", c) for c in s.top} for s in steps]
 
 
-def assert_top5_close(loaded, reference_model, ids: list[int], tolerance: float) -> float:
-    reference = real_models.reference_logprobs(reference_model, ids)[:-1]
+def assert_top5_close(loaded, reference_rows: TopRows, ids: list[int], tolerance: float) -> float:
     shown = engine_raw_logprobs(loaded, ids)
+    assert len(shown) == len(reference_rows) == len(ids) - 1
     worst = 0.0
-    for t, (ref, ours) in enumerate(zip(reference, shown, strict=True)):
-        for token in np.argsort(-ref)[:5]:
-            assert int(token) in ours, f"position {t}: reference top-5 token {token} not among the engine's top 20"
-            worst = max(worst, abs(ours[int(token)] - float(ref[token])))
+    for t, ours in enumerate(shown):
+        for token, value in reference_rows.top(t, 5):
+            assert token in ours, f"position {t}: reference top-5 token {token} not among the engine's top 20"
+            worst = max(worst, abs(ours[token] - value))
     assert worst <= tolerance, f"largest top-5 logprob difference {worst:.4f} > {tolerance}"
     return worst
 
@@ -85,31 +97,37 @@ def greedy_path(loaded, prompt: list[int]) -> list[int]:
     return tokens
 
 
-def assert_greedy_follows_reference(loaded, reference_model, prompt: list[int]) -> list[int]:
-    """Every greedy token is the reference's argmax, or within the tolerance of it (a
-    near-tie, returned so the test can report it)."""
+def assert_greedy_follows_reference(loaded, path: Greedy, prompt: list[int]) -> list[int]:
+    """The engine's greedy tokens are transformers' greedy path, token for token; where they
+    part it must be a near tie (the engine's token within the tolerance of the reference's
+    choice), and the paths are compared up to there (returned so the test can report it)."""
     tokens = greedy_path(loaded, prompt)
-    reference = real_models.reference_logprobs(reference_model, prompt + tokens)
-    ties = []
     for i, token in enumerate(tokens):
-        row = reference[len(prompt) - 1 + i]
-        if int(np.argmax(row)) != token:
-            assert row.max() - row[token] <= FIDELITY_TOLERANCE, f"token {i}: {token} is not the reference's choice"
-            ties.append(i)
-    return ties
+        assert i < len(path.tokens), f"the engine went on after the reference's end at token {i}"
+        if token != path.tokens[i]:
+            value = path.rows.value(i, token)
+            assert value is not None, f"token {i}: {token} is not among the reference's {len(path.rows.ids[i])} best"
+            assert path.rows.max(i) - value <= FIDELITY_TOLERANCE, f"token {i}: {token} is not the reference's choice"
+            return [i]
+    assert len(tokens) == len(path.tokens), f"the engine ended at {len(tokens)} tokens, the reference went on"
+    return []
 
 
 def test_gemma3_auto_precision_matches_transformers_float32(gemma, gemma_reference):
     assert gemma.precision.dtype == "float32"
     plain = encode_text(gemma.tokenizer, TEXT)
     chat = encode_chat(gemma.tokenizer, CHAT) + encode_text(gemma.tokenizer, "Rome.")[1:]
-    worst = max(assert_top5_close(gemma, gemma_reference, ids, FIDELITY_TOLERANCE) for ids in (plain, chat))
+    cases = (("text", plain), ("chat", chat))
+    worst = max(
+        assert_top5_close(gemma, gemma_reference.logprobs(name, ids), ids, FIDELITY_TOLERANCE) for name, ids in cases
+    )
     print(f"gemma3 auto (float32): largest top-5 difference {worst:.4f}")
 
 
 def test_gemma3_greedy_paths_follow_the_reference(gemma, gemma_reference):
-    for prompt in (encode_text(gemma.tokenizer, "The capital of France is"), encode_chat(gemma.tokenizer, CHAT)):
-        ties = assert_greedy_follows_reference(gemma, gemma_reference, prompt)
+    text, chat = encode_text(gemma.tokenizer, "The capital of France is"), encode_chat(gemma.tokenizer, CHAT)
+    for name, prompt in (("greedy_text", text), ("greedy_chat", chat)):
+        ties = assert_greedy_follows_reference(gemma, gemma_reference.greedy(name, prompt), prompt)
         print(f"gemma3 greedy near-ties at {ties}")
 
 
@@ -130,27 +148,28 @@ def test_gemma3_sliding_window_layers_past_the_window(gemma, gemma_reference, ge
     """Positions beyond the 512-token window: every sliding layer must forget what the
     reference forgets (a wrong window or layer pattern moves these logprobs).
 
-    Slow: transformers runs Gemma 3 270M in float32 over a prompt longer than its window;
-    a shorter one would not reach past it."""
-    config = gemma_reference.config  # transformers' own reading of the file's metadata
-    assert gemma.config["sliding_window"] == gemma_meta["gemma3.attention.sliding_window"] == config.sliding_window
+    Slow: the engine scores a prompt longer than Gemma 3 270M's window; a shorter one would
+    not reach past it."""
+    meta = gemma_reference.meta  # transformers' own reading of the file's metadata
+    assert gemma.config["sliding_window"] == gemma_meta["gemma3.attention.sliding_window"] == meta["sliding_window"]
     caches = gemma.model.make_cache()
     kinds = ["sliding_attention" if type(c).__name__ == "RotatingKVCache" else "full_attention" for c in caches]
-    assert kinds == list(config.layer_types)
-    words = ("river stone light market winter garden paper window music letter " * 70).split()
-    ids = encode_text(gemma.tokenizer, " ".join(words))[:620]
+    assert kinds == meta["layer_types"]
+    ids = sliding_ids(gemma.tokenizer)
     assert len(ids) == 620
-    reference = real_models.reference_logprobs(gemma_reference, ids)
+    reference_rows = gemma_reference.logprobs("sliding", ids)
+    assert gemma_reference.positions("sliding") == list(range(590, 619))
     shown = engine_raw_logprobs(gemma, ids, first=591)  # positions 590..618, past the window
     worst = 0.0
-    for t, ours in zip(range(590, 619), shown, strict=True):
-        for token in np.argsort(-reference[t])[:5]:
-            worst = max(worst, abs(ours[int(token)] - float(reference[t][token])))
+    for t, ours in enumerate(shown):
+        for token, value in reference_rows.top(t, 5):
+            worst = max(worst, abs(ours[token] - value))
+    assert len(shown) == len(reference_rows)
     assert worst <= FIDELITY_TOLERANCE
 
 
 def test_gemma3_conventions_follow_the_file(gemma, gemma_meta):
-    tokens = gemma_meta["tokenizer.ggml.tokens"]
+    where = gemma_meta["token_ids"]
     bos = gemma_meta["tokenizer.ggml.bos_token_id"]
     assert gemma_meta["tokenizer.ggml.add_bos_token"] is True
     ids = encode_text(gemma.tokenizer, "Hello there")
@@ -160,16 +179,16 @@ def test_gemma3_conventions_follow_the_file(gemma, gemma_meta):
         real_models.llama_cpp_gemma_prompt(CHAT), add_special_tokens=False
     )
     assert encode_chat(gemma.tokenizer, CHAT) == expected
-    assert tokens.index("<end_of_turn>") in gemma.eos_token_ids
-    assert tokens.index("<eos>") in gemma.eos_token_ids
+    assert where["<end_of_turn>"] in gemma.eos_token_ids
+    assert where["<eos>"] in gemma.eos_token_ids
 
 
 def test_default_llama_stays_within_a_hundredth(smollm):
-    reference_model = real_models.transformers_float32(real_models.smollm_gguf())
+    kept = reference("smollm2", real_models.smollm_gguf())
     ids = encode_text(smollm.tokenizer, TEXT)
-    worst = assert_top5_close(smollm, reference_model, ids, 0.01)
-    chat = encode_chat(smollm.tokenizer, [{"role": "user", "content": "What is the capital of France?"}])
-    ties = assert_greedy_follows_reference(smollm, reference_model, chat)
+    worst = assert_top5_close(smollm, kept.logprobs("text", ids), ids, 0.01)
+    chat = encode_chat(smollm.tokenizer, LLAMA_CHAT)
+    ties = assert_greedy_follows_reference(smollm, kept.greedy("greedy_chat", chat), chat)
     print(f"llama auto: largest top-5 difference {worst:.4f}; greedy near-ties at {ties}")
 
 
@@ -180,22 +199,16 @@ def test_gemma_lens_layer_by_layer_against_transformers_within_regression_bounds
     embedding scale √640 rounded to bfloat16 as mlx-lm's gemma3_text computes it (25.25
     against transformers' float32 25.2982): that rounding, not the lens, is most of the
     first comparison's difference (measured: layer 1 0.294 → 0.040, the last 0.031 → 0.005)."""
-    import torch
+    from tests.engine.analysis.test_lens import GEMMA_TEXT, per_layer_differences
 
-    from tests.engine.analysis.test_lens import GEMMA_TEXT, per_layer_differences, reference_lens
-
-    loaded, model = gemma, gemma_reference  # this module's models: loaded once for every Gemma test
+    loaded = gemma  # this module's model: loaded once for every Gemma test
     ids = encode_text(loaded.tokenizer, GEMMA_TEXT)
     assert 15 <= len(ids) <= 22
     rows = list(lens(loaded, ids, range(len(ids)), top=100))
-    embed = model.model.embed_tokens
-    assert float(embed.embed_scale) == pytest.approx(640**0.5)  # its output is the scaled embedding
-    as_is = per_layer_differences(rows, reference_lens(model, ids))
-    try:
-        embed.embed_scale.fill_(float(torch.tensor(640**0.5).to(torch.bfloat16)))
-        same_scale = per_layer_differences(rows, reference_lens(model, ids))
-    finally:
-        embed.embed_scale.fill_(640**0.5)
+    # transformers' embedding output is the scaled embedding, √640 in float32.
+    assert gemma_reference.meta["embed_scale"] == pytest.approx(640**0.5)
+    as_is = per_layer_differences(rows, gemma_reference.lens("lens", ids))
+    same_scale = per_layer_differences(rows, gemma_reference.lens("lens_bf16_scale", ids))
     print("per-layer largest top-5 difference (nats), as is:", " ".join(f"{w:.4f}" for w in as_is))
     print("the same with mlx-lm's bfloat16 √640:", " ".join(f"{w:.4f}" for w in same_scale))
     # Regression bounds, not tolerances (docs/TESTING.md): 1.5× what this code measured at
@@ -205,3 +218,15 @@ def test_gemma_lens_layer_by_layer_against_transformers_within_regression_bounds
     assert max(as_is) <= 0.45 and max(as_is[2:]) <= 0.065 and as_is[-1] <= 0.05
     assert max(same_scale) <= 0.06 and max(same_scale[2:]) <= 0.025 and same_scale[-1] <= 0.03
     assert as_is[0] <= 0.002  # layer 0: the norm cancels the embedding's scale
+
+
+def test_the_kept_references_are_what_transformers_gives_today():
+    """The kept numbers are transformers' own: the default model's text computed again here,
+    as ``make_transformers_references`` computes it, gives the kept top tokens and logprobs."""
+    gguf = real_models.smollm_gguf()
+    kept = reference("smollm2", gguf)
+    ids = kept.arrays["text.input"].tolist()
+    stored = kept.logprobs("text", ids)
+    fresh = top_rows(real_models.reference_logprobs(real_models.transformers_float32(gguf), ids)[:-1])
+    assert (fresh.ids[:, :5] == stored.ids[:, :5]).all()
+    assert abs(fresh.values - stored.values).max() < 1e-4

@@ -1,7 +1,8 @@
 """The logit lens (engine/analysis/lens.py) against transformers' float32 run of the same GGUF file
 with forward hooks on its decoder layers (final norm + lm_head, + final-logit softcapping
 where the config has it, on each layer's output) — the default model (llama) and Gemma 3
-270M — and its own invariants on tiny models."""
+270M, kept by ``python -m tests.data.make_transformers_references`` (``reference_lens`` is
+how) — and its own invariants on tiny models."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from engine.analysis.lens import lens
 from engine.api.errors import EngineError
 from engine.runtime.prompts import encode_text
 from tests.support import real_models
+from tests.support.references import TopRows
+from tests.support.references import reference as reference_of
 
 TEXT = "The capital of France is Paris. It is known for the Eiffel Tower."
 GEMMA_TEXT = "The quick brown fox jumps over the lazy dog, and the cat sleeps in the sun."
@@ -50,38 +53,39 @@ def reference_lens(model, ids: list[int]) -> list[np.ndarray]:
     return out
 
 
-def per_layer_differences(rows, reference: list[np.ndarray]) -> list[float]:
+def per_layer_differences(rows, reference: list[TopRows]) -> list[float]:
     """Per layer, the largest difference over ``rows``' positions between the reference's
     top-5 logprobs and the engine's at the same token ids (each must be in its top 100)."""
     worst = [0.0] * len(reference)
     for row in rows:
         assert len(row.layers) == len(reference)
         for layer in row.layers:
-            ref = reference[layer.layer][row.position]
             engine = dict(layer.top)
-            for token in np.argsort(-ref, kind="stable")[:5]:
-                assert int(token) in engine, (row.position, layer.layer, int(token))
-                worst[layer.layer] = max(worst[layer.layer], abs(engine[int(token)] - float(ref[token])))
+            for token, value in reference[layer.layer].top(row.position, 5):
+                assert token in engine, (row.position, layer.layer, token)
+                worst[layer.layer] = max(worst[layer.layer], abs(engine[token] - value))
     return worst
 
 
 @pytest.mark.slow
 def test_default_model_layer_by_layer_against_transformers(smollm):
-    """The lens on the default model against transformers' hooked float32 run, every layer.
-
-    Slow: transformers runs the default GGUF, dequantized to float32, with a hook per layer."""
+    """The lens on the default model against transformers' hooked float32 run, every layer
+    (kept: tests/support/references.py)."""
     ids = encode_text(smollm.tokenizer, TEXT)
-    reference = reference_lens(real_models.transformers_float32(real_models.smollm_gguf()), ids)
+    reference = reference_of("smollm2", real_models.smollm_gguf()).lens("lens", ids)
     positions = [3, 9, len(ids) - 1]
     worst = 0.0
     for p in lens(smollm, ids, positions, top=5):
         assert len(p.layers) == len(reference)
         for layer in p.layers:
-            ref = reference[layer.layer][p.position]
+            ref = reference[layer.layer]
             top = [i for i, _ in layer.top]
-            assert top[0] == int(np.argmax(ref)) or abs(ref[top[0]] - ref.max()) < 0.03
-            diff = max(abs(lp - ref[i]) for i, lp in layer.top)
-            worst = max(worst, diff)
+            first = ref.value(p.position, top[0])
+            assert first is not None and (top[0] == ref.argmax(p.position) or ref.max(p.position) - first < 0.03)
+            for i, lp in layer.top:
+                value = ref.value(p.position, i)
+                assert value is not None, (p.position, layer.layer, i)
+                worst = max(worst, abs(lp - value))
     print(f"largest top-5 difference over layers: {worst:.4f}")
     assert worst < 0.03
 
