@@ -75,13 +75,18 @@ def vllm_like():
 # xdist would otherwise start the files with the most tests first and leave the longest one
 # running alone at the end (13 to 19 minutes depending on where it fell).
 HEAVY_FIRST = (
-    "test_fidelity_real.py",  # ~9 min: Gemma 3 and SmolLM2 against transformers in float32
-    "test_bundle.py",  # ~4 min: the packaged app built and its self-test run
-    "test_cli.py",
+    "test_remote_pieces.py",  # ~3.5 min: the default model through mlx_lm.server, in pieces and whole
+    "test_cli.py",  # ~3 min: a process per run of the default model, and mlx-lm beside it
+    "test_fidelity_real.py",  # ~2.5 min: Gemma 3 past its sliding window, against kept references
+    "test_bundle.py",  # ~2 min: the packaged app built and its self-test run
+    "test_bench_smoke.py",
+    "test_mirostat_replay.py",
+    "test_remote_sampled_reply.py",
+    "test_remote_distributed.py",  # ~1 min: two distributed mlx_lm.servers and a plain one
+    "test_speculative.py",
+    "test_remote_mlx_server.py",
     "test_gguf_fuzz.py",
     "test_lens.py",
-    "test_remote_mlx_server.py",
-    "test_remote_distributed.py",  # ~1.5 min: two distributed mlx_lm.servers and a plain one
     "test_engine_fuzz.py",
 )
 

@@ -19,11 +19,24 @@ from tests.support.local_server import mlx_lm_server_process, posts, stop  # noq
 CHAT = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
 
 
-@pytest.fixture()
-def server(tmp_path: Path):
+def _started(workdir: Path):
     from engine.models.load import resolve
 
-    with mlx_lm_server_process(Path(resolve("default")[1]), tmp_path) as (url, proc):
+    return mlx_lm_server_process(Path(resolve("default")[1]), workdir)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the tests that leave it running (each counts the posts it makes)."""
+    workdir = tmp_path_factory.mktemp("mlx-lm-server")
+    with _started(workdir) as (url, proc):
+        yield url, proc, workdir
+
+
+@pytest.fixture()
+def own_server(tmp_path: Path):
+    """A server of the test's own (it is stopped mid-reply)."""
+    with _started(tmp_path) as (url, proc):
         yield url, proc, tmp_path
 
 
@@ -113,10 +126,10 @@ def test_a_reply_whose_tokens_its_text_does_not_spell_is_still_the_servers_own(t
     assert done.error is None and [s.token_id for s in steps] == want
 
 
-def test_a_server_stopped_mid_reply_keeps_every_token_received(server):
+def test_a_server_stopped_mid_reply_keeps_every_token_received(own_server):
     from engine.api.params import SamplingParams
 
-    url, proc, _ = server
+    url, proc, _ = own_server
     backend = _backend(url, timeout=600)  # a hang guard
 
     def stop_after_some(steps):
