@@ -230,7 +230,9 @@ class ServingController(QObject):
         self._update_label()
 
     def _on_changed(self, row) -> None:
-        self.list.update_row(row, row.id in {r.id for r in self.served.live.values()})
+        # A row changes while it is written (a token) or as it ends (its finish reason set):
+        # live until then. (A row a crash left unended never changes.)
+        self.list.update_row(row, row.finish_reason is None)
 
     def _on_removed(self, row_id: int) -> None:
         self.list.remove_row(row_id)
