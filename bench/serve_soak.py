@@ -10,9 +10,10 @@ clients at once, as a machine whose server any program may reach meets them:
 - 6 hostile ones: a ``text/plain`` body, a foreign ``Host``, a body over the size limit, a
   body that is not JSON, a deeply nested one, half a request line and then silence.
 
-After each round (the server idle again and its freed memory given back to the system,
-as it does itself once idle; Python's garbage collected) the process's resident memory
-(RSS) and MLX's active memory are read. Goal: from round 2 to the last, each grows by
+The server runs in a process of its own (the clients' memory is not counted). After each
+round (the server idle again and its freed memory given back to the system, as it does
+itself once idle; Python's garbage collected) the server process's resident memory (RSS)
+and MLX's active memory are read. Goal: from round 2 to the last, each grows by
 under 2 % (round 1 fills what stays: compiled kernels, the prefix store, the caches).
 """
 
@@ -22,9 +23,12 @@ import contextlib
 import gc
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import mlx.core as mx
@@ -34,11 +38,13 @@ from engine.serve.engine_loop import IDLE_WAIT_S
 from engine.serve.freed_memory import give_back_freed_memory
 
 GOALS = {"growth_at_most": 0.02}
+ROOT = Path(__file__).resolve().parent.parent
 CHAT = [{"role": "user", "content": "Tell me about the sea."}]
 
 
-@contextlib.contextmanager
-def _served(source: str) -> Iterator[str]:
+def _serve(source: str) -> None:
+    """The server's own process (``python -m bench.serve_soak SOURCE``): prints its URL, then,
+    for each line read, its memory once idle; ends at the end of its input."""
     from engine.serve.engine_loop import EngineLoop
     from engine.serve.server_thread import ServerThread
     from engine.session.session import EngineSession
@@ -50,11 +56,56 @@ def _served(source: str) -> Iterator[str]:
 
     engine = EngineLoop(load)
     server = ServerThread(engine, "127.0.0.1", 0)
+    print(f"http://127.0.0.1:{server.port}", flush=True)
+    process = psutil.Process()
     try:
-        yield f"http://127.0.0.1:{server.port}"
+        for _ in sys.stdin:
+            # The server gives its freed memory back once idle for IDLE_WAIT_S; the collector
+            # runs here so that the figure reads what is held, not garbage not yet collected.
+            time.sleep(2 * IDLE_WAIT_S)
+            gc.collect()
+            give_back_freed_memory()
+            memory = {
+                "rss": process.memory_info().rss,
+                "active": mx.get_active_memory(),
+                "cache": mx.get_cache_memory(),
+            }
+            print(json.dumps(memory), flush=True)
     finally:
         server.stop()
         engine.close()
+
+
+@contextlib.contextmanager
+def _served(source: str) -> Iterator[tuple[str, Callable[[], dict]]]:
+    """The server in a process of its own (the clients' memory is not the server's): its URL
+    and a function that reads its memory."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bench.serve_soak", source],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        url = child.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"the server did not start (exit {child.wait()})")
+
+        def measure() -> dict:
+            child.stdin.write("measure\n")
+            child.stdin.flush()
+            return json.loads(child.stdout.readline())
+
+        yield url, measure
+    finally:
+        child.stdin.close()
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def _good(url: str, i: int, tokens: int) -> Callable[[], None]:
@@ -177,21 +228,15 @@ def _idle(url: str) -> None:
 
 def serve_soak(source: str, rounds: int = 5, tokens: int = 24) -> dict:
     """``source``: the model the server loads (a fast one: the load is in the clients)."""
-    process = psutil.Process()
     rss, active, cached, failures = [], [], [], []
-    with _served(source) as url:
+    with _served(source) as (url, measure):
         for _ in range(rounds):
             failures.append(_round(url, tokens))
             _idle(url)
-            # The server gives its freed memory back once idle for IDLE_WAIT_S; the clients
-            # run in this process too, and what they freed is given back here, so that the
-            # figure reads what is held, not what an allocator keeps for later.
-            time.sleep(2 * IDLE_WAIT_S)
-            gc.collect()
-            give_back_freed_memory()
-            rss.append(process.memory_info().rss)
-            active.append(mx.get_active_memory())
-            cached.append(mx.get_cache_memory())
+            memory = measure()
+            rss.append(memory["rss"])
+            active.append(memory["active"])
+            cached.append(memory["cache"])
     base = min(1, rounds - 1)
 
     def growth(values: list[int]) -> float:
@@ -208,3 +253,7 @@ def serve_soak(source: str, rounds: int = 5, tokens: int = 24) -> dict:
         "client_failures": failures,
         "goal": GOALS,
     }
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
