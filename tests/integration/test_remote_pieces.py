@@ -71,7 +71,10 @@ def test_a_reply_in_pieces_streams_and_equals_one_request(server):
     """A reply the server sends only when done is asked for in pieces (a first of 8 tokens,
     then of 32), so it streams and a timeout bounds one piece. The pieces are forced by
     their size, not by a race with the clock: the timeout is a hang guard (on a busy
-    machine a 10 s timeout once failed the first piece)."""
+    machine a 10 s timeout once failed the first piece).
+
+    Slow: 120 tokens of the default model through mlx_lm.server in pieces, then the same
+    reply asked for whole (a minute here, 88 s beside a second ``make test``)."""
     from engine.api.events import TokenStep
     from engine.api.params import SamplingParams
 
