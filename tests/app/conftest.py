@@ -21,6 +21,21 @@ def controls(qtbot, tmp_path):
     return widget
 
 
+@pytest.fixture
+def timeline(qtbot):
+    """The timeline on its own, light, 1400×200 (its default height), shown."""
+    from app.views.theme import LIGHT
+    from app.views.timeline import TimelineWidget
+
+    widget = TimelineWidget()
+    qtbot.addWidget(widget)
+    widget.set_colors(LIGHT)
+    widget.resize(1400, 200)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
 @pytest.fixture(scope="module")
 def long_context_folder(tmp_path_factory):
     """The tiny model with a 64k context, so a prompt can take many seconds to prefill."""

@@ -11,7 +11,6 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPointF  # noqa: E402
 
-from app.views.theme import LIGHT  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from tests.support.app_window import settle  # noqa: E402
 from tests.support.chain_steps import chain_step  # noqa: E402
@@ -19,15 +18,7 @@ from tests.support.chain_steps import chain_step  # noqa: E402
 SURE, EVEN = [60.0] + [0.0] * 11, [0.0] * 12  # p 1.0, p 1/12
 
 
-def test_a_change_label_covers_no_point_on_a_long_reply(qtbot):
-    from app.views.timeline import TimelineWidget
-
-    timeline = TimelineWidget()
-    qtbot.addWidget(timeline)
-    timeline.set_colors(LIGHT)
-    timeline.resize(1400, 200)
-    timeline.show()
-    qtbot.waitExposed(timeline)
+def test_a_change_label_covers_no_point_on_a_long_reply(timeline):
     before = SamplingParams(temperature=0.0, seed=1)
     after = SamplingParams(temperature=0.0, top_k=7, min_p=0.05, seed=1)
     change = 100
@@ -48,5 +39,4 @@ def test_a_change_label_covers_no_point_on_a_long_reply(qtbot):
     covered = [
         x for x in range(len(p)) if label.adjusted(-2, -2, 2, 2).contains(vb.mapViewToScene(QPointF(x, float(p[x]))))
     ]
-    timeline.grab().save("/tmp/ls/change_label.png")
     assert covered == [], (covered, line.label.orthoPos)

@@ -13,7 +13,6 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPointF, QRectF  # noqa: E402
 from PySide6.QtGui import QImage, QPainter  # noqa: E402
 
-from app.views.theme import LIGHT  # noqa: E402
 from engine.api.params import SamplingParams  # noqa: E402
 from tests.support.app_window import settle  # noqa: E402
 from tests.support.chain_steps import chain_step  # noqa: E402
@@ -29,19 +28,6 @@ def steps_with_entropies(low: float, high: float, n: int = 40) -> list:
         step = chain_step(index=i)
         steps.append(replace(step, entropies=tuple(h for _ in step.chain)))
     return steps
-
-
-@pytest.fixture
-def timeline(qtbot):
-    from app.views.timeline import TimelineWidget
-
-    widget = TimelineWidget()
-    qtbot.addWidget(widget)
-    widget.set_colors(LIGHT)
-    widget.resize(1400, 200)
-    widget.show()
-    qtbot.waitExposed(widget)
-    return widget
 
 
 def shown_plots(timeline) -> list:
