@@ -2,7 +2,7 @@
 
 ``--send TEXT`` starts normally and sends TEXT once the model has loaded; ``--selftest``
 (the packaged app's check) and ``--startup-report PATH`` (bench figure 15) are the shipped
-app's own modes (``app/shell/selftest.py``, ``app/shell/startup_report.py``); ``python -m
+app's own modes (``app/shell/startup/selftest.py``, ``app/shell/startup/startup_report.py``); ``python -m
 app export`` exports without Qt (``app/store/export_cli.py``). The README's screenshots are
 made by ``python -m tools.screenshot``, which is not shipped.
 """
@@ -54,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
 
     app.setWindowIcon(app_icon())
     if args.selftest:
-        from app.shell.selftest import run_selftest
+        from app.shell.startup.selftest import run_selftest
 
         return run_selftest(app, args.model or "default", args.timeout)
     from PySide6.QtCore import QSettings
 
-    from app.shell.db_open import StoreUnavailable
-    from app.shell.logging_setup import install
+    from app.shell.startup.db_open import StoreUnavailable
+    from app.shell.startup.logging_setup import install
 
     install(args.model or str(QSettings("Logitscope", "Logitscope").value("model", "default")))
     marks = {"python_ready": STARTED, "qt_imported": time.time()}
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     marks["window_shown"] = time.time()
     keep = []  # what runs beside the window until the app quits
     if args.startup_report:
-        from app.shell.startup_report import StartupReport, launched_at
+        from app.shell.startup.startup_report import StartupReport, launched_at
 
         keep.append(StartupReport(window, window.engine.worker, args.startup_report, launched_at(STARTED), marks))
     if args.send:

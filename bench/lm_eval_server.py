@@ -1,4 +1,4 @@
-"""Issue 56's figure: a multiple-choice task evaluated by lm-evaluation-harness through
+"""Figure 30: a multiple-choice task evaluated by lm-evaluation-harness through
 ``engine.serve`` (its ``local-completions`` model, token prompts, ``num_concurrent`` 4, the
 code of ``python -m engine serve`` on 127.0.0.1) against ``mlx_lm.evaluate``'s model in
 process (``MLXLM``, the same lm-eval task) on the same model: the accuracy of each, the

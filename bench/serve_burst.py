@@ -10,7 +10,7 @@ post a ``/v1/completions`` of ``tokens`` tokens at the same moment. From the fir
 sent until the last one's end is in the Served list and its writes are done:
 
 - ``max_gap_ms``: the largest gap between ticks of a 10 ms timer on the GUI thread (the
-  window's responsiveness; issue 49's goal is 50 ms), ``p99_gap_ms``;
+  window's responsiveness; the goal is 50 ms), ``p99_gap_ms``;
 - ``max_gap_cpu_ms``: the most CPU time the GUI thread spent between two ticks (what the
   app itself stalls, which a busy machine cannot inflate);
 - ``idle_max_gap_ms``: the same timer with nothing served, just before;
@@ -18,7 +18,7 @@ sent until the last one's end is in the Served list and its writes are done:
 - ``seconds``: the burst's wall time.
 
 The same burst runs twice: with the requests written on their writer's thread (the app as
-it is) and ``inline_*``: written over the GUI thread's connection (as before issue 49).
+it is) and ``inline_*``: written over the GUI thread's connection (as the app once did).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Figure 23 (issue 36): speculative decoding on a real pair, against mlx-lm's on the same pair.
+"""Figure 23: speculative decoding on a real pair, against mlx-lm's on the same pair.
 
 The target is the default model (SmolLM2-135M Q4_1, computed in float32); the draft is the
 same weights re-quantized to Q4_0 (``tools.requantize``, gguf-py's quantizer), the pair

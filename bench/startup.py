@@ -4,7 +4,7 @@ cache) and on later runs (the cache filled), each in a fresh profile (home, sett
 database). The peer: a fresh ``python`` that imports mlx-lm and ``mlx_lm.load``s the same
 converted folder, the least a later run of any mlx-lm front end does before it can answer.
 
-The app writes its own marks (``app/shell/startup_report.py``); on a machine with no display the
+The app writes its own marks (``app/shell/startup/startup_report.py``); on a machine with no display the
 app runs offscreen, which leaves out the window server's share of showing the window.
 """
 

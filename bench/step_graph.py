@@ -1,4 +1,4 @@
-"""Figures 21 and 22 (issue 33): what a decode step costs outside the model.
+"""Figures 21 and 22: what a decode step costs outside the model.
 
 21. ``step_primitives``: the primitives (graph nodes) a decode step runs outside the
     forward pass, ours and mlx-lm's, counted from the graph MLX would run (its

@@ -70,7 +70,7 @@ def decode_batch1(loaded: LoadedModel, tokens: int = 32, repeats: int = 3, promp
 def real_vocabulary(
     loaded: LoadedModel | None = None, tokens: int = 24, repeats: int = 3, steps: int = 5
 ) -> dict | str:
-    """Figure 18 (issue 23): figures 1 and 6 on a real model of a large vocabulary, Gemma 3
+    """Figure 18: figures 1 and 6 on a real model of a large vocabulary, Gemma 3
     270M (V = 262,144) in its ``auto`` precision, against mlx-lm on the same loaded folder;
     ``loaded``: another model instead (a smoke run's small llama: converting Gemma alone takes
     seconds). Without Gemma's wheels, the reason (``GEMMA_MISSING``)."""

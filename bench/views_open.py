@@ -1,4 +1,4 @@
-"""Figure 19: a reply's decode rate with the new views open (issue 23, goal 4).
+"""Figure 19: a reply's decode rate with the new views open.
 
     python -m bench.views_open [--tokens 32] [--rounds 3]
 
@@ -19,7 +19,7 @@ GUI thread's cost shows only as far as it slows the engine (the GIL, the two cor
 figure is each state's median rate over the plain one's (goal ≥ 0.97: the same tokens/s).
 
 A fourth state, ``lens_beside``: the Layers tab's *every token* job over an earlier reply
-started while the reply streams. A reply goes first (``app/shell/stepped_runner.py``): the
+started while the reply streams. A reply goes first (``app/shell/engine_thread/stepped_runner.py``): the
 job's pieces wait until the reply has ended, so its ratio has the same goal;
 ``lens_positions_during`` counts the positions read while the reply was being written (0
 by design) and ``lens_positions`` those read once the job has finished after it.

@@ -70,3 +70,36 @@ def test_nothing_reaches_into_the_window():
 def test_the_engine_top_folder_holds_packages():
     modules = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
     assert modules == ["__init__.py", "__main__.py"]
+
+
+def _source(module: str) -> str:
+    path = ROOT / (module.replace(".", "/") + ".py")
+    return (path if path.exists() else ROOT / module.replace(".", "/") / "__init__.py").read_text(encoding="utf-8")
+
+
+def test_nothing_on_the_engines_thread_touches_a_widget():
+    """``app/shell/engine_thread/`` runs on the engine's thread: none of its modules, nor any
+    module of ours they import (directly or through others), imports Qt's widgets or pyqtgraph."""
+    graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
+    thread = {m for m in graph.modules if m.startswith("app.shell.engine_thread")}
+    reached = set(thread).union(*(graph.find_upstream_modules(m) for m in thread))
+    widgets = re.compile(
+        r"^\s*(from PySide6\.QtWidgets |import PySide6\.QtWidgets|from PySide6 import .*QtWidgets"
+        r"|import pyqtgraph|from pyqtgraph)",
+        re.M,
+    )
+    touching = sorted(m for m in reached if widgets.search(_source(m)))
+    assert len(thread) > 1 and touching == []
+
+
+def test_only_the_layout_places_docks():
+    """Docks are placed by ``app/shell/layout.py`` alone; a controller asks it for its dock."""
+    placing = re.compile(r"\.(addDockWidget|tabifyDockWidget|splitDockWidget)\(")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "app").rglob("*.py"))
+        if path != ROOT / "app" / "shell" / "layout.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if placing.search(line)
+    ]
+    assert found == []

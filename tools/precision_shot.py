@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.shell.precision_menu import save_choice
+    from app.shell.controllers.precision_menu import save_choice
     from app.shell.window import MainWindow
     from engine.api.params import SamplingParams
     from tools.shot_window import show_at, waiter

@@ -1,5 +1,5 @@
 """``python -m tools.thinking_shot --model FOLDER --out PATH``: the README's screenshot of a
-reasoning model's reply (issue 26).
+reasoning model's reply.
 
 Runs the app offscreen in a throwaway profile with a reasoning model (``--model``; the
 README's is the tiny Qwen3-style model ``python -m tests.support.tiny_thinking FOLDER`` writes,

@@ -17,7 +17,8 @@ from app.model.generation import Generation
 from app.model.model_in_use import ModelInUse
 from app.model.reply_origin import ReplyOrigin
 from app.model.served import ServedRequests
-from app.model.streams import COLUMN_NAMES, CompareRun, Reply, StreamKey, TokenRef, branch_key
+from app.model.streams import Reply
+from app.store.compare_runs import COLUMN_NAMES, CompareRun, StreamKey, TokenRef, branch_key
 from app.store.store import Branch, Conversation, Message, Store
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError

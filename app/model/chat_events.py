@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from app.model.events import EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForkJob
-from app.model.streams import CompareRun, StreamKey, TokenRef
+from app.store.compare_runs import CompareRun, StreamKey, TokenRef
 from app.store.store import Conversation
 from engine.api.events import Finished
 from engine.api.params import SamplingParams

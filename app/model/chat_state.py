@@ -11,7 +11,8 @@ from app.model.background import Background
 from app.model.chat_events import ChatEvents
 from app.model.reply_origin import ReplyOrigin
 from app.model.served import ServedRequests
-from app.model.streams import CompareRun, Reply, StreamKey, TokenRef
+from app.model.streams import Reply
+from app.store.compare_runs import CompareRun, StreamKey, TokenRef
 from app.store.store import Branch, Conversation, Message, Store
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams

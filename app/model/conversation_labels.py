@@ -1,4 +1,4 @@
-"""How File → Open conversation names each conversation (issue 24, point 15), without Qt.
+"""How File → Open conversation names each conversation, without Qt.
 
 A title is the first message's first line, so two chats that began with the same question
 (the first-run question, say) read the same; each item adds when it was last written to, the

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from app.model.reply_analysis import StepAnalysis
-from app.model.streams import StreamKey
 from app.model.textfmt import percent
+from app.store.compare_runs import StreamKey
 from engine.api.draft import (
     DEFAULT_DRAFT_TOKENS,
     MAX_DRAFT_TOKENS,

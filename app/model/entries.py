@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from app.model.scored import is_scored, score_context
 from app.model.seeds import reply_seed
-from app.model.streams import CompareRun, Reply, StreamKey, branch_key
+from app.model.streams import Reply
 from app.model.structured import heading_note
+from app.store.compare_runs import CompareRun, StreamKey, branch_key
 from app.store.store import Message
 from engine.api.events import FinishReason, TokenStep
 

@@ -19,9 +19,10 @@ from app.model.jobs import ChatJob, ForcedToken, ForkJob
 from app.model.reply_saving import drop_reply, save_reply, save_run
 from app.model.seeds import with_seed
 from app.model.served import RAW_PROMPT
-from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, Reply, TokenRef, branch_key
+from app.model.streams import Reply
 from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
+from app.store.compare_runs import CompareColumn, CompareRun, DivergenceSeries, TokenRef, branch_key
 from app.store.store import Message
 from engine.api.carry import carry_from_steps
 from engine.api.events import Divergence, Finished, FinishReason, TokenStep

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.model.reply_analysis import StepAnalysis
-from app.model.streams import StreamKey
+from app.store.compare_runs import StreamKey
 from engine.api.events import TokenStep
 
 

@@ -1,4 +1,4 @@
-"""The KV cache's quantization from the app's side (issue 21), Qt-free: the Models → KV cache
+"""The KV cache's quantization from the app's side, Qt-free: the Models → KV cache
 choice saved per model source, the setting a load sends, and the words the menu, the status
 bar, the About box and Compare models use.
 

@@ -1,5 +1,5 @@
 """Models → Library… without Qt: the table's columns, what each cell says, how it sorts and
-what its tooltip reads, the search, and the dialog's status line (issue 25, point 1).
+what its tooltip reads, the search, and the dialog's status line.
 
 The rows are ``engine.library.LibraryEntry`` objects as ``scan_library()`` hands them out; this
 module only words them, so the dialog and its tests share one wording.

@@ -1,4 +1,4 @@
-"""The logit lens (issue 22) in the model layer, Qt-free: what each layer of the running
+"""The logit lens in the model layer, Qt-free: what each layer of the running
 model would have predicted at a token of a saved reply (or of a scored text).
 
 The worker reads a reply's tokens layer by layer (``EngineSession.lens_reply``, or
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.model.events import EventEmitter
 from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
-from app.model.streams import StreamKey
+from app.store.compare_runs import StreamKey
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel

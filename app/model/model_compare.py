@@ -1,4 +1,4 @@
-"""Models → Compare models… (issue 21) in the model layer, Qt-free: a saved reply (or a
+"""Models → Compare models… in the model layer, Qt-free: a saved reply (or a
 scored text) under the running model and a second one, token by token.
 
 The worker loads the second model beside the running one (``EngineSession.load_second``)
@@ -22,7 +22,7 @@ from app.model.events import EventEmitter
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
 from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
-from app.model.streams import StreamKey
+from app.store.compare_runs import StreamKey
 from engine.api.kld_records import statistics, summary_record, token_record
 from engine.api.kld_stats import UNCERTAINTY_MIN_TOKENS
 from engine.api.kv_quantization import KV_OFF
@@ -230,20 +230,8 @@ class ModelComparisons(ReplyAnalysis[CompareJob, Comparison]):
             self._second = ModelIdentity(second.name, second.precision, second.source, kv)
             self.events.loaded(self._second)
 
-    def on_progress(self, tag: int, done: int, total: int) -> None:
-        if self.mine(tag):
-            self.events.progressed(done, total)
-
     def on_finished(self, tag: int, rows: list, texts: dict[int, str]) -> Comparison | None:
-        if not self.mine(tag) or self._second is None:
+        if self._second is None:
             return None
-        job = self.end()
-        result = Comparison(self.stream, job.settings, self._base, self._second, list(rows), dict(texts))
-        self.results[self.stream] = result
-        self.events.finished(result)
-        return result
-
-    def on_failed(self, tag: int, message: str) -> None:
-        """A refusal (it would not fit, another vocabulary) or a failure: nothing changes."""
-        if self.mine(tag):
-            self.events.failed(self.end(), message)
+        base, second = self._base, self._second
+        return self.keep(tag, lambda job: Comparison(self.stream, job.settings, base, second, list(rows), dict(texts)))

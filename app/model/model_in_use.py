@@ -2,7 +2,7 @@
 worker reported once it loaded, the status bar's words for it, and the welcome's once it is
 ready.
 
-The shell's :class:`app.shell.model_loading.ModelLoader` updates it; the window and the
+The shell's :class:`app.shell.controllers.model_loading.ModelLoader` updates it; the window and the
 rest of the shell read it (``MainWindow.model_info`` and ``model_source`` are its fields), and
 :class:`app.model.chat.ChatModel` reads the loaded model's name, vocabulary and server from it.
 """

@@ -1,4 +1,4 @@
-"""The compute precision from the app's side (issue 19), Qt-free: the choice saved per model,
+"""The compute precision from the app's side, Qt-free: the choice saved per model,
 and the words the Precision menu, the status bar, the About box, the inspector and the
 Check precision dialog use.
 

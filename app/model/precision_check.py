@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.model.reply_analysis import Refusal, ReplyAnalysis
-from app.model.streams import StreamKey
+from app.store.compare_runs import StreamKey
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
@@ -84,19 +84,6 @@ class PrecisionChecks(ReplyAnalysis[PrecisionJob, FidelityCheck]):
         job = PrecisionJob(self.next_tag(), target.messages or (), target.output)
         return self.begin(job, target.stream)
 
-    def on_progress(self, tag: int, done: int, total: int) -> None:
-        if self.mine(tag):
-            self.events.progressed(done, total)
-
     def on_finished(self, tag: int, rows: list, summary: Any) -> FidelityCheck | None:
-        if not self.mine(tag):
-            return None
-        job = self.end()
-        result = FidelityCheck(self.stream, job.output, self._pieces, tuple(rows), summary)
-        self.results[self.stream] = result
-        self.events.finished(result)
-        return result
-
-    def on_failed(self, tag: int, message: str) -> None:
-        if self.mine(tag):
-            self.events.failed(self.end(), message)
+        pieces = self._pieces
+        return self.keep(tag, lambda job: FidelityCheck(self.stream, job.output, pieces, tuple(rows), summary))

@@ -23,18 +23,18 @@ An analysis subclasses :class:`ReplyAnalysis`, names its ``capability`` (the bac
 ``engine.api.capabilities``), ``verb`` and ``select_hint`` (the words of its refusals), and adds
 its job and its event handlers; its result type follows :class:`ReplyResult`. One computed
 from the reply's own steps (no engine, no job) subclasses :class:`StepAnalysis` instead and
-writes :meth:`StepAnalysis.compute`; ``app/shell/step_analyses.py`` lists them.
+writes :meth:`StepAnalysis.compute`; ``app/shell/controllers/step_analyses.py`` lists them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from app.model.events import EventEmitter, EventGroup
 from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_problem
-from app.model.streams import StreamKey
+from app.store.compare_runs import StreamKey
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
@@ -192,6 +192,25 @@ class ReplyAnalysis(Generic[J, R]):
         """The running job is over (finished, failed): the job."""
         job, self.running = self.running, None
         return job
+
+    def keep(self, tag: int, result_of: Callable[[J], R]) -> R | None:
+        """The running job ``tag`` finished: its result (``result_of(job)``) is kept for its
+        reply and announced (None: the event was another job's)."""
+        if not self.mine(tag):
+            return None
+        result = result_of(self.end())
+        self.results[self.stream] = result
+        self.events.finished(result)
+        return result
+
+    def on_progress(self, tag: int, done: int, total: int) -> None:
+        if self.mine(tag):
+            self.events.progressed(done, total)
+
+    def on_failed(self, tag: int, message: str) -> None:
+        """A refusal or a failure of the running job: nothing else changes."""
+        if self.mine(tag):
+            self.events.failed(self.end(), message)
 
     def cancel(self) -> J | None:
         """Drop the running job (its late events are ignored; what it found stays); the job,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.model.scored import SCORE_LABEL, is_scored
+from app.model.scored import is_scored
+from app.store.scored_labels import SCORE_LABEL
 from engine.api.events import FinishReason
 
 

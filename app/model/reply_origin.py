@@ -1,7 +1,7 @@
 """Which backend, model and precision wrote a reply, and the words every view labels it by.
 
-A reply is labelled by what produced it, never by the model loaded now (issue 24: a local
-reply read "server reports: penalties" after connecting to a server, and a server's reply
+A reply is labelled by what produced it, never by the model loaded now (a local
+reply once read "server reports: penalties" after connecting to a server, and a server's reply
 showed an empty entropy plot without a word after going back to a local model). The store
 keeps each branch's model, ``model_source``, ``precision`` and ``backend``
 (:meth:`app.store.store.Store.note_model`); a reply being written has the loaded model's.

@@ -15,7 +15,8 @@ from typing import Any
 
 from app.model.chat_state import ChatState
 from app.model.entries import CANCELLED_EARLY
-from app.model.streams import CompareRun, Reply, branch_key
+from app.model.streams import Reply
+from app.store.compare_runs import CompareRun, branch_key
 from app.store.serialize import steps_to_json
 from engine.api.events import Finished, FinishReason, TokenStep
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from app.model.jobs import Messages
 from app.model.streams import Reply
+from app.store.scored_labels import IMPORTED_LABEL, SCORE_LABEL, score_label
 from engine.api.events import ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 
@@ -52,11 +53,6 @@ class ReplayRun:
     done: ScoreDone | None = None
 
 
-SCORE_LABEL = "Scored text: "
-IMPORTED_LABEL = "(scored text)"
-"""The user turn of an imported scored text that answered no prompt (``app.store.export_store``)."""
-
-
 def is_scored(step: TokenStep) -> bool:
     """A token of a scored text (given, not drawn; ``rank`` is set only there)."""
     return step.rank is not None
@@ -81,12 +77,6 @@ def shown_kinds(entries: Iterable) -> tuple[bool, bool]:
                 scored |= is_scored(step)
                 drawn |= not is_scored(step)
     return scored, drawn
-
-
-def score_label(text: str) -> str:
-    """The user turn of a text scored without a prompt (the one with a prompt is the prompt):
-    the start of the text's first line."""
-    return SCORE_LABEL + text.strip().splitlines()[0][:50]
 
 
 def score_context(user_turn: str, scored: str) -> str:

@@ -3,7 +3,7 @@
 :class:`Scoring` holds what the window's File and Chat actions for them need between two
 events: the scored texts started here, the last ``ScoreDone``, the replay being run and its
 comparison with the original (:mod:`app.model.replay`). The shell's ``ScoreController``
-(``app/shell/score_dialog.py``) forwards the worker's events to it and shows what it returns;
+(``app/shell/controllers/score_dialog.py``) forwards the worker's events to it and shows what it returns;
 the dialogs and the timeline overlays are views (``app/views/score_views.py``).
 """
 
@@ -18,7 +18,8 @@ from app.model.reply_analysis import Refusal
 from app.model.reply_checks import branch_of, prompt_less_text
 from app.model.scored import ReplayJob, ReplayRun, is_scored, replay_job, score_prompt, start_score
 from app.model.served import RAW_PROMPT
-from app.model.streams import Reply, StreamKey, TokenRef, branch_key
+from app.model.streams import Reply
+from app.store.compare_runs import StreamKey, TokenRef, branch_key
 from engine.api.events import FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 

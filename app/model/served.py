@@ -1,4 +1,4 @@
-"""Requests from the app's own OpenAI-compatible server, in the model layer (issue 38, no Qt).
+"""Requests from the app's own OpenAI-compatible server, in the model layer (no Qt).
 
 A request that arrives (``ServedRequests.arrive``, on the GUI thread) becomes a conversation
 in the store, shown as the client sent it: its leading system messages are the system

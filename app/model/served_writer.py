@@ -1,4 +1,4 @@
-"""Where the app's served requests are written: off the GUI thread (issue 49, point 4; no Qt).
+"""Where the app's served requests are written: off the GUI thread (no Qt).
 
 A burst of requests to the app's server made every request a conversation through several
 SQLite commits on the GUI thread, and the window froze while they were made.

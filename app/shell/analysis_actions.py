@@ -1,7 +1,7 @@
 """The actions of the analyses of a reply, as the menus lay them out: Models → Check precision…,
 Compare models…, Logit lens of every token and the analyses read from a reply's steps (each
-made by its controller, under its rule: ``app/shell/analysis_controller.py``,
-``app/shell/step_analyses.py``), and File → Export → This model comparison…, This logit lens…
+made by its controller, under its rule: ``app/shell/controllers/analysis_controller.py``,
+``app/shell/controllers/step_analyses.py``), and File → Export → This model comparison…, This logit lens…
 (made here: enabled once there is a result to export for the selected reply).
 """
 
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from PySide6.QtGui import QAction
 
 from app.shell.actions import Actions
-from app.shell.compare_models import CompareModels
-from app.shell.logit_lens import LogitLensController
-from app.shell.precision_check import PrecisionCheck
-from app.shell.step_analyses import StepAnalysisController
+from app.shell.controllers.compare_models import CompareModels
+from app.shell.controllers.logit_lens import LogitLensController
+from app.shell.controllers.precision_check import PrecisionCheck
+from app.shell.controllers.step_analyses import StepAnalysisController
 
 MODEL_COMPARISON_NEEDS = "Compare the selected reply with a second model first (Models → Compare models…)."
 LENS_NEEDS = "Select a token of a reply and read it in the inspector's Layers tab first."

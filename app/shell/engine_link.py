@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.model.chat import ChatModel
-from app.shell.worker import WorkerThread
+from app.shell.engine_thread.worker import WorkerThread
 from engine.api.events import Divergence, Finished, TokenStep
 
 

@@ -83,6 +83,20 @@ def add_docks(
     return docks[0], docks[1], docks[2]
 
 
+def tabbed_dock(window: QMainWindow, beside: QDockWidget, title: str, name: str, widget: QWidget) -> QDockWidget:
+    """A dock of ``window`` holding ``widget``, tabbed with ``beside`` in the left area and
+    hidden until its controller shows it (the Served list beside the sampling panel);
+    *Reset layout* tabs it there again."""
+    dock = QDockWidget(title, window)
+    dock.setObjectName(name)  # what saveState and restoreState know it by
+    dock.setWidget(widget)
+    window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+    window.tabifyDockWidget(beside, dock)
+    dock.hide()
+    beside.raise_()
+    return dock
+
+
 def set_minimum_sizes(docks: Docks) -> None:
     docks.inspector.setMinimumWidth(INSPECTOR_MIN_WIDTH)
     docks.panel.setMinimumWidth(SAMPLING_MIN_WIDTH)
@@ -102,7 +116,7 @@ def default_arrangement(docks: Docks) -> list:
 def default_sizes(docks: Docks) -> None:
     window = docks.window
     window.resizeDocks([docks.inspector_dock], [INSPECTOR_WIDTH], Qt.Orientation.Horizontal)
-    # Room for every row shown, not a fixed height that crushed four rows (issue 35); a short
+    # Room for every row shown, not a fixed height that crushed four rows; a short
     # window's chat still gets its room first (``DockMemory.fit_chat``).
     timeline = max(TIMELINE_HEIGHT, docks.timeline.rows.roomy_height())
     window.resizeDocks([docks.timeline_dock], [timeline], Qt.Orientation.Vertical)

@@ -12,12 +12,12 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenuBar
 
 from app.shell.analysis_actions import AnalysisActions
-from app.shell.kv_cache_menu import KVCacheMenu
-from app.shell.library import LibraryController
-from app.shell.model_loading import ModelLoader
-from app.shell.precision_menu import PrecisionMenu
+from app.shell.controllers.kv_cache_menu import KVCacheMenu
+from app.shell.controllers.library import LibraryController
+from app.shell.controllers.model_loading import ModelLoader
+from app.shell.controllers.precision_menu import PrecisionMenu
+from app.shell.controllers.serving import ServingController
 from app.shell.score_actions import ScoreActions
-from app.shell.serving import ServingController
 from app.shell.window_actions import WindowActions
 
 
@@ -33,9 +33,9 @@ class MenuParts:
     kv_cache: KVCacheMenu
     analyses: AnalysisActions
     draft: QAction
-    """Models → Draft model… (``app/shell/draft_model.py``)."""
+    """Models → Draft model… (``app/shell/controllers/draft_model.py``)."""
     serving: ServingController
-    """Server → Start serving…, Stop serving, Served requests (``app/shell/serving.py``)."""
+    """Server → Start serving…, Stop serving, Served requests (``app/shell/controllers/serving.py``)."""
 
 
 def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
@@ -79,7 +79,7 @@ def build_menus(bar: QMenuBar, parts: MenuParts) -> None:
     model_menu.addAction(analyses.check_precision)  # Check precision…
     model_menu.addAction(analyses.compare_models)  # Compare models…
     model_menu.addAction(analyses.logit_lens)  # Logit lens of every token
-    model_menu.addActions(list(analyses.from_steps))  # app/shell/step_analyses.py: surprise, …
+    model_menu.addActions(list(analyses.from_steps))  # app/shell/controllers/step_analyses.py: surprise, …
 
     server_menu = bar.addMenu("&Server")
     server_menu.setToolTipsVisible(True)

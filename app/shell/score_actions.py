@@ -2,7 +2,7 @@
 
 Score text… and the replay's two items need the backend's capability; each File → Export
 item needs the selection to be what it writes (its tooltip says what to select otherwise).
-The controller behind them (``app/shell/score_dialog.py``) is made at the first use of
+The controller behind them (``app/shell/controllers/score_dialog.py``) is made at the first use of
 any of them, or at the model's first selection, entries or conversation event (from then on
 it draws a saved scored text's surprisal row when one is selected); the rules read the
 model layer's :class:`app.model.scoring.Scoring`, which the actions own and hand to it.
@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QDialog
 
 from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, NOT_SAVED, Scoring
 from app.shell.context import ShellContext
-from app.shell.score_dialog import ScoreController, ScoreParts
+from app.shell.controllers.score_dialog import ScoreController, ScoreParts
 from app.views.score_views import ScoreTextDialog
 
 REPLAY_TEXT = "Replay this reply under the current settings"

@@ -1,4 +1,4 @@
-"""The window's Tab order (issue 24, point 9): from the message box to its buttons, then the
+"""The window's Tab order: from the message box to its buttons, then the
 Sampling dock, the inspector, the timeline, the system prompt, the chat and the colour switch,
 and round to the message box; Shift+Tab goes the same way back.
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+from functools import partial
 from pathlib import Path
 
 import platformdirs
@@ -28,33 +29,33 @@ from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox
 from app.model.chat import DEFAULT_SYSTEM, ChatModel
 from app.model.draft import DraftAcceptance
 from app.model.model_in_use import ModelInUse
-from app.model.streams import TokenRef
 from app.shell.actions import Actions
 from app.shell.analysis_actions import analysis_actions
 from app.shell.background import QtBackground
-from app.shell.chat_commands import ChatCommands
-from app.shell.compare_models import CompareModels
 from app.shell.context import ShellContext
-from app.shell.draft_model import DraftModelController
+from app.shell.controllers.chat_commands import ChatCommands
+from app.shell.controllers.compare_models import CompareModels
+from app.shell.controllers.draft_model import DraftModelController
+from app.shell.controllers.kv_cache_menu import KVCacheMenu
+from app.shell.controllers.library import LibraryController
+from app.shell.controllers.logit_lens import LogitLensController
+from app.shell.controllers.model_loading import ModelLoader, recent_models
+from app.shell.controllers.precision_check import PrecisionCheck
+from app.shell.controllers.precision_menu import PrecisionMenu
+from app.shell.controllers.score_dialog import ScoreController, ScoreParts
+from app.shell.controllers.serving import ServingController
+from app.shell.controllers.step_analyses import step_analyses
 from app.shell.engine_link import EngineLink
-from app.shell.kv_cache_menu import KVCacheMenu
-from app.shell.layout import DockMemory, Docks, add_docks, reset_layout, set_minimum_sizes
-from app.shell.library import LibraryController
-from app.shell.logging_setup import note_error
-from app.shell.logit_lens import LogitLensController
+from app.shell.engine_thread.worker import describe
+from app.shell.layout import DockMemory, Docks, add_docks, reset_layout, set_minimum_sizes, tabbed_dock
 from app.shell.menus import MenuParts, build_menus
-from app.shell.model_loading import ModelLoader, recent_models
-from app.shell.precision_check import PrecisionCheck
-from app.shell.precision_menu import PrecisionMenu
-from app.shell.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.score_actions import ScoreActions
-from app.shell.score_dialog import ScoreController, ScoreParts
-from app.shell.serving import ServingController
-from app.shell.step_analyses import step_analyses
+from app.shell.startup.logging_setup import note_error
+from app.shell.startup.recovery import announce_recovered, attach_journal, open_window_store
 from app.shell.tab_order import focus_next, tab_order
 from app.shell.window_actions import Toggles, WindowActions
 from app.shell.window_settings import restore_settings, save_settings
-from app.shell.worker import describe
+from app.store.compare_runs import TokenRef
 from app.store.stream import StreamJournal
 from app.views.chat_panel import ChatPanel
 from app.views.file_dialogs import Folders
@@ -183,7 +184,7 @@ class MainWindow(QMainWindow):
         self.scoring = ScoreActions(
             context, ScoreParts(*views, self.open_conversation, self.load_model)
         )  # Score text, replay, exports and imports
-        # The analyses of a reply (app/shell/analysis_controller.py) and those read from its steps.
+        # The analyses of a reply (app/shell/controllers/analysis_controller.py) and those read from its steps.
         self.precision_check = PrecisionCheck(context, self.precision.choose)  # Models → Check precision…
         self.compare_models = CompareModels(  # Models → Compare models…
             context, self.timeline, self.inspector, lambda: recent_models(self.settings)
@@ -194,7 +195,8 @@ class MainWindow(QMainWindow):
         self.step_analyses = step_analyses(context, self.timeline, self.clock)  # surprise, …
         acceptance = next(c.action for c in self.step_analyses if isinstance(c.analysis, DraftAcceptance))
         self.draft = DraftModelController(context, lambda: recent_models(self.settings), acceptance)
-        self.serving = ServingController(context, self.controls_dock, self.open_conversation)  # Server ▸
+        place_served = partial(tabbed_dock, self, self.controls_dock)
+        self.serving = ServingController(context, place_served, self.open_conversation)  # Server ▸
         self.analysis_actions = analysis_actions(
             self.actions, self.precision_check, self.compare_models, self.logit_lens, self.step_analyses
         )
@@ -237,7 +239,7 @@ class MainWindow(QMainWindow):
         self.timeline.set_colors(colors)
         self.panel.set_colors(colors)
 
-    # Models (app/shell/model_loading.py) ----------------------------------------------------------------
+    # Models (app/shell/controllers/model_loading.py) ----------------------------------------------------------------
 
     def load_model(self, source: str) -> None:
         """Load ``source``; during a reply, ask first (stop it and load, load after it, cancel)."""
@@ -276,10 +278,10 @@ class MainWindow(QMainWindow):
         return self.saving.save_error
 
     def score_controller(self) -> ScoreController:
-        """Score text, replay, export and import (``app/shell/score_dialog.py``), made at first use."""
+        """Score text, replay, export and import (``app/shell/controllers/score_dialog.py``), made at first use."""
         return self.scoring.controller()
 
-    # The chat's commands (app/shell/chat_commands.py), by their names here for the actions.
+    # The chat's commands (app/shell/controllers/chat_commands.py), by their names here for the actions.
 
     def send(self) -> None:
         self.commands.send()

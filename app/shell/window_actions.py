@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QAbstractButton, QDockWidget, QMenu, QMessageBox, 
 
 from app.model.conversation_labels import conversation_label, conversation_tooltip
 from app.shell.context import ShellContext
-from app.shell.logging_setup import show_log
-from app.shell.recovery import continue_interrupted, interrupted_message
+from app.shell.startup.logging_setup import show_log
+from app.shell.startup.recovery import continue_interrupted, interrupted_message
 from app.views.help_window import HelpWindow
 from app.views.sampling_panel import SamplingPanel
 

@@ -294,8 +294,8 @@ def from_records(recs: list[dict[str, Any]]) -> ExportData:
                 r.get("text", ""),
                 [],
                 r.get("model_source"),
-                r.get("precision"),  # absent from exports made before issue 19: not recorded
-                r.get("backend"),  # absent from exports made before issue 24: not recorded
+                r.get("precision"),  # absent from exports made before schema 6: not recorded
+                r.get("backend"),  # absent from exports made before schema 7: not recorded
             )
             data.messages[r["message"]].branches.append(current)
         elif kind == ExportRecord.SCORE:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import time
 
-from app.model.scored import IMPORTED_LABEL, score_label
 from app.store.export import ExportBranch, ExportData, ExportMessage, ExportRun, ExportScore
 from app.store.journal_read import JournalReply, journal_replies
+from app.store.scored_labels import IMPORTED_LABEL, score_label
 from engine.api.codec import score_done_fields
 from engine.api.events import FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams

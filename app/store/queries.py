@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from app.model.streams import CompareColumn, CompareRun, DivergenceSeries, branch_key
+from app.store.compare_runs import CompareColumn, CompareRun, DivergenceSeries, branch_key
 from app.store.rows import Branch, Conversation, ConversationSummary, Message
 from app.store.serialize import steps_from_json
 from engine.api.params import SamplingParams

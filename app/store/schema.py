@@ -113,19 +113,19 @@ branch at the next start (:meth:`app.store.writes.StoreWrites.recover_interrupte
 ``live_replies``: a path, "default", a repo id or a server's address; NULL for replies
 saved before).
 6: the precision each reply was computed in (``precision`` on ``branches`` and
-``live_replies``: ``float32``, ``float16`` or ``bfloat16``, issue 19; NULL when not known:
+``live_replies``: ``float32``, ``float16`` or ``bfloat16``; NULL when not known:
 replies saved before, and a server's, which does not say).
 7: the backend each reply came from (``backend`` on ``branches`` and ``live_replies``:
 ``local``, or ``remote:<server kind>:<stage>:detected|set`` for an OpenAI-compatible server:
 the stage its numbers are and whether it was detected from the server's kind or set (or
-assumed) in Connect…; issue 24; NULL for replies saved before, which the views tell apart by their
+assumed) in Connect…; NULL for replies saved before, which the views tell apart by their
 steps (``app.model.reply_origin``)).
-8: requests served over the OpenAI API (``served``, issue 38): each one's conversation and
+8: requests served over the OpenAI API (``served``): each one's conversation and
 reply message, its client, endpoint (``chat`` or ``completion``) and model, its settings as
 the client sent them (JSON), its messages exactly as sent (JSON: what the model is sent again
 for its reply), when it came, and how it ended (NULL while it is written, or after a crash)
 with its token count (``app.store.served_log``).
-9: a served request refused with a 400 is listed too (issue 51, #10): ``served`` rows
+9: a served request refused with a 400 is listed too: ``served`` rows
 without a conversation or message (NULL), their ``error`` the message the client got,
 ``finish_reason`` ``refused``."""
 INTERRUPTED = FinishReason.INTERRUPTED

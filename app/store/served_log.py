@@ -1,5 +1,5 @@
 """The requests Logitscope served over the OpenAI API, kept with the conversations they
-became (the app's Served list, issue 38; schema 8's ``served`` table).
+became (the app's Served list; schema 8's ``served`` table).
 
 A request's conversation, its messages and its reply are ordinary rows (``app.store.writes``),
 so a served reply opens, branches, replays and exports like any other; this table adds what

@@ -55,7 +55,7 @@ __all__ = [
 class Store:
     def __init__(self, path: str | Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
-        self.moved_aside: Path | None = None  # set by app.shell.db_open when the old file was moved
+        self.moved_aside: Path | None = None  # set by app.shell.startup.db_open when the old file was moved
         self.opened_instead = False
         self.model_sources: dict[str, str] = {}  # model name -> where it was loaded from (note_model)
         self.model_precisions: dict[str, str] = {}  # model name -> what it computes in (note_model)

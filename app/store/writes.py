@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 
-from app.model.streams import CompareColumn, DivergenceSeries
+from app.store.compare_runs import CompareColumn, DivergenceSeries
 from app.store.journal_read import journal_replies
 from app.store.rows import Branch, Conversation, Message
 from app.store.schema import INTERRUPTED

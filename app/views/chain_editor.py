@@ -313,7 +313,7 @@ class ChainEditor(QWidget):
         for item in self._items():
             stage = item.data(STAGE_ROLE)
             text, neutral = stage_summary(stage, values)
-            # A k at least the vocabulary keeps every token: no effect, as k = 0 (issue 35).
+            # A k at least the vocabulary keeps every token: no effect, as k = 0.
             neutral = neutral or (stage == "top_k" and 0 < self.vocab_size <= values["top_k"])
             item.setData(SUMMARY_ROLE, text)
             item.setData(NEUTRAL_ROLE, neutral)

@@ -32,7 +32,7 @@ from PySide6.QtGui import (
 )
 
 from app.model.entries import ChatEntry
-from app.model.streams import StreamKey, TokenRef
+from app.store.compare_runs import StreamKey, TokenRef
 from app.views.chat_sections import (
     Block,
     block,

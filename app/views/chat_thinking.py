@@ -19,8 +19,8 @@ from typing import Protocol
 
 from PySide6.QtGui import QTextCursor, QTextDocument
 
-from app.model.streams import StreamKey
 from app.model.thinking import ThinkingSpan, forced_by_budget, thinking_header
+from app.store.compare_runs import StreamKey
 from app.views.chat_sections import Block, block, char
 from app.views.theme import Colors
 from engine.api.events import TokenStep

@@ -23,10 +23,10 @@ from app.model.chat import ChatModel
 from app.model.draft import OUTCOME_SHORT, shows_drafts
 from app.model.remote_labels import is_chosen, p_label
 from app.model.scored import is_scored, shown_kinds
-from app.model.streams import StreamKey, TokenRef
 from app.model.structured import record_words, wanted_text
 from app.model.textfmt import escape, percent, prob, visible
 from app.model.thinking import forced_by_budget, mark_thinking, phase_title, phase_word
+from app.store.compare_runs import StreamKey, TokenRef
 from app.views.chat_doc import ChatDocument
 from app.views.chat_sections import CONTEXT_HREF, CONTEXT_TIP, DISPLAY_ONLY, SEED_TIP, THINKING_TEXT
 from app.views.theme import LIGHT, Colors, probability_color

@@ -9,7 +9,7 @@ The settings are rows of one form (:meth:`CompareModelsDialog.settings` reads th
 Choosing a quantized KV cache for the running model's own source sets the running precision,
 so the comparison is the running model against its own quantized cache (its weights shared:
 nothing is loaded). The dialog only shows; the shell's
-``app.shell.compare_models`` runs the job and calls the ``show_*`` methods.
+``app.shell.controllers.compare_models`` runs the job and calls the ``show_*`` methods.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ one pass of the running model yields, and every token records what the draft pro
 (the chat's colours by outcome, the inspector's Draft tab, the timeline's acceptance row).
 The form: the draft's source, its precision and the tokens proposed per block; then the
 load's progress (Cancel stops it), a refusal in the engine's words, or what is in use. The
-dialog only shows; ``app.shell.draft_model`` runs the load and calls the ``show_*`` methods.
+dialog only shows; ``app.shell.controllers.draft_model`` runs the load and calls the ``show_*`` methods.
 """
 
 from __future__ import annotations

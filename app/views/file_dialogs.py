@@ -1,4 +1,4 @@
-"""File dialogs that open where the last one of their kind was answered (issue 24, point 13).
+"""File dialogs that open where the last one of their kind was answered.
 
 Qt's static dialogs open in the working directory when given no folder: the same place every
 time, and for an app started from a launcher, anywhere. Each kind of file has its own last

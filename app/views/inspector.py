@@ -5,7 +5,7 @@ Two tabs over the same candidates in the same order (their ``raw`` rank):
 ran, and *Raw vs final* (``app.views.bars_view``), bars for ``raw`` and for the last stage
 with the bias, penalty and DRY effect on each logit and the numbers; a token of a reply compared with a second
 model adds *Models* (``app.views.compare_tokens``), both models' top tokens; *Layers*
-(``app.views.lens_tab``, filled by ``app.shell.logit_lens``) is the logit lens: what each
+(``app.views.lens_tab``, filled by ``app.shell.controllers.logit_lens``) is the logit lens: what each
 layer of the running model would have predicted there; a token of a reply written with a
 draft model adds *Draft* (``app.views.draft_tab``), the draft's proposal and both models'
 candidates. Double-click a candidate in
@@ -95,7 +95,7 @@ class InspectorWidget(QWidget):
         self.models_view = CompareTokensView()
         self.tabs.addTab(self.models_view, "Models")
         self.tabs.setTabVisible(MODELS_TAB, False)
-        # The logit lens: computed when this tab is in view (app.shell.logit_lens fills it).
+        # The logit lens: computed when this tab is in view (app.shell.controllers.logit_lens fills it).
         self.layers_view = LayersView()
         self.tabs.addTab(self.layers_view, "Layers")
         # Speculative decoding: shown only for a token a draft model proposed for (show_step).

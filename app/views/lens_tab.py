@@ -7,7 +7,7 @@ map (``app.views.lens_heatmap``: layers × candidates) and a small plot of each 
 entropy and KL(final ‖ layer) in nats, the decided layer marked. While the worker reads the
 token: a progress bar and *Cancel*; where it cannot be read (no model, a server, a reply
 still being written, an error), the reason in words instead. The shell
-(``app.shell.logit_lens``) decides which of these to show; this widget only draws them.
+(``app.shell.controllers.logit_lens``) decides which of these to show; this widget only draws them.
 """
 
 from __future__ import annotations

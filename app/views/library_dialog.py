@@ -1,4 +1,4 @@
-"""Models → Library…: every model found on disk in one table (issue 25, point 1).
+"""Models → Library…: every model found on disk in one table.
 
 The rows are ``engine.library.LibraryEntry`` objects; their words, sort keys and the search
 are :mod:`app.model.library_table`'s. The table searches as you type (a

@@ -29,7 +29,7 @@ from engine.specs.spec import Field
 SLIDER_STEPS = 1000
 SLIDER_MIN_LINES = 4
 """A slider's least width beside its box, in text lines: a box with a wide range (τ, max
-tokens) took all but a square of it at 1000×700 (issue 35); narrower, the slider goes
+tokens) took all but a square of it at 1000×700; narrower, the slider goes
 above the box, the whole width its own."""
 
 
@@ -86,8 +86,8 @@ ERROR_STYLE = "border: 2px solid #d93025;"
 
 # Spin boxes that take a typed number beyond their range while it is typed; when the edit
 # ends (Enter, leaving the box) the parameters' boxes refuse it visibly: the box keeps its
-# value and its ``refused`` says why, which the panel outlines as an error (issue 35: -0.5
-# was clamped to 0 without a word); the compare count clamps it. Qt's own boxes drop the
+# value and its ``refused`` says why, which the panel outlines as an error (-0.5
+# was once clamped to 0 without a word); the compare count clamps it. Qt's own boxes drop the
 # keystroke instead, so typing 5 into a box whose maximum is 2 did nothing. Qt calls
 # ``validate`` and ``fixup`` as virtual methods, so each box overrides them.
 

@@ -1,5 +1,5 @@
 """The Check precision dialog: how far the selected reply's distributions in the running
-precision are from float32's (``app.shell.precision_check`` computes them), as a summary with a
+precision are from float32's (``app.shell.controllers.precision_check`` computes them), as a summary with a
 plain verdict and a per-token table, the worst tokens first and the ones over the
 tolerance highlighted."""
 

@@ -1,5 +1,5 @@
 """The Sampling dock's reasoning row: the settings of a reasoning model's answer, its
-thinking budget, and the chat template's enable-thinking switch (issue 26).
+thinking budget, and the chat template's enable-thinking switch.
 
 - *Different settings for the answer* shows two tabs over the panel, Thinking and Answer:
   the Answer tab is a second full set of the panel's fields (validated as the first), sent
@@ -134,7 +134,7 @@ class ReasoningRow(QWidget):
         """The loaded model: whether it has reasoning markers (``thinks``: the answer's settings
         and the budget apply) and whether its template has ``enable_thinking``. What does not
         apply is hidden, and the row with it where nothing does: it sat at the top of the
-        Sampling dock for every model (issue 35); its values are kept for the next thinking model."""
+        Sampling dock for every model; its values are kept for the next thinking model."""
         self.thinks = thinks
         self.answer_switch.setVisible(thinks)
         for widget in self.budget_row:

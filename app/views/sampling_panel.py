@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QStackedWidget, QT
 
 from app.model.generation import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.model.presets import CUSTOM, short_label
-from app.model.streams import COLUMN_NAMES
+from app.store.compare_runs import COLUMN_NAMES
 from app.views.controls import SamplingControls
 from app.views.fitting import WrapRow
 from app.views.param_fields import ClampingSpinBox
@@ -64,7 +64,7 @@ class SamplingPanel(QWidget):
             self.variant_controls.append(controls)
             self.stack.addWidget(controls)
             self.tabs.addTab("")
-        # A reasoning model's answer: a second set of the same fields (issue 26).
+        # A reasoning model's answer: a second set of the same fields.
         self.reasoning = ReasoningRow()
         self.answer_controls = SamplingControls(settings)
         # The reply's length is one limit, the Thinking tab's: the engine keeps it for the answer.
@@ -205,7 +205,7 @@ class SamplingPanel(QWidget):
 
     def _refresh_tabs(self) -> None:
         # A tab names what sets its settings apart from the other tabs', elided to TAB_TEXT_PX
-        # (issue 35: a tab's label was its whole settings string, and one tab filled the bar);
+        # (a tab's label was once its whole settings string, and one tab filled the bar);
         # its tooltip has them whole.
         shown = range(self.count.value())
         parts = {i: self.label(i).split(", ") for i in shown}

@@ -2,7 +2,7 @@
 
 This machine's address (127.0.0.1) by default; another address answers every machine that
 can reach it, so it needs an API key and the dialog says so in red before Start is pressed.
-The dialog only asks; ``app.shell.serving`` starts the server and reports a refusal (a port
+The dialog only asks; ``app.shell.controllers.serving`` starts the server and reports a refusal (a port
 in use) back into it (:meth:`ServeDialog.show_error`).
 """
 

@@ -3,7 +3,7 @@ came, its client, its tokens so far and how it ended (*refused* for a 400), one 
 (the list lives in a narrow dock); under the list, the selected request's endpoint, model
 and settings as the client sent them, in full, and a refused one's error. A click opens its
 conversation (a request still being written streams there like a local reply; a refused one
-has none). The list only shows; ``app.shell.serving`` fills it from
+has none). The list only shows; ``app.shell.controllers.serving`` fills it from
 ``app.model.served`` and opens what is clicked.
 """
 

@@ -4,7 +4,7 @@ The speed is the reply being written's own while it streams (``generating 12.3 t
 from its tokens' arrival, nothing until its second token), then the engine's figures for
 the reply that ended; a scored text has its own figures beside it (the perplexity), so it
 leaves the speed empty rather than "generation 0.0 tok/s". Figures of a conversation or a
-model no longer shown go (issue 24).
+model no longer shown go.
 
 The model's label gives way first in a narrow window, shortest last: a server's keeps
 ``server reports: <stage>`` whole (``app.model.remote_labels.label_forms``), the rest of it
@@ -30,7 +30,7 @@ from engine.api.events import Finished, FinishReason
 
 if TYPE_CHECKING:
     from app.model.chat import ChatModel
-    from app.model.streams import StreamKey
+    from app.store.compare_runs import StreamKey
 
 STOPPING = "Stopping…"
 RATE_AFTER_S = 0.25

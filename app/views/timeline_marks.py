@@ -19,7 +19,7 @@ from engine.api.params import SamplingParams
 RING_PX = 8
 """The p plot's margin above 1 and below 0, in pixels: half the argmax ring (13 px) and
 more, so a point at 1.0 is drawn whole (it was clipped at the range's top), and the labels
-of 0 and 1 fit within the axis (issue 35: at 0–1.05 only 0.5 was labelled)."""
+of 0 and 1 fit within the axis (at 0–1.05 only 0.5 was labelled)."""
 LABEL_PLACES = (0.92, 0.5, 0.08)
 """Where along a change line its label may go (a fraction of the plot's height)."""
 HOVER_PX = 5
@@ -93,7 +93,7 @@ def label_place(
     its label covers the fewest points (``x`` tokens, ``p`` values), then stays farthest from
     them. ``boxes``: the label's rectangle at each place, in the plot's coordinates (left,
     right, bottom, top), as pyqtgraph draws it there: it slides a vertical line's label
-    across the line as well as along it. (Issue 35: the label sat on points at 1.0; issue 51:
+    across the line as well as along it. (A label once sat on points at 1.0, then
     on points a few tokens away, which a label reaches on a long reply.)"""
     xs, ps = np.asarray(x, float), np.asarray(p, float)
 

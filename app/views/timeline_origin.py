@@ -1,5 +1,5 @@
 """What the timeline says about the reply it shows: the backend, model and precision that
-wrote it (``app.model.reply_origin``), whatever model is loaded now (issue 24)."""
+wrote it (``app.model.reply_origin``), whatever model is loaded now."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The timeline's marks of a reasoning reply (issue 26): the thinking's span shaded, a line
+"""The timeline's marks of a reasoning reply: the thinking's span shaded, a line
 labelled "answer" before the first answer token, and the answer's first tokens drawn
 larger in both plots, where the model decided (their legend in the timeline's toolbar)."""
 

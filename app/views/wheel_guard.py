@@ -1,4 +1,4 @@
-"""Fields that take the mouse wheel only when they have the keyboard focus (issue 24, point 11).
+"""Fields that take the mouse wheel only when they have the keyboard focus.
 
 Qt's sliders, spin boxes and combo boxes change their value under a wheel that merely passes
 over them: scrolling the Sampling dock with the pointer over the temperature moved it from 0.70

@@ -26,11 +26,11 @@ record, the current version, or a version-1 store record when it has
 2, keyed by stage name, non-finite ``raw_logit`` / ``bias`` / ``penalty`` written as
 NaN and unknown counts as -1; 3, the same record as the CLI's and the exports', strict
 JSON, with ``rank``; 4, a token id a server did not report is ``null`` rather than -1.
-Since issue 26 every token record carries ``"phase"`` (``"thinking"`` / ``"answer"``,
+Since reasoning models were read every token record carries ``"phase"`` (``"thinking"`` / ``"answer"``,
 null for a model without reasoning markers); a record without it reads as None, so the
-version stays 4. A token drafted by a draft model (issue 36) carries ``"draft"``
+version stays 4. A token drafted by a draft model carries ``"draft"``
 (:func:`engine.api.draft.encode_draft`); one without has no such key, so again version 4.
-Likewise a token generated or scored under a grammar (issue 37) carries ``"grammar"``
+Likewise a token generated or scored under a grammar carries ``"grammar"``
 (:func:`engine.api.grammar.encode_grammar`), and its ``done`` record the reply's figures.
 Importable without MLX: the app uses it.
 """

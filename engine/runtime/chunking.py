@@ -10,7 +10,7 @@ never held up for long), and a cancel lands between chunks.
 A token costs more the longer the context before it (attention reads every earlier
 position), so the rate falls as a long prompt is read. An average of past rates lags
 behind that fall: on a 20,000-token prompt of the tiny model it chose 2,048-token chunks
-that took a second each, and Esc waited for them (issue 11). So a slower measurement is
+that took a second each, and Esc waited for them. So a slower measurement is
 believed at once and a faster one only halfway, a chunk is at most twice the last one,
 and the target leaves room for a machine busy with other work: Esc acts within a second.
 

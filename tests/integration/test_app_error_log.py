@@ -19,7 +19,7 @@ from tests.support.local_server import free_port, mlx_lm_server  # noqa: E402
 
 @pytest.fixture
 def log_file(tmp_path, monkeypatch):
-    from app.shell import logging_setup
+    from app.shell.startup import logging_setup
 
     monkeypatch.setenv("LOGITSCOPE_LOG_DIR", str(tmp_path / "logs"))
     path = logging_setup.install("the tiny model")

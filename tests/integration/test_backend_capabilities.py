@@ -65,7 +65,7 @@ def test_the_protocol_declares_every_call_the_worker_makes():
     for call in (*calls, "load_second", "compare_reply", "compare_text", "release_second"):
         assert call in PROTOCOL_CALLS
     assert isinstance(Backend.__dict__["capabilities"], property)
-    source = inspect.getsource(__import__("app.shell.worker", fromlist=["x"]))
+    source = inspect.getsource(__import__("app.shell.engine_thread.worker", fromlist=["x"]))
     for banned in ("hasattr(", "is_remote_session", "start_remote", "._begin("):
         assert banned not in source, banned
 

@@ -1,7 +1,8 @@
 """The Qt-free entries (``app.model.entries``): what the chat shows and what the model is sent."""
 
 from app.model.entries import build_entries, context_before, latest_token
-from app.model.streams import CompareColumn, CompareRun, Reply, branch_key, reply_key
+from app.model.streams import Reply
+from app.store.compare_runs import CompareColumn, CompareRun, branch_key, reply_key
 from app.store.store import Branch, Message
 from engine.api.params import SamplingParams
 from tests.app.model.test_model import step

@@ -16,7 +16,7 @@ from app.model.chat import ChatModel
 from app.model.chat_events import ChatEvents
 from app.model.events import EventEmitter, EventGroup
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
-from app.model.streams import DivergenceSeries, branch_key
+from app.store.compare_runs import DivergenceSeries, branch_key
 from app.store.store import Store
 from engine.api.events import Candidate, Divergence, Finished, TokenStep
 from engine.api.params import SamplingParams
@@ -368,7 +368,8 @@ def test_divergence_series_round_trips_with_gaps():
 
 def test_the_import_contracts_hold():
     """The layers are import-linter contracts (``pyproject.toml``): the model layer and the
-    store import no Qt, no views and no shell; the views no shell; the app no MLX and no tools."""
+    store import no Qt, no views and no shell; the store no model layer; the views no shell;
+    the app no MLX and no tools."""
     lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     if not Path(lint).exists():
         pytest.skip("import-linter is not installed")
@@ -376,6 +377,8 @@ def test_the_import_contracts_hold():
     out = subprocess.run([lint], cwd=root, capture_output=True, text=True, check=False, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "the model layer and the store import no Qt, no views and no shell KEPT" in out.stdout
+    assert "the store imports no model layer KEPT" in out.stdout
+    assert "the engine's thread touches no widget KEPT" in out.stdout
 
 
 def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):

@@ -331,7 +331,7 @@ def _visible(text: str) -> str:
 
 def test_a_prompt_less_scored_text_is_rebuilt_whole_from_its_label():
     from app.model.reply_checks import whole_text
-    from app.model.scored import score_label
+    from app.store.scored_labels import score_label
 
     text = "the cat sat on the mat"
     assert whole_text(score_label(text), " cat sat on the mat") == text  # "the" was the context

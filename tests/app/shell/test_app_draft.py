@@ -203,7 +203,7 @@ def _shade(window, stream, index):
 def test_a_cancelled_load_stops_at_its_next_report_and_changes_nothing(qtbot):
     """The runner's cancel is a flag its progress callback reads (a queued signal would wait
     for the load): a load cancelled while it reports ends as DraftCancelled, never loaded."""
-    from app.shell.draft_runner import DraftCancelled, DraftRunner
+    from app.shell.engine_thread.draft_runner import DraftCancelled, DraftRunner
     from engine.api.draft import DraftModel
 
     class Session:  # stands in for EngineSession.load_draft's reports only

@@ -68,7 +68,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     profile,
     wide,
 ):
-    from app.shell.kv_cache_menu import saved_kv
+    from app.shell.controllers.kv_cache_menu import saved_kv
     from app.shell.window import MainWindow
     from app.views.about import about_text
     from engine.session.session import EngineSession
@@ -147,7 +147,7 @@ def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, t
 
 
 def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_model(qtbot, profile, tmp_path):
-    from app.shell.kv_cache_menu import saved_kv
+    from app.shell.controllers.kv_cache_menu import saved_kv
 
     gemma = write_tiny_arch(tmp_path / "gemma", "gemma3_text")  # sliding windows: RotatingKVCache
     window = open_window(qtbot, profile, str(gemma))

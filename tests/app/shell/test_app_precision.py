@@ -36,7 +36,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     profile,
     tiny_folder,
 ):
-    from app.shell.precision_menu import saved_choice
+    from app.shell.controllers.precision_menu import saved_choice
     from app.views.about import about_text
     from engine.session.session import EngineSession
 
@@ -106,7 +106,7 @@ def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, p
 
 def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):
     from app.model.precision import SERVER_CHOOSES
-    from app.shell.precision_menu import save_choice
+    from app.shell.controllers.precision_menu import save_choice
     from engine.remote.servers import KINDS, remote_capabilities
 
     save_choice(profile[1], str(tiny_folder), "float16")  # in float32 the check has nothing to find
@@ -126,8 +126,8 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
 
 
 def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):
-    from app.shell.precision_check import CHUNK
-    from app.shell.precision_menu import save_choice
+    from app.shell.controllers.precision_menu import save_choice
+    from app.shell.engine_thread.fidelity_runner import CHUNK
     from app.views.precision_dialog import COLUMNS
     from engine.api.results import summarize
     from engine.session.session import EngineSession
@@ -190,7 +190,7 @@ def test_a_float32_model_is_told_at_once_that_there_is_nothing_to_check(qtbot, p
 
 
 def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tiny_folder):
-    from app.shell.precision_menu import save_choice
+    from app.shell.controllers.precision_menu import save_choice
 
     save_choice(profile[1], str(tiny_folder), "float16")
     window = open_window(qtbot, profile, str(tiny_folder))

@@ -123,7 +123,7 @@ def test_kill_9_mid_reply_keeps_the_reply_interrupted_and_continuable(qtbot, tmp
     check.close()
 
     # The next start (the same profile) shows the reply, marked interrupted.
-    from app.shell.recovery import continue_interrupted, interrupted_message
+    from app.shell.startup.recovery import continue_interrupted, interrupted_message
     from app.shell.window import MainWindow
 
     window = MainWindow(db_path=db, settings=QSettings(str(conf), QSettings.Format.IniFormat), model=str(long_tiny))
@@ -212,7 +212,7 @@ def test_a_failing_step_shows_an_error_keeps_the_reply_and_the_next_request_work
 def test_uncaught_exceptions_and_qt_warnings_go_to_the_log(qtbot, tmp_path, monkeypatch):
     from PySide6.QtCore import qWarning
 
-    from app.shell import logging_setup
+    from app.shell.startup import logging_setup
 
     monkeypatch.setenv("LOGITSCOPE_LOG_DIR", str(tmp_path / "logs"))
     path = logging_setup.install("tiny-model-path")
@@ -248,7 +248,7 @@ def test_uncaught_exceptions_and_qt_warnings_go_to_the_log(qtbot, tmp_path, monk
 
 
 def test_help_show_log_opens_the_log(qtbot, tmp_path, monkeypatch, tiny_folder):
-    from app.shell import logging_setup
+    from app.shell.startup import logging_setup
     from app.shell.window import MainWindow
 
     monkeypatch.setenv("LOGITSCOPE_LOG_DIR", str(tmp_path / "logs"))
@@ -272,7 +272,7 @@ def test_help_show_log_opens_the_log(qtbot, tmp_path, monkeypatch, tiny_folder):
 
 
 def test_a_database_that_cannot_be_opened_asks_and_starts_fresh(qtbot, tmp_path, monkeypatch, tiny_folder):
-    from app.shell import recovery
+    from app.shell.startup import recovery
     from app.shell.window import MainWindow
 
     db = tmp_path / "db.sqlite3"

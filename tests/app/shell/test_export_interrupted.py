@@ -86,7 +86,7 @@ def test_an_interrupted_reply_is_in_every_export(qtbot, tmp_path, long_tiny):
     check.close()
 
     # The app: the next start recovers the reply; its own export marks it the same.
-    from app.shell.recovery import interrupted_message
+    from app.shell.startup.recovery import interrupted_message
     from app.shell.window import MainWindow
 
     window = MainWindow(db_path=db, settings=QSettings(str(conf), QSettings.Format.IniFormat), model=str(long_tiny))

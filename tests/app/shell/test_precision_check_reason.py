@@ -12,8 +12,8 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMenu, QToolTip  # noqa: E402
 
 from app.model.precision_check import ALREADY_FLOAT32  # noqa: E402
-from app.shell.precision_check import ACTION_TEXT, FLOAT32_TEXT  # noqa: E402
-from app.shell.precision_menu import save_choice  # noqa: E402
+from app.shell.controllers.precision_check import ACTION_TEXT, FLOAT32_TEXT  # noqa: E402
+from app.shell.controllers.precision_menu import save_choice  # noqa: E402
 from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from app.model.streams import CompareColumn, DivergenceSeries
+from app.store.compare_runs import CompareColumn, DivergenceSeries
 from app.store.export import from_records, read_jsonl, records, write
 from app.store.export_csv import CSV_COLUMNS
 from app.store.export_store import from_store, reply_only, to_store

@@ -126,7 +126,7 @@ def test_a_database_from_a_newer_app_is_refused(tmp_path):
 
 def test_a_version_2_database_gains_compare_runs(old_db):
     """Schema 2 (the stage chain) -> 3 (compare runs): the table is added, the rows stay."""
-    from app.model.streams import CompareColumn, DivergenceSeries
+    from app.store.compare_runs import CompareColumn, DivergenceSeries
 
     Store(old_db).close()  # 1 -> current
     db = sqlite3.connect(str(old_db))

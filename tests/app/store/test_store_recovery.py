@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.shell.db_open import StoreUnavailable, diagnose, open_store
+from app.shell.startup.db_open import StoreUnavailable, diagnose, open_store
 from app.store.store import INTERRUPTED, SCHEMA_VERSION, NewerSchemaError, Store, backup_path
 from app.store.stream import StreamJournal
 from engine.api.codec import CODEC_VERSION
@@ -460,7 +460,7 @@ def test_each_failure_is_told_in_words(tmp_path, message, words):
 
 def test_a_store_that_fails_to_open_read_only_is_met_with_a_new_file(tmp_path, monkeypatch):
     """Root can write anywhere: inject the read-only failure for the file at ``path``."""
-    import app.shell.db_open as db_open
+    import app.shell.startup.db_open as db_open
 
     path = tmp_path / "logitscope.sqlite3"
     Store(path).close()

@@ -314,7 +314,7 @@ def test_an_error_from_the_engine_outlines_the_field_it_names(controls, field):
 
 
 def test_worker_errors_carry_the_exception(qtbot):
-    from app.shell.worker import ChatJob, EngineWorker
+    from app.shell.engine_thread.worker import ChatJob, EngineWorker
 
     bad = SamplingParamsError("logit_bias", {99999: 1.0}, "logit_bias token ids must be below 300, got 99999.")
 

@@ -438,8 +438,8 @@ def test_a_branch_from_a_candidate_without_an_id_continues_from_its_text(standin
     server is sent the reply's text so far and then the candidate's."""
     from app.model.chat import ChatModel
     from app.model.jobs import ChatJob, ForcedToken
-    from app.model.streams import branch_key
-    from app.shell.worker import EngineWorker
+    from app.shell.engine_thread.worker import EngineWorker
+    from app.store.compare_runs import branch_key
     from app.store.store import Store
 
     store = Store(tmp_path / "db.sqlite3")

@@ -1,10 +1,10 @@
-"""The logit lens (issue 22), the GUI's end: the inspector's *Layers* tab, Models → Logit lens
+"""The logit lens, the GUI's end: the inspector's *Layers* tab, Models → Logit lens
 of every token (the timeline's *decided at layer* row), and File → Export → This logit lens….
 
-``LogitLensController`` (an :class:`app.shell.analysis_controller.AnalysisController`) owns
+``LogitLensController`` (an :class:`app.shell.controllers.analysis_controller.AnalysisController`) owns
 its action, the model layer's :class:`app.model.logit_lens.LogitLens` (what
 was read, per reply and position, and why a reply cannot be read) and the
-:class:`app.shell.lens_runner.LensRunner` moved to the engine's thread. The tab computes on
+:class:`app.shell.engine_thread.lens_runner.LensRunner` moved to the engine's thread. The tab computes on
 demand: while it is the inspector's tab in view and a token of a saved reply is selected,
 the token's position is read unless it was already (then it shows at once), with a progress
 bar and *Cancel*; the menu's job reads every token, its progress in the status bar (Esc
@@ -22,8 +22,8 @@ from PySide6.QtCore import Slot
 
 from app.model.logit_lens import CANCELLED, RUNNING_EVERY, WAITS_FOR_REPLY, LensJob, LogitLens
 from app.model.reply_analysis import Refusal
-from app.shell.analysis_controller import AnalysisController
-from app.shell.lens_runner import LensRunner
+from app.shell.controllers.analysis_controller import AnalysisController
+from app.shell.engine_thread.lens_runner import LensRunner
 from app.store.export_lens import lens_records, write_lens
 from app.views.file_dialogs import EXPORTS
 from app.views.inspector import LAYERS_TAB

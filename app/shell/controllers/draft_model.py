@@ -1,7 +1,7 @@
 """Models → Draft model…: speculative decoding from the GUI thread.
 
 ``DraftModelController`` owns the action, the dialog (``app.views.draft_dialog``), the
-:class:`app.shell.draft_runner.DraftRunner` moved to the engine's thread, and a status-bar
+:class:`app.shell.engine_thread.draft_runner.DraftRunner` moved to the engine's thread, and a status-bar
 label naming the draft in use. The draft chosen is saved per running model
 (``app.model.draft.DraftChoices``) and loaded again after that model loads; a refusal (another
 vocabulary, caches that cannot be cut back, not enough memory) reaches the dialog and the
@@ -20,8 +20,8 @@ from PySide6.QtWidgets import QLabel
 
 from app.model.draft import DraftChoice, DraftChoices
 from app.model.precision import model_label
-from app.shell.draft_runner import DraftCancelled, DraftRunner
-from app.shell.worker import describe
+from app.shell.engine_thread.draft_runner import DraftCancelled, DraftRunner
+from app.shell.engine_thread.worker import describe
 from app.views.draft_dialog import DraftModelDialog
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """A job on the engine's thread, advanced one piece per event of the worker's loop.
 
-Check precision… (``app.shell.precision_check.FidelityRunner``), Compare models…
-(``app.shell.compare_runner.CompareRunner``) and the logit lens
-(``app.shell.lens_runner.LensRunner``) each pull an engine generator — forward chunks,
+Check precision… (``app.shell.engine_thread.fidelity_runner.FidelityRunner``), Compare models…
+(``app.shell.engine_thread.compare_runner.CompareRunner``) and the logit lens
+(``app.shell.engine_thread.lens_runner.LensRunner``) each pull an engine generator — forward chunks,
 compared tokens, lens positions — on the worker's thread. They share this shape: a
 ``QObject`` moved to that thread beside ``EngineWorker``, reached through queued signals,
 whose zero-timeout single-shot timer runs one piece (``_advance``) per event and re-arms
@@ -20,7 +20,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from app.shell.step_timer import step_timer
+from app.shell.engine_thread.step_timer import step_timer
 
 WAIT_MS = 50  # how often a job waiting for a reply to end looks again
 

@@ -13,9 +13,9 @@ Jobs (``app.model.jobs``) name their replies by the GUI's tags; every event goes
 with the tag, and a fork's ``Divergence`` with its group tag and its pairs as tags. The
 worker calls only the calls of ``engine.api.backend.Backend`` on its session and decides by
 the session's ``capabilities``, never by its type, so any backend can stand in for it
-(the precision check, ``app.shell.precision_check``, calls ``check_fidelity``; Compare
-models, ``app.shell.compare_runner``, ``load_second`` and ``compare_reply``; the logit
-lens, ``app.shell.lens_runner``, ``lens_reply`` and ``lens_text``).
+(the precision check, ``app.shell.controllers.precision_check``, calls ``check_fidelity``; Compare
+models, ``app.shell.engine_thread.compare_runner``, ``load_second`` and ``compare_reply``; the logit
+lens, ``app.shell.engine_thread.lens_runner``, ``lens_reply`` and ``lens_text``).
 
 A load names the precision to compute in (``engine.api.precision``: the Models → Precision
 choice saved for that model) and the KV cache's quantization (an
@@ -35,8 +35,8 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from app.model.jobs import ChatJob, ForkJob
 from app.model.scored import ReplayJob, ScoreJob
 from app.model.served import ServedJob
-from app.shell.score_steps import GenerationFailed, ScoreSteps
-from app.shell.step_timer import step_timer
+from app.shell.engine_thread.score_steps import GenerationFailed, ScoreSteps
+from app.shell.engine_thread.step_timer import step_timer
 from engine.api.errors import EngineError, ModelLoadError
 from engine.api.events import Divergence, Finished, PrefillProgress, TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
@@ -81,21 +81,21 @@ class EngineWorker(QObject):
         self._groups: dict[int, tuple[int, dict[int, int]]] = {}
         self._timer: QTimer | None = None
         self._scores = ScoreSteps(self)
-        """Scored texts and replays, one chunk per event (``app.shell.score_steps``)."""
+        """Scored texts and replays, one chunk per event (``app.shell.engine_thread.score_steps``)."""
 
     def session_with(self, capability: str):
         """The session if its ``capabilities`` say it can do ``capability`` (an
         ``engine.api.capabilities`` name), else None; call on the worker's thread (the runners
-        beside the worker do: ``app.shell.stepped_runner``)."""
+        beside the worker do: ``app.shell.engine_thread.stepped_runner``)."""
         session = self._session
         return session if session is not None and getattr(session.capabilities, capability) else None
 
     def fidelity_session(self):
-        """The session if it can run the precision check (``app.shell.precision_check``)."""
+        """The session if it can run the precision check (``app.shell.controllers.precision_check``)."""
         return self.session_with("fidelity")
 
     def compare_session(self):
-        """The session if it can compare models (``app.shell.compare_runner``)."""
+        """The session if it can compare models (``app.shell.engine_thread.compare_runner``)."""
         return self.session_with("compare_models")
 
     # The session is created on the worker thread: MLX objects belong to their thread.

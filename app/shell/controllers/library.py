@@ -1,4 +1,4 @@
-"""Models → Library…: the GUI's end of ``engine.library`` (issue 25, point 1).
+"""Models → Library…: the GUI's end of ``engine.library``.
 
 ``scan_library()`` reads folders and small headers only, yet a home with a slow disk or
 hundreds of models could still hold the GUI thread for a while: it runs on a thread of its
@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject
 
 from app.shell.background import QtBackground
 from app.shell.context import ShellContext
-from app.shell.logging_setup import note_error
+from app.shell.startup.logging_setup import note_error
 from app.views.file_dialogs import MODELS
 from app.views.library_dialog import LibraryDialog
 

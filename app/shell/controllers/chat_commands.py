@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings
 
 from app.model.chat import ChatModel
 from app.model.model_in_use import ModelInUse
-from app.model.streams import TokenRef
+from app.store.compare_runs import TokenRef
 from app.views.chat_panel import ChatPanel
 from app.views.inspector import InspectorWidget
 from app.views.sampling_panel import SamplingPanel

@@ -1,12 +1,9 @@
 """Models → Check precision…: the selected reply teacher-forced in the running precision and
 in float32 (``EngineSession.check_fidelity``), on the engine's thread, then a dialog.
 
-``FidelityRunner`` lives on the worker's thread beside ``EngineWorker`` and steps the check
-one chunk per event (an :class:`app.shell.stepped_runner.SteppedRunner`), so a cancel queued meanwhile
-applies at the next chunk; it sends back plain data: the rows (``TokenFidelity``, frozen
-dataclasses of numbers) and their summary, computed there with ``engine.api.results.summarize``
-(the app does not import MLX). ``PrecisionCheck`` is its GUI-thread end (an
-:class:`app.shell.analysis_controller.AnalysisController` of the model layer's
+The check runs on the engine's thread
+(``app.shell.engine_thread.fidelity_runner.FidelityRunner``). ``PrecisionCheck`` is its GUI-thread end (an
+:class:`app.shell.controllers.analysis_controller.AnalysisController` of the model layer's
 :class:`app.model.precision_check.PrecisionChecks`): its action, the progress in the status
 bar, Esc to stop, errors in a dialog, the result in ``app.views.precision_dialog``.
 """
@@ -16,18 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import Slot
 
 from app.model.precision_check import ALREADY_FLOAT32, FidelityCheck, PrecisionChecks, PrecisionJob
 from app.model.reply_analysis import Refusal
-from app.shell.analysis_controller import AnalysisController
-from app.shell.stepped_runner import SteppedRunner
-from engine.api.results import summarize
+from app.shell.controllers.analysis_controller import AnalysisController
+from app.shell.engine_thread.fidelity_runner import FidelityRunner
 
 if TYPE_CHECKING:
     from app.shell.context import ShellContext
 
-CHUNK = 32  # tokens per forward pass: the progress and a cancel move at this step
 ACTION_TEXT = "Check precision…"
 ACTION_TIP = "Compare the selected reply's logprobs in this precision with float32's, token by token."
 FLOAT32_TEXT = "Check precision… (already float32: choose float16 in Precision above)"
@@ -38,42 +33,6 @@ without a hover (its tooltip says it whole, ``ALREADY_FLOAT32``)."""
 def action_text(why: str) -> str:
     """The menu item's text for the reason it is disabled ("": its own)."""
     return FLOAT32_TEXT if why == ALREADY_FLOAT32 else ""
-
-
-class FidelityRunner(SteppedRunner):
-    progressed = Signal(int, int, int)  # tag, tokens done, tokens in all
-    finished = Signal(int, object, object)  # tag, [TokenFidelity], FidelitySummary
-
-    def __init__(self, worker) -> None:
-        super().__init__(worker)
-        self._done: list = []
-        self._precision = ""
-
-    @Slot(object)
-    def start(self, job: PrecisionJob) -> None:
-        self._done = []
-        self._begin(job)
-
-    def _advance(self, job: PrecisionJob) -> None:
-        """The check's generator first, then at most ``CHUNK`` rows per piece."""
-        if self._rows is None:
-            session = self._worker.fidelity_session()
-            if session is None or session.info is None:
-                raise RuntimeError("the precision check needs a model loaded here (a server does not say).")
-            self._precision = session.info.precision
-            self._rows = iter(session.check_fidelity(list(job.messages), list(job.output), CHUNK))
-        for _ in range(CHUNK):
-            row = next(self._rows, None)
-            if row is None:
-                self._finish(job)
-                return
-            self._done.append(row)
-        self.progressed.emit(job.tag, len(self._done), len(job.output))
-
-    def _finish(self, job: PrecisionJob) -> None:
-        rows = self._done
-        self._end()
-        self.finished.emit(job.tag, rows, summarize(self._precision, rows))
 
 
 class PrecisionCheck(AnalysisController):

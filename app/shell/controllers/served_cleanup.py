@@ -1,4 +1,4 @@
-"""Server → *Keep served requests…* and *Delete served requests…* (issue 49, point 4).
+"""Server → *Keep served requests…* and *Delete served requests…*.
 
 Every request the app serves becomes a conversation; a client that never stops would grow
 the database without bound. The retention keeps the newest ``serving/keep_requests``

@@ -2,7 +2,7 @@
 under both, one chunk per event of the worker's loop.
 
 ``CompareRunner`` lives on the worker's thread beside ``EngineWorker`` (a
-:class:`app.shell.stepped_runner.SteppedRunner`, as the precision check's and the logit
+:class:`app.shell.engine_thread.stepped_runner.SteppedRunner`, as the precision check's and the logit
 lens's runners are) and calls ``EngineSession.load_second`` then
 ``compare_reply`` / ``compare_text``. The load runs in an event of its own and the rows
 are pulled one forward chunk per event, so a cancel queued meanwhile applies at the next
@@ -21,7 +21,7 @@ from typing import Any
 from PySide6.QtCore import Signal, Slot
 
 from app.model.model_compare import CompareJob, CompareSettings
-from app.shell.stepped_runner import SteppedRunner
+from app.shell.engine_thread.stepped_runner import SteppedRunner
 from engine.api.errors import EngineError
 
 

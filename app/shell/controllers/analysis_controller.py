@@ -3,7 +3,7 @@ logit lens): one controller shape for running an :class:`app.model.reply_analysi
 on the worker.
 
 An :class:`AnalysisController` holds the model layer's analysis and its runner (an
-:class:`app.shell.stepped_runner.SteppedRunner` moved to the engine's thread beside
+:class:`app.shell.engine_thread.stepped_runner.SteppedRunner` moved to the engine's thread beside
 ``EngineWorker``). It sends a job to the runner (:meth:`AnalysisController.send`) and a
 cancel by tag (:meth:`AnalysisController.stop`) through queued signals; the runner's
 signals arrive on the subclass's slots (queued onto the GUI thread) and go to the model
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction
 
-from app.shell.worker import describe
+from app.shell.engine_thread.worker import describe
 
 if TYPE_CHECKING:
     from app.model.reply_analysis import ReplyAnalysis
     from app.shell.context import ShellContext
-    from app.shell.stepped_runner import SteppedRunner
+    from app.shell.engine_thread.stepped_runner import SteppedRunner
 
 
 class AnalysisController(QObject):

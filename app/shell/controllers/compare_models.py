@@ -2,9 +2,9 @@
 a second one, token by token.
 
 ``CompareModels`` is the GUI thread's end (an
-:class:`app.shell.analysis_controller.AnalysisController`): it owns its action, the model layer's
+:class:`app.shell.controllers.analysis_controller.AnalysisController`): it owns its action, the model layer's
 :class:`app.model.model_compare.ModelComparisons` (the comparisons, and why a reply cannot
-be compared), the :class:`app.shell.compare_runner.CompareRunner` moved to the engine's
+be compared), the :class:`app.shell.engine_thread.compare_runner.CompareRunner` moved to the engine's
 thread, the dialog (``app.views.compare_dialog``), the timeline's KLD row
 (``app.views.kld_timeline``), the inspector's *Models* tab (``app.views.compare_tokens``)
 and a status-bar label holding the selected reply's summary line. The runner's signals
@@ -25,8 +25,8 @@ from PySide6.QtWidgets import QLabel
 from app.model.model_compare import CompareJob, CompareSettings, Comparison, ModelComparisons
 from app.model.precision import model_label
 from app.model.reply_analysis import Refusal
-from app.shell.analysis_controller import AnalysisController
-from app.shell.compare_runner import CompareRunner
+from app.shell.controllers.analysis_controller import AnalysisController
+from app.shell.engine_thread.compare_runner import CompareRunner
 from app.views.compare_dialog import CompareModelsDialog
 from app.views.file_dialogs import EXPORTS
 from app.views.kld_timeline import KldRow

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import QAbstractButton, QInputDialog, QMenu, QMessageBox,
 from app.model.model_in_use import ready_words
 from app.model.precision import model_label
 from app.shell.context import ShellContext
-from app.shell.logging_setup import note_error, note_model
-from app.shell.worker import describe
+from app.shell.engine_thread.worker import describe
+from app.shell.startup.logging_setup import note_error, note_model
 from app.views.file_dialogs import MODELS
 from app.views.sampling_panel import SamplingPanel
 from engine.api.events import FinishReason
@@ -127,8 +127,8 @@ class ModelLoader(QObject):
         """Load ``source`` in the precision and with the KV cache chosen for it (read when the
         load is sent, so a load that waited for a reply uses the latest choices)."""
         from app.model.kv_cache import kv_setting
-        from app.shell.kv_cache_menu import saved_kv
-        from app.shell.precision_menu import saved_choice
+        from app.shell.controllers.kv_cache_menu import saved_kv
+        from app.shell.controllers.precision_menu import saved_choice
 
         def send() -> None:
             settings = self.context.settings

@@ -11,9 +11,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.model.chat import ChatModel
-from app.model.streams import branch_key
 from app.shell.context import ShellContext
-from app.shell.db_open import Ask, message_box_ask, open_store
+from app.shell.startup.db_open import Ask, message_box_ask, open_store
+from app.store.compare_runs import branch_key
 from app.store.store import INTERRUPTED, Store
 from app.store.stream import StreamJournal
 from app.views.status import StatusWidgets

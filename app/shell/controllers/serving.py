@@ -1,4 +1,4 @@
-"""Server → Start serving…: the app as an OpenAI-compatible server (issue 38).
+"""Server → Start serving…: the app as an OpenAI-compatible server.
 
 ``ServingController`` owns the actions, the dialog (``app.views.serve_dialog``), the Served
 list's dock (``app.views.served_list``), the status bar's address and request count, and the
@@ -21,11 +21,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
-from PySide6.QtWidgets import QDockWidget, QLabel
+from PySide6.QtWidgets import QDockWidget, QLabel, QWidget
 
 from app.model.served import refuse
 from app.model.served_writer import ServedWriter
-from app.shell.served_cleanup import ServedCleanup
+from app.shell.controllers.served_cleanup import ServedCleanup
 from app.views.serve_dialog import ServeChoice, ServeDialog
 from app.views.served_list import ServedList
 from engine.api.backend import ModelInfo
@@ -91,7 +91,10 @@ class _Poster(QObject):
 
 class ServingController(QObject):
     def __init__(
-        self, context: ShellContext, dock_beside: QDockWidget, open_conversation: Callable[[int], None]
+        self,
+        context: ShellContext,
+        place_dock: Callable[[str, str, QWidget], QDockWidget],
+        open_conversation: Callable[[int], None],
     ) -> None:
         super().__init__(context.parent)
         self.context = context
@@ -118,14 +121,7 @@ class ServingController(QObject):
         self.list = ServedList()
         self.list.set_rows(self.served.rows)
         self.list.opened.connect(open_conversation)
-        window = context.parent
-        self.dock = QDockWidget("Served", window)
-        self.dock.setObjectName("served")
-        self.dock.setWidget(self.list)
-        window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.dock)
-        window.tabifyDockWidget(dock_beside, self.dock)
-        self.dock.hide()
-        dock_beside.raise_()
+        self.dock = place_dock("Served", "served", self.list)  # placed by the layout, shown when serving
         context.model.events.conversation_changed.connect(
             lambda conversation: self.list.select_conversation(conversation.id if conversation else None)
         )

@@ -20,7 +20,7 @@ class _Requests(QObject):
 
 
 def run_selftest(app, model: str, timeout: float, tokens: int = 8) -> int:
-    from app.shell.worker import ChatJob, WorkerThread, describe, runtime_report
+    from app.shell.engine_thread.worker import ChatJob, WorkerThread, describe, runtime_report
 
     engine = WorkerThread()
     requests = _Requests()

@@ -1,7 +1,7 @@
 """The logit lens on the engine's thread: a reply's positions read layer by layer, one
 position per event of the worker's loop.
 
-``LensRunner`` (a :class:`app.shell.stepped_runner.SteppedRunner`) lives on the worker's
+``LensRunner`` (a :class:`app.shell.engine_thread.stepped_runner.SteppedRunner`) lives on the worker's
 thread beside ``EngineWorker`` and pulls ``EngineSession.lens_reply`` (or ``lens_text`` for a
 text scored without a prompt) one ``engine.api.results.LensPosition`` per event. The worker's decode
 steps are events of the same loop, so a reply being written keeps streaming while the lens
@@ -20,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import Signal, Slot
 
 from app.model.logit_lens import LensJob
-from app.shell.stepped_runner import SteppedRunner
+from app.shell.engine_thread.stepped_runner import SteppedRunner
 from engine.api.errors import EngineError
 
 

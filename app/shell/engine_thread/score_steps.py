@@ -1,6 +1,6 @@
 """Scored texts and replays on the engine's thread: one chunk of the teacher-forced pass per
 event of the worker's loop (a zero-timeout timer), so a cancel queued meanwhile applies
-between chunks. ``ScoreSteps`` is the worker's (``app.shell.worker.EngineWorker``) and
+between chunks. ``ScoreSteps`` is the worker's (``app.shell.engine_thread.worker.EngineWorker``) and
 reports through its signals, under each job's tag, as a reply's events are.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Slot
 
 from app.model.scored import ReplayJob, ScoreJob
-from app.shell.step_timer import step_timer
+from app.shell.engine_thread.step_timer import step_timer
 from engine.api.errors import EngineError
 from engine.api.events import Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep
 

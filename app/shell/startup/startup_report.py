@@ -29,7 +29,7 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QWidget
 
 if TYPE_CHECKING:
-    from app.shell.worker import EngineWorker
+    from app.shell.engine_thread.worker import EngineWorker
 
 
 def launched_at(fallback: float) -> float:
