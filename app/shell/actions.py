@@ -51,6 +51,8 @@ class _Rule:
     label: Callable[[str], str] | None = None
     """The item's text for a reason (``""``: its own): a reason the person must see without
     hovering, in the menu item itself."""
+    shown: str | None = None
+    """The reason last applied to the item (None: none yet)."""
 
 
 class Actions(QObject):
@@ -148,6 +150,11 @@ class Actions(QObject):
 
     def _apply_one(self, rule: _Rule) -> None:
         why = self._why(rule)
+        # A refresh comes with every token of a reply followed (the selection moves): Qt is
+        # told only what changed, so a rule that still says the same costs its test alone.
+        if why == rule.shown and rule.item.isEnabled() == (not why):
+            return
+        rule.shown = why
         rule.item.setEnabled(not why)  # a submenu's own action follows its menu
         # Qt strips the action's text into an empty tooltip; keep the item's own when enabled.
         tips = rule.item.menuAction() if isinstance(rule.item, QMenu) else rule.item
