@@ -14,9 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from app.model.streams import DivergenceSeries  # the old app, from PYTHONPATH
+from app.model.streams import CompareColumn, DivergenceSeries  # the old app, from PYTHONPATH
 from app.store import SCHEMA_VERSION, Store
-from app.store.compare_runs import CompareColumn
 from engine.api.params import SamplingParams
 
 assert SCHEMA_VERSION == 3, "run against commit c24c79a"

@@ -295,7 +295,8 @@ def test_makefile_on_a_mac_installs_mlx_for_metal_and_works_on_the_app_bundle(tm
     assert "MLX backend: metal (macOS)" in planned("backend")
     install = planned("-B", "install")  # no cpu or cuda extra: mlx brings Metal on macOS
     assert 'pip install --quiet -e ".[dev]"' in install and "touch .venv/.installed-metal" in install
-    assert "uninstall" not in install
+    assert "mlx-cpu" not in install and "mlx-cuda" not in install  # no backend switch to undo
+    assert "--target .venv/reference" in install  # the tests' PyTorch, apart from the app's
     app = tmp_path / "dist" / "Logitscope.app"
     selftest = planned("app-selftest")
     assert f'"{app}/Contents/MacOS/Logitscope" --selftest' in selftest

@@ -13,7 +13,8 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QToolTip  # noqa: E402
 
-from app.model.scored import score_context, score_label  # noqa: E402
+from app.model.scored import score_context  # noqa: E402
+from app.store.scored_labels import score_label  # noqa: E402
 from app.views.chat_view import plain_text  # noqa: E402
 from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 

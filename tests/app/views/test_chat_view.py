@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from app.model.chat import ChatModel  # noqa: E402
-from app.model.streams import branch_key  # noqa: E402
+from app.store.compare_runs import branch_key  # noqa: E402
 from app.store.store import Store  # noqa: E402
 from app.views.chat_view import ChatView  # noqa: E402
 from app.views.throttle import RedrawClock  # noqa: E402
