@@ -103,3 +103,15 @@ def test_only_the_layout_places_docks():
         if placing.search(line)
     ]
     assert found == []
+
+
+def test_no_part_of_the_chat_holds_the_chat():
+    """``ChatModel`` is made of parts (the thread, the streams, the selection, the served
+    requests, the generation, the analyses, scoring), each given the few collaborators it
+    uses: no module of the model layer but ``app.model.chat`` itself imports it, directly or
+    under ``TYPE_CHECKING``, and none declares a protocol of the whole chat."""
+    graph = grimp.build_graph("app", include_external_packages=False)
+    model = {m for m in graph.modules if m.startswith("app.model.")}
+    holders = sorted(m for m in model if "app.model.chat" in graph.find_modules_directly_imported_by(m))
+    assert len(model) > 10 and holders == []
+    assert not (ROOT / "app" / "model" / "chat_state.py").exists()

@@ -1,9 +1,18 @@
 """The app's state, without Qt: the open conversation, the replies being written, compare
 runs, and the selected token, named by stable ids. It emits events; views subscribe.
 
+:class:`ChatModel` is made of parts, each holding one kind of state and taking only the
+collaborators it uses: the conversation and its thread
+(:class:`app.model.conversation_thread.ConversationThread`), the streams being written and
+the queries over every stream (:class:`app.model.streams.Streams`), the selection and the
+reply followed (:class:`app.model.selection.Selection`), the served requests
+(:class:`app.model.served.ServedRequests`), and the commands that start replies with the
+worker's reports on them (:class:`app.model.generation.Generation`). The chat itself builds
+the entries the views draw and keeps the selection valid (:meth:`ChatModel.refresh`).
+
 The window wires it to the worker: ``events.job_submitted`` / ``cancel_requested`` /
 ``params_requested`` go to the engine's thread, and the worker's signals come back to the
-``on_*`` handlers of its ``generation`` (:class:`app.model.generation.Generation`). Tests drive it directly.
+``on_*`` handlers of its ``generation``. Tests drive it directly.
 """
 
 from __future__ import annotations
@@ -12,19 +21,32 @@ from collections.abc import Sequence
 
 from app.model.background import Background, RunNow
 from app.model.chat_events import ChatEvents
-from app.model.entries import ChatEntry, build_entries, context_before, last_assistant_index, latest_token
+from app.model.conversation_thread import ConversationThread
+from app.model.entries import ChatEntry, build_entries, context_before, latest_token
 from app.model.generation import Generation
 from app.model.model_in_use import ModelInUse
+from app.model.reply_checks import ReplyReading
 from app.model.reply_origin import ReplyOrigin
+from app.model.scoring import Scoring
+from app.model.selection import Selection
 from app.model.served import ServedRequests
-from app.model.streams import Reply
+from app.model.streams import Reply, Streams
 from app.store.compare_runs import COLUMN_NAMES, CompareRun, StreamKey, TokenRef, branch_key
-from app.store.store import Branch, Conversation, Message, Store
+from app.store.store import Message, Store
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams, SamplingParamsError
 from engine.remote.servers import refused_by
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
+
+
+def _part(name: str, attr: str, doc: str = "") -> property:
+    """An attribute of the chat that is its part ``name``'s ``attr`` (read and written there)."""
+    return property(
+        lambda self: getattr(getattr(self, name), attr),
+        lambda self, value: setattr(getattr(self, name), attr, value),
+        doc=doc or f"``{name}.{attr}``.",
+    )
 
 
 class ChatModel:
@@ -40,37 +62,70 @@ class ChatModel:
         """The model in use (the shell's loader updates it): its name, vocabulary and server
         are read from it, never copied here."""
         self.background: Background = background or RunNow()
-        self.events = ChatEvents()
-        self.conversation: Conversation | None = None
-        self.system_prompt = system_prompt
-        self.new_chat_system = system_prompt
-        """What a new chat starts with: the default, or the last one the person typed; never a
-        prompt an opened conversation (an imported export's empty one) brought with it."""
-        self.thread: list[Message] = []
-        self.replies: dict[int, Reply] = {}
-        self.live_runs: dict[int, CompareRun] = {}  # by group id
-        self.runs: dict[int, CompareRun] = {}  # saved runs, by the id of each of their branches
+        self.events = events = ChatEvents()
+        self.opened = ConversationThread(store, self.background, system_prompt)
+        """The conversation and its thread."""
+        self.streams = Streams(self.opened, self.in_use)
+        """The replies being written, and every stream's steps, message, run and origin."""
+        self.selected = Selection(events.selection_changed, events.stream_renamed)
+        """The selected token and the reply followed."""
         self.entries: list[ChatEntry] = []
-        self.selection: TokenRef | None = None
-        self.follow_latest = True
         self.welcome_state = ""
-        self.unanswered: dict[int, str] = {}
-        """Messages whose last reply ended before its first token, and how (shown in the chat)."""
-        self.followed: StreamKey | None = None
-        self.branches: dict[int, tuple[Message, Branch]] = {}
-        self.generation = Generation(self)
-        """Starting replies and compare runs, and the worker's reports on them."""
-        self.served = ServedRequests(self)
+        self.served = ServedRequests(
+            store,
+            self.in_use,
+            self.streams.replies,
+            self.new_id,
+            lambda: self.opened.conversation.id if self.opened.conversation is not None else None,
+            events.status,
+            events.job_submitted,
+        )
         """Requests from the app's own server (the Served list)."""
+        self.reading = ReplyReading(self.streams, self.selected, self.context_for, self.served.raw_prompt)
+        """What the analyses of a reply read of the chat."""
+        self.generation = Generation(
+            self.opened,
+            self.streams,
+            self.selected,
+            self.served,
+            events,
+            self.params_ok,
+            self.context_for,
+            self.refresh,
+        )
+        """Starting replies and compare runs, and the worker's reports on them."""
         self.refresh()
+
+    # The parts' state, read and written where it is held ------------------------------------
+
+    conversation = _part("opened", "conversation")
+    system_prompt = _part("opened", "system_prompt")
+    new_chat_system = _part("opened", "new_chat_system")
+    thread = _part("opened", "thread")
+    branches = _part("opened", "branches")
+    runs = _part("opened", "runs", "Saved compare runs, by the id of each of their branches.")
+    unanswered = _part("opened", "unanswered")
+    replies = _part("streams", "replies", "The replies being written, by tag.")
+    live_runs = _part("streams", "live_runs", "Compare runs being written, by group id.")
+    selection = _part("selected", "ref", "The selected token: (stream, index), or None.")
+    follow_latest = _part("selected", "follow_latest")
+    followed = _part("selected", "followed")
+
+    def scoring(self, in_use: ModelInUse) -> Scoring:
+        """Score text, replay, export and import over this chat's parts (the window's one)."""
+        renamed = self.events.stream_renamed
+        return Scoring(self.reading, self.opened, self.generation, self.select, self.new_chat, renamed, in_use)
+
+    def new_id(self) -> int:
+        """A new tag: a reply's, a compare run's group, a scored text's or a replay's."""
+        return self.generation.new_id()
 
     # The model in use ----------------------------------------------------------------------
 
     @property
     def model_name(self) -> str:
         """The loaded model's name, recorded with every reply ("?" before one has loaded)."""
-        info = self.in_use.info
-        return info.name if info is not None else "?"
+        return self.streams.model_name
 
     @property
     def vocab_size(self) -> int:
@@ -88,40 +143,22 @@ class ChatModel:
 
     def busy(self) -> bool:
         """A reply of the open conversation is being written (the app's own, or a served one)."""
-        return any(self.shows(r) for r in self.replies.values())
+        return self.streams.busy()
 
     def shows(self, reply: Reply) -> bool:
-        """Whether ``reply`` belongs to the open conversation: every reply of the app's own,
-        a served one only while its conversation is open."""
-        return reply.served_in is None or (self.conversation is not None and reply.served_in == self.conversation.id)
+        """Whether ``reply`` belongs to the open conversation (``Streams.shows``)."""
+        return self.streams.shows(reply)
 
     def steps_of(self, stream: StreamKey | None) -> list[TokenStep] | None:
         """The steps of a stream (a reply being written or a saved branch), or None."""
-        if stream is None:
-            return None
-        kind, ident = stream
-        if kind == "reply":
-            reply = self.replies.get(ident)
-            return reply.steps if reply is not None else None
-        found = self.branches.get(ident)
-        return found[1].steps if found is not None else None
+        return self.streams.steps_of(stream)
 
     def message_of(self, stream: StreamKey) -> Message | None:
-        kind, ident = stream
-        if kind == "reply":
-            reply = self.replies.get(ident)
-            return self.message(reply.message_id) if reply is not None else None
-        found = self.branches.get(ident)
-        return found[0] if found is not None else None
+        return self.streams.message_of(stream)
 
     def run_of(self, stream: StreamKey | None) -> CompareRun | None:
         """The compare run ``stream`` is a column of (live or saved), if any."""
-        if stream is None:
-            return None
-        if stream[0] == "reply":
-            reply = self.replies.get(stream[1])
-            return reply.run if reply is not None else None
-        return self.runs.get(stream[1])
+        return self.streams.run_of(stream)
 
     def shown_run(self, stream: StreamKey | None = None) -> CompareRun | None:
         """The run whose columns are shown side by side and include ``stream`` (default: the
@@ -137,44 +174,21 @@ class ChatModel:
         return steps[index] if steps is not None and 0 <= index < len(steps) else None
 
     def precision_of(self, stream: StreamKey | None) -> str | None:
-        """What a reply was computed in: a saved branch's own record (None: not recorded), a
-        reply being written the loaded model's (``Store.note_model``)."""
-        if stream is None:
-            return None
-        if stream[0] == "reply":
-            return self.store.model_precisions.get(self.model_name)
-        found = self.branches.get(stream[1])
-        return found[1].precision if found is not None else None
+        """What a reply was computed in (``Streams.precision_of``)."""
+        return self.streams.precision_of(stream)
 
     def origin_of(self, stream: StreamKey | None) -> ReplyOrigin:
-        """What wrote a reply (``app.model.reply_origin``): a saved branch's own record, a
-        reply being written the loaded model's; every view labels the reply by it."""
-        if stream is None:
-            return ReplyOrigin()
-        steps = self.steps_of(stream) or ()
-        if stream[0] == "reply":
-            store, name = self.store, self.model_name
-            return ReplyOrigin.of(
-                name,
-                store.model_sources.get(name),
-                store.model_precisions.get(name),
-                store.model_backends.get(name),
-                steps,
-            )
-        found = self.branches.get(stream[1])
-        if found is None:
-            return ReplyOrigin()
-        branch = found[1]
-        return ReplyOrigin.of(branch.model, branch.model_source, branch.precision, branch.backend, steps)
+        """What wrote a reply (``Streams.origin_of``); every view labels the reply by it."""
+        return self.streams.origin_of(stream)
 
     def last_assistant(self) -> Message | None:
-        index = last_assistant_index(self.thread)
-        return self.thread[index] if index is not None else None
+        return self.opened.last_assistant()
 
     def context_for(self, message: Message) -> tuple[dict[str, str], ...]:
-        index = self.thread.index(message)
-        served = self.served.context(self.thread, index)  # a served request's own messages, then what followed
-        return served if served is not None else context_before(self.thread, index, self.system_prompt.strip())
+        thread = self.opened.thread
+        index = thread.index(message)
+        served = self.served.context(thread, index)  # a served request's own messages, then what followed
+        return served if served is not None else context_before(thread, index, self.opened.system_prompt.strip())
 
     def params_ok(self, variants: Sequence[tuple[str, SamplingParams]]) -> bool:
         """Whether the model in use takes every setting (``(label, params)``; "" for a single
@@ -198,7 +212,7 @@ class ChatModel:
         return True
 
     def message(self, message_id: int) -> Message | None:
-        return next((m for m in self.thread if m.id == message_id), None)
+        return self.opened.message(message_id)
 
     # Selection -----------------------------------------------------------------------------
 
@@ -209,10 +223,10 @@ class ChatModel:
             steps = self.steps_of(ref[0])
             if steps is None or not 0 <= ref[1] < len(steps):
                 return
-            self.follow_latest = ref[0][0] == "reply" and ref[1] == len(steps) - 1
-            if self.follow_latest:
-                self.followed = ref[0]
-        self.set_selection(ref)
+            self.selected.follow_latest = ref[0][0] == "reply" and ref[1] == len(steps) - 1
+            if self.selected.follow_latest:
+                self.selected.followed = ref[0]
+        self.selected.set(ref)
 
     def select_index(self, index: int) -> None:
         """Another token of the selected stream (a click on the timeline)."""
@@ -226,20 +240,13 @@ class ChatModel:
             self.select((run.columns[column].stream, index))
 
     def set_selection(self, ref: TokenRef | None) -> None:
-        if ref != self.selection:
-            self.selection = ref
-            self.events.selection_changed(ref)
+        self.selected.set(ref)
 
     def follow(self, stream: StreamKey) -> None:
-        self.followed = stream
-        self.follow_latest = True
+        self.selected.follow(stream)
 
     def rename_stream(self, old: StreamKey, new: StreamKey) -> None:
-        if self.followed == old:
-            self.followed = new
-        self.events.stream_renamed(old, new)
-        if self.selection is not None and self.selection[0] == old:
-            self.set_selection((new, self.selection[1]))
+        self.selected.rename(old, new)
 
     # Entries -------------------------------------------------------------------------------
 
@@ -249,15 +256,8 @@ class ChatModel:
             self.refresh()
 
     def set_system_prompt(self, text: str) -> None:
-        if text == self.system_prompt:
-            return
-        self.system_prompt = self.new_chat_system = text  # typed: the person's, for new chats too
-        if self.conversation is not None:
-            self.store.writes.update_conversation(self.conversation.id, system_prompt=text)
-        self.refresh()
-
-    def _index_branches(self) -> None:
-        self.branches = {b.id: (m, b) for m in self.thread for b in m.branches}
+        if self.opened.set_system_prompt(text):  # typed: the person's, for new chats too
+            self.refresh()
 
     def refresh(self, followed_gone: bool = False) -> None:
         """Rebuild the entries (cheap: no token is copied), then keep the selection valid.
@@ -282,7 +282,7 @@ class ChatModel:
             selection = latest_token(self.entries, lambda s: s == followed)
             if selection is None and not followed_gone:
                 selection = latest_token(self.entries)
-        self.set_selection(selection)
+        self.selected.set(selection)
 
     # Conversations -------------------------------------------------------------------------
 
@@ -293,17 +293,9 @@ class ChatModel:
         self.generation.stop(served=False)  # a served reply goes on: its client waits for it
         self.background.wait()  # replies still being written to the store
         self.served.settle(conversation_id)  # and a served one, on its writer's thread
-        self.conversation = conversation
-        self.system_prompt = conversation.system_prompt
-        self.thread = self.store.reads.thread(conversation_id)
-        self._index_branches()
-        self.unanswered = {}
-        self.runs = {}
-        for run in self.store.reads.compare_runs(conversation_id):
-            for column in run.columns:
-                self.runs[column.stream[1]] = run
-        self.selection, self.follow_latest, self.followed = None, True, None
-        self.followed = next((r.key for r in self.replies.values() if r.served_in == conversation_id), None)
+        self.opened.open(conversation)
+        writing = next((r.key for r in self.replies.values() if r.served_in == conversation_id), None)
+        self.selected.reset(followed=writing)
         self.served.opened(conversation_id)
         self.events.conversation_changed(conversation)
         self.refresh()
@@ -312,12 +304,9 @@ class ChatModel:
 
     def new_chat(self) -> None:
         self.generation.stop(served=False)
-        self.conversation = None
+        self.opened.clear()
         self.served.opened(None)
-        self.system_prompt = self.new_chat_system
-        self.thread, self.runs, self.branches = [], {}, {}
-        self.unanswered = {}
-        self.selection, self.follow_latest, self.followed = None, True, None
+        self.selected.reset()
         self.events.conversation_changed(None)
         self.refresh()
         self.events.busy_changed(self.busy())
@@ -344,20 +333,12 @@ class ChatModel:
         self._activate(message, (message.active + delta) % len(message.branches))
 
     def _activate(self, message: Message, index: int) -> None:
-        self.store.writes.set_active_branch(message.id, message.branches[index].id)
-        message.active = index
-        self.reload_after(message)
+        self.opened.activate(message, index)
         self.refresh()
 
     def reload_after(self, message: Message) -> None:
         """The turns after ``message`` follow its active branch: read them again."""
-        if self.conversation is None or message not in self.thread:
-            return
-        i = self.thread.index(message)
-        self.background.wait()
-        rest = self.store.reads.thread(self.conversation.id, message.branch.id) if message.branch else []
-        self.thread = self.thread[: i + 1] + rest
-        self._index_branches()
+        self.opened.reload_after(message)
 
     # Compare runs ---------------------------------------------------------------------------
 
@@ -372,7 +353,7 @@ class ChatModel:
         self.store.writes.set_compare_kept(run.id, column)
         run.kept = column
         if self.selection is not None and run.column_of(self.selection[0]) is not None:
-            self.set_selection((branch_key(branch_id), self.selection[1]))
+            self.selected.set((branch_key(branch_id), self.selection[1]))
         self._activate(message, [b.id for b in message.branches].index(branch_id))
 
     def show_compare(self, message_id: int) -> None:

@@ -256,13 +256,6 @@ def context_before(thread: list[Message], message_index: int, system: str) -> tu
     return tuple(messages)
 
 
-def last_assistant_index(thread: list[Message]) -> int | None:
-    for i in range(len(thread) - 1, -1, -1):
-        if thread[i].role == "assistant":
-            return i
-    return None
-
-
 def latest_token(entries: list[ChatEntry], prefer: Callable[[StreamKey], bool] | None = None) -> tuple | None:
     """The last token of the last entry that has one: ``(stream, index)``."""
     for entry in reversed(entries):

@@ -1,8 +1,9 @@
 """Starting replies and compare runs, and what the engine's worker reports about them.
 
 :class:`Generation` is held by :class:`app.model.chat.ChatModel` (``model.generation``) and
-works on the chat's state through :class:`app.model.chat_state.ChatState`, what it may read
-and change of it.
+is given the chat's parts it works on: the conversation and its thread, the streams, the
+selection, the served requests and the chat's events, with the three checks and the redraw
+the chat owns (``params_ok``, ``context_for``, ``refresh``).
 
 Every reply has an id that is also its tag for the worker; a compare run's replies share
 one group id. A reply is saved as a branch when it finishes; a compare run is saved (every
@@ -11,18 +12,22 @@ column as a branch of the message, the run with its divergence) when its last co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from app.model.chat_state import ChatState
+from app.model.chat_events import ChatEvents
+from app.model.conversation_thread import ConversationThread
 from app.model.entries import REFUSED
 from app.model.jobs import ChatJob, ForcedToken, ForkJob
-from app.model.reply_saving import drop_reply, save_reply, save_run
+from app.model.reply_saving import ReplySaving
+from app.model.scored import ScoreJob
 from app.model.seeds import with_seed
-from app.model.served import RAW_PROMPT
-from app.model.streams import Reply
+from app.model.selection import Selection
+from app.model.served import RAW_PROMPT, ServedRequests
+from app.model.streams import Reply, Streams
 from app.model.thinking import live_params_for
 from app.model.timeline_series import variant_applied
 from app.store.compare_runs import CompareColumn, CompareRun, DivergenceSeries, TokenRef, branch_key
+from app.store.scored_labels import score_label
 from app.store.store import Message
 from engine.api.carry import carry_from_steps
 from engine.api.events import Divergence, Finished, FinishReason, TokenStep
@@ -40,8 +45,23 @@ class ReplyFailed(RuntimeError):
 class Generation:
     """The chat's commands that start or change replies, and the worker's reports on them."""
 
-    def __init__(self, chat: ChatState) -> None:
-        self.chat = chat
+    def __init__(
+        self,
+        opened: ConversationThread,
+        streams: Streams,
+        selection: Selection,
+        served: ServedRequests,
+        events: ChatEvents,
+        params_ok: Callable[[Sequence[Variant]], bool],
+        context_for: Callable[[Message], tuple[dict[str, str], ...]],
+        refresh: Callable[..., None],
+    ) -> None:
+        """``params_ok(variants)``: whether the model in use takes those settings (else the
+        chat says why); ``context_for(message)``: the messages a reply to ``message`` is
+        written after; ``refresh(followed_gone=False)``: the chat's entries rebuilt."""
+        self.opened, self.streams, self.selection, self.served, self.events = opened, streams, selection, served, events
+        self.params_ok, self.context_for, self.refresh = params_ok, context_for, refresh
+        self.saving = ReplySaving(opened, streams, selection, served, events.errored)
         self.journal = None
         """An :class:`app.store.stream.StreamJournal` writing replies while they stream, or None."""
         self.enable_thinking: bool | None = None
@@ -70,12 +90,12 @@ class Generation:
         return True
 
     def regenerate(self, params: SamplingParams, variants: Sequence[Variant] | None = None) -> bool:
-        message = self.chat.last_assistant()
-        if message is None or self.chat.busy() or (variants is not None and not self._check_variants(variants)):
+        message = self.opened.last_assistant()
+        if message is None or self.streams.busy() or (variants is not None and not self._check_variants(variants)):
             return False
         if self._raw_prompt():
             return False
-        if not self.chat.params_ok(variants if variants is not None else [("", params)]):
+        if not self.params_ok(variants if variants is not None else [("", params)]):
             return False
         if variants is None:
             self._start_reply(message, params)
@@ -87,43 +107,75 @@ class Generation:
         """Continue the selected token's reply from that token, with ``token_id`` instead.
         ``forced_text``: the picked token's text; a server continues from it, and it is what
         names a token the server sent without its id (``token_id`` None)."""
-        message = self._message_for_continuation(self.chat.selection)
-        if message is None or not self.chat.params_ok([("", params)]):
+        message = self._message_for_continuation(self.selection.ref)
+        if message is None or not self.params_ok([("", params)]):
             return False
-        stream, index = self.chat.selection
-        steps = self.chat.steps_of(stream)
+        stream, index = self.selection.ref
+        steps = self.streams.steps_of(stream)
         prefix = steps[:index]
         top = steps[index].top if index < len(steps) else ()
         picked = forced_text
         if picked is None and token_id is not None:
             picked = next((c.text for c in top if c.token_id == token_id), None)
         if token_id is None and picked is None:
-            self.chat.events.status("This token has neither an id nor a text to continue from.")
+            self.events.status("This token has neither an id nor a text to continue from.")
             return False
-        for reply in list(self.chat.replies.values()):
+        for reply in list(self.streams.replies.values()):
             if reply.message_id == message.id:
-                self.chat.events.cancel_requested(reply.id)
+                self.events.cancel_requested(reply.id)
         self._start_reply(message, params, prefix, forced=ForcedToken(token_id, picked))
-        self.chat.events.status("Continuing from the picked token; the earlier reply is kept as a branch.")
+        self.events.status("Continuing from the picked token; the earlier reply is kept as a branch.")
         return True
 
     def compare_from(self, ref: TokenRef, variants: Sequence[Variant]) -> bool:
         """ "Compare from here": each variant redraws token ``ref`` and continues from it."""
-        if self.chat.busy():
-            self.chat.events.status("Wait for the replies being written, or stop them (Esc), to compare from a token.")
+        if self.streams.busy():
+            self.events.status("Wait for the replies being written, or stop them (Esc), to compare from a token.")
             return False
         message = self._message_for_continuation(ref)
-        if message is None or not self._check_variants(variants) or not self.chat.params_ok(variants):
+        if message is None or not self._check_variants(variants) or not self.params_ok(variants):
             return False
-        self._start_run(message, variants, self.chat.steps_of(ref[0])[: ref[1]])
+        self._start_run(message, variants, self.streams.steps_of(ref[0])[: ref[1]])
         return True
+
+    def score(
+        self, text: str, params: SamplingParams, prompt: str | None, new_chat: Callable[[], None]
+    ) -> Reply | None:
+        """Score ``text`` as the first turn's reply of a new conversation (``new_chat`` opens
+        it); None when it cannot."""
+        text = text.strip("\n")
+        if not text.strip():
+            self.events.status("There is no text to score.")
+            return None
+        if self.streams.busy():
+            self.events.status("A reply is still being written: stop it first (Esc).")
+            return None
+        new_chat()
+        label = prompt if prompt else score_label(text)
+        message = self.add_turn(label, [("", params)])
+        if message is None:
+            return None
+        reply = Reply(self.new_id(), message.id, params)
+        self.streams.replies[reply.id] = reply
+        self.selection.follow(reply.key)
+        self.refresh()
+        self.events.busy_changed(True)
+        messages = None
+        if prompt:
+            system = self.opened.system_prompt.strip()
+            messages = tuple(
+                ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+            )
+        self.events.job_submitted(ScoreJob(reply.id, text, params, messages))
+        self.events.status("Scoring the text…")
+        return reply
 
     def stop(self, served: bool = True) -> None:
         """Stop the open conversation's replies being written; ``served``: a served request's
         too (its client gets the end of its reply)."""
-        for tag, reply in list(self.chat.replies.items()):
-            if self.chat.shows(reply) and (served or reply.served_in is None):
-                self.chat.events.cancel_requested(tag)
+        for tag, reply in list(self.streams.replies.items()):
+            if self.streams.shows(reply) and (served or reply.served_in is None):
+                self.events.cancel_requested(tag)
 
     def set_enable_thinking(self, enabled: bool | None) -> None:
         """The panel's Thinking toggle: sent with every reply started from now on."""
@@ -134,126 +186,126 @@ class Generation:
         being written; the main settings (column 0) also go to the single replies."""
         targets = [
             r
-            for r in self.chat.replies.values()
+            for r in self.streams.replies.values()
             if r.finished is None
             and r.served_in is None  # a served request keeps the settings its client sent
             and (r.column == column if r.run is not None else column == 0)
         ]
         for reply in targets:  # an answer already written takes the answer's settings
-            self.chat.events.params_requested(reply.id, live_params_for(reply.steps, params))
+            self.events.params_requested(reply.id, live_params_for(reply.steps, params))
         if targets:
-            self.chat.events.status("Parameters changed: they apply from the next token.")
+            self.events.status("Parameters changed: they apply from the next token.")
 
     # Worker events ----------------------------------------------------------------------------
 
     def on_job_started(self, tag: int, request_id: int, prompt_tokens: int) -> None:
-        reply = self.chat.replies.get(tag)
+        reply = self.streams.replies.get(tag)
         if reply is not None:
             reply.request_id = request_id
-            if self.chat.shows(reply) and (reply.run is None or reply.column == 0):
+            if self.streams.shows(reply) and (reply.run is None or reply.column == 0):
                 # A server does not say how it tokenized the prompt (0): not reported, not 0. The
                 # local engine's 0 is a scored text's, whose prompt is read with it: no words.
                 if prompt_tokens > 0:
-                    self.chat.events.status(f"Prompt: {prompt_tokens} tokens")
-                elif self.chat.origin_of(reply.key).remote:
-                    self.chat.events.status("Prompt: tokens not reported by the server")
+                    self.events.status(f"Prompt: {prompt_tokens} tokens")
+                elif self.streams.origin_of(reply.key).remote:
+                    self.events.status("Prompt: tokens not reported by the server")
 
     def on_job_rejected(self, tag: int, exc: BaseException) -> None:
-        reply = self.chat.replies.pop(tag, None)
+        reply = self.streams.replies.pop(tag, None)
         if reply is None:
             return
         if reply.served_in is not None:  # its client was told, and its conversation goes
-            self.chat.events.status(f"A served request was refused: {exc}")
+            self.events.status(f"A served request was refused: {exc}")
             return
         if reply.run is not None:  # a fork is refused as a whole
             for column in reply.run.columns:
-                self.chat.replies.pop(column.stream[1], None)
-            self.chat.live_runs.pop(reply.run.group, None)
-        self.chat.unanswered[reply.message_id] = REFUSED
+                self.streams.replies.pop(column.stream[1], None)
+            self.streams.live_runs.pop(reply.run.group, None)
+        self.opened.unanswered[reply.message_id] = REFUSED
         self._refresh_after_end()
-        self.chat.events.busy_changed(self.chat.busy())
-        self.chat.events.errored(exc)
+        self.events.busy_changed(self.streams.busy())
+        self.events.errored(exc)
 
     def on_token(self, tag: int, step: TokenStep) -> None:
-        reply = self.chat.replies.get(tag)
+        reply = self.streams.replies.get(tag)
         if reply is None:
             return
         reply.steps.append(step)
         if self.journal is not None:
-            self.journal.token(reply.id, reply.message_id, self.chat.model_name, reply.params, reply.steps)
+            self.journal.token(reply.id, reply.message_id, self.streams.model_name, reply.params, reply.steps)
         if len(reply.steps) > reply.prefix_len + 1 and step.params != (before := reply.steps[-2].params):
             settings = "The answer's settings" if variant_applied(before, step.params) else "New parameters"
-            self.chat.events.status(f"{settings} in force from token {step.index}.")
-        if not self.chat.shows(reply):  # a served reply in a conversation not open
+            self.events.status(f"{settings} in force from token {step.index}.")
+        if not self.streams.shows(reply):  # a served reply in a conversation not open
             return
-        self.chat.events.tokens_added(reply.key)
-        if self.chat.follow_latest and self.chat.followed == reply.key:
-            self.chat.set_selection((reply.key, len(reply.steps) - 1))
+        self.events.tokens_added(reply.key)
+        if self.selection.follow_latest and self.selection.followed == reply.key:
+            self.selection.set((reply.key, len(reply.steps) - 1))
 
     def on_divergence(self, group: int, event: Divergence) -> None:
         """``event.pairs`` name the worker's tags (the replies), not engine request ids."""
-        run = self.chat.live_runs.get(group)
+        run = self.streams.live_runs.get(group)
         if run is None:
             return
         columns = {column.stream[1]: i for i, column in enumerate(run.columns)}
         pairs = tuple((columns[a], columns[b]) for a, b in event.pairs)
         run.divergence.add(event.index, pairs, event.js, event.first_difference)
-        self.chat.events.divergence_added(run)
+        self.events.divergence_added(run)
 
     def on_finished(self, tag: int, finished: Finished) -> None:
-        reply = self.chat.replies.get(tag)
+        reply = self.streams.replies.get(tag)
         if reply is None:
             return
         reply.finished = finished
-        shown = self.chat.shows(reply)  # a served one not open: its client and the Served list say how it ended
+        shown = self.streams.shows(reply)  # a served one not open: its client and the Served list say how it ended
         if shown:
-            self.chat.events.reply_finished(finished)
+            self.events.reply_finished(finished)
         if finished.finish_reason == FinishReason.ERROR and shown:
             kept = f" The {len(reply.steps)} tokens before it are kept." if reply.steps else ""
-            self.chat.events.status(f"The reply stopped: {finished.error}")
-            self.chat.events.errored(ReplyFailed(f"The reply stopped because of an error: {finished.error}.{kept}"))
+            self.events.status(f"The reply stopped: {finished.error}")
+            self.events.errored(ReplyFailed(f"The reply stopped because of an error: {finished.error}.{kept}"))
         if reply.run is None:
-            del self.chat.replies[tag]
+            del self.streams.replies[tag]
             if reply.new_steps or finished.finish_reason != FinishReason.CANCELLED:
-                save_reply(self.chat, self.journal, reply, finished)
+                self.saving.save_reply(self.journal, reply, finished)
             else:
-                drop_reply(self.chat, self.journal, reply)
-        elif all(self.chat.replies[c.stream[1]].finished is not None for c in reply.run.columns):
-            save_run(self.chat, self.journal, reply.run)
+                self.saving.drop_reply(self.journal, reply)
+        elif all(self.streams.replies[c.stream[1]].finished is not None for c in reply.run.columns):
+            self.saving.save_run(self.journal, reply.run)
         if shown:
             self._refresh_after_end()
-            self.chat.events.busy_changed(self.chat.busy())
+            self.events.busy_changed(self.streams.busy())
 
     def _refresh_after_end(self) -> None:
         """Redraw after a reply ended; one followed that left nothing (no token, no branch)
         leaves nothing selected: the inspector must not go on showing an older reply's token."""
-        followed = self.chat.followed
+        followed = self.selection.followed
         # Dropped (cancelled in its prefill, refused), or saved without a token (failed before
         # the first: a stopped server): either way there is no token of it to select.
-        running = followed is not None and followed[0] == "reply" and followed[1] in self.chat.replies
-        gone = followed is not None and not running and not self.chat.steps_of(followed)
-        self.chat.refresh(followed_gone=gone)
+        running = followed is not None and followed[0] == "reply" and followed[1] in self.streams.replies
+        gone = followed is not None and not running and not self.streams.steps_of(followed)
+        self.refresh(followed_gone=gone)
         if gone:
-            self.chat.followed = None  # from now on, the latest token is followed again
+            self.selection.followed = None  # from now on, the latest token is followed again
 
     # Internals ----------------------------------------------------------------------------------
 
     def _check_variants(self, variants: Sequence[Variant]) -> bool:
         if MIN_VARIANTS <= len(variants) <= MAX_VARIANTS:
             return True
-        self.chat.events.status(f"Compare needs {MIN_VARIANTS} to {MAX_VARIANTS} settings, got {len(variants)}.")
+        self.events.status(f"Compare needs {MIN_VARIANTS} to {MAX_VARIANTS} settings, got {len(variants)}.")
         return False
 
     def _settle_last_run(self) -> None:
         """Before a new turn: an undecided compare run at the end keeps its active column."""
-        chat = self.chat
-        last = chat.last_assistant()
-        run = chat.runs.get(last.branch.id) if last is not None and last.branch else None
-        if run is not None and run.kept is None and run.id is not None and last is chat.thread[-1]:
+        opened = self.opened
+        last = opened.last_assistant()
+        run = opened.runs.get(last.branch.id) if last is not None and last.branch else None
+        if run is not None and run.kept is None and run.id is not None and last is opened.thread[-1]:
             column = run.column_of(branch_key(last.branch.id)) or 0
-            chat.store.writes.set_compare_kept(run.id, column)
+            opened.store.writes.set_compare_kept(run.id, column)
             run.kept = column
-            chat.events.status(f"Kept {run.label(column)}; the other columns stay as branches.")
+            self.events.status(f"Kept {run.label(column)}; the other columns stay as branches.")
 
     def new_id(self) -> int:
         """A new tag: a reply's, a compare run's group, a scored text's or a replay's."""
@@ -266,44 +318,37 @@ class Generation:
         text = text.strip()
         if not text:
             return None
-        if self.chat.busy():
-            self.chat.events.status("A reply is still being written: stop it first (Esc).")
+        if self.streams.busy():
+            self.events.status("A reply is still being written: stop it first (Esc).")
             return None
-        if not self.chat.params_ok(variants) or self._raw_prompt():
+        if not self.params_ok(variants) or self._raw_prompt():
             return None
         self._settle_last_run()
-        if self.chat.conversation is None:
-            self.chat.conversation = self.chat.store.writes.new_conversation(
-                self.chat.system_prompt, text.splitlines()[0][:60]
-            )
-            self.chat.events.conversation_changed(self.chat.conversation)
-        last = self.chat.thread[-1] if self.chat.thread else None
-        after_branch = last.branch.id if last is not None and last.branch is not None else None
-        user = self.chat.store.writes.add_user_message(self.chat.conversation.id, text, after_branch)
-        reply = self.chat.store.writes.add_assistant_message(self.chat.conversation.id, user.id)
-        self.chat.thread += [user, reply]
+        if self.opened.start_conversation(text):
+            self.events.conversation_changed(self.opened.conversation)
+        reply = self.opened.add_turn(text)
         return reply
 
     def _thinking(self) -> bool | None:
         """The chat template's ``enable_thinking`` for a prompt of the open conversation: a
         served one's is the template's default, as its reply was written (a client does not
         send the app's Thinking toggle)."""
-        return None if self.chat.served.open is not None else self.enable_thinking
+        return None if self.served.open is not None else self.enable_thinking
 
     def _raw_prompt(self) -> bool:
         """A served completion's conversation is open (and the status bar says why nothing
         continues it): its prompt was raw text, which a chat turn does not stand for."""
-        if self.chat.served.raw_prompt():
-            self.chat.events.status(RAW_PROMPT)
+        if self.served.raw_prompt():
+            self.events.status(RAW_PROMPT)
             return True
         return False
 
     def _message_for_continuation(self, ref: TokenRef | None) -> Message | None:
-        message = self.chat.message_of(ref[0]) if ref is not None else None
+        message = self.streams.message_of(ref[0]) if ref is not None else None
         if message is None or message.role != "assistant" or self._raw_prompt():
             return None
-        if any(r.run is not None and r.message_id == message.id for r in self.chat.replies.values()):
-            self.chat.events.status("This message is being compared: wait for the columns to finish.")
+        if any(r.run is not None and r.message_id == message.id for r in self.streams.replies.values()):
+            self.events.status("This message is being compared: wait for the columns to finish.")
             return None
         return message
 
@@ -318,15 +363,15 @@ class Generation:
         before it) then that token."""
         params = with_seed(params)  # "random each reply": drawn now, so the reply can be written again
         reply = Reply(self.new_id(), message.id, params, list(prefix), len(prefix))
-        self.chat.replies[reply.id] = reply
+        self.streams.replies[reply.id] = reply
         output = tuple(s.token_id for s in prefix)  # None where a server sent no id: text below
-        self.chat.follow(reply.key)
-        self.chat.refresh()
-        self.chat.events.busy_changed(True)
+        self.selection.follow(reply.key)
+        self.refresh()
+        self.events.busy_changed(True)
         text = "".join(s.text for s in prefix)
         carry = carry_from_steps(prefix) or None  # mirostat's μ as the reply left it
-        job = ChatJob(reply.id, self.chat.context_for(message), params, output, forced, text, carry, self._thinking())
-        self.chat.events.job_submitted(job)
+        job = ChatJob(reply.id, self.context_for(message), params, output, forced, text, carry, self._thinking())
+        self.events.job_submitted(job)
         return reply
 
     def _start_run(self, message: Message, variants: Sequence[Variant], prefix=()) -> CompareRun:
@@ -334,19 +379,19 @@ class Generation:
         for column, (label, params) in enumerate(variants):
             params = with_seed(params)  # each column its own, unless the settings name one
             reply = Reply(self.new_id(), message.id, params, list(prefix), len(prefix), run=run, column=column)
-            self.chat.replies[reply.id] = reply
+            self.streams.replies[reply.id] = reply
             run.columns.append(CompareColumn(label, params, reply.key))
         run.divergence = DivergenceSeries(len(run.columns))
-        self.chat.live_runs[run.group] = run
-        self.chat.follow(run.columns[0].stream)
-        self.chat.refresh()
-        self.chat.events.busy_changed(True)
+        self.streams.live_runs[run.group] = run
+        self.selection.follow(run.columns[0].stream)
+        self.refresh()
+        self.events.busy_changed(True)
         tags = tuple(c.stream[1] for c in run.columns)
         output = tuple(s.token_id for s in prefix)
         params = tuple(c.params for c in run.columns)
         text = "".join(s.text for s in prefix)
         carry = carry_from_steps(prefix) or None
-        self.chat.events.job_submitted(
-            ForkJob(run.group, tags, self.chat.context_for(message), params, output, text, carry, self._thinking())
+        self.events.job_submitted(
+            ForkJob(run.group, tags, self.context_for(message), params, output, text, carry, self._thinking())
         )
         return run

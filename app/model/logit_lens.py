@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from app.model.events import EventEmitter
 from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
+from app.model.reply_checks import ReplyReading
 from app.store.compare_runs import StreamKey
 
 if TYPE_CHECKING:
-    from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
 
 TOP = 20
@@ -116,8 +116,8 @@ class LogitLens(ReplyAnalysis[LensJob, ReplyLens]):
     select_hint = SELECT
     no_model = NO_MODEL
 
-    def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        super().__init__(chat, in_use)
+    def __init__(self, reading: ReplyReading, in_use: ModelInUse) -> None:
+        super().__init__(reading, in_use)
         self.declined: dict[tuple[StreamKey, int], str] = {}
         """(stream, position) → why its read-out stopped (a failure, a cancel): the Layers
         tab says so instead of starting it again until asked (:meth:`forget_declined`)."""

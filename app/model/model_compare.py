@@ -22,6 +22,7 @@ from app.model.events import EventEmitter
 from app.model.kv_cache import CHOICE_LABELS as KV_LABELS
 from app.model.kv_cache import OFF, kv_label, kv_setting, second_kv_label
 from app.model.reply_analysis import AnalysisEvents, Refusal, ReplyAnalysis
+from app.model.reply_checks import ReplyReading
 from app.store.compare_runs import StreamKey
 from engine.api.kld_records import statistics, summary_record, token_record
 from engine.api.kld_stats import UNCERTAINTY_MIN_TOKENS
@@ -29,7 +30,6 @@ from engine.api.kv_quantization import KV_OFF
 from engine.api.precision import AUTO
 
 if TYPE_CHECKING:
-    from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
 
 TOP = 10
@@ -195,8 +195,8 @@ class ModelComparisons(ReplyAnalysis[CompareJob, Comparison]):
     select_hint = "Select a token of a reply or a scored text to compare it."
     running_words = RUNNING
 
-    def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        super().__init__(chat, in_use)
+    def __init__(self, reading: ReplyReading, in_use: ModelInUse) -> None:
+        super().__init__(reading, in_use)
         self._base: ModelIdentity | None = None
         self._second: ModelIdentity | None = None
 
@@ -217,7 +217,7 @@ class ModelComparisons(ReplyAnalysis[CompareJob, Comparison]):
         info = self.in_use.info
         self._base = ModelIdentity(info.name, info.precision, self.in_use.source or "", kv_label(info.kv))
         self._second = None
-        return self.begin(job, self.chat.selection[0])
+        return self.begin(job, self.reading.selection[0])
 
     def on_loading(self, tag: int, stage: str, fraction: float) -> None:
         if self.mine(tag):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.model.reply_analysis import Refusal, ReplyAnalysis
+from app.model.reply_checks import ReplyReading
 from app.store.compare_runs import StreamKey
 
 if TYPE_CHECKING:
-    from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
 
 RUNNING = "A precision check is running (Esc stops it)."
@@ -65,8 +65,8 @@ class PrecisionChecks(ReplyAnalysis[PrecisionJob, FidelityCheck]):
     running_words = RUNNING
     prompt_less = False
 
-    def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        super().__init__(chat, in_use)
+    def __init__(self, reading: ReplyReading, in_use: ModelInUse) -> None:
+        super().__init__(reading, in_use)
         self._pieces: tuple[str, ...] = ()
 
     def model_problem(self, info: Any) -> str:

@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from app.model.events import EventEmitter, EventGroup
-from app.model.reply_checks import branch_of, prompt_less_text, selected_reply_problem
+from app.model.reply_checks import ReplyReading, branch_of, prompt_less_text, selected_reply_problem
 from app.store.compare_runs import StreamKey
 
 if TYPE_CHECKING:
-    from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
     from engine.api.events import TokenStep
 
@@ -122,8 +121,8 @@ class ReplyAnalysis(Generic[J, R]):
     events_type: ClassVar[type[AnalysisEvents]] = AnalysisEvents
     """The analysis's events: :class:`AnalysisEvents`, or a subclass declaring its own too."""
 
-    def __init__(self, chat: ChatModel, in_use: ModelInUse) -> None:
-        self.chat, self.in_use = chat, in_use
+    def __init__(self, reading: ReplyReading, in_use: ModelInUse) -> None:
+        self.reading, self.in_use = reading, in_use
         self.events = self.events_type()
         self.results: dict[StreamKey, R] = {}
         self.running: J | None = None
@@ -144,7 +143,7 @@ class ReplyAnalysis(Generic[J, R]):
             return Refusal(why)
         if self.running is not None and self.running_words:
             return Refusal(self.running_words)
-        problem = selected_reply_problem(self.chat, info.name, self.verb, self.select_hint)
+        problem = selected_reply_problem(self.reading, info.name, self.verb, self.select_hint)
         return Refusal(problem) if problem else None
 
     def model_problem(self, info: Any) -> str:
@@ -161,16 +160,16 @@ class ReplyAnalysis(Generic[J, R]):
         """The selected reply as a job needs it, or why it cannot be analysed."""
         if (refusal := self.refusal()) is not None:
             return refusal
-        chat = self.chat
-        stream = chat.selection[0]
-        message = chat.message_of(stream)
-        steps = chat.steps_of(stream)
+        reading = self.reading
+        stream = reading.selection[0]
+        message = reading.message_of(stream)
+        steps = reading.steps_of(stream)
         output = tuple(s.token_id for s in steps)
         pieces = tuple(s.piece for s in steps)
-        text = prompt_less_text(chat, message, branch_of(chat, stream)) if self.prompt_less else None
+        text = prompt_less_text(reading, message, branch_of(reading, stream)) if self.prompt_less else None
         if text is not None:
             return ReplyTarget(stream, output, None, text, pieces)
-        return ReplyTarget(stream, output, chat.context_for(message), None, pieces)
+        return ReplyTarget(stream, output, reading.context_for(message), None, pieces)
 
     def next_tag(self) -> int:
         self._tag += 1
@@ -232,14 +231,14 @@ class ReplyAnalysis(Generic[J, R]):
         found = self.results.get(stream) if stream is not None else None
         if found is None:
             return None
-        steps = self.chat.steps_of(stream)
+        steps = self.reading.steps_of(stream)
         if steps is None or tuple(s.token_id for s in steps) != found.output:
             return None
         return found
 
     def selected(self) -> tuple[R | None, Any | None]:
         """The selected reply's result and what it found at the selected token (None: none)."""
-        selection = self.chat.selection
+        selection = self.reading.selection
         found = self.of(selection[0]) if selection is not None else None
         return found, (found.at(selection[1]) if found is not None else None)
 
@@ -254,8 +253,8 @@ class StepAnalysis(ReplyAnalysis[None, R]):
     TIP = ""
 
     def refusal(self) -> Refusal | None:
-        selection = self.chat.selection
-        if selection is None or not self.chat.steps_of(selection[0]):
+        selection = self.reading.selection
+        if selection is None or not self.reading.steps_of(selection[0]):
             return Refusal(self.select_hint)
         return None
 
@@ -267,8 +266,8 @@ class StepAnalysis(ReplyAnalysis[None, R]):
         """The selected reply's result (computed now if it is not known or stale)."""
         if self.refusal() is not None:
             return None, None
-        stream, index = self.chat.selection
+        stream, index = self.reading.selection
         found = self.of(stream)
         if found is None:
-            found = self.results[stream] = self.compute(stream, self.chat.steps_of(stream))
+            found = self.results[stream] = self.compute(stream, self.reading.steps_of(stream))
         return found, found.at(index)

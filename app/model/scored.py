@@ -15,8 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.model.jobs import Messages
-from app.model.streams import Reply
-from app.store.scored_labels import IMPORTED_LABEL, SCORE_LABEL, score_label
+from app.store.scored_labels import IMPORTED_LABEL, SCORE_LABEL
 from engine.api.events import ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 
@@ -99,46 +98,3 @@ def score_context(user_turn: str, scored: str) -> str:
 def score_prompt(user_turn: str) -> str | None:
     """The prompt a scored text answers, read back from its user turn (None: scored without one)."""
     return None if user_turn.startswith(SCORE_LABEL) or user_turn == IMPORTED_LABEL else user_turn
-
-
-def start_score(model, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:
-    """A new conversation whose first turn's reply is ``text``, scored; None when it cannot."""
-    text = text.strip("\n")
-    if not text.strip():
-        model.events.status("There is no text to score.")
-        return None
-    if model.busy():
-        model.events.status("A reply is still being written: stop it first (Esc).")
-        return None
-    model.new_chat()
-    label = prompt if prompt else score_label(text)
-    message = model.generation.add_turn(label, [("", params)])
-    if message is None:
-        return None
-    reply = Reply(model.generation.new_id(), message.id, params)
-    model.replies[reply.id] = reply
-    model.follow(reply.key)
-    model.refresh()
-    model.events.busy_changed(True)
-    messages = None
-    if prompt:
-        system = model.system_prompt.strip()
-        messages = tuple(
-            ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        )
-    model.events.job_submitted(ScoreJob(reply.id, text, params, messages))
-    model.events.status("Scoring the text…")
-    return reply
-
-
-def replay_job(model, stream, params: SamplingParams, tag: int, text: str | None = None) -> ReplayJob | None:
-    """The job that replays the saved reply ``stream`` under ``params`` (``text``: the whole
-    text of a reply that is a text scored without a prompt, ``prompt_less_text``)."""
-    message = model.message_of(stream) if stream is not None else None
-    steps = model.steps_of(stream)
-    if message is None or message.role != "assistant" or not steps:
-        return None
-    ids = tuple(s.token_id for s in steps)
-    if any(t is None for t in ids):
-        return None  # a server's reply without token ids: nothing to replay
-    return ReplayJob(tag, model.context_for(message), tuple(t for t in ids if t is not None), params, text)

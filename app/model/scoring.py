@@ -10,13 +10,17 @@ the dialogs and the timeline overlays are views (``app/views/score_views.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.model.conversation_thread import ConversationThread
+from app.model.events import EventEmitter
+from app.model.generation import Generation
 from app.model.replay import Replay, compare
 from app.model.reply_analysis import Refusal
-from app.model.reply_checks import branch_of, prompt_less_text
-from app.model.scored import ReplayJob, ReplayRun, is_scored, replay_job, score_prompt, start_score
+from app.model.reply_checks import ReplyReading, branch_of, prompt_less_text
+from app.model.scored import ReplayJob, ReplayRun, is_scored, score_prompt
 from app.model.served import RAW_PROMPT
 from app.model.streams import Reply
 from app.store.compare_runs import StreamKey, TokenRef, branch_key
@@ -24,7 +28,6 @@ from engine.api.events import FinishReason, ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 
 if TYPE_CHECKING:
-    from app.model.chat import ChatModel
     from app.model.model_in_use import ModelInUse
     from app.store.export import ExportData
 
@@ -79,16 +82,46 @@ def replay_words(result: Replay) -> str:
     )
 
 
+def replay_job(
+    reading: ReplyReading, stream: StreamKey | None, params: SamplingParams, tag: int, text: str | None = None
+) -> ReplayJob | None:
+    """The job that replays the saved reply ``stream`` under ``params`` (``text``: the whole
+    text of a reply that is a text scored without a prompt, ``prompt_less_text``)."""
+    message = reading.message_of(stream) if stream is not None else None
+    steps = reading.steps_of(stream)
+    if message is None or message.role != "assistant" or not steps:
+        return None
+    ids = tuple(s.token_id for s in steps)
+    if any(t is None for t in ids):
+        return None  # a server's reply without token ids: nothing to replay
+    return ReplayJob(tag, reading.context_for(message), tuple(t for t in ids if t is not None), params, text)
+
+
 class Scoring:
-    def __init__(self, model: ChatModel, in_use: ModelInUse) -> None:
-        self.model, self.in_use = model, in_use
+    """Given what it reads and changes of the chat: ``reading`` (the selection, the streams),
+    ``opened`` (the conversation and its thread, its store), ``generation`` (to score, to
+    continue from a token), ``select`` and ``new_chat`` (the chat's commands), and
+    ``renamed`` (the chat's ``stream_renamed`` event, to follow a scored text once saved)."""
+
+    def __init__(
+        self,
+        reading: ReplyReading,
+        opened: ConversationThread,
+        generation: Generation,
+        select: Callable[[TokenRef | None], None],
+        new_chat: Callable[[], None],
+        renamed: EventEmitter,
+        in_use: ModelInUse,
+    ) -> None:
+        self.reading, self.opened, self.generation, self.in_use = reading, opened, generation, in_use
+        self.select, self.new_chat = select, new_chat
         self.last_done: ScoreDone | None = None
         self.done_of: dict[StreamKey, ScoreDone] = {}
         """Each scored text's own ``ScoreDone`` (by its stream, renamed once it is saved)."""
         self.replay: ReplayRun | None = None
         self.result: Replay | None = None
         self.score_tags: set[int] = set()
-        model.events.stream_renamed.connect(self._on_renamed)
+        renamed.connect(self._on_renamed)
 
     def _on_renamed(self, old: StreamKey, new: StreamKey) -> None:
         if old in self.done_of:
@@ -99,20 +132,19 @@ class Scoring:
     def score_text(self, text: str, params: SamplingParams, prompt: str | None = None) -> Reply | None:
         """Start scoring ``text`` in a new conversation (the reply being scored, or None)."""
         self.clear_replay()
-        reply = start_score(self.model, text, params, prompt or None)
+        reply = self.generation.score(text, params, prompt or None, self.new_chat)
         if reply is not None:
             self.score_tags.add(reply.id)
         return reply
 
     def scored_steps(self) -> list[TokenStep] | None:
         """The steps of the selected stream when it is a scored text (being scored or saved)."""
-        model = self.model
-        stream = model.selection[0] if model.selection is not None else None
+        stream = self.reading.selection[0] if self.reading.selection is not None else None
         if stream is None:
             return None
         if stream[0] == "reply":
-            return model.steps_of(stream) if stream[1] in self.score_tags else None
-        message = model.message_of(stream)
+            return self.reading.steps_of(stream) if stream[1] in self.score_tags else None
+        message = self.reading.message_of(stream)
         found = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
         if found is None or not found.steps or not all(s.forced for s in found.steps):
             return None
@@ -123,7 +155,7 @@ class Scoring:
         with anything else, or a scored text cancelled or interrupted): its own
         ``ScoreDone``'s words when it was scored in this session, else those its saved tokens
         give (:func:`saved_score_words`)."""
-        message = self.model.last_assistant()
+        message = self.opened.last_assistant()
         branch = message.branch if message is not None else None
         if branch is None or branch.finish_reason != FinishReason.SCORED or not branch.steps:
             return ""
@@ -146,19 +178,18 @@ class Scoring:
         """The job replaying the selected saved reply under ``params``, or why there is none
         (the analyses' typed refusal, ``app.model.reply_analysis``: its words for the status
         bar, empty while a replay is still running)."""
-        model = self.model
-        stream = model.selection[0] if model.selection is not None else None
+        stream = self.reading.selection[0] if self.reading.selection is not None else None
         if self.in_use.info is None or stream is None or stream[0] != "branch":
             return Refusal(NOT_SAVED)
         if self.replay is not None and self.replay.done is None:
             return Refusal("")
-        if any(s.token_id is None for s in model.steps_of(stream)):
+        if any(s.token_id is None for s in self.reading.steps_of(stream)):
             return Refusal(NO_IDS)
-        if model.served.raw_prompt():
+        if self.reading.raw_prompt():
             return Refusal(RAW_PROMPT)
-        message, branch = model.message_of(stream), branch_of(model, stream)
-        text = prompt_less_text(model, message, branch) if branch is not None else None
-        job = replay_job(model, stream, params, model.generation.new_id(), text)
+        message, branch = self.reading.message_of(stream), branch_of(self.reading, stream)
+        text = prompt_less_text(self.reading, message, branch) if branch is not None else None
+        job = replay_job(self.reading, stream, params, self.generation.new_id(), text)
         if job is None:
             return Refusal(NOT_SAVED)
         self.clear_replay()
@@ -173,7 +204,7 @@ class Scoring:
         """The replay compared with the original once its job ended (None: not the replay's job)."""
         if self.replay is None or tag != self.replay.tag:
             return None
-        original = self.model.steps_of(self.replay.stream) or []
+        original = self.reading.steps_of(self.replay.stream) or []
         self.result = compare(original, self.replay.steps, self.replay.params)
         return self.result
 
@@ -194,8 +225,8 @@ class Scoring:
         if r is None or run is None or r.first_change is None:
             return None
         index = r.first_change
-        self.model.select((run.stream, index))
-        ok = self.model.generation.pick_token(r.new_top[index], run.params)
+        self.select((run.stream, index))
+        ok = self.generation.pick_token(r.new_top[index], run.params)
         self.clear_replay()
         return ok
 
@@ -205,16 +236,15 @@ class Scoring:
         """The exports (of :data:`EXPORTS`) that fit the selection now: the open conversation;
         a saved reply's token: that reply, and its compare run if it is a column of one; a
         scored text's token: that scored text (not a reply)."""
-        model = self.model
-        kinds = {"conversation"} if model.conversation is not None else set()
-        stream = model.selection[0] if model.selection is not None else None
+        kinds = {"conversation"} if self.opened.conversation is not None else set()
+        stream = self.reading.selection[0] if self.reading.selection is not None else None
         if stream is None or stream[0] != "branch":
             return frozenset(kinds)
         if self.scored_steps() is not None:
             kinds.add("scored")
         else:
             kinds.add("reply")
-            run = model.run_of(stream)
+            run = self.reading.streams.run_of(stream)
             if run is not None and run.id is not None:
                 kinds.add("compare")
         return frozenset(kinds)
@@ -224,23 +254,22 @@ class Scoring:
         None when the selection is not of that kind (:meth:`export_kinds`)."""
         from app.store.export_store import compare_only, from_store, reply_only
 
-        model = self.model
         if what not in self.export_kinds():
             return None
         if what == "scored":
-            return self._scored_data(model.selection[0])
-        model.background.wait()  # a reply's steps reach the store once serialized
+            return self._scored_data(self.reading.selection[0])
+        self.opened.background.wait()  # a reply's steps reach the store once serialized
         # The journal holds only what is being written now: the start recovered the rest.
-        data = from_store(model.store, model.conversation.id, self.in_use.source, journal=False)
+        data = from_store(self.opened.store, self.opened.conversation.id, self.in_use.source, journal=False)
         if what == "conversation":
             return data
-        stream: StreamKey = model.selection[0]
+        stream: StreamKey = self.reading.selection[0]
         for i, m in enumerate(
-            model.store.db.execute(
-                "SELECT id FROM messages WHERE conversation_id = ? ORDER BY id", (model.conversation.id,)
+            self.opened.store.db.execute(
+                "SELECT id FROM messages WHERE conversation_id = ? ORDER BY id", (self.opened.conversation.id,)
             ).fetchall()
         ):
-            rows = model.store.db.execute("SELECT id FROM branches WHERE message_id = ? ORDER BY id", (m[0],))
+            rows = self.opened.store.db.execute("SELECT id FROM branches WHERE message_id = ? ORDER BY id", (m[0],))
             ids = [b for (b,) in rows]
             if stream[1] in ids:
                 j = ids.index(stream[1])
@@ -257,20 +286,19 @@ class Scoring:
         its steps and its own ``ScoreDone`` (None: not scored in this session)."""
         from app.store.export_store import scored
 
-        model = self.model
-        message = model.message_of(stream)
+        message = self.reading.message_of(stream)
         branch = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
         if branch is None or not branch.steps:
             return None
-        index = model.thread.index(message)
-        user = model.thread[index - 1] if index > 0 and model.thread[index - 1].role == "user" else None
+        index = self.opened.thread.index(message)
+        user = self.opened.thread[index - 1] if index > 0 and self.opened.thread[index - 1].role == "user" else None
         source = {"name": branch.model, "source": branch.model_source or self.in_use.source}
         source["precision"], source["backend"] = branch.precision, branch.backend
         prompt = score_prompt(user.content) if user is not None else None
         done, interrupted = self.done_of.get(stream), branch.finish_reason == FinishReason.INTERRUPTED
         # A text scored without a prompt: its first token was the context, which the saved
         # reply's text leaves out; the export's "text" is the text as it was given, whole.
-        text = (prompt_less_text(model, message, branch) if prompt is None else None) or branch.text
+        text = (prompt_less_text(self.reading, message, branch) if prompt is None else None) or branch.text
         return scored(text, prompt, branch.steps[0].params, branch.steps, done, source, interrupted)
 
     def export(self, what: str, path: str | Path, data: ExportData | None = None) -> Path | None:
@@ -295,7 +323,7 @@ class Scoring:
         from app.store.export_store import to_store
 
         data = from_records(read_jsonl(path))
-        conversation = to_store(data, self.model.store, title_prefix="[export] ")
+        conversation = to_store(data, self.opened.store, title_prefix="[export] ")
         source = (data.model or {}).get("source")
         if source and source != self.in_use.source and (source == "default" or Path(source).exists()):
             return conversation, source

@@ -34,6 +34,7 @@ from typing import Any
 
 from app.model.entries import context_before
 from app.model.events import EventEmitter, EventGroup
+from app.model.model_in_use import ModelInUse
 from app.model.seeds import with_seed
 from app.model.served_writer import (
     DELETE_BATCH,
@@ -52,7 +53,7 @@ from app.model.served_writer import (
 )
 from app.model.streams import Reply
 from app.store.served_log import ServedRow
-from app.store.store import Message
+from app.store.store import Message, Store
 from engine.api.errors import EngineError
 from engine.api.events import Event, Finished, TokenStep
 from engine.api.params import SamplingParams
@@ -94,21 +95,34 @@ class ServedRequests:
     """The Served list's state: the rows saved (newest first) and the requests being written
     (by their reply's tag). Held by :class:`app.model.chat.ChatModel` as ``served``."""
 
-    def __init__(self, chat: Any) -> None:
-        self.chat = chat
+    def __init__(
+        self,
+        store: Store,
+        in_use: ModelInUse,
+        replies: dict[int, Reply],
+        new_id: Callable[[], int],
+        open_conversation: Callable[[], int | None],
+        status: Callable[[str], None],
+        submit: Callable[[Any], None],
+    ) -> None:
+        """``replies``: the chat's replies being written (a served one joins them, by its tag);
+        ``new_id``: a new tag; ``open_conversation``: the open conversation's id (None: none
+        yet); ``status``: a word for the status bar; ``submit``: a job for the worker."""
+        self.store, self.in_use, self.replies = store, in_use, replies
+        self.new_id, self.open_conversation, self.status, self.submit = new_id, open_conversation, status, submit
         self.events = ServedEvents()
-        self.rows: list[ServedRow] = chat.store.served.recent()
+        self.rows: list[ServedRow] = store.served.recent()
         self.live: dict[int, ServedRow] = {}
         self.count = 0
         """Requests that arrived since the app started (the status bar's count)."""
         self.open: ServedRow | None = None
         """The open conversation's request, if it is a served one (:meth:`opened`)."""
         self._messages: tuple[dict[str, str], ...] = ()  # what its client sent, exactly
-        self.writer: InlineWriter | ServedWriter = InlineWriter(chat.store)
+        self.writer: InlineWriter | ServedWriter = InlineWriter(store)
         """Where the requests are written (``use_writer``: the shell's, off the GUI thread)."""
         self.keep = KEEP_DEFAULT
         """The retention: the newest ``keep`` served requests stay (0: all)."""
-        self._first_live_id = chat.store.served.next_id()
+        self._first_live_id = store.served.next_id()
         """Rows from here on are this run's: one not ended is being written, never pruned."""
         self._saving: dict[int, int] = {}
         """Conversations whose served reply is being saved on the writer's thread (how many)."""
@@ -123,7 +137,7 @@ class ServedRequests:
     def opened(self, conversation_id: int | None) -> None:
         """The chat opened ``conversation_id`` (None: a new chat): its request, read from the
         store (the list holds the latest only), with the messages its client sent."""
-        served = self.chat.store.served
+        served = self.store.served
         self.open = served.of_conversation(conversation_id) if conversation_id is not None else None
         self._messages = served.messages_of(self.open.id) if self.open is not None else ()
 
@@ -157,7 +171,7 @@ class ServedRequests:
         in use."""
         if started.cancelled():  # its client gave up while it crossed over
             return
-        info = self.chat.in_use.info
+        info = self.in_use.info
         why = "no model is loaded yet." if info is None else info.capabilities.reason("serve")
         if why:
             refuse(started, EngineError(f"serve: {why}"))
@@ -171,7 +185,7 @@ class ServedRequests:
     def refused(self, refusal: Refused) -> None:
         """The server refused a request with a 400 before it became a conversation: it is
         listed too, with its error (written on the writer's thread)."""
-        info = self.chat.in_use.info
+        info = self.in_use.info
         model = info.name if info is not None else ""
         self.writer.submit(lambda store: store_refusal(store, refusal, model), self._refusal_stored)
 
@@ -179,7 +193,7 @@ class ServedRequests:
         if self.closed:
             return
         if isinstance(result, Exception):
-            self.chat.events.status(f"A refused request could not be listed: {result}")
+            self.status(f"A refused request could not be listed: {result}")
             return
         self.rows.insert(0, result)
         self.count += 1
@@ -194,19 +208,19 @@ class ServedRequests:
             return
         if isinstance(result, Exception):  # the store refused (a full disk, a locked file)
             refuse(started, result)
-            self.chat.events.status(f"A served request could not be stored: {result}")
+            self.status(f"A served request could not be stored: {result}")
             return
         row = result
         if started.done():  # its client gave up (or the server stopped) while it was written
             self.writer.submit(lambda store: delete_request(store, row.conversation_id))
             return
-        reply = Reply(self.chat.generation.new_id(), row.message_id, inspected(request), served_in=row.conversation_id)
-        self.chat.replies[reply.id] = reply
+        reply = Reply(self.new_id(), row.message_id, inspected(request), served_in=row.conversation_id)
+        self.replies[reply.id] = reply
         self.rows.insert(0, row)
         self.live[reply.id] = row
         self.count += 1
         self.events.added(row)
-        self.chat.events.job_submitted(ServedJob(reply.id, replace(request, params=reply.params), sink, started))
+        self.submit(ServedJob(reply.id, replace(request, params=reply.params), sink, started))
 
     # The worker's reports ----------------------------------------------------------------
 
@@ -240,7 +254,9 @@ class ServedRequests:
         """A served reply of a conversation not open, saved as its message's branch on the
         writer's thread (its steps serialized there); the stream journal's rows of it go once
         it is written (the journal's queue takes the word from any thread)."""
-        steps, model, params, message_id = list(reply.steps), self.chat.model_name, reply.params, reply.message_id
+        info = self.in_use.info
+        model = info.name if info is not None else "?"  # what the chat records with every reply
+        steps, params, message_id = list(reply.steps), reply.params, reply.message_id
 
         def work(store: Any) -> int:
             branch_id = save_branch(store, message_id, steps, finished, model, params)
@@ -263,14 +279,14 @@ class ServedRequests:
 
     def _failed(self, result: object, what: str) -> None:
         if isinstance(result, Exception) and not self.closed:
-            self.chat.events.status(f"A served reply could not be {what}: {result}")
+            self.status(f"A served reply could not be {what}: {result}")
 
     # Retention and deletion ----------------------------------------------------------------
 
     def protected(self) -> frozenset[int]:
         """Conversations neither the retention nor a deletion takes: the requests being
         written and the open conversation."""
-        open_id = self.chat.conversation.id if self.chat.conversation is not None else None
+        open_id = self.open_conversation()
         live = {r.conversation_id for r in self.live.values()}
         return frozenset(live | ({open_id} if open_id is not None else set()))
 
@@ -287,7 +303,7 @@ class ServedRequests:
 
     def deletable(self) -> int:
         """How many served requests *Delete served requests…* would delete (read on this thread)."""
-        return count_deletable(self.chat.store, self.protected(), self._first_live_id)
+        return count_deletable(self.store, self.protected(), self._first_live_id)
 
     def delete_some(self, then: Callable[[int | Exception], None], limit: int = DELETE_BATCH) -> None:
         """One step of *Delete served requests…*: the oldest ``limit`` that may go; ``then``
@@ -307,7 +323,7 @@ class ServedRequests:
         if self.closed:
             return
         if isinstance(result, Exception):
-            self.chat.events.status(f"Served requests could not be deleted: {result}")
+            self.status(f"Served requests could not be deleted: {result}")
             return
         gone = set(result)
         for row in [r for r in self.rows if r.id in gone]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDialog
 
-from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, NOT_SAVED, Scoring
+from app.model.scoring import EXPORT_NEEDS, NO_REPLAY, NOT_SAVED
 from app.shell.context import ShellContext
 from app.shell.controllers.score_dialog import ScoreController, ScoreParts
 from app.views.score_views import ScoreTextDialog
@@ -34,7 +34,7 @@ class ScoreActions:
 
     def __init__(self, context: ShellContext, parts: ScoreParts) -> None:
         self.context, self.parts = context, parts
-        self.scoring = Scoring(context.model, context.in_use)
+        self.scoring = context.model.scoring(context.in_use)
         self._controller: ScoreController | None = None
         add = context.actions.add
         self.score_text = add("Score text…", self.score_text_dialog, capability="score")

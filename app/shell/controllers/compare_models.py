@@ -51,7 +51,7 @@ class CompareModels(AnalysisController):
         recent: Callable[[], list[str]],
     ) -> None:
         """``recent``: the models loaded lately (the dialog offers them)."""
-        self.comparisons = ModelComparisons(context.model, context.in_use)
+        self.comparisons = ModelComparisons(context.model.reading, context.in_use)
         super().__init__(context, self.comparisons, CompareRunner(context.link.engine.worker))
         self.inspector, self._recent = inspector, recent
         self.dialog: CompareModelsDialog | None = None

@@ -55,7 +55,7 @@ class LogitLensController(AnalysisController):
         inspector_dock: QDockWidget,
         clock: RedrawClock,
     ) -> None:
-        self.lens = LogitLens(context.model, context.in_use)
+        self.lens = LogitLens(context.model.reading, context.in_use)
         super().__init__(context, self.lens, LensRunner(context.link.engine.worker))
         self.inspector = inspector
         self.runner.position_ready.connect(self._on_position)

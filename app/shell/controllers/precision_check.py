@@ -39,7 +39,7 @@ class PrecisionCheck(AnalysisController):
     """The GUI's end: its action (``action``), starting, stopping, and the answer."""
 
     def __init__(self, context: ShellContext, switch_precision: Callable[[str], None]) -> None:
-        self.checks = PrecisionChecks(context.model, context.in_use)
+        self.checks = PrecisionChecks(context.model.reading, context.in_use)
         super().__init__(context, self.checks, FidelityRunner(context.link.engine.worker))
         self._switch_precision = switch_precision
         self.dialog = None

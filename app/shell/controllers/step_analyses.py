@@ -48,7 +48,7 @@ class StepAnalysisController:
         row: type[SeriesRow],
     ) -> None:
         model = context.model
-        self.model, self.analysis = model, analysis(model, context.in_use)
+        self.model, self.analysis = model, analysis(model.reading, context.in_use)
         self.row = row(timeline, model.select_index)
         self.action = context.actions.add(
             analysis.TITLE, lambda _on: self.refresh(), tooltip=analysis.TIP, checkable=True

@@ -236,7 +236,7 @@ def test_a_reply_without_token_ids_is_not_replayed(store):
     is refused with the reason rather than sent as None."""
     from app.model.model_in_use import ModelInUse
     from app.model.reply_analysis import Refusal
-    from app.model.scoring import NO_IDS, Scoring
+    from app.model.scoring import NO_IDS
 
     model = ChatModel(store)
     seen = Recorder(model.events)
@@ -248,7 +248,7 @@ def test_a_reply_without_token_ids_is_not_replayed(store):
     model.generation.on_finished(tag, finished(" t5 t5", generated=2))
     in_use = ModelInUse(source="default")
     in_use.info = object()
-    assert Scoring(model, in_use).start_replay(GREEDY) == Refusal(NO_IDS)
+    assert model.scoring(in_use).start_replay(GREEDY) == Refusal(NO_IDS)
     assert len(seen.of("job_submitted")) == 1
 
 
@@ -387,7 +387,7 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
     from app.model.model_in_use import ModelInUse
     from app.model.reply_analysis import Refusal
     from app.model.scored import ReplayJob
-    from app.model.scoring import NOT_SAVED, Scoring
+    from app.model.scoring import NOT_SAVED
 
     model = ChatModel(store)
     seen = Recorder(model.events)
@@ -396,7 +396,7 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
     stream_reply(model, tag, [7, 8, 9])
     model.generation.on_finished(tag, finished(" t7 t8 t9"))
     in_use = ModelInUse(source="default")
-    scoring = Scoring(model, in_use)
+    scoring = model.scoring(in_use)
     assert scoring.start_replay(GREEDY) == Refusal(NOT_SAVED)  # no model loaded yet
     in_use.info = object()
     job = scoring.start_replay(GREEDY)

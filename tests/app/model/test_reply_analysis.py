@@ -53,17 +53,17 @@ def start(analysis):
 @pytest.mark.parametrize("kind", ANALYSES)
 def test_each_analysis_refuses_with_a_typed_refusal_in_its_own_words(store, kind):
     chat, in_use = saved_reply(store, [7, 8, 9])
-    analysis = kind(chat, ModelInUse())
+    analysis = kind(chat.reading, ModelInUse())
     refused = start(analysis)
     assert isinstance(refused, Refusal) and str(refused) == refused.why == analysis.no_model
     assert analysis.running is None and analysis.unavailable() == analysis.no_model
     server = replace(LOCAL_CAPABILITIES, reasons=((kind.capability, "a server does not say."),))
     server = replace(server, **{kind.capability: False})
     server = SimpleNamespace(name=in_use.info.name, capabilities=server)
-    analysis = kind(chat, ModelInUse(info=server))
+    analysis = kind(chat.reading, ModelInUse(info=server))
     assert analysis.refusal() == Refusal("a server does not say.")
     chat.select(None)
-    analysis = kind(chat, in_use)
+    analysis = kind(chat.reading, in_use)
     assert analysis.refusal() == Refusal(kind.select_hint)
     assert NO_MODEL == "No model is loaded."
 
@@ -71,7 +71,7 @@ def test_each_analysis_refuses_with_a_typed_refusal_in_its_own_words(store, kind
 @pytest.mark.parametrize("kind", ANALYSES)
 def test_the_target_is_the_selected_reply_and_a_job_runs_one_at_a_time(store, kind):
     chat, in_use = saved_reply(store, [7, 8, 9])
-    analysis = kind(chat, in_use)
+    analysis = kind(chat.reading, in_use)
     target = analysis.target()
     assert isinstance(target, ReplyTarget)
     assert target.stream == chat.selection[0] and target.output == (7, 8, 9)
@@ -91,7 +91,7 @@ def test_the_target_is_the_selected_reply_and_a_job_runs_one_at_a_time(store, ki
 
 def test_one_staleness_rule_a_result_shows_while_its_reply_holds_its_tokens(store):
     chat, in_use = saved_reply(store, [7, 8, 9])
-    checks = PrecisionChecks(chat, in_use)
+    checks = PrecisionChecks(chat.reading, in_use)
     job = checks.start()
     rows = [SimpleNamespace(index=i) for i in range(3)]
     found = checks.on_finished(job.tag, rows, summary="summary")
@@ -106,7 +106,7 @@ def test_one_staleness_rule_a_result_shows_while_its_reply_holds_its_tokens(stor
     checks.clear()  # another model is in use
     assert checks.of(stream) is None and not checks.results
     # Compare models keeps the compared token ids the same way.
-    comparisons = ModelComparisons(chat, in_use)
+    comparisons = ModelComparisons(chat.reading, in_use)
     job = start(comparisons)
     comparisons.on_loaded(job.tag, SimpleNamespace(name="second", precision="float16", source="x", kv=""))
     kld = [  # engine.api.results.TokenKLD's fields (that module loads MLX)

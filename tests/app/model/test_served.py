@@ -108,7 +108,7 @@ def test_a_completion_is_inspected_not_continued(chat):
     from app.model.reply_checks import selected_reply_problem
 
     chat.selection = (("branch", chat.thread[-1].branch.id), 0)
-    assert "raw prompt" in selected_reply_problem(chat, "tiny", "check", "")
+    assert "raw prompt" in selected_reply_problem(chat.reading, "tiny", "check", "")
 
 
 def test_a_refused_or_deleted_request_leaves_nothing(chat):

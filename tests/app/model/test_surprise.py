@@ -74,7 +74,7 @@ def test_a_scored_texts_recorded_rank_and_a_servers_missing_logprob():
 def test_the_most_surprising_unexpected_tokens_are_labelled(tmp_path, rank_one):
     logits = np.tile(np.linspace(3.0, -3.0, V), (4, 1))
     drawn = np.array([0, 4, 2, 0 if rank_one else 30])
-    analysis = SurpriseAnalysis(ChatModel(Store(tmp_path / "db.sqlite3")), ModelInUse())
+    analysis = SurpriseAnalysis(ChatModel(Store(tmp_path / "db.sqlite3")).reading, ModelInUse())
     result = analysis.compute(("branch", 1), steps_from(logits, drawn))
     worst = result.worst()
     assert [r.index for r in worst] == ([1, 2] if rank_one else [3, 1, 2])

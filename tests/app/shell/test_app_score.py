@@ -84,7 +84,7 @@ def whole_text_of(window, branch) -> str | None:
     from app.model.reply_checks import prompt_less_text
 
     message = next(m for m in window.model.thread if any(b.id == branch.id for b in m.branches))
-    return prompt_less_text(window.model, message, branch)
+    return prompt_less_text(window.model.reading, message, branch)
 
 
 class HeldScoring:
