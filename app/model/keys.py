@@ -18,7 +18,7 @@ SERVICE = "Logitscope"
 NONE, ENV, KEYCHAIN = "none", "env", "keychain"
 
 
-class KeyError_(RuntimeError):
+class KeyUnavailable(RuntimeError):
     """The key could not be read (variable unset, keychain missing or locked)."""
 
 
@@ -57,40 +57,40 @@ def keychain_status() -> tuple[bool, str]:
 
 
 def read_key(source: KeySource) -> str | None:
-    """The key, or None for ``none``; raises :class:`KeyError_` when it cannot be read."""
+    """The key, or None for ``none``; raises :class:`KeyUnavailable` when it cannot be read."""
     if source.kind == NONE:
         return None
     if source.kind == ENV:
         if not source.name:
-            raise KeyError_("name the environment variable that holds the API key.")
+            raise KeyUnavailable("name the environment variable that holds the API key.")
         value = os.environ.get(source.name)
         if not value:
-            raise KeyError_(f"the environment variable {source.name} is not set.")
+            raise KeyUnavailable(f"the environment variable {source.name} is not set.")
         return value
     if source.kind == KEYCHAIN:
         ok, words = keychain_status()
         if not ok:
-            raise KeyError_(words)
+            raise KeyUnavailable(words)
         import keyring
 
         try:
             value = keyring.get_password(SERVICE, source.name)
         except Exception as exc:
-            raise KeyError_(f"the OS keychain refused: {exc}") from exc
+            raise KeyUnavailable(f"the OS keychain refused: {exc}") from exc
         if not value:
-            raise KeyError_(f"the OS keychain holds no key for {source.name}.")
+            raise KeyUnavailable(f"the OS keychain holds no key for {source.name}.")
         return value
-    raise KeyError_(f"unknown key source {source.kind!r}.")
+    raise KeyUnavailable(f"unknown key source {source.kind!r}.")
 
 
 def store_key(account: str, key: str) -> None:
-    """Save ``key`` in the OS keychain under ``account``; raises :class:`KeyError_`."""
+    """Save ``key`` in the OS keychain under ``account``; raises :class:`KeyUnavailable`."""
     ok, words = keychain_status()
     if not ok:
-        raise KeyError_(words)
+        raise KeyUnavailable(words)
     import keyring
 
     try:
         keyring.set_password(SERVICE, account, key)
     except Exception as exc:
-        raise KeyError_(f"the OS keychain refused: {exc}") from exc
+        raise KeyUnavailable(f"the OS keychain refused: {exc}") from exc

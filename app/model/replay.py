@@ -6,6 +6,8 @@ distribution under the new settings is exact. :func:`compare` sets that beside t
 original: the chosen token's probability under the new settings, the positions where they
 would have removed it, and those where their most likely token differs from the original
 settings' most likely token. :attr:`Replay.first_change` is where a branch would start.
+The worker runs a :class:`ReplayJob`; its steps go to a :class:`ReplayRun`, not to the
+conversation.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.api.events import TokenStep
+from app.model.jobs import Messages
+from engine.api.events import ScoreDone, TokenStep
 from engine.api.params import SamplingParams
 
 
@@ -21,6 +24,28 @@ def top_token(step: TokenStep) -> int:
     """The most likely token after the last stage (ties: the first in raw rank)."""
     best = max(step.top, key=lambda c: c.logprobs[-1])
     return best.token_id
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """A saved reply (``output`` after ``messages``) through the chain under ``params``."""
+
+    tag: int
+    messages: Messages
+    output: tuple[int, ...]
+    params: SamplingParams
+    text: str | None = None
+    """A text scored without a prompt, whole: replayed as it was scored, its first token the
+    context (``EngineSession.replay_text``); rendered as a chat it read another text."""
+
+
+@dataclass
+class ReplayRun:
+    tag: int
+    stream: tuple
+    params: SamplingParams
+    steps: list[TokenStep] = field(default_factory=list)
+    done: ScoreDone | None = None
 
 
 @dataclass

@@ -1,22 +1,21 @@
-"""Scored texts and replays in the model layer (Qt-free).
+"""Scored texts in the model layer (Qt-free).
 
 File → Score text… adds a turn to a new conversation whose "reply" is the given text, scored
 teacher-forced: the worker runs a :class:`ScoreJob` and reports its TokenSteps (``forced``,
 with ``rank``) under the reply's tag exactly as it reports a generated reply, so the chat
 view colours it, the inspector and the timeline show every token, and it is saved as a
-branch (``FinishReason.SCORED``) that exports like any other. A :class:`ReplayJob`
-re-scores a saved reply under other settings; its steps go to a :class:`ReplayRun`, not
-to the conversation.
+branch (``FinishReason.SCORED``) that exports like any other. A replay of a saved reply
+under other settings is ``app.model.replay``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app.model.jobs import Messages
 from app.store.scored_labels import IMPORTED_LABEL, SCORE_LABEL
-from engine.api.events import ScoreDone, TokenStep
+from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
 
 
@@ -28,28 +27,6 @@ class ScoreJob:
     text: str
     params: SamplingParams
     prompt: Messages | None = None
-
-
-@dataclass(frozen=True)
-class ReplayJob:
-    """A saved reply (``output`` after ``messages``) through the chain under ``params``."""
-
-    tag: int
-    messages: Messages
-    output: tuple[int, ...]
-    params: SamplingParams
-    text: str | None = None
-    """A text scored without a prompt, whole: replayed as it was scored, its first token the
-    context (``EngineSession.replay_text``); rendered as a chat it read another text."""
-
-
-@dataclass
-class ReplayRun:
-    tag: int
-    stream: tuple
-    params: SamplingParams
-    steps: list[TokenStep] = field(default_factory=list)
-    done: ScoreDone | None = None
 
 
 def is_scored(step: TokenStep) -> bool:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from app.model.conversation_thread import ConversationThread
 from app.model.events import EventEmitter
 from app.model.generation import Generation
-from app.model.replay import Replay, compare
+from app.model.replay import Replay, ReplayJob, ReplayRun, compare
 from app.model.reply_analysis import Refusal
 from app.model.reply_checks import ReplyReading, branch_of, prompt_less_text
-from app.model.scored import ReplayJob, ReplayRun, is_scored, score_prompt
+from app.model.scored import is_scored, score_prompt
 from app.model.served import RAW_PROMPT
 from app.model.streams import Reply
 from app.store.compare_runs import StreamKey, TokenRef, branch_key

@@ -222,7 +222,7 @@ class ConnectDialog(QDialog):
     def _save_key(self) -> None:
         try:
             keys.store_key(keys.account_for(self.url.text().strip()), self.keychain_key.text())
-        except keys.KeyError_ as exc:
+        except keys.KeyUnavailable as exc:
             self.error.setText(str(exc))
             return
         self.keychain_key.clear()
@@ -231,7 +231,7 @@ class ConnectDialog(QDialog):
     def _read_key(self) -> str | None:
         try:
             return keys.read_key(self.key_source())
-        except keys.KeyError_ as exc:
+        except keys.KeyUnavailable as exc:
             self.error.setText(f"API key: {exc}")
             raise
 
@@ -245,7 +245,7 @@ class ConnectDialog(QDialog):
             return
         try:
             key = self._read_key()
-        except keys.KeyError_:
+        except keys.KeyUnavailable:
             return
         self._probes += 1
         number = self._probes
@@ -331,7 +331,7 @@ class ConnectDialog(QDialog):
             return None
         try:
             key = self._read_key()
-        except keys.KeyError_:
+        except keys.KeyUnavailable:
             return None
         model = self.model.currentText().strip()
         template = self.template.text().strip() or None

@@ -244,7 +244,7 @@ def test_the_api_key_comes_from_the_environment_and_is_never_saved_with_a_standi
     secret = "sk-never-saved-0123456789"
     monkeypatch.setenv("LOGITSCOPE_TEST_KEY", secret)
     assert keys.read_key(keys.KeySource(keys.ENV, "LOGITSCOPE_TEST_KEY")) == secret
-    with pytest.raises(keys.KeyError_, match="not set"):
+    with pytest.raises(keys.KeyUnavailable, match="not set"):
         keys.read_key(keys.KeySource(keys.ENV, "LOGITSCOPE_UNSET_KEY"))
     window = open_window(qtbot, profile, str(tiny_folder))
     dialog = window.open_connect_dialog()

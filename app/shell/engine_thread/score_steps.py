@@ -10,7 +10,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Slot
 
-from app.model.scored import ReplayJob, ScoreJob
+from app.model.replay import ReplayJob
+from app.model.scored import ScoreJob
 from app.shell.engine_thread.step_timer import step_timer
 from engine.api.errors import EngineError
 from engine.api.events import Finished, FinishReason, PrefillProgress, ScoreDone, TokenStep

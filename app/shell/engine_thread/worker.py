@@ -33,7 +33,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.model.jobs import ChatJob, ForkJob
-from app.model.scored import ReplayJob, ScoreJob
+from app.model.replay import ReplayJob
+from app.model.scored import ScoreJob
 from app.model.served import ServedJob
 from app.shell.engine_thread.score_steps import GenerationFailed, ScoreSteps
 from app.shell.engine_thread.step_timer import step_timer

@@ -385,8 +385,8 @@ def test_scoring_replays_exports_and_imports_without_qt(store, tmp_path):
     """``app.model.scoring.Scoring``: the logic of Score text, Replay, Export and Open export,
     driven here without a window (the shell's ScoreController only forwards to it)."""
     from app.model.model_in_use import ModelInUse
+    from app.model.replay import ReplayJob
     from app.model.reply_analysis import Refusal
-    from app.model.scored import ReplayJob
     from app.model.scoring import NOT_SAVED
 
     model = ChatModel(store)
