@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.shell.controllers.precision_menu import save_choice
+    from app.model.precision import CHOICE
     from app.shell.window import MainWindow
     from engine.api.params import SamplingParams
     from tools.shot_window import show_at, waiter
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     scratch = Path(tempfile.mkdtemp(prefix="logitscope-precision-shot-"))
     settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
-    save_choice(settings, args.model, args.precision)  # before the window loads the model
+    CHOICE.save(settings, args.model, args.precision)  # before the window loads the model
     window = MainWindow(db_path=scratch / "db.sqlite3", settings=settings, model=args.model)
     window.set_theme("light")
     show_at(window, "1200x800")

@@ -73,6 +73,16 @@ class AnalysisController(QObject):
     def send(self, job: Any) -> None:
         self.request_start.emit(job)
 
+    @Slot(int, int, int)
+    def _on_progressed(self, tag: int, done: int, total: int) -> None:
+        self.analysis.on_progress(tag, done, total)
+
+    @Slot(int, object, object)
+    def _on_finished(self, tag: int, rows: list, found: Any) -> None:
+        """A runner that finishes with rows and what else it found (the check's summary, the
+        comparison's token texts)."""
+        self.analysis.on_finished(tag, rows, found)
+
     def stop(self, job: Any) -> None:
         """``job`` was cancelled in the model layer: the runner drops it too."""
         self.request_cancel.emit(job.tag)

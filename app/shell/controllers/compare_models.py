@@ -147,14 +147,6 @@ class CompareModels(AnalysisController):
     def _on_loaded(self, tag: int, second) -> None:
         self.comparisons.on_loaded(tag, second)
 
-    @Slot(int, int, int)
-    def _on_progressed(self, tag: int, done: int, total: int) -> None:
-        self.comparisons.on_progress(tag, done, total)
-
-    @Slot(int, object, object)
-    def _on_finished(self, tag: int, rows: list, texts: dict) -> None:
-        self.comparisons.on_finished(tag, rows, texts)
-
     def _on_model_loaded(self, _info: Any) -> None:
         # Another model, precision or backend: a running comparison's numbers and the ones
         # found would be the model's before (the lens clears its own alike); the summary line

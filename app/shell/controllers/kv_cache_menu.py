@@ -10,20 +10,9 @@ model runs with (:meth:`KVCacheMenu.revert_after_failure`).
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
-
 from app.model.kv_cache import CHOICE, CHOICE_LABELS, CHOICE_TIPS, CHOICES, SERVER_KEEPS, bits_of
 from app.shell.controllers.per_model_menu import PerModelMenu
 from engine.api.backend import ModelInfo
-
-
-def saved_kv(settings: QSettings, source: str | None) -> int:
-    """The bits chosen for ``source``'s KV cache (0, off, unless one was chosen)."""
-    return CHOICE.saved(settings, source)
-
-
-def save_kv(settings: QSettings, source: str, bits: int) -> None:
-    CHOICE.save(settings, source, bits)
 
 
 class KVCacheMenu(PerModelMenu):
@@ -49,6 +38,6 @@ class KVCacheMenu(PerModelMenu):
         if info is None or info.source != source or not info.capabilities.load_files:
             return
         settings = self.context.settings
-        if saved_kv(settings, source) != bits_of(info.kv):
-            save_kv(settings, source, bits_of(info.kv))
+        if CHOICE.saved(settings, source) != bits_of(info.kv):
+            CHOICE.save(settings, source, bits_of(info.kv))
         self.sync()

@@ -126,14 +126,14 @@ class ModelLoader(QObject):
     def load(self, source: str) -> None:
         """Load ``source`` in the precision and with the KV cache chosen for it (read when the
         load is sent, so a load that waited for a reply uses the latest choices)."""
+        from app.model.kv_cache import CHOICE as KV_CHOICE
         from app.model.kv_cache import kv_setting
-        from app.shell.controllers.kv_cache_menu import saved_kv
-        from app.shell.controllers.precision_menu import saved_choice
+        from app.model.precision import CHOICE as PRECISION_CHOICE
 
         def send() -> None:
             settings = self.context.settings
-            kv = kv_setting(saved_kv(settings, source))
-            self.context.link.request_load.emit(source, saved_choice(settings, source), kv)
+            kv = kv_setting(KV_CHOICE.saved(settings, source))
+            self.context.link.request_load.emit(source, PRECISION_CHOICE.saved(settings, source), kv)
 
         self.when_idle(source, lambda: self._start(source, send))
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Slot
-
 from app.model.precision_check import ALREADY_FLOAT32, FidelityCheck, PrecisionChecks, PrecisionJob
 from app.model.reply_analysis import Refusal
 from app.shell.controllers.analysis_controller import AnalysisController
@@ -81,14 +79,6 @@ class PrecisionCheck(AnalysisController):
     def _show_progress(self, done: int, total: int) -> None:
         # A checked reply has a token at least (the model layer refuses one without).
         self.show_progress(done, total, "precision", "Checking precision against float32… (Esc stops)")
-
-    @Slot(int, int, int)
-    def _on_progressed(self, tag: int, done: int, total: int) -> None:
-        self.checks.on_progress(tag, done, total)
-
-    @Slot(int, object, object)
-    def _on_finished(self, tag: int, rows: list, summary: Any) -> None:
-        self.checks.on_finished(tag, rows, summary)
 
     def _show_result(self, check: FidelityCheck) -> None:
         self.hide_progress(f"Precision checked: {len(check.rows)} tokens.")

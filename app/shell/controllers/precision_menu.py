@@ -5,21 +5,10 @@ A server computes in what it was started with, so the submenu is disabled while 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
-
 from app.model.precision import CHOICE, CHOICE_LABELS, CHOICE_TIPS, SERVER_CHOOSES
 from app.shell.controllers.per_model_menu import PerModelMenu
 from engine.api.backend import ModelInfo
 from engine.api.precision import PRECISIONS
-
-
-def saved_choice(settings: QSettings, source: str | None) -> str:
-    """The precision chosen for ``source`` (``auto`` unless one was chosen)."""
-    return CHOICE.saved(settings, source)
-
-
-def save_choice(settings: QSettings, source: str, choice: str) -> None:
-    CHOICE.save(settings, source, choice)
 
 
 class PrecisionMenu(PerModelMenu):

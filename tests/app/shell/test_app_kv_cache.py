@@ -68,7 +68,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     profile,
     wide,
 ):
-    from app.shell.controllers.kv_cache_menu import saved_kv
+    from app.model.kv_cache import CHOICE
     from app.shell.window import MainWindow
     from app.views.about import about_text
     from engine.session.session import EngineSession
@@ -96,7 +96,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     qtbot.waitUntil(lambda: window.model_info.kv.enabled, timeout=TIMEOUT)
     assert asked == [None, KVQuantization(8)] and window.model_info.kv == KVQuantization(8, 64, 0)
     assert window.model_info.precision == "float32"  # the precision choice is sent as before
-    assert saved_kv(settings, str(wide)) == 8 and saved_kv(settings, "default") == 0  # per model
+    assert CHOICE.saved(settings, str(wide)) == 8 and CHOICE.saved(settings, "default") == 0  # per model
     assert checked(window) == [8]
     assert window.model_label.text() == f"{name} · float32 · KV 8-bit"
     assert "KV cache quantized: 8-bit (group 64) from the first token" in about_text(window.model_info)
@@ -120,7 +120,7 @@ def test_the_choice_is_saved_per_model_sent_with_the_load_shown_and_a_change_rel
     choose(window, 0)
     qtbot.waitUntil(lambda: not window.model_info.kv.enabled, timeout=TIMEOUT)
     assert asked == [KVQuantization(8), KVQuantization(4), None]
-    assert window.model_label.text() == f"{name} · float32" and saved_kv(settings, str(wide)) == 0
+    assert window.model_label.text() == f"{name} · float32" and CHOICE.saved(settings, str(wide)) == 0
     assert settings.value("kv_cache_by_model") == "{}"
     close_window(window)
 
@@ -147,7 +147,7 @@ def test_the_kv_cache_is_disabled_for_a_server_with_the_reason(qtbot, profile, t
 
 
 def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_model(qtbot, profile, tmp_path):
-    from app.shell.controllers.kv_cache_menu import saved_kv
+    from app.model.kv_cache import CHOICE
 
     gemma = write_tiny_arch(tmp_path / "gemma", "gemma3_text")  # sliding windows: RotatingKVCache
     window = open_window(qtbot, profile, str(gemma))
@@ -158,7 +158,7 @@ def test_a_refused_setting_shows_the_engines_message_and_keeps_the_previous_mode
     assert "RotatingKVCache" in window.last_error and f"Could not load {gemma}" in window.last_error
     assert window.model_info is info and not info.kv.enabled
     assert window.model_label.text() == label
-    assert saved_kv(window.settings, str(gemma)) == 0 and checked(window) == [0]  # back to what runs
+    assert CHOICE.saved(window.settings, str(gemma)) == 0 and checked(window) == [0]  # back to what runs
     window.error_box.close()
     send(qtbot, window, "still here", PARAMS)  # the previous model still answers
     assert window.entries[assistant_entries(window)[0]].steps

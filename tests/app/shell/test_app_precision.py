@@ -36,7 +36,7 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     profile,
     tiny_folder,
 ):
-    from app.shell.controllers.precision_menu import saved_choice
+    from app.model.precision import CHOICE
     from app.views.about import about_text
     from engine.session.session import EngineSession
 
@@ -61,8 +61,8 @@ def test_the_choice_is_saved_per_model_reaches_the_load_and_each_reply_keeps_its
     choose(window, "float16")
     qtbot.waitUntil(lambda: window.model_info.precision == "float16", timeout=TIMEOUT)
     assert asked == ["auto", "float16"] and window.model_info.precision_choice == "float16"
-    assert saved_choice(settings, str(tiny_folder)) == "float16"
-    assert saved_choice(settings, "default") == "auto"  # per model: another source keeps auto
+    assert CHOICE.saved(settings, str(tiny_folder)) == "float16"
+    assert CHOICE.saved(settings, "default") == "auto"  # per model: another source keeps auto
     assert window.model_label.text() == "tiny-llama · float16"
     text = about_text(window.model_info)
     assert "Computes in float16" in text and "chosen by the user" in text
@@ -105,11 +105,10 @@ def test_a_reply_saved_before_precision_was_recorded_reads_not_recorded(qtbot, p
 
 
 def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny_folder):
-    from app.model.precision import SERVER_CHOOSES
-    from app.shell.controllers.precision_menu import save_choice
+    from app.model.precision import CHOICE, SERVER_CHOOSES
     from engine.remote.servers import KINDS, remote_capabilities
 
-    save_choice(profile[1], str(tiny_folder), "float16")  # in float32 the check has nothing to find
+    CHOICE.save(profile[1], str(tiny_folder), "float16")  # in float32 the check has nothing to find
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.precision.menu.isEnabled()
     assert not window.analysis_actions.check_precision.isEnabled()  # nothing selected yet
@@ -126,13 +125,13 @@ def test_precision_is_disabled_for_a_server_with_the_reason(qtbot, profile, tiny
 
 
 def test_check_precision_shows_what_engine_fidelity_computes(qtbot, profile, tiny_folder, tmp_path):
-    from app.shell.controllers.precision_menu import save_choice
+    from app.model.precision import CHOICE
     from app.shell.engine_thread.fidelity_runner import CHUNK
     from app.views.precision_dialog import COLUMNS
     from engine.api.results import summarize
     from engine.session.session import EngineSession
 
-    save_choice(profile[1], str(tiny_folder), "float16")
+    CHOICE.save(profile[1], str(tiny_folder), "float16")
     window = open_window(qtbot, profile, str(tiny_folder))
     assert window.model_info.precision == "float16"
     send(qtbot, window, "check me", SamplingParams(max_tokens=40, top_logprobs=5))
@@ -190,9 +189,9 @@ def test_a_float32_model_is_told_at_once_that_there_is_nothing_to_check(qtbot, p
 
 
 def test_a_running_check_stops_with_esc_and_errors_are_shown(qtbot, profile, tiny_folder):
-    from app.shell.controllers.precision_menu import save_choice
+    from app.model.precision import CHOICE
 
-    save_choice(profile[1], str(tiny_folder), "float16")
+    CHOICE.save(profile[1], str(tiny_folder), "float16")
     window = open_window(qtbot, profile, str(tiny_folder))
     send(qtbot, window, "stop me", SamplingParams(max_tokens=80))
     (entry,) = assistant_entries(window)

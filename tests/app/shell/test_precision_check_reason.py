@@ -11,9 +11,9 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMenu, QToolTip  # noqa: E402
 
+from app.model.precision import CHOICE  # noqa: E402
 from app.model.precision_check import ALREADY_FLOAT32  # noqa: E402
 from app.shell.controllers.precision_check import ACTION_TEXT, FLOAT32_TEXT  # noqa: E402
-from app.shell.controllers.precision_menu import save_choice  # noqa: E402
 from tests.support.app_window import TIMEOUT, close_window, open_window  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def test_check_precision_under_float32_says_why_in_the_menu(qtbot, profile, tiny
 
 
 def test_check_precision_in_float16_keeps_its_own_text(qtbot, profile, tiny_folder):
-    save_choice(profile[1], str(tiny_folder), "float16")
+    CHOICE.save(profile[1], str(tiny_folder), "float16")
     window = open_window(qtbot, profile, str(tiny_folder))
     action = window.analysis_actions.check_precision
     assert action.text() == ACTION_TEXT and "Select a token" in action.toolTip()
