@@ -33,7 +33,7 @@ CHOICE_TIPS = {
 }
 
 
-CHOICE = PerModelChoice(SETTINGS_KEY, CHOICES, OFF, "the KV cache (bits)")
+CHOICE = PerModelChoice(SETTINGS_KEY, CHOICES, OFF, "the KV cache (bits)", CHOICE_LABELS, CHOICE_TIPS)
 read_choices, choice_for, with_choice = CHOICE.read, CHOICE.choice_for, CHOICE.with_choice
 
 

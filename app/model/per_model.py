@@ -8,8 +8,8 @@ unreadable in the saved text reads as nothing saved, so a damaged setting never 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -22,6 +22,10 @@ class PerModelChoice:
     default: Any
     what: str
     """Its name in an error: ``precision``, ``the KV cache``."""
+    labels: Mapping[Any, str] = field(default_factory=dict)
+    """Each value's words in a menu."""
+    tips: Mapping[Any, str] = field(default_factory=dict)
+    """What each value means (its tooltip)."""
 
     def allowed(self, value: Any) -> bool:
         return any(value == v and type(value) is type(v) for v in self.values)

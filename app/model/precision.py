@@ -38,7 +38,7 @@ CHOICE_TIPS = {
 }
 
 
-CHOICE = PerModelChoice(SETTINGS_KEY, PRECISIONS, AUTO, "precision")
+CHOICE = PerModelChoice(SETTINGS_KEY, PRECISIONS, AUTO, "precision", CHOICE_LABELS, CHOICE_TIPS)
 read_choices, choice_for, with_choice = CHOICE.read, CHOICE.choice_for, CHOICE.with_choice
 
 

@@ -10,7 +10,7 @@ model runs with (:meth:`KVCacheMenu.revert_after_failure`).
 
 from __future__ import annotations
 
-from app.model.kv_cache import CHOICE, CHOICE_LABELS, CHOICE_TIPS, CHOICES, SERVER_KEEPS, bits_of
+from app.model.kv_cache import CHOICE, SERVER_KEEPS, bits_of
 from app.shell.controllers.per_model_menu import PerModelMenu
 from engine.api.backend import ModelInfo
 
@@ -21,9 +21,6 @@ class KVCacheMenu(PerModelMenu):
         "Store the model's keys and values in fewer bits: less memory, and logprobs move (Compare models… measures it)."
     )
     CHOICE = CHOICE
-    VALUES = CHOICES
-    LABELS = CHOICE_LABELS
-    TIPS = CHOICE_TIPS
     SERVER_REASON = SERVER_KEEPS
     RELOADING = "Reloading with the KV cache {label}…"
 

@@ -6,7 +6,7 @@ through the loader (which asks first while a reply is being written)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtGui import QAction, QActionGroup
@@ -33,15 +33,12 @@ def is_server(in_use: ModelInUse) -> bool:
 class PerModelMenu:
     """The submenu (``menu``, laid out by the menus) and its exclusive ``group``.
 
-    A subclass names its choice (``CHOICE``), the values in menu order, their labels and
-    tips, why a server disables it, and what the loaded model runs with (:meth:`running`)."""
+    A subclass names its choice (``CHOICE``: the values in menu order, their labels and
+    tips), why a server disables it, and what the loaded model runs with (:meth:`running`)."""
 
     TITLE: str
     MENU_TIP: str
     CHOICE: PerModelChoice
-    VALUES: Sequence[Any]
-    LABELS: Mapping[Any, str]
-    TIPS: Mapping[Any, str]
     SERVER_REASON: str
     RELOADING: str
     """The status bar's words while reloading, with ``{label}``."""
@@ -54,11 +51,12 @@ class PerModelMenu:
         self.menu.menuAction().setStatusTip(self.MENU_TIP)
         self.group = QActionGroup(context.parent)
         self.group.setExclusive(True)
-        for value in self.VALUES:
-            action = QAction(self.LABELS[value], context.parent, checkable=True)
+        choice = self.CHOICE
+        for value in choice.values:
+            action = QAction(choice.labels[value], context.parent, checkable=True)
             action.setData(value)
-            action.setToolTip(self.TIPS[value])
-            action.setStatusTip(self.TIPS[value])
+            action.setToolTip(choice.tips[value])
+            action.setStatusTip(choice.tips[value])
             action.triggered.connect(lambda _=False, v=value: self.choose(v))
             self.group.addAction(action)
             self.menu.addAction(action)
@@ -88,5 +86,5 @@ class PerModelMenu:
         self.sync()
         info = in_use.info
         if info is not None and self.running(info) != value:  # a load in flight reads the choice itself
-            self.context.status.show_message(self.RELOADING.format(label=self.LABELS[value]))
+            self.context.status.show_message(self.RELOADING.format(label=self.CHOICE.labels[value]))
             self.load(source)

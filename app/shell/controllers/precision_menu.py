@@ -5,19 +5,15 @@ A server computes in what it was started with, so the submenu is disabled while 
 
 from __future__ import annotations
 
-from app.model.precision import CHOICE, CHOICE_LABELS, CHOICE_TIPS, SERVER_CHOOSES
+from app.model.precision import CHOICE, SERVER_CHOOSES
 from app.shell.controllers.per_model_menu import PerModelMenu
 from engine.api.backend import ModelInfo
-from engine.api.precision import PRECISIONS
 
 
 class PrecisionMenu(PerModelMenu):
     TITLE = "Precision"
     MENU_TIP = "What the model computes in. Auto is float32 where it fits in memory: the numbers shown are the model's."
     CHOICE = CHOICE
-    VALUES = PRECISIONS
-    LABELS = CHOICE_LABELS
-    TIPS = CHOICE_TIPS
     SERVER_REASON = SERVER_CHOOSES
     RELOADING = "Reloading in {label}…"
 
