@@ -24,6 +24,7 @@ NOT_FIGURES = {"machine", "seconds", "smoke", "note", "commit", "commits", "date
 
 SOURCES: dict[str, list[tuple[str, str, str]]] = {
     "CPU (this machine: Linux x86-64, 2 cores, MLX's CPU backend)": [
+        ("docs/bench-2026-12-07-c.json", "c282097", "2026-12-07"),
         ("docs/bench-2026-12-07-b.json", "85136b7", "2026-12-07"),
         ("docs/bench-2026-12-07.json", "4a5b504", "2026-12-07"),
         ("docs/bench-2026-11-28-b.json#0d603d3", "0d603d3", "2026-11-28"),
