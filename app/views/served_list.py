@@ -66,7 +66,7 @@ class ServedList(QWidget):
         header.setSectionResizeMode(COLUMNS.index("Client"), QHeaderView.ResizeMode.Stretch)
         # Tokens and State change with every token of every request: sized to fit the widest
         # they can say, not to their contents, which measured the whole column again at each
-        # change (200 requests at once: 1.9 s of the GUI thread in setText, bench figure 29).
+        # change (200 requests at once spent most of the GUI thread in setText, bench figure 29).
         for column in (COLUMNS.index("Tokens"), COLUMNS.index("State")):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
         self._fit_changing_columns()

@@ -222,8 +222,8 @@ def pack_outputs(
         e, shift = _bias_derived(blocks, top, lane, d, inputs)
     if cpu_forms():
         # Three sums: on a CPU a kernel costs its arithmetic, and the lanes below would
-        # compute every branch for every lane (1,066 against 796 µs for two distributions
-        # of 49,152; the same values). (blocks + (-top) is blocks - top to the bit, written
+        # compute every branch for every lane (a third slower for two distributions of
+        # 49,152 when measured; the same values). (blocks + (-top) is blocks - top to the bit, written
         # apart so that MLX's compile does not keep the shifted values as a kernel of their
         # own for the exp and this to read.)
         weighted = mx.where(e > 0, e * (blocks + -top), 0.0)
