@@ -239,15 +239,6 @@ class ChatModel:
         if run is not None and 0 <= column < len(run.columns):
             self.select((run.columns[column].stream, index))
 
-    def set_selection(self, ref: TokenRef | None) -> None:
-        self.selected.set(ref)
-
-    def follow(self, stream: StreamKey) -> None:
-        self.selected.follow(stream)
-
-    def rename_stream(self, old: StreamKey, new: StreamKey) -> None:
-        self.selected.rename(old, new)
-
     # Entries -------------------------------------------------------------------------------
 
     def set_welcome_state(self, text: str) -> None:
@@ -291,9 +282,8 @@ class ChatModel:
         if conversation is None:
             return False
         self.generation.stop(served=False)  # a served reply goes on: its client waits for it
-        self.background.wait()  # replies still being written to the store
-        self.served.settle(conversation_id)  # and a served one, on its writer's thread
-        self.opened.open(conversation)
+        self.served.settle(conversation_id)  # a served reply still being saved on its writer's thread
+        self.opened.open(conversation)  # after the replies still being written to the store
         writing = next((r.key for r in self.replies.values() if r.served_in == conversation_id), None)
         self.selected.reset(followed=writing)
         self.served.opened(conversation_id)
@@ -335,10 +325,6 @@ class ChatModel:
     def _activate(self, message: Message, index: int) -> None:
         self.opened.activate(message, index)
         self.refresh()
-
-    def reload_after(self, message: Message) -> None:
-        """The turns after ``message`` follow its active branch: read them again."""
-        self.opened.reload_after(message)
 
     # Compare runs ---------------------------------------------------------------------------
 

@@ -326,8 +326,7 @@ class Generation:
         self._settle_last_run()
         if self.opened.start_conversation(text):
             self.events.conversation_changed(self.opened.conversation)
-        reply = self.opened.add_turn(text)
-        return reply
+        return self.opened.add_turn(text)
 
     def _thinking(self) -> bool | None:
         """The chat template's ``enable_thinking`` for a prompt of the open conversation: a
