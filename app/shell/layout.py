@@ -64,6 +64,15 @@ def fit_sampling_minimum(panel: SamplingPanel, window_width: int) -> bool:
     return True
 
 
+def _docked(window: QMainWindow, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+    """``widget`` in a new dock of ``window``, added in ``area``."""
+    dock = QDockWidget(title, window)
+    dock.setObjectName(name)  # what saveState and restoreState know it by
+    dock.setWidget(widget)
+    window.addDockWidget(area, dock)
+    return dock
+
+
 def add_docks(
     window: QMainWindow, inspector: QWidget, timeline: QWidget, panel: QWidget
 ) -> tuple[QDockWidget, QDockWidget, QDockWidget]:
@@ -75,11 +84,7 @@ def add_docks(
         ("Timeline", "timeline", timeline, Qt.DockWidgetArea.BottomDockWidgetArea),
         ("Sampling", "sampling", panel, Qt.DockWidgetArea.LeftDockWidgetArea),
     ):
-        dock = QDockWidget(title, window)
-        dock.setObjectName(name)  # what saveState and restoreState know it by
-        dock.setWidget(widget)
-        window.addDockWidget(area, dock)
-        docks.append(dock)
+        docks.append(_docked(window, title, name, widget, area))
     return docks[0], docks[1], docks[2]
 
 
@@ -87,10 +92,7 @@ def tabbed_dock(window: QMainWindow, beside: QDockWidget, title: str, name: str,
     """A dock of ``window`` holding ``widget``, tabbed with ``beside`` in the left area and
     hidden until its controller shows it (the Served list beside the sampling panel);
     *Reset layout* tabs it there again."""
-    dock = QDockWidget(title, window)
-    dock.setObjectName(name)  # what saveState and restoreState know it by
-    dock.setWidget(widget)
-    window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+    dock = _docked(window, title, name, widget, Qt.DockWidgetArea.LeftDockWidgetArea)
     window.tabifyDockWidget(beside, dock)
     dock.hide()
     beside.raise_()
