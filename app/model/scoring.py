@@ -144,8 +144,7 @@ class Scoring:
             return None
         if stream[0] == "reply":
             return self.reading.steps_of(stream) if stream[1] in self.score_tags else None
-        message = self.reading.message_of(stream)
-        found = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
+        found = branch_of(self.reading, stream)
         if found is None or not found.steps or not all(s.forced for s in found.steps):
             return None
         return found.steps if found.finish_reason == FinishReason.SCORED or is_scored(found.steps[0]) else None
@@ -286,8 +285,7 @@ class Scoring:
         its steps and its own ``ScoreDone`` (None: not scored in this session)."""
         from app.store.export_store import scored
 
-        message = self.reading.message_of(stream)
-        branch = next((b for b in message.branches if b.id == stream[1]), None) if message is not None else None
+        message, branch = self.reading.message_of(stream), branch_of(self.reading, stream)
         if branch is None or not branch.steps:
             return None
         index = self.opened.thread.index(message)
