@@ -57,6 +57,7 @@ class CompareModels(AnalysisController):
         self.dialog: CompareModelsDialog | None = None
         self.last: Comparison | None = None  # the last one finished (the dialog exports it)
         self._shown: tuple = ()  # what refresh drew last
+        self._second_asked = False  # a comparison was sent since the last release: a second model may be held
         self.request_release.connect(self.runner.release)
         self.runner.loading.connect(self._on_loading)
         self.runner.loaded.connect(self._on_loaded)
@@ -121,6 +122,7 @@ class CompareModels(AnalysisController):
         waits = "Waiting for the reply being written, then loading" if self.context.model.busy() else "Loading"
         self._status_progress(0, 0, f"{waits} {settings.words()} to compare… (Esc stops)")
         collect_here()
+        self._second_asked = True
         self.send(job)
         return job
 
@@ -154,7 +156,11 @@ class CompareModels(AnalysisController):
         self.cancel()
         self.comparisons.clear()
         self.refresh()
-        collect_here()
+        # Only a second model the engine's thread may hold needs the collection first: none
+        # was asked for since the last release (every window's first load, 0.1 s each).
+        if self._second_asked:
+            collect_here()
+        self._second_asked = False
         self.request_release.emit()  # and the second model may not share the new one's vocabulary
 
     # The model layer's events -------------------------------------------------------------------
