@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
+from engine.analysis.scored_texts import ScoredTexts, ScoreKey
 from engine.api.errors import EngineError
 from engine.api.events import PrefillProgress, ScoreDone, TokenStep
 from engine.api.grammar import NO_GRAMMAR_STATS
@@ -65,6 +66,7 @@ def score(
     chunk: int = 128,
     index_offset: int = 0,
     request_id: int = 0,
+    kept: ScoredTexts | None = None,
 ) -> Iterator[ScoreEvent]:
     """Yield, chunk by chunk, a PrefillProgress and the TokenSteps of the scored tokens
     (``index`` from ``index_offset``), then one ScoreDone. Stop iterating to cancel.
@@ -72,7 +74,11 @@ def score(
     ``params``: one set for every token, or one per target token (a reply whose settings
     changed while it was written, replayed under its own settings: each change applies as
     a live change does in generation, recounting a new penalty window and rebuilding DRY's
-    state for new breakers)."""
+    state for new breakers).
+
+    ``kept``: the texts scored before under this model (one set of ``params``): the steps and
+    caches of the longest beginning this text shares with one of them are taken, not
+    computed again (``ScoreDone.cached_tokens``), and this text is kept there as it goes."""
     full = check_score_input(context, targets, loaded)
     per_token = _per_token(params, len(targets), loaded.vocab_size)
     began = time.perf_counter()
@@ -81,39 +87,76 @@ def score(
     decoder = StreamDecoder(text.decode)
     markers = detect_markers(loaded.tokenizer)  # a reasoning reply's phases, as generation gives them
     phases = PhaseTracker.after_prompt(markers, context, text.decode) if markers is not None else None
-    caches = kv.new_request_cache(loaded.model, loaded.kv)
-    nll: list[float] = []
-    grammar = None  # the text's figures under a grammar (engine.api.grammar.GrammarStats)
-    # Position p (start <= p < len(full)) is predicted by the logits at p - 1.
-    for a in range(0, len(full) - 1, chunk):
-        b = min(a + chunk, len(full) - 1)
-        logits = loaded.model(mx.array(full[a:b])[None], cache=caches)[0]
-        kv.after_forward(caches, loaded.kv)
-        rows = [p for p in range(a + 1, b + 1) if p >= start]
-        yield PrefillProgress(request_id, b, len(full) - 1)
-        if not rows:
-            kv.eval_caches(caches)
-            continue
-        for run in _runs(rows, [per_token[p - start] for p in rows]):
-            indices = [index_offset + p - start for p in run]
-            state.set_params(per_token[run[0] - start])
-            steps = _score_rows(logits[run[0] - 1 - a :], run, indices, full, state, text, decoder)
-            for p, step in zip(run, steps, strict=True):
-                nll.append(-step.raw_logprob)
-                if step.grammar is not None:
-                    grammar = (grammar or NO_GRAMMAR_STATS).plus(index_offset + p - start, step.grammar)
-                phase = phases.feed(full[p]) if phases is not None else None
-                yield replace(step, request_id=request_id, index=index_offset + p - start, position=p, phase=phase)
-    elapsed = time.perf_counter() - began
-    mean = sum(nll) / len(nll)
-    yield ScoreDone(
-        request_id=request_id,
-        tokens=len(nll),
-        perplexity=math.exp(mean),
-        mean_surprisal_bits=mean / math.log(2),
-        tokens_per_second=round(len(nll) / elapsed, 2) if elapsed > 0 else 0.0,
-        grammar=grammar,
-    )
+    key = ScoreKey(per_token[0], start, index_offset) if isinstance(params, SamplingParams) else None
+    if kept is not None and key is not None:
+        # A text being scored beside this one (the next choice of the same item, in the same
+        # request) will soon hold the beginning they share: wait for it, a chunk's turn at a
+        # time (a loop that advances its scorings in turn reads a progress as a turn's end).
+        for _ in range(kept.rounds_to_wait(key, full, chunk)):
+            yield PrefillProgress(request_id, 0, len(full) - 1)
+    reused = kept.take(key, full) if kept is not None and key is not None else None
+    caches = reused.caches if reused is not None else kv.new_request_cache(loaded.model, loaded.kv)
+    entry = kept.begin(key, caches, full) if kept is not None and key is not None else None
+    try:
+        fed = reused.fed if reused is not None else 0
+        nll: list[float] = []
+        grammar = None  # the text's figures under a grammar (engine.api.grammar.GrammarStats)
+        sequential = _sequential(per_token[0])
+        for step in reused.steps if reused is not None else ():
+            # Taken as they were: the states, the decoder and the phases follow the text past them.
+            nll.append(-step.raw_logprob)
+            if step.grammar is not None:
+                grammar = (grammar or NO_GRAMMAR_STATS).plus(step.index, step.grammar)
+            decoder.add(full[step.position])
+            if phases is not None:
+                phases.feed(full[step.position])
+            state.advance(step if sequential else None)
+            yield replace(step, request_id=request_id)
+        if entry is not None and reused is not None:
+            kept.grow(entry, full[: fed + 1], reused.steps)
+        # Position p (start <= p < len(full)) is predicted by the logits at p - 1.
+        for a in range(fed, len(full) - 1, chunk):
+            b = min(a + chunk, len(full) - 1)
+            logits = loaded.model(mx.array(full[a:b])[None], cache=caches)[0]
+            kv.after_forward(caches, loaded.kv)
+            rows = [p for p in range(max(a + 1, start), b + 1)]
+            yield PrefillProgress(request_id, b, len(full) - 1)
+            if not rows:
+                kv.eval_caches(caches)
+                if entry is not None:
+                    kept.grow(entry, full[: b + 1], ())
+                continue
+            scored = []
+            for run in _runs(rows, [per_token[p - start] for p in rows]):
+                indices = [index_offset + p - start for p in run]
+                state.set_params(per_token[run[0] - start])
+                steps = _score_rows(logits[run[0] - 1 - a :], run, indices, full, state, text, decoder)
+                for p, step in zip(run, steps, strict=True):
+                    nll.append(-step.raw_logprob)
+                    if step.grammar is not None:
+                        grammar = (grammar or NO_GRAMMAR_STATS).plus(index_offset + p - start, step.grammar)
+                    phase = phases.feed(full[p]) if phases is not None else None
+                    step = replace(step, request_id=request_id, index=index_offset + p - start, position=p, phase=phase)
+                    scored.append(step)
+                    yield step
+            if entry is not None:
+                kept.grow(entry, full[: b + 1], scored)
+        if entry is not None:
+            kept.done(entry)
+        elapsed = time.perf_counter() - began
+        mean = sum(nll) / len(nll)
+        yield ScoreDone(
+            request_id=request_id,
+            tokens=len(nll),
+            perplexity=math.exp(mean),
+            mean_surprisal_bits=mean / math.log(2),
+            tokens_per_second=round(len(nll) / elapsed, 2) if elapsed > 0 else 0.0,
+            grammar=grammar,
+            cached_tokens=fed,
+        )
+    finally:  # what it got to stays kept; a text that waits for it no longer does
+        if entry is not None:
+            kept.end(entry)
 
 
 def _per_token(params: SamplingParams | Sequence[SamplingParams], n: int, vocab: int) -> list[SamplingParams]:

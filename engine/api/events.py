@@ -238,6 +238,9 @@ class ScoreDone:
     grammar: GrammarStats | None = None
     """Where the text stands under the grammar it was scored with (``left_at``: the first
     token it forbids); None: no grammar."""
+    cached_tokens: int = 0
+    """Tokens of the text whose caches (and scored steps) came from a text scored before it
+    (``engine.analysis.scored_texts``: a served ``echo`` sharing its beginning); 0: all computed."""
 
 
 Event = TokenStep | PrefillProgress | Finished | Divergence | ScoreDone

@@ -90,7 +90,20 @@ async def run(
     def sink_for(part: Part) -> Callable[[Any], None]:
         return lambda e: loop.call_soon_threadsafe(events.put_nowait, (part, e))
 
+    async def replies(i: int) -> None:
+        if not served.generate:
+            return
+        row = prepared.rows[i]
+        for j in range(served.n):
+            seed = row.params.seed
+            params = row.params if seed is None else row.params.with_changes(seed=seed + j)
+            part = ("reply", i, j)
+            got[part] = []
+            one = dataclasses.replace(row, params=params)
+            started[part] = await asyncio.wrap_future(engine.submit(one, sink_for(part)))
+
     try:
+        later = set()  # prompts whose replies start once their scoring is done
         for i, row in enumerate(prepared.rows):
             tokens = row.prompt_tokens
             if served.echo and tokens is not None and len(tokens) > 1:
@@ -98,15 +111,11 @@ async def run(
                 got[part] = []
                 score = engine.score  # type: ignore[attr-defined] - checked by check_engine
                 started[part] = await asyncio.wrap_future(score(tokens, row.params, sink_for(part)))
-            if not served.generate:
-                continue
-            for j in range(served.n):
-                seed = row.params.seed
-                params = row.params if seed is None else row.params.with_changes(seed=seed + j)
-                part = ("reply", i, j)
-                got[part] = []
-                one = dataclasses.replace(row, params=params)
-                started[part] = await asyncio.wrap_future(engine.submit(one, sink_for(part)))
+                # The reply then prefills only the prompt's last token: the scoring leaves
+                # the rest in the prefix store (lm-eval's echo with max_tokens 1).
+                later.add(i)
+            else:
+                await replies(i)
         pending = set(got)
         while pending:
             try:
@@ -124,6 +133,9 @@ async def run(
                     raise Failed("the reply was cancelled by the server before it was finished.", "cancelled")
             elif isinstance(event, ScoreDone):
                 pending.discard(part)
+                if part[1] in later:
+                    await replies(part[1])
+                    pending |= {p for p in got if p[0] == "reply" and p[1] == part[1]}
         started.clear()
         return got
     finally:
@@ -192,6 +204,9 @@ def answer(
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if served.echo:  # the prompts' tokens whose scoring an earlier prompt's gave (a shared context)
+        cached = sum(e.cached_tokens for events in got.values() for e in events if isinstance(e, ScoreDone))
+        body["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
     return body
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from engine.analysis.scored_texts import ScoredTexts
 from engine.api.backend import Messages, ModelInfo, StartedRequest
 from engine.api.capabilities import LOCAL_CAPABILITIES, Capabilities
 from engine.api.draft import DEFAULT_DRAFT_TOKENS, DraftModel, check_draft_tokens
@@ -86,6 +87,7 @@ class EngineSession:
         self._loaded = None
         self._scheduler: Scheduler | None = None
         self._draft: DraftModel | None = None  # the draft of the running model (a new model has none)
+        self._scored = ScoredTexts()
         self.info: ModelInfo | None = None
         self.enable_thinking: bool | None = None
         """The chat template's ``enable_thinking`` for prompts made from now on (None: its default)."""
@@ -106,6 +108,9 @@ class EngineSession:
         loaded = load(source, progress, precision, kv=kv)
         scheduler = Scheduler(loaded, max_batch_size=self._max_batch_size, prefill_chunk=self._prefill_chunk)
         self._loaded, self._scheduler, self._draft = loaded, scheduler, None
+        # The served prompts scored last, under this model; each one done leaves its caches
+        # in the prefix store, where a reply to the same prompt starts from them.
+        self._scored = ScoredTexts(finished=scheduler.prefix_store.add)
         self.info = ModelInfo(
             name=loaded.name,
             source=source,
@@ -231,15 +236,16 @@ class EngineSession:
     ):
         """Score a prompt given as tokens as :meth:`score_text` scores a text without a
         prompt (its first token the context, every later one scored): a served request's
-        ``echo``. A generator, like :meth:`score_text`."""
+        ``echo``. A generator, like :meth:`score_text`. The prompts scored last are kept
+        (``engine.analysis.scored_texts``): the choices of one item prefill their shared
+        context once."""
         from engine.analysis.score import score
 
         scheduler = self.scheduler
         ids = list(tokens)
         chunk = self._teacher_chunk(chunk)
-        return score(
-            scheduler.loaded, ids[:1], ids[1:], params, scheduler.vocabulary, scheduler.text, chunk, 0, request_id
-        )
+        vocabulary, text = scheduler.vocabulary, scheduler.text
+        return score(scheduler.loaded, ids[:1], ids[1:], params, vocabulary, text, chunk, 0, request_id, self._scored)
 
     def check_fidelity(self, messages: Messages, output: Sequence[int | None], chunk: int = 64):
         """A reply (its prompt ``messages`` and tokens ``output``) teacher-forced in the running

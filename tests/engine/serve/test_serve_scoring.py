@@ -13,6 +13,7 @@ import pytest
 
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
+from engine.caches.batch import common_prefix
 from tests.engine.serve.serving import CHAT, HANG_GUARD_S, is_openai_error, post
 from tests.support.paths import ROOT
 
@@ -108,6 +109,27 @@ def test_n_choices_each_a_row_drawn_with_seed_plus_j(served):
                 alone["logprobs"]["token_logprobs"],
             ), (i, j)
     assert len({c["text"] for c in many["choices"][:3]}) > 1  # the seeds differ: so do the draws
+
+
+def test_the_choices_of_an_item_sent_together_score_their_shared_context_once(served, tiny_folder):
+    """lm-eval's multiple-choice request: the context with each choice, ``echo`` and
+    ``max_tokens: 0``. The first choice computes the context; the others wait for it and
+    take it (``usage.prompt_tokens_details.cached_tokens``), with the numbers of each scored
+    alone."""
+    context = "Question: which colour is the sky on a clear day? Answer:"
+    prompts = [context + c for c in (" blue", " a field of green grass", " red")]
+    body = {"prompt": prompts, "echo": True, "max_tokens": 0, "logprobs": 1, "temperature": 0}
+    answer = post(served.url + "/completions", body).json()
+    ids = [tokens_of(served, p) for p in prompts]
+    shared = min(common_prefix(ids[0], t) for t in ids[1:])
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= 2 * (shared - 1) > 10
+    for prompt, choice in zip(prompts, answer["choices"], strict=True):
+        steps = scored(tiny_folder, prompt)
+        assert choice["logprobs"]["token_logprobs"][1:] == [s.logprob_at("raw") for s in steps]
+    # Sent again, each is all kept but its last token.
+    again = post(served.url + "/completions", body).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == sum(len(t) - 1 for t in ids)
+    assert [c["logprobs"] for c in again["choices"]] == [c["logprobs"] for c in answer["choices"]]
 
 
 @pytest.mark.parametrize(
