@@ -25,10 +25,14 @@ def right_click(qtbot, window, ref, choose) -> list[str]:
     (it triggers an action or not), then the menu closes. The menu's items, submenus'
     included."""
     seen: list[str] = []
+    given_up: list[bool] = []  # the wait below ended without a menu: stop looking for one
 
     def act() -> None:
         menu = QApplication.activePopupWidget()
-        assert isinstance(menu, QMenu), menu
+        if not isinstance(menu, QMenu):
+            if not given_up:
+                QTimer.singleShot(20, act)  # not shown yet (a busy machine): look again
+            return
         for action in menu.actions():
             seen.append(action.text())
             if action.menu() is not None:
@@ -38,14 +42,19 @@ def right_click(qtbot, window, ref, choose) -> list[str]:
         finally:
             menu.close()  # whatever choose did: the menu must not stay open, waiting
 
-    QTimer.singleShot(300, act)
+    # The menu runs its own event loop inside the click: this looks for it from there, as
+    # often as it takes, where a fixed delay raced the menu and left it open on a busy machine.
+    QTimer.singleShot(0, act)
     # Through the window, as the platform delivers it: Qt makes the context menu event of a
     # right button press there (a press sent to the widget itself makes none), for the widget
     # under the pointer: moved there first.
     point = window.chat.viewport().mapTo(window, token_point(window, ref))
     QCursor.setPos(window.mapToGlobal(point))
     qtbot.mouseClick(window.windowHandle(), Qt.MouseButton.RightButton, pos=point)
-    qtbot.waitUntil(lambda: bool(seen), timeout=5000)
+    try:
+        qtbot.waitUntil(lambda: bool(seen), timeout=TIMEOUT)
+    finally:
+        given_up.append(True)
     return seen
 
 
