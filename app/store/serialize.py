@@ -12,6 +12,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from engine.api.codec import STORE, decode_step, encode_step, record_version
 from engine.api.events import TokenStep
 from engine.api.params import SamplingParams
@@ -44,11 +46,21 @@ def steps_to_json(steps: list[TokenStep], pause: Callable[[], None] | None = Non
     return "[" + ", ".join(out) + "]"
 
 
+def _records(text: str) -> list[Any]:
+    """The JSON array, parsed by orjson (about three times the standard library's speed
+    on a long reply); what orjson refuses and ``json`` takes — the NaN of records written
+    before non-finite numbers were null, a lone surrogate escaped in a text — by ``json``."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def steps_from_json(text: str) -> list[TokenStep]:
     # Likewise, validate each distinct parameter set once (version 1 derives its chain
     # from the raw parameters, so it reads its own).
     out, last_raw, last = [], None, None
-    for data in json.loads(text):
+    for data in _records(text):
         params = None
         if record_version(data) > 1:
             if data["params"] != last_raw:

@@ -108,3 +108,24 @@ def test_format_1_step_maps_its_three_distributions():
     again = step_from_dict(json.loads(json.dumps(step_to_dict(step))))
     assert again.chain == step.chain and again.top == step.top
     assert again.entropies[1] is None
+
+
+def test_records_orjson_refuses_read_as_json_reads_them():
+    """A record written before non-finite numbers were null holds NaN, which orjson refuses:
+    the array is then read by ``json``, and every value means what it meant (a NaN raw logit
+    not reported, an integer logprob a float, a count of -1 unknown)."""
+    import orjson
+
+    step = chain_step()
+    records = json.loads(steps_to_json([step, step]))
+    old = records[0]["top"][0]
+    old["raw_logit"], old["count"], old["bias"] = float("nan"), -1, 0
+    records[0]["top"][1]["logprobs"][step.chain[0]] = -3
+    text = json.dumps(records)  # NaN as the standard library writes it
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(text)
+    back = steps_from_json(text)
+    top = back[0].top
+    assert (top[0].raw_logit, top[0].count, top[0].bias) == (None, None, 0.0)
+    assert type(top[0].bias) is float and top[1].logprobs[0] == -3.0 and type(top[1].logprobs[0]) is float
+    assert back[1] == replace(step, request_id=-1)  # the record beside them as written
