@@ -87,26 +87,25 @@ def score(
     decoder = StreamDecoder(text.decode)
     markers = detect_markers(loaded.tokenizer)  # a reasoning reply's phases, as generation gives them
     phases = PhaseTracker.after_prompt(markers, context, text.decode) if markers is not None else None
-    key = ScoreKey(per_token[0], start, index_offset) if isinstance(params, SamplingParams) else None
-    if kept is not None and key is not None:
+    # Texts share what they computed only under one set of settings for every token.
+    kept = kept if isinstance(params, SamplingParams) else None
+    key = ScoreKey(per_token[0], start, index_offset)
+    if kept is not None:
         # A text being scored beside this one (the next choice of the same item, in the same
         # request) will soon hold the beginning they share: wait for it, a chunk's turn at a
         # time (a loop that advances its scorings in turn reads a progress as a turn's end).
         for _ in range(kept.rounds_to_wait(key, full, chunk)):
             yield PrefillProgress(request_id, 0, len(full) - 1)
-    reused = kept.take(key, full) if kept is not None and key is not None else None
+    reused = kept.take(key, full) if kept is not None else None
     caches = reused.caches if reused is not None else kv.new_request_cache(loaded.model, loaded.kv)
-    entry = kept.begin(key, caches, full) if kept is not None and key is not None else None
+    entry = kept.begin(key, caches, full) if kept is not None else None
     try:
         fed = reused.fed if reused is not None else 0
-        nll: list[float] = []
-        grammar = None  # the text's figures under a grammar (engine.api.grammar.GrammarStats)
+        tally = _Tally()
         sequential = _sequential(per_token[0])
         for step in reused.steps if reused is not None else ():
             # Taken as they were: the states, the decoder and the phases follow the text past them.
-            nll.append(-step.raw_logprob)
-            if step.grammar is not None:
-                grammar = (grammar or NO_GRAMMAR_STATS).plus(step.index, step.grammar)
+            tally.add(step)
             decoder.add(full[step.position])
             if phases is not None:
                 phases.feed(full[step.position])
@@ -119,44 +118,54 @@ def score(
             b = min(a + chunk, len(full) - 1)
             logits = loaded.model(mx.array(full[a:b])[None], cache=caches)[0]
             kv.after_forward(caches, loaded.kv)
-            rows = [p for p in range(max(a + 1, start), b + 1)]
+            rows = list(range(max(a + 1, start), b + 1))
             yield PrefillProgress(request_id, b, len(full) - 1)
             if not rows:
                 kv.eval_caches(caches)
-                if entry is not None:
-                    kept.grow(entry, full[: b + 1], ())
-                continue
             scored = []
-            for run in _runs(rows, [per_token[p - start] for p in rows]):
+            for run in _runs(rows, [per_token[p - start] for p in rows]) if rows else ():
                 indices = [index_offset + p - start for p in run]
                 state.set_params(per_token[run[0] - start])
                 steps = _score_rows(logits[run[0] - 1 - a :], run, indices, full, state, text, decoder)
                 for p, step in zip(run, steps, strict=True):
-                    nll.append(-step.raw_logprob)
-                    if step.grammar is not None:
-                        grammar = (grammar or NO_GRAMMAR_STATS).plus(index_offset + p - start, step.grammar)
                     phase = phases.feed(full[p]) if phases is not None else None
                     step = replace(step, request_id=request_id, index=index_offset + p - start, position=p, phase=phase)
+                    tally.add(step)
                     scored.append(step)
                     yield step
             if entry is not None:
                 kept.grow(entry, full[: b + 1], scored)
         if entry is not None:
             kept.done(entry)
-        elapsed = time.perf_counter() - began
-        mean = sum(nll) / len(nll)
-        yield ScoreDone(
-            request_id=request_id,
-            tokens=len(nll),
-            perplexity=math.exp(mean),
-            mean_surprisal_bits=mean / math.log(2),
-            tokens_per_second=round(len(nll) / elapsed, 2) if elapsed > 0 else 0.0,
-            grammar=grammar,
-            cached_tokens=fed,
-        )
+        yield tally.done(request_id, time.perf_counter() - began, fed)
     finally:  # what it got to stays kept; a text that waits for it no longer does
         if entry is not None:
             kept.end(entry)
+
+
+class _Tally:
+    """What a ScoreDone sums over the scored steps, taken or computed."""
+
+    def __init__(self) -> None:
+        self.nll: list[float] = []
+        self.grammar = None  # the text's figures under a grammar (engine.api.grammar.GrammarStats)
+
+    def add(self, step: TokenStep) -> None:
+        self.nll.append(-step.raw_logprob)
+        if step.grammar is not None:
+            self.grammar = (self.grammar or NO_GRAMMAR_STATS).plus(step.index, step.grammar)
+
+    def done(self, request_id: int, elapsed: float, cached: int) -> ScoreDone:
+        mean = sum(self.nll) / len(self.nll)
+        return ScoreDone(
+            request_id=request_id,
+            tokens=len(self.nll),
+            perplexity=math.exp(mean),
+            mean_surprisal_bits=mean / math.log(2),
+            tokens_per_second=round(len(self.nll) / elapsed, 2) if elapsed > 0 else 0.0,
+            grammar=self.grammar,
+            cached_tokens=cached,
+        )
 
 
 def _per_token(params: SamplingParams | Sequence[SamplingParams], n: int, vocab: int) -> list[SamplingParams]:

@@ -90,10 +90,12 @@ async def run(
     def sink_for(part: Part) -> Callable[[Any], None]:
         return lambda e: loop.call_soon_threadsafe(events.put_nowait, (part, e))
 
-    async def replies(i: int) -> None:
+    async def replies(i: int) -> list[Part]:
+        """Start prompt ``i``'s replies; their parts."""
         if not served.generate:
-            return
+            return []
         row = prepared.rows[i]
+        parts = []
         for j in range(served.n):
             seed = row.params.seed
             params = row.params if seed is None else row.params.with_changes(seed=seed + j)
@@ -101,6 +103,8 @@ async def run(
             got[part] = []
             one = dataclasses.replace(row, params=params)
             started[part] = await asyncio.wrap_future(engine.submit(one, sink_for(part)))
+            parts.append(part)
+        return parts
 
     try:
         later = set()  # prompts whose replies start once their scoring is done
@@ -134,8 +138,7 @@ async def run(
             elif isinstance(event, ScoreDone):
                 pending.discard(part)
                 if part[1] in later:
-                    await replies(part[1])
-                    pending |= {p for p in got if p[0] == "reply" and p[1] == part[1]}
+                    pending.update(await replies(part[1]))
         started.clear()
         return got
     finally:
